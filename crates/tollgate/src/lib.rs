@@ -1,1 +1,23 @@
+//! tollgate: a reverse proxy and load balancer.
+//!
+//! # Layout
+//! - [`config`]: TOML text → validated immutable model (file:line:col errors).
+//! - [`runtime`]: one current_thread tokio runtime per worker thread, shutdown, limits.
+//! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept budgets.
+//! - [`proxy`]: a client connection's life: pick a server, connect, relay.
+//! - [`balance`]: load-balancing algorithms behind one trait, registered by name.
+//! - [`server`]: per-server live state shared by all workers (connection counts, slots).
+//! - [`buffer`]: the per-worker copy-buffer pool charged against a byte budget.
+//! - [`origin`]: small built-in HTTP origins for the embedded default config and tests.
+//! - [`error`]: the one error type (kind, side, retryable).
 #![forbid(unsafe_code)]
+
+pub mod balance;
+pub mod buffer;
+pub mod config;
+pub mod error;
+pub mod listener;
+pub mod origin;
+pub mod proxy;
+pub mod runtime;
+pub mod server;

@@ -1,1 +1,188 @@
-fn main() {}
+//! The `tollgate` command line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tollgate::config::{self, Config};
+use tollgate::runtime;
+
+const EXAMPLES: &str = "\
+Examples:
+  tollgate                                  run the embedded demo (127.0.0.1:8080 -> two built-in origins)
+  tollgate run --config /etc/tollgate/tollgate.toml
+  tollgate check --config tollgate.toml     validate a config; exit 2 with FILE:LINE:COL on error
+  RUST_LOG=tollgate=debug tollgate run      per-connection events and counters
+
+Without --config, `run` reads ./tollgate.toml, then /etc/tollgate/tollgate.toml, and
+otherwise runs the embedded default.";
+
+#[derive(Parser)]
+#[command(name = "tollgate", version, about = "A reverse proxy and load balancer (TCP and HTTP).", after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy (the default command).
+    Run(RunArgs),
+    /// Validate a config file and print a one-line summary.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+#[derive(clap::Args, Default)]
+struct RunArgs {
+    /// Config file (TOML).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Serve from this process, without a master (today the only model; kept for scripts).
+    #[arg(long)]
+    no_master: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check { config }) => check(&config),
+        Some(Command::Run(args)) => report(run(args)),
+        None => report(run(RunArgs::default())),
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tollgate: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check(path: &Path) -> ExitCode {
+    match config::load(path) {
+        Ok(c) => {
+            println!("{}: ok: {}", path.display(), c.summary());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging();
+    let _ = args.no_master;
+    let fd_limit = runtime::limits::nofile_limit();
+    let mut _demo_origins = None;
+    let config = match find_config(args.config) {
+        Some(path) => config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => {
+            let origins = tollgate::origin::spawn(&["origin-a", "origin-b"])
+                .context("starting demo origins")?;
+            let (a, b) = match origins.addrs.as_slice() {
+                [(_, a), (_, b)] => (*a, *b),
+                _ => anyhow::bail!("demo origins did not start"),
+            };
+            let config = config::embedded_default(a, b).map_err(|e| anyhow::anyhow!("{e}"))?;
+            tracing::info!(
+                "no config file found (./tollgate.toml, /etc/tollgate/tollgate.toml): running the embedded default"
+            );
+            tracing::info!(
+                "demo origins origin-a on {a} and origin-b on {b}; try: curl http://127.0.0.1:8080/ (twice)"
+            );
+            _demo_origins = Some(origins);
+            config
+        }
+    };
+    serve(Arc::new(config), fd_limit)
+}
+
+fn find_config(explicit: Option<PathBuf>) -> Option<PathBuf> {
+    explicit.or_else(|| {
+        ["tollgate.toml", "/etc/tollgate/tollgate.toml"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+    })
+}
+
+fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
+    let sockets = tollgate::listener::bind_all(&config).context("binding listeners")?;
+    let source = config
+        .source
+        .as_ref()
+        .map_or("<embedded default>".into(), |p| p.display().to_string());
+    tracing::info!(config = %source, fd_limit, "{}", config.summary());
+    for s in &sockets {
+        if s.worker.is_none_or(|w| w == 0) {
+            tracing::info!(frontend = %config.frontends.get(s.frontend).map_or("", |f| f.name.as_str()), addr = %s.local, "listening");
+        }
+    }
+    let hard_stop_after = config.timeouts.hard_stop_after;
+    let running = runtime::start(Arc::clone(&config), sockets).context("starting workers")?;
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    signals.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut stats_tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = term.recv() => {
+                    tracing::info!(?hard_stop_after, "SIGTERM: finishing connections in flight, then exiting");
+                    running.soft_stop();
+                    break;
+                }
+                _ = int.recv() => {
+                    tracing::info!("SIGINT: exiting now");
+                    running.hard_stop();
+                    break;
+                }
+                _ = stats_tick.tick() => {
+                    if tracing::enabled!(tracing::Level::DEBUG) {
+                        let s = running.stats();
+                        let fields: Vec<String> = s.fields().iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        tracing::debug!(conns = running.shared().budgets.current(), "counters: {}", fields.join(" "));
+                    }
+                }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + hard_stop_after;
+        while !running.is_finished() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!("hard_stop_after reached: closing the connections still open");
+                    running.hard_stop();
+                    break;
+                }
+                _ = int.recv() => { running.hard_stop(); break; }
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    running.join().context("workers")?;
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! Smooth weighted round-robin (nginx's): each pick adds every usable server's weight to its
+//! running score, takes the highest, and subtracts the total from the winner. Over one cycle
+//! of `sum(weights)` picks each server is chosen exactly `weight` times, interleaved
+//! (5:1:1 gives a a b a c a a, not a a a a a b c).
+//!
+//! Each worker owns its own state. Worker `w` starts `w` picks into the cycle, so a client
+//! whose consecutive connections land on different workers still sees the rotation.
+
+use super::{Balancer, Candidate};
+
+pub struct RoundRobin {
+    weights: Vec<i64>,
+    scores: Vec<i64>,
+}
+
+impl RoundRobin {
+    pub fn new(servers: &[Candidate], worker: usize) -> Self {
+        let mut rr = RoundRobin {
+            weights: servers.iter().map(|s| i64::from(s.weight)).collect(),
+            scores: vec![0; servers.len()],
+        };
+        for _ in 0..worker {
+            rr.pick(&|_| true);
+        }
+        rr
+    }
+
+    pub fn boxed(servers: &[Candidate], worker: usize) -> Box<dyn Balancer> {
+        Box::new(Self::new(servers, worker))
+    }
+}
+
+impl Balancer for RoundRobin {
+    fn pick(&mut self, usable: &dyn Fn(usize) -> bool) -> Option<usize> {
+        let mut total = 0;
+        let mut best: Option<usize> = None;
+        let mut best_score = i64::MIN;
+        for (i, (score, weight)) in self.scores.iter_mut().zip(&self.weights).enumerate() {
+            if *weight == 0 || !usable(i) {
+                continue;
+            }
+            *score += weight;
+            total += weight;
+            if *score > best_score {
+                best_score = *score;
+                best = Some(i);
+            }
+        }
+        if let Some(score) = best.and_then(|i| self.scores.get_mut(i)) {
+            *score -= total;
+        }
+        best
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        if let Some(w) = self.weights.get_mut(index) {
+            *w = i64::from(weight);
+        }
+        if let Some(s) = self.scores.get_mut(index) {
+            *s = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidates(weights: &[u32]) -> Vec<Candidate> {
+        weights.iter().map(|&weight| Candidate { weight }).collect()
+    }
+
+    #[test]
+    fn smooth_and_exact_over_a_cycle() {
+        let mut rr = RoundRobin::new(&candidates(&[5, 1, 1]), 0);
+        let seq: Vec<usize> = (0..7).filter_map(|_| rr.pick(&|_| true)).collect();
+        assert_eq!(seq, [0, 0, 1, 0, 2, 0, 0]);
+    }
+
+    #[test]
+    fn weights_hold_across_workers_and_skips() {
+        let mut counts = [0usize; 3];
+        for worker in 0..2 {
+            let mut rr = RoundRobin::new(&candidates(&[1, 2, 3]), worker);
+            for _ in 0..300 {
+                counts[rr.pick(&|_| true).expect("a server")] += 1;
+            }
+        }
+        assert_eq!(counts, [100, 200, 300]);
+        let mut rr = RoundRobin::new(&candidates(&[1, 1]), 0);
+        assert_eq!(rr.pick(&|i| i == 1), Some(1));
+        assert_eq!(rr.pick(&|_| false), None);
+    }
+
+    #[test]
+    fn workers_start_at_different_points() {
+        let first = |w| RoundRobin::new(&candidates(&[1, 1]), w).pick(&|_| true);
+        assert_ne!(first(0), first(1));
+    }
+}

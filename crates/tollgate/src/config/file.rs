@@ -1,0 +1,84 @@
+//! The config file as written: strict serde structs, one per TOML table.
+//!
+//! Every struct denies unknown fields (a misplaced key silently ignored is how a benchmark
+//! measures nothing), and no struct uses `flatten` (it loses error positions). Values that
+//! later checks refer to are `Spanned` so validation errors can point at file:line:col.
+//! Nothing here has defaults applied: `validate` turns this into the immutable model.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::units::{ByteSize, DurationValue};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub global: GlobalSection,
+    #[serde(default)]
+    pub timeouts: TimeoutsSection,
+    #[serde(default)]
+    pub frontend: Vec<FrontendSection>,
+    #[serde(default)]
+    pub backend: Vec<BackendSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalSection {
+    pub workers: Option<Spanned<usize>>,
+    pub thread_per_core: Option<bool>,
+    pub maxconn: Option<Spanned<u32>>,
+    pub buffer_size: Option<Spanned<ByteSize>>,
+    pub buffer_budget: Option<Spanned<ByteSize>>,
+    pub backlog: Option<u32>,
+    pub max_accept_rate: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsSection {
+    pub connect: Option<Spanned<DurationValue>>,
+    pub client: Option<Spanned<DurationValue>>,
+    pub server: Option<Spanned<DurationValue>>,
+    pub queue: Option<Spanned<DurationValue>>,
+    pub hard_stop_after: Option<Spanned<DurationValue>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeName {
+    Tcp,
+    Http,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrontendSection {
+    pub name: Spanned<String>,
+    pub bind: Spanned<Vec<Spanned<String>>>,
+    pub mode: Option<Spanned<ModeName>>,
+    pub maxconn: Option<u32>,
+    pub default_backend: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSection {
+    pub name: Spanned<String>,
+    pub mode: Option<Spanned<ModeName>>,
+    pub balance: Option<Spanned<String>>,
+    pub retries: Option<u32>,
+    #[serde(default)]
+    pub server: Vec<ServerSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub name: Spanned<String>,
+    pub address: Spanned<String>,
+    pub weight: Option<Spanned<u32>>,
+    pub maxconn: Option<u32>,
+    pub backup: Option<bool>,
+}

@@ -1,0 +1,152 @@
+//! Configuration: a pipeline from TOML text to an immutable model.
+//!
+//! `file` holds the strict serde structs (unknown keys refused), `validate` applies defaults,
+//! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
+//! Every error names the file, line, column and key path of the value at fault, so
+//! `tollgate check` and a refused reload can say exactly what to fix.
+
+pub mod file;
+pub mod model;
+pub mod units;
+mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts};
+pub use validate::default_maxconn;
+
+/// One problem in a config file, positioned at the value (or key) at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub line: usize,
+    pub column: usize,
+    /// Dotted key path, e.g. `frontend[0].bind[1]`.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.path, self.line, self.column, self.message
+        )?;
+        if !self.key.is_empty() {
+            write!(f, " (key `{}`)", self.key)?;
+        }
+        Ok(())
+    }
+}
+
+/// All the problems found in one file; never empty.
+#[derive(Debug, Clone)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Reads and validates a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let shown = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            path: shown.clone(),
+            line: 0,
+            column: 0,
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        }])
+    })?;
+    let mut config = parse(&src, &shown)?;
+    config.source = Some(PathBuf::from(path));
+    Ok(config)
+}
+
+/// Parses and validates config text; `shown_path` is used in error messages only.
+pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
+    let file = deserialize(src, shown_path)?;
+    let mut validator = validate::Validator::new(src, fd_limit());
+    match validator.build(file) {
+        Some(config) => Ok(config),
+        None => Err(ConfigErrors(
+            validator
+                .errors
+                .iter()
+                .map(|(span, key, msg)| ConfigError::at(shown_path, src, span.clone(), key, msg))
+                .collect(),
+        )),
+    }
+}
+
+fn deserialize(src: &str, shown_path: &str) -> Result<file::ConfigFile, ConfigErrors> {
+    let de = toml::Deserializer::parse(src)
+        .map_err(|e| toml_error(src, shown_path, &e, String::new()))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = key_path(&e.path().to_string(), e.inner().message());
+        toml_error(src, shown_path, e.inner(), key)
+    })
+}
+
+/// Unknown-field errors name the key in the message; add it to the path so the reader
+/// sees `frontend[0].bnid`, not just `frontend[0]`.
+fn key_path(path: &str, message: &str) -> String {
+    // `Spanned` values show up as a private field name in the path: not a key.
+    let cleaned: Vec<&str> = path
+        .split('.')
+        .filter(|seg| !seg.starts_with("$__serde_spanned"))
+        .collect();
+    let cleaned = cleaned.join(".");
+    let path = if cleaned == "." || cleaned.is_empty() {
+        ""
+    } else {
+        cleaned.as_str()
+    };
+    let unknown = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(name, _)| name);
+    match unknown {
+        Some(name) if !path.ends_with(name) && path.is_empty() => name.to_string(),
+        Some(name) if !path.ends_with(name) => format!("{path}.{name}"),
+        _ => path.to_string(),
+    }
+}
+
+fn toml_error(src: &str, shown_path: &str, e: &toml::de::Error, key: String) -> ConfigErrors {
+    let span = e.span().unwrap_or(0..0);
+    let message = e.message().trim().replace('\n', " ");
+    ConfigErrors(vec![ConfigError::at(shown_path, src, span, &key, &message)])
+}
+
+/// The fd limit the process runs with (startup raises the soft limit to the hard one).
+fn fd_limit() -> u64 {
+    crate::runtime::limits::nofile_limit()
+}
+
+/// The embedded default config, pointed at demo origins listening on `origin_a` and `origin_b`.
+pub fn embedded_default(
+    origin_a: std::net::SocketAddr,
+    origin_b: std::net::SocketAddr,
+) -> Result<Config, ConfigErrors> {
+    let src = include_str!("default.toml")
+        .replace("{origin_a}", &origin_a.to_string())
+        .replace("{origin_b}", &origin_b.to_string());
+    parse(&src, "<embedded default>")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+//! The validated, immutable configuration the proxy runs on.
+//!
+//! Built only by `validate`; every reference is resolved to an index and every default
+//! applied, so the data path never looks anything up by name. A reload builds a new `Config`
+//! and swaps the `Arc`; nothing mutates one in place.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use super::file::ModeName as Mode;
+
+/// Accept backlog given to listen(2). The kernel caps it at net.core.somaxconn.
+pub const DEFAULT_BACKLOG: u32 = 4096;
+pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
+pub const DEFAULT_BUFFER_BUDGET: u64 = 1 << 30;
+pub const DEFAULT_RETRIES: u32 = 3;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the config came from: a path, or `None` for the embedded default.
+    pub source: Option<PathBuf>,
+    pub global: Global,
+    pub timeouts: Timeouts,
+    pub frontends: Vec<Frontend>,
+    pub backends: Vec<Backend>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Global {
+    pub workers: usize,
+    pub thread_per_core: bool,
+    /// Most client connections the whole process serves at once.
+    pub maxconn: u32,
+    pub buffer_size: usize,
+    /// Bytes of copy buffers all workers may hold together (split evenly among workers).
+    pub buffer_budget: u64,
+    pub backlog: u32,
+    /// New connections accepted per second, process-wide; 0 = unlimited.
+    pub max_accept_rate: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// Idle limit for a client connection (TCP mode: no byte moved either way).
+    pub client: Duration,
+    /// Idle limit on the server side.
+    pub server: Duration,
+    /// Longest a connection waits for a server slot (server maxconn) before giving up.
+    pub queue: Duration,
+    /// After a soft stop, connections still open this long are closed.
+    pub hard_stop_after: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            client: Duration::from_secs(30),
+            server: Duration::from_secs(30),
+            queue: Duration::from_secs(5),
+            hard_stop_after: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Frontend {
+    pub name: String,
+    pub binds: Vec<SocketAddr>,
+    pub mode: Mode,
+    /// 0 = bounded only by the global maxconn.
+    pub maxconn: u32,
+    pub default_backend: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub name: String,
+    pub mode: Mode,
+    /// Name of an algorithm in `balance::ALGORITHMS`.
+    pub balance: String,
+    /// Connection attempts after the first one fails.
+    pub retries: u32,
+    pub servers: Vec<Server>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub name: String,
+    pub address: SocketAddr,
+    pub weight: u32,
+    /// 0 = no limit.
+    pub maxconn: u32,
+    pub backup: bool,
+}
+
+impl Config {
+    pub fn backend(&self, name: &str) -> Option<&Backend> {
+        self.backends.iter().find(|b| b.name == name)
+    }
+
+    /// One line for `tollgate check` and the startup log.
+    pub fn summary(&self) -> String {
+        let servers: usize = self.backends.iter().map(|b| b.servers.len()).sum();
+        format!(
+            "{} frontend(s), {} backend(s), {} server(s), {} worker(s), maxconn {}",
+            self.frontends.len(),
+            self.backends.len(),
+            servers,
+            self.global.workers,
+            self.global.maxconn
+        )
+    }
+}

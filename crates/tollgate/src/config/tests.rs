@@ -1,0 +1,104 @@
+use super::*;
+
+const GOOD: &str = r#"
+[global]
+workers = 2
+maxconn = 1000
+buffer_size = "16KiB"
+
+[timeouts]
+connect = "2s"
+client = "30s"
+
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080", "[::1]:8080"]
+default_backend = "app"
+
+[[backend]]
+name = "app"
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+weight = 2
+[[backend.server]]
+name = "b"
+address = "localhost:9002"
+"#;
+
+fn first_error(src: &str) -> ConfigError {
+    match parse(src, "t.toml") {
+        Ok(_) => panic!("config was accepted:\n{src}"),
+        Err(e) => e.0.into_iter().next().expect("at least one error"),
+    }
+}
+
+#[test]
+fn good_config_resolves_everything() {
+    let c = parse(GOOD, "t.toml").expect("valid");
+    assert_eq!(c.global.workers, 2);
+    assert_eq!(c.global.buffer_size, 16384);
+    assert_eq!(c.frontends[0].binds.len(), 2);
+    assert_eq!(c.frontends[0].default_backend, Some(0));
+    assert_eq!(c.backends[0].servers[0].weight, 2);
+    assert_eq!(c.backends[0].balance, "roundrobin");
+    assert_eq!(c.backends[0].retries, 3);
+    assert_eq!(c.timeouts.connect, std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn unknown_key_names_line_and_key() {
+    let src = GOOD.replace("bind = [", "bnid = [\"x\"]\nbind = [");
+    let e = first_error(&src);
+    assert_eq!(e.line, 13, "{e}");
+    assert!(e.key.ends_with("bnid"), "{e}");
+    assert!(e.message.contains("unknown field"), "{e}");
+}
+
+#[test]
+fn key_under_wrong_table() {
+    // `retries` belongs to a backend, not to a server.
+    let src = GOOD.replace("weight = 2", "weight = 2\nretries = 5");
+    let e = first_error(&src);
+    assert_eq!(e.line, 22, "{e}");
+    assert_eq!(e.key, "backend[0].server[0].retries", "{e}");
+}
+
+#[test]
+fn duplicate_and_missing_names() {
+    let e = first_error(&GOOD.replace("name = \"b\"", "name = \"a\""));
+    assert!(e.message.contains("duplicate name `a`"), "{e}");
+    assert_eq!(e.key, "backend[0].server[1].name");
+    let e = first_error(&GOOD.replace("default_backend = \"app\"", "default_backend = \"nope\""));
+    assert!(e.message.contains("`nope` does not exist"), "{e}");
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (14, "frontend[0].default_backend")
+    );
+}
+
+#[test]
+fn bad_values_are_positioned() {
+    let e = first_error(&GOOD.replace("127.0.0.1:9001", "127.0.0.1:99999"));
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (20, "backend[0].server[0].address"),
+        "{e}"
+    );
+    let e = first_error(&GOOD.replace("\"2s\"", "\"2 fortnights\""));
+    assert_eq!((e.line, e.key.as_str()), (8, "timeouts.connect"), "{e}");
+    let e = first_error(&GOOD.replace("\"[::1]:8080\"", "\"nowhere\""));
+    assert_eq!((e.line, e.key.as_str()), (13, "frontend[0].bind[1]"), "{e}");
+    let e = first_error(
+        &GOOD
+            .replace("balance", "x")
+            .replace("name = \"app\"\n", "name = \"app\"\nbalance = \"magic\"\n"),
+    );
+    assert!(e.message.contains("unknown algorithm"), "{e}");
+}
+
+#[test]
+fn mode_mismatch_is_refused() {
+    let e = first_error(&GOOD.replace("name = \"app\"\n", "name = \"app\"\nmode = \"http\"\n"));
+    assert!(e.message.contains("does not match"), "{e}");
+}

@@ -1,0 +1,361 @@
+//! Turns the file as written into the model: defaults applied, names resolved to indexes,
+//! addresses resolved, and every inconsistency reported with the position of the value at fault.
+
+use std::collections::HashSet;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::ops::Range;
+
+use toml::Spanned;
+
+use super::ConfigError;
+use super::file::{ConfigFile, ModeName};
+use super::model::*;
+use crate::balance;
+
+/// Connections the process allows when `global.maxconn` is not set: bounded by the fd limit
+/// (two descriptors per proxied connection, a reserve for listeners and logs).
+pub fn default_maxconn(fd_limit: u64) -> u32 {
+    let by_fds = fd_limit.saturating_sub(256) / 2;
+    by_fds.clamp(64, 100_000) as u32
+}
+
+pub(super) struct Validator<'a> {
+    pub errors: Vec<(Range<usize>, String, String)>,
+    pub fd_limit: u64,
+    _src: &'a str,
+}
+
+impl<'a> Validator<'a> {
+    pub fn new(src: &'a str, fd_limit: u64) -> Self {
+        Validator {
+            errors: Vec::new(),
+            fd_limit,
+            _src: src,
+        }
+    }
+
+    fn err(&mut self, span: Range<usize>, key: String, msg: String) {
+        self.errors.push((span, key, msg));
+    }
+
+    pub fn build(&mut self, file: ConfigFile) -> Option<Config> {
+        let global = self.global(&file);
+        let timeouts = self.timeouts(&file);
+        let backends = self.backends(&file);
+        let frontends = self.frontends(&file, &backends);
+        if !self.errors.is_empty() {
+            return None;
+        }
+        Some(Config {
+            source: None,
+            global,
+            timeouts,
+            frontends,
+            backends,
+        })
+    }
+
+    fn global(&mut self, file: &ConfigFile) -> Global {
+        let g = &file.global;
+        let workers = match &g.workers {
+            Some(w) if *w.get_ref() == 0 => {
+                self.err(
+                    w.span(),
+                    "global.workers".into(),
+                    "must be at least 1".into(),
+                );
+                1
+            }
+            Some(w) => *w.get_ref(),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        let maxconn = match &g.maxconn {
+            Some(m) if *m.get_ref() == 0 => {
+                self.err(
+                    m.span(),
+                    "global.maxconn".into(),
+                    "must be at least 1".into(),
+                );
+                1
+            }
+            Some(m) => *m.get_ref(),
+            None => default_maxconn(self.fd_limit),
+        };
+        let buffer_size = match &g.buffer_size {
+            Some(s) if !(1024..=16 << 20).contains(&s.get_ref().0) => {
+                self.err(
+                    s.span(),
+                    "global.buffer_size".into(),
+                    "must be between 1KiB and 16MiB".into(),
+                );
+                DEFAULT_BUFFER_SIZE
+            }
+            Some(s) => s.get_ref().0 as usize,
+            None => DEFAULT_BUFFER_SIZE,
+        };
+        let buffer_budget = g
+            .buffer_budget
+            .as_ref()
+            .map_or(DEFAULT_BUFFER_BUDGET, |b| b.get_ref().0);
+        // Each worker needs at least two buffers (one per direction) or a relay can never move.
+        let floor = (buffer_size as u64) * 2 * workers as u64;
+        if let Some(b) = &g.buffer_budget
+            && buffer_budget < floor
+        {
+            self.err(
+                b.span(),
+                "global.buffer_budget".into(),
+                format!("must hold at least 2 buffers per worker ({floor} bytes)"),
+            );
+        }
+        Global {
+            workers,
+            thread_per_core: g.thread_per_core.unwrap_or(true),
+            maxconn,
+            buffer_size,
+            buffer_budget: buffer_budget.max(floor),
+            backlog: g.backlog.unwrap_or(DEFAULT_BACKLOG),
+            max_accept_rate: g.max_accept_rate.unwrap_or(0),
+        }
+    }
+
+    fn timeouts(&mut self, file: &ConfigFile) -> Timeouts {
+        let t = &file.timeouts;
+        let mut out = Timeouts::default();
+        let fields = [
+            ("connect", &t.connect, &mut out.connect),
+            ("client", &t.client, &mut out.client),
+            ("server", &t.server, &mut out.server),
+            ("queue", &t.queue, &mut out.queue),
+            (
+                "hard_stop_after",
+                &t.hard_stop_after,
+                &mut out.hard_stop_after,
+            ),
+        ];
+        for (key, value, slot) in fields {
+            if let Some(v) = value {
+                if v.get_ref().0.is_zero() {
+                    self.err(
+                        v.span(),
+                        format!("timeouts.{key}"),
+                        "must be greater than 0".into(),
+                    );
+                } else {
+                    *slot = v.get_ref().0;
+                }
+            }
+        }
+        out
+    }
+
+    fn unique_name(&mut self, seen: &mut HashSet<String>, name: &Spanned<String>, key: String) {
+        let n = name.get_ref();
+        if n.is_empty()
+            || !n
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            self.err(
+                name.span(),
+                key,
+                format!("name `{n}` must be non-empty and use only letters, digits, `-`, `_`, `.`"),
+            );
+        } else if !seen.insert(n.clone()) {
+            self.err(name.span(), key, format!("duplicate name `{n}`"));
+        }
+    }
+
+    fn backends(&mut self, file: &ConfigFile) -> Vec<Backend> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, b) in file.backend.iter().enumerate() {
+            let key = format!("backend[{i}]");
+            self.unique_name(&mut seen, &b.name, format!("{key}.name"));
+            let balance = match &b.balance {
+                Some(name) if balance::lookup(name.get_ref()).is_none() => {
+                    self.err(
+                        name.span(),
+                        format!("{key}.balance"),
+                        format!(
+                            "unknown algorithm `{}` (known: {})",
+                            name.get_ref(),
+                            balance::names().join(", ")
+                        ),
+                    );
+                    String::new()
+                }
+                Some(name) => name.get_ref().clone(),
+                None => balance::DEFAULT.to_string(),
+            };
+            let mut server_names = HashSet::new();
+            let mut servers = Vec::new();
+            for (j, s) in b.server.iter().enumerate() {
+                let skey = format!("{key}.server[{j}]");
+                self.unique_name(&mut server_names, &s.name, format!("{skey}.name"));
+                let address = match resolve(s.address.get_ref()) {
+                    Ok(a) => a,
+                    Err(msg) => {
+                        self.err(s.address.span(), format!("{skey}.address"), msg);
+                        continue;
+                    }
+                };
+                let weight = match &s.weight {
+                    Some(w) if !(1..=256).contains(w.get_ref()) => {
+                        self.err(
+                            w.span(),
+                            format!("{skey}.weight"),
+                            "must be between 1 and 256".into(),
+                        );
+                        1
+                    }
+                    Some(w) => *w.get_ref(),
+                    None => 1,
+                };
+                servers.push(Server {
+                    name: s.name.get_ref().clone(),
+                    address,
+                    weight,
+                    maxconn: s.maxconn.unwrap_or(0),
+                    backup: s.backup.unwrap_or(false),
+                });
+            }
+            out.push(Backend {
+                name: b.name.get_ref().clone(),
+                mode: b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref()),
+                balance,
+                retries: b.retries.unwrap_or(DEFAULT_RETRIES),
+                servers,
+            });
+        }
+        out
+    }
+
+    fn frontends(&mut self, file: &ConfigFile, backends: &[Backend]) -> Vec<Frontend> {
+        let mut seen = HashSet::new();
+        let mut bound = HashSet::new();
+        let mut out = Vec::new();
+        for (i, f) in file.frontend.iter().enumerate() {
+            let key = format!("frontend[{i}]");
+            self.unique_name(&mut seen, &f.name, format!("{key}.name"));
+            let mode = f.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref());
+            if f.bind.get_ref().is_empty() {
+                self.err(
+                    f.bind.span(),
+                    format!("{key}.bind"),
+                    "needs at least one address".into(),
+                );
+            }
+            let mut binds = Vec::new();
+            for (j, b) in f.bind.get_ref().iter().enumerate() {
+                match b.get_ref().parse::<SocketAddr>() {
+                    Ok(addr) if addr.port() != 0 && !bound.insert(addr) => self.err(
+                        b.span(),
+                        format!("{key}.bind[{j}]"),
+                        format!("address {addr} is bound twice"),
+                    ),
+                    Ok(addr) => binds.push(addr),
+                    Err(_) => self.err(
+                        b.span(),
+                        format!("{key}.bind[{j}]"),
+                        format!("`{}` is not an IP:port address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")", b.get_ref()),
+                    ),
+                }
+            }
+            let default_backend = match &f.default_backend {
+                None => {
+                    self.err(
+                        f.name.span(),
+                        format!("{key}.default_backend"),
+                        "is required".into(),
+                    );
+                    None
+                }
+                Some(name) => match backends.iter().position(|b| &b.name == name.get_ref()) {
+                    None => {
+                        self.err(
+                            name.span(),
+                            format!("{key}.default_backend"),
+                            format!("backend `{}` does not exist", name.get_ref()),
+                        );
+                        None
+                    }
+                    Some(idx) => {
+                        let backend_mode = backends.get(idx).map(|b| b.mode);
+                        if backend_mode != Some(mode) {
+                            self.err(
+                                name.span(),
+                                format!("{key}.default_backend"),
+                                format!(
+                                    "frontend mode {mode:?} does not match backend `{}` mode {:?}",
+                                    name.get_ref(),
+                                    backend_mode.unwrap_or(mode)
+                                ),
+                            );
+                        }
+                        Some(idx)
+                    }
+                },
+            };
+            out.push(Frontend {
+                name: f.name.get_ref().clone(),
+                binds,
+                mode,
+                maxconn: f.maxconn.unwrap_or(0),
+                default_backend,
+            });
+        }
+        out
+    }
+}
+
+/// "host:port" to one socket address; names are resolved once, at load.
+fn resolve(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return if addr.port() == 0 {
+            Err(format!("address `{text}` needs a non-zero port"))
+        } else {
+            Ok(addr)
+        };
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("address `{text}` must be host:port"))?;
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(format!(
+            "address `{text}` must be host:port with a port in 1..65535"
+        ));
+    }
+    text.to_socket_addrs()
+        .map_err(|e| format!("address `{text}` does not resolve: {e}"))?
+        .next()
+        .ok_or_else(|| format!("address `{text}` resolves to nothing"))
+}
+
+impl ConfigError {
+    pub(super) fn at(
+        path: &str,
+        src: &str,
+        span: Range<usize>,
+        key: &str,
+        message: &str,
+    ) -> ConfigError {
+        let (line, column) = line_col(src, span.start);
+        ConfigError {
+            path: path.to_string(),
+            line,
+            column,
+            key: key.to_string(),
+            message: message.to_string(),
+        }
+    }
+}
+
+fn line_col(src: &str, offset: usize) -> (usize, usize) {
+    let before = src.get(..offset).unwrap_or(src);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rfind('\n').map_or(before.chars().count(), |nl| {
+        before.get(nl + 1..).map_or(0, |s| s.chars().count())
+    }) + 1;
+    (line, column)
+}

@@ -1,0 +1,123 @@
+//! Listening sockets: binding them, and the budgets that gate accepting from them.
+//!
+//! With `thread_per_core`, every bind address gets one SO_REUSEPORT socket per worker, all
+//! bound up front (so group order is ours) and handed to worker `i` as socket `i`; the kernel
+//! spreads new connections across them and a connection is served where it was accepted.
+//! If SO_REUSEPORT binding fails, the address falls back to one plain socket whose single
+//! accept loop feeds the workers (one warning, and it keeps serving).
+//!
+//! Sockets are plain `std` listeners keyed by address and index, so a master process can
+//! bind them and pass them to a worker generation unchanged.
+
+pub mod accept;
+pub mod budget;
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::Config;
+
+/// One bound listening socket.
+#[derive(Debug)]
+pub struct BoundSocket {
+    pub frontend: usize,
+    /// The address as configured (port may be 0 in tests).
+    pub configured: SocketAddr,
+    /// The address actually bound.
+    pub local: SocketAddr,
+    /// `Some(i)`: worker `i`'s own SO_REUSEPORT socket. `None`: shared, one accept loop.
+    pub worker: Option<usize>,
+    pub socket: TcpListener,
+}
+
+impl BoundSocket {
+    /// A stable name for handing sockets between processes: `tcp:ADDR#WORKER` or `tcp:ADDR#shared`.
+    pub fn key(&self) -> String {
+        match self.worker {
+            Some(w) => format!("tcp:{}#{w}", self.configured),
+            None => format!("tcp:{}#shared", self.configured),
+        }
+    }
+}
+
+/// Binds every frontend address of `config`.
+pub fn bind_all(config: &Config) -> io::Result<Vec<BoundSocket>> {
+    let mut out = Vec::new();
+    for (fe, frontend) in config.frontends.iter().enumerate() {
+        for &addr in &frontend.binds {
+            let per_worker = if config.global.thread_per_core {
+                match bind_reuseport_group(addr, config.global.workers, config.global.backlog) {
+                    Ok(group) => Some(group),
+                    Err(e) => {
+                        tracing::warn!(
+                            frontend = %frontend.name, %addr, error = %e,
+                            "SO_REUSEPORT bind failed; falling back to one shared accept loop for this address"
+                        );
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            match per_worker {
+                Some(group) => {
+                    for (w, socket) in group.into_iter().enumerate() {
+                        out.push(bound(fe, addr, Some(w), socket)?);
+                    }
+                }
+                None => {
+                    let socket = bind_one(addr, false, config.global.backlog)
+                        .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?;
+                    out.push(bound(fe, addr, None, socket)?);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn bound(
+    frontend: usize,
+    configured: SocketAddr,
+    worker: Option<usize>,
+    socket: TcpListener,
+) -> io::Result<BoundSocket> {
+    Ok(BoundSocket {
+        frontend,
+        configured,
+        local: socket.local_addr()?,
+        worker,
+        socket,
+    })
+}
+
+/// `n` SO_REUSEPORT sockets on one address. With port 0 the first socket picks the port
+/// and the others join it.
+fn bind_reuseport_group(addr: SocketAddr, n: usize, backlog: u32) -> io::Result<Vec<TcpListener>> {
+    let first = bind_one(addr, true, backlog)?;
+    let actual = first.local_addr()?;
+    let mut group = vec![first];
+    for _ in 1..n {
+        group.push(bind_one(actual, true, backlog)?);
+    }
+    Ok(group)
+}
+
+/// One listening socket: nonblocking, SO_REUSEADDR (restart without TIME_WAIT trouble),
+/// optionally SO_REUSEPORT, IPV6_V6ONLY for v6 addresses so v4 and v6 binds can coexist.
+pub fn bind_one(addr: SocketAddr, reuse_port: bool, backlog: u32) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(socket.into())
+}

@@ -1,0 +1,149 @@
+//! Getting a server connection for a session: ask the backend's balancer for a server with
+//! room, take a slot on it, connect with a timeout; on failure try another server, up to the
+//! backend's `retries`. When every server is at its maxconn, wait (parked, not polling) for a
+//! slot up to `timeouts.queue`.
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Side};
+use crate::runtime::worker::WorkerCtx;
+use crate::server::{BackendState, ServerSlot};
+
+/// Chooses a server with room; backup servers only when no primary server has room.
+fn pick(ctx: &WorkerCtx, backend: usize, state: &BackendState, tried: u64) -> Option<usize> {
+    let servers = &ctx.shared.config.backends.get(backend)?.servers;
+    let mut balancer = ctx.balancers.get(backend)?.borrow_mut();
+    let usable = |backup: bool| {
+        move |i: usize| {
+            let room = state.servers.get(i).is_some_and(|s| s.has_room());
+            let role = servers.get(i).is_some_and(|s| s.backup == backup);
+            room && role && (i >= 64 || tried & (1 << i) == 0)
+        }
+    };
+    balancer
+        .pick(&usable(false))
+        .or_else(|| balancer.pick(&usable(true)))
+}
+
+pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, ServerSlot), Error> {
+    let config = &ctx.shared.config;
+    let state = ctx
+        .shared
+        .backends
+        .get(backend)
+        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
+    let spec = config
+        .backends
+        .get(backend)
+        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
+    if spec.servers.is_empty() {
+        return Err(Error::new(
+            ErrorKind::NoServer,
+            Side::Back,
+            format!("backend {} has no server", spec.name),
+        ));
+    }
+    let attempts = spec.retries.saturating_add(1);
+    let mut tried: u64 = 0;
+    let mut last_error = None;
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            ctx.stats.connect_retries.add(1);
+        }
+        let (index, slot) = match take_server(ctx, backend, state, tried).await {
+            Ok(found) => found,
+            Err(e) => return Err(last_error.unwrap_or(e)),
+        };
+        if index < 64 {
+            tried |= 1 << index;
+        }
+        // Every server tried once: start over rather than give up early.
+        if spec.servers.len() < 64 && tried.count_ones() as usize >= spec.servers.len() {
+            tried = 0;
+        }
+        let Some(server) = spec.servers.get(index) else {
+            continue;
+        };
+        ctx.stats.connect_attempts.add(1);
+        slot.server()
+            .connects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address))
+            .await
+        {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok((stream, slot));
+            }
+            Ok(Err(e)) => {
+                last_error = Some(
+                    Error::new(
+                        ErrorKind::Connect,
+                        Side::Back,
+                        format!("connect {}/{}", spec.name, server.name),
+                    )
+                    .with_source(e)
+                    .retryable(true),
+                );
+            }
+            Err(_) => {
+                last_error = Some(
+                    Error::new(
+                        ErrorKind::ConnectTimeout,
+                        Side::Back,
+                        format!("connect {}/{}", spec.name, server.name),
+                    )
+                    .retryable(true),
+                );
+            }
+        }
+        ctx.stats.connect_errors.add(1);
+        slot.server()
+            .connect_errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(e) = &last_error {
+            tracing::debug!(error = %e, attempt, "connect failed");
+        }
+    }
+    Err(last_error.unwrap_or_else(|| Error::new(ErrorKind::NoServer, Side::Back, "no server")))
+}
+
+/// A server and a slot on it; parks on the backend's slot-released notification when every
+/// usable server is full, until `timeouts.queue`.
+async fn take_server(
+    ctx: &WorkerCtx,
+    backend: usize,
+    state: &BackendState,
+    tried: u64,
+) -> Result<(usize, ServerSlot), Error> {
+    let deadline = Instant::now() + ctx.shared.config.timeouts.queue;
+    let mut queued = false;
+    loop {
+        // Register interest before looking, so a slot freed in between is not missed.
+        let released = state.slot_released();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        if let Some(index) = pick(ctx, backend, state, tried) {
+            if let Some(slot) = state.servers.get(index).and_then(|s| s.try_take()) {
+                return Ok((index, slot));
+            }
+            continue; // another worker took the last slot between pick and take
+        }
+        if !queued {
+            queued = true;
+            ctx.stats.server_queued.add(1);
+        }
+        if tokio::time::timeout_at(deadline, released).await.is_err() {
+            ctx.stats.queue_timeouts.add(1);
+            return Err(Error::new(
+                ErrorKind::QueueTimeout,
+                Side::Back,
+                format!(
+                    "backend {}: every server at maxconn for {:?}",
+                    state.name, ctx.shared.config.timeouts.queue
+                ),
+            ));
+        }
+    }
+}

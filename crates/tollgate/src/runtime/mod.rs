@@ -1,0 +1,150 @@
+//! The process's serving machinery: `workers` threads, each a current_thread tokio runtime
+//! (thread-per-core, nothing stolen, nothing migrated), and the phases of stopping.
+//!
+//! `start` takes already-bound sockets (so a master process or a test can bind them) and
+//! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
+//! what is in flight), hard stop (drop everything), join.
+
+pub mod limits;
+pub mod stats;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::listener::BoundSocket;
+use crate::listener::accept::Dispatcher;
+use crate::listener::budget::AcceptBudgets;
+use crate::server::BackendState;
+use stats::{Snapshot, WorkerStats};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    /// Stop accepting; sessions in flight run to their end.
+    SoftStop,
+    /// Close everything now.
+    HardStop,
+}
+
+/// What every worker of one generation shares (read-mostly; atomics touched per connection).
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub backends: Vec<BackendState>,
+    pub budgets: AcceptBudgets,
+    pub stats: Vec<Arc<WorkerStats>>,
+}
+
+pub struct Running {
+    shared: Arc<Shared>,
+    phase: watch::Sender<Phase>,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+    bound: Vec<(usize, SocketAddr)>,
+}
+
+/// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
+pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<Running> {
+    let workers = config.global.workers.max(1);
+    let shared = Arc::new(Shared {
+        backends: config.backends.iter().map(BackendState::new).collect(),
+        budgets: AcceptBudgets::new(&config),
+        stats: (0..workers)
+            .map(|_| Arc::new(WorkerStats::default()))
+            .collect(),
+        config,
+    });
+    let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
+    let (phase, phase_rx) = watch::channel(Phase::Running);
+    let (senders, mut receivers): (Vec<_>, Vec<_>) =
+        (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+    let dispatcher = Dispatcher {
+        inboxes: senders,
+        stats: shared.stats.clone(),
+    };
+
+    let mut own: Vec<Vec<BoundSocket>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut shared_sockets = Vec::new();
+    for s in sockets {
+        match s.worker.and_then(|w| own.get_mut(w)) {
+            Some(list) => list.push(s),
+            None => shared_sockets.push(s),
+        }
+    }
+    let mut threads = Vec::with_capacity(workers);
+    for (id, own_sockets) in own.into_iter().enumerate().rev() {
+        let plan = worker::WorkerPlan {
+            id,
+            own_sockets,
+            shared_sockets: if id == 0 {
+                std::mem::take(&mut shared_sockets)
+            } else {
+                Vec::new()
+            },
+            inbox: receivers
+                .pop()
+                .ok_or_else(|| std::io::Error::other("missing inbox"))?,
+            dispatcher: dispatcher.clone(),
+        };
+        let (shared, phase_rx) = (Arc::clone(&shared), phase_rx.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("tollgate-w{id}"))
+            .spawn(move || worker::run(plan, shared, phase_rx))?;
+        threads.push(handle);
+    }
+    Ok(Running {
+        shared,
+        phase,
+        threads,
+        bound,
+    })
+}
+
+impl Running {
+    /// Every worker's counters, summed.
+    pub fn stats(&self) -> Snapshot {
+        stats::sum(self.shared.stats.iter().map(|s| s.as_ref()))
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The first address actually bound for `frontend` (port 0 resolved).
+    pub fn local_addr(&self, frontend: &str) -> Option<SocketAddr> {
+        let idx = self
+            .shared
+            .config
+            .frontends
+            .iter()
+            .position(|f| f.name == frontend)?;
+        self.bound
+            .iter()
+            .find(|(fe, _)| *fe == idx)
+            .map(|(_, a)| *a)
+    }
+
+    pub fn soft_stop(&self) {
+        let _ = self.phase.send(Phase::SoftStop);
+    }
+
+    pub fn hard_stop(&self) {
+        let _ = self.phase.send(Phase::HardStop);
+    }
+
+    /// Waits for every worker to return.
+    pub fn join(self) -> std::io::Result<()> {
+        for t in self.threads {
+            t.join()
+                .map_err(|_| std::io::Error::other("a worker thread panicked"))??;
+        }
+        Ok(())
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+}

@@ -1,0 +1,90 @@
+//! Counters. Each worker owns one `WorkerStats` and is its only writer, so an increment is a
+//! relaxed load and store on a cache line no other core writes (no lock, no `lock` prefix);
+//! readers (the runtime API, tests, the periodic debug line) sum all workers into a `Snapshot`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A counter with a single writer thread and any number of readers.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed)
+    }
+    /// Only the owning worker may call this (a load + store, not an atomic add).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.set(self.get().wrapping_add(n))
+    }
+    #[inline]
+    pub fn sub(&self, n: u64) {
+        self.set(self.get().wrapping_sub(n))
+    }
+}
+
+macro_rules! worker_stats {
+    ($($(#[$doc:meta])* $field:ident),* $(,)?) => {
+        /// One worker's counters (cache-line aligned so workers never share a line).
+        #[derive(Debug, Default)]
+        #[repr(align(128))]
+        pub struct WorkerStats { $($(#[$doc])* pub $field: Counter,)* }
+
+        /// The sum of every worker's counters at one moment.
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct Snapshot { $($(#[$doc])* pub $field: u64,)* }
+
+        impl Snapshot {
+            pub fn add(&mut self, w: &WorkerStats) {
+                $(self.$field = self.$field.wrapping_add(w.$field.get());)*
+            }
+
+            /// `name=value` pairs, for the debug line and `show info`.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($field), self.$field),)*]
+            }
+        }
+    };
+}
+
+worker_stats! {
+    /// Client connections accepted.
+    sessions_total,
+    /// Client connections open now.
+    sessions_active,
+    /// Times an accept loop paused because a maxconn budget was full.
+    accept_paused,
+    accept_errors,
+    /// Times an accept was delayed by `max_accept_rate`.
+    accept_rate_delayed,
+    /// Bytes relayed client → server and server → client.
+    bytes_to_server,
+    bytes_to_client,
+    connect_attempts,
+    connect_errors,
+    /// Attempts beyond the first for one client connection.
+    connect_retries,
+    /// Connections that waited for a server slot (server maxconn).
+    server_queued,
+    queue_timeouts,
+    idle_timeouts,
+    /// Copy buffers allocated by this worker (never more than its budget share).
+    buffers_allocated,
+    buffers_in_use,
+    /// Times a connection had to wait for a buffer, and how many wait now.
+    buffer_waits,
+    buffer_waiters,
+}
+
+pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {
+    let mut s = Snapshot::default();
+    for w in workers {
+        s.add(w);
+    }
+    s
+}
