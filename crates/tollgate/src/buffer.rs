@@ -50,9 +50,7 @@ impl BufferPool {
             Some(b) => b,
             None if self.allocated.get() < self.limit => {
                 self.allocated.set(self.allocated.get() + 1);
-                self.stats
-                    .buffers_allocated
-                    .set(self.allocated.get() as u64);
+                self.stats.buffers_allocated.set(self.allocated.get() as u64);
                 vec![0u8; self.size].into_boxed_slice()
             }
             None => return None,

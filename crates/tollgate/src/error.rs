@@ -129,11 +129,7 @@ mod tests {
 
     #[test]
     fn resets_are_routine_and_statuses_follow_kind() {
-        let e = Error::io(
-            Side::Front,
-            "relay",
-            io::Error::from(io::ErrorKind::ConnectionReset),
-        );
+        let e = Error::io(Side::Front, "relay", io::Error::from(io::ErrorKind::ConnectionReset));
         assert_eq!(e.kind, ErrorKind::PeerClosed);
         assert!(e.is_routine());
         assert_eq!(
@@ -146,9 +142,6 @@ mod tests {
         let shown = Error::new(ErrorKind::Connect, Side::Back, "connect app/a")
             .with_source(io::Error::from(io::ErrorKind::ConnectionRefused))
             .to_string();
-        assert!(
-            shown.starts_with("connect app/a: connect (Back side)"),
-            "{shown}"
-        );
+        assert!(shown.starts_with("connect app/a: connect (Back side)"), "{shown}");
     }
 }

@@ -83,9 +83,12 @@ fn check(path: &Path) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
         .init();
 }
 
@@ -97,19 +100,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = match find_config(args.config) {
         Some(path) => config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?,
         None => {
-            let origins = tollgate::origin::spawn(&["origin-a", "origin-b"])
-                .context("starting demo origins")?;
+            let origins = tollgate::origin::spawn(&["origin-a", "origin-b"]).context("starting demo origins")?;
             let (a, b) = match origins.addrs.as_slice() {
                 [(_, a), (_, b)] => (*a, *b),
                 _ => anyhow::bail!("demo origins did not start"),
             };
-            let config = config::embedded_default(a, b).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let bind = std::env::var("TOLLGATE_DEMO_BIND").unwrap_or_else(|_| config::DEMO_BIND.to_string());
+            let config = config::embedded_default(&bind, a, b).map_err(|e| anyhow::anyhow!("{e}"))?;
             tracing::info!(
                 "no config file found (./tollgate.toml, /etc/tollgate/tollgate.toml): running the embedded default"
             );
-            tracing::info!(
-                "demo origins origin-a on {a} and origin-b on {b}; try: curl http://127.0.0.1:8080/ (twice)"
-            );
+            tracing::info!("demo origins origin-a on {a} and origin-b on {b}; try: curl http://{bind}/ (twice)");
             _demo_origins = Some(origins);
             config
         }
@@ -140,11 +141,9 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
     }
     let hard_stop_after = config.timeouts.hard_stop_after;
     let running = runtime::start(Arc::clone(&config), sockets).context("starting workers")?;
-    let signals = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     signals.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
+        use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut stats_tick = tokio::time::interval(Duration::from_secs(10));

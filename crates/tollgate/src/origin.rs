@@ -41,9 +41,7 @@ pub fn spawn(names: &[&str]) -> io::Result<Origins> {
         listeners.push((name.to_string(), l));
     }
     let (stop, stopped) = oneshot::channel();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let thread = std::thread::Builder::new()
         .name("tollgate-origins".into())
         .spawn(move || {
@@ -93,13 +91,11 @@ async fn answer(name: String, mut stream: TcpStream) -> io::Result<()> {
             }
             buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
         };
-        let head =
-            String::from_utf8_lossy(buf.get(..head_end).unwrap_or_default()).to_ascii_lowercase();
+        let head = String::from_utf8_lossy(buf.get(..head_end).unwrap_or_default()).to_ascii_lowercase();
         let body_len: usize = header(&head, "content-length")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        let close = header(&head, "connection").is_some_and(|v| v.contains("close"))
-            || head.contains("http/1.0\r");
+        let close = header(&head, "connection").is_some_and(|v| v.contains("close")) || head.contains("http/1.0\r");
         let head_only = head.starts_with("head ");
         // Discard the request body.
         let mut need = head_end + body_len;

@@ -29,11 +29,7 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.path, self.line, self.column, self.message
-        )?;
+        write!(f, "{}:{}:{}: {}", self.path, self.line, self.column, self.message)?;
         if !self.key.is_empty() {
             write!(f, " (key `{}`)", self.key)?;
         }
@@ -93,8 +89,7 @@ pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
 }
 
 fn deserialize(src: &str, shown_path: &str) -> Result<file::ConfigFile, ConfigErrors> {
-    let de = toml::Deserializer::parse(src)
-        .map_err(|e| toml_error(src, shown_path, &e, String::new()))?;
+    let de = toml::Deserializer::parse(src).map_err(|e| toml_error(src, shown_path, &e, String::new()))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let key = key_path(&e.path().to_string(), e.inner().message());
         toml_error(src, shown_path, e.inner(), key)
@@ -137,12 +132,17 @@ fn fd_limit() -> u64 {
     crate::runtime::limits::nofile_limit()
 }
 
-/// The embedded default config, pointed at demo origins listening on `origin_a` and `origin_b`.
+/// Where the embedded default listens unless `TOLLGATE_DEMO_BIND` says otherwise.
+pub const DEMO_BIND: &str = "127.0.0.1:8080";
+
+/// The embedded default config on `bind`, pointed at demo origins on `origin_a` and `origin_b`.
 pub fn embedded_default(
+    bind: &str,
     origin_a: std::net::SocketAddr,
     origin_b: std::net::SocketAddr,
 ) -> Result<Config, ConfigErrors> {
     let src = include_str!("default.toml")
+        .replace(DEMO_BIND, bind)
         .replace("{origin_a}", &origin_a.to_string())
         .replace("{origin_b}", &origin_b.to_string());
     parse(&src, "<embedded default>")

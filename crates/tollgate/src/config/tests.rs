@@ -71,20 +71,13 @@ fn duplicate_and_missing_names() {
     assert_eq!(e.key, "backend[0].server[1].name");
     let e = first_error(&GOOD.replace("default_backend = \"app\"", "default_backend = \"nope\""));
     assert!(e.message.contains("`nope` does not exist"), "{e}");
-    assert_eq!(
-        (e.line, e.key.as_str()),
-        (14, "frontend[0].default_backend")
-    );
+    assert_eq!((e.line, e.key.as_str()), (14, "frontend[0].default_backend"));
 }
 
 #[test]
 fn bad_values_are_positioned() {
     let e = first_error(&GOOD.replace("127.0.0.1:9001", "127.0.0.1:99999"));
-    assert_eq!(
-        (e.line, e.key.as_str()),
-        (20, "backend[0].server[0].address"),
-        "{e}"
-    );
+    assert_eq!((e.line, e.key.as_str()), (20, "backend[0].server[0].address"), "{e}");
     let e = first_error(&GOOD.replace("\"2s\"", "\"2 fortnights\""));
     assert_eq!((e.line, e.key.as_str()), (8, "timeouts.connect"), "{e}");
     let e = first_error(&GOOD.replace("\"[::1]:8080\"", "\"nowhere\""));

@@ -19,14 +19,12 @@ pub struct ByteSize(pub u64);
 
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| {
-        format!("duration `{text}` needs a unit (us, ms, s, m, h, d), e.g. \"5s\"")
-    })?;
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("duration `{text}` needs a unit (us, ms, s, m, h, d), e.g. \"5s\""))?;
     let (digits, unit) = text.split_at(split);
     if digits.is_empty() {
-        return Err(format!(
-            "duration `{text}` must start with a number, e.g. \"250ms\""
-        ));
+        return Err(format!("duration `{text}` must start with a number, e.g. \"250ms\""));
     }
     let n: u64 = digits
         .parse()
@@ -51,18 +49,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);
     if digits.is_empty() {
-        return Err(format!(
-            "size `{text}` must start with a number, e.g. \"64KiB\""
-        ));
+        return Err(format!("size `{text}` must start with a number, e.g. \"64KiB\""));
     }
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("size `{text}` is out of range"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("size `{text}` is out of range"))?;
     let multiplier: u64 = match unit.trim() {
         "" | "B" => 1,
         "K" | "k" | "KiB" | "KB" | "kB" => 1 << 10,

@@ -59,11 +59,7 @@ impl<'a> Validator<'a> {
         let g = &file.global;
         let workers = match &g.workers {
             Some(w) if *w.get_ref() == 0 => {
-                self.err(
-                    w.span(),
-                    "global.workers".into(),
-                    "must be at least 1".into(),
-                );
+                self.err(w.span(), "global.workers".into(), "must be at least 1".into());
                 1
             }
             Some(w) => *w.get_ref(),
@@ -71,11 +67,7 @@ impl<'a> Validator<'a> {
         };
         let maxconn = match &g.maxconn {
             Some(m) if *m.get_ref() == 0 => {
-                self.err(
-                    m.span(),
-                    "global.maxconn".into(),
-                    "must be at least 1".into(),
-                );
+                self.err(m.span(), "global.maxconn".into(), "must be at least 1".into());
                 1
             }
             Some(m) => *m.get_ref(),
@@ -127,20 +119,12 @@ impl<'a> Validator<'a> {
             ("client", &t.client, &mut out.client),
             ("server", &t.server, &mut out.server),
             ("queue", &t.queue, &mut out.queue),
-            (
-                "hard_stop_after",
-                &t.hard_stop_after,
-                &mut out.hard_stop_after,
-            ),
+            ("hard_stop_after", &t.hard_stop_after, &mut out.hard_stop_after),
         ];
         for (key, value, slot) in fields {
             if let Some(v) = value {
                 if v.get_ref().0.is_zero() {
-                    self.err(
-                        v.span(),
-                        format!("timeouts.{key}"),
-                        "must be greater than 0".into(),
-                    );
+                    self.err(v.span(), format!("timeouts.{key}"), "must be greater than 0".into());
                 } else {
                     *slot = v.get_ref().0;
                 }
@@ -151,11 +135,7 @@ impl<'a> Validator<'a> {
 
     fn unique_name(&mut self, seen: &mut HashSet<String>, name: &Spanned<String>, key: String) {
         let n = name.get_ref();
-        if n.is_empty()
-            || !n
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
+        if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             self.err(
                 name.span(),
                 key,
@@ -202,11 +182,7 @@ impl<'a> Validator<'a> {
                 };
                 let weight = match &s.weight {
                     Some(w) if !(1..=256).contains(w.get_ref()) => {
-                        self.err(
-                            w.span(),
-                            format!("{skey}.weight"),
-                            "must be between 1 and 256".into(),
-                        );
+                        self.err(w.span(), format!("{skey}.weight"), "must be between 1 and 256".into());
                         1
                     }
                     Some(w) => *w.get_ref(),
@@ -258,17 +234,16 @@ impl<'a> Validator<'a> {
                     Err(_) => self.err(
                         b.span(),
                         format!("{key}.bind[{j}]"),
-                        format!("`{}` is not an IP:port address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")", b.get_ref()),
+                        format!(
+                            "`{}` is not an IP:port address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+                            b.get_ref()
+                        ),
                     ),
                 }
             }
             let default_backend = match &f.default_backend {
                 None => {
-                    self.err(
-                        f.name.span(),
-                        format!("{key}.default_backend"),
-                        "is required".into(),
-                    );
+                    self.err(f.name.span(), format!("{key}.default_backend"), "is required".into());
                     None
                 }
                 Some(name) => match backends.iter().position(|b| &b.name == name.get_ref()) {
@@ -322,9 +297,7 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
         .rsplit_once(':')
         .ok_or_else(|| format!("address `{text}` must be host:port"))?;
     if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(format!(
-            "address `{text}` must be host:port with a port in 1..65535"
-        ));
+        return Err(format!("address `{text}` must be host:port with a port in 1..65535"));
     }
     text.to_socket_addrs()
         .map_err(|e| format!("address `{text}` does not resolve: {e}"))?
@@ -333,13 +306,7 @@ fn resolve(text: &str) -> Result<SocketAddr, String> {
 }
 
 impl ConfigError {
-    pub(super) fn at(
-        path: &str,
-        src: &str,
-        span: Range<usize>,
-        key: &str,
-        message: &str,
-    ) -> ConfigError {
+    pub(super) fn at(path: &str, src: &str, span: Range<usize>, key: &str, message: &str) -> ConfigError {
         let (line, column) = line_col(src, span.start);
         ConfigError {
             path: path.to_string(),

@@ -34,11 +34,7 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// The worker with the fewest open connections; `me` wins ties (no handoff needed).
     fn least_loaded(&self, me: usize) -> usize {
-        let load = |w: usize| {
-            self.stats
-                .get(w)
-                .map_or(u64::MAX, |s| s.sessions_active.get())
-        };
+        let load = |w: usize| self.stats.get(w).map_or(u64::MAX, |s| s.sessions_active.get());
         let mut best = me;
         for w in 0..self.stats.len() {
             if load(w) < load(best) {
@@ -49,12 +45,7 @@ impl Dispatcher {
     }
 }
 
-pub async fn accept_loop(
-    ctx: Rc<WorkerCtx>,
-    frontend: usize,
-    listener: TcpListener,
-    dispatch: Option<Dispatcher>,
-) {
+pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: TcpListener, dispatch: Option<Dispatcher>) {
     let shared = Arc::clone(&ctx.shared);
     loop {
         let permits = tokio::select! {

@@ -43,10 +43,7 @@ impl AcceptBudgets {
             frontends: config
                 .frontends
                 .iter()
-                .map(|f| {
-                    (f.maxconn > 0)
-                        .then(|| (Arc::new(Semaphore::new(f.maxconn as usize)), f.maxconn))
-                })
+                .map(|f| (f.maxconn > 0).then(|| (Arc::new(Semaphore::new(f.maxconn as usize)), f.maxconn)))
                 .collect(),
             rate: AcceptRate::new(config.global.max_accept_rate),
         }
@@ -74,8 +71,7 @@ impl AcceptBudgets {
 
     /// Client connections open (or being accepted) now, process-wide.
     pub fn current(&self) -> u32 {
-        self.global_max
-            .saturating_sub(self.global.available_permits() as u32)
+        self.global_max.saturating_sub(self.global.available_permits() as u32)
     }
 
     pub fn frontend_current(&self, frontend: usize) -> Option<u32> {

@@ -44,11 +44,20 @@ impl BoundSocket {
 
 /// Binds every frontend address of `config`.
 pub fn bind_all(config: &Config) -> io::Result<Vec<BoundSocket>> {
+    bind_all_with(config, bind_reuseport_group)
+}
+
+/// Binds `n` SO_REUSEPORT sockets on one address (see `bind_reuseport_group`).
+pub type ReusePortBinder = fn(SocketAddr, usize, u32) -> io::Result<Vec<TcpListener>>;
+
+/// `bind_all` with the SO_REUSEPORT step supplied, so the fallback path can be exercised
+/// on kernels where SO_REUSEPORT always works.
+pub fn bind_all_with(config: &Config, reuseport: ReusePortBinder) -> io::Result<Vec<BoundSocket>> {
     let mut out = Vec::new();
     for (fe, frontend) in config.frontends.iter().enumerate() {
         for &addr in &frontend.binds {
             let per_worker = if config.global.thread_per_core {
-                match bind_reuseport_group(addr, config.global.workers, config.global.backlog) {
+                match reuseport(addr, config.global.workers, config.global.backlog) {
                     Ok(group) => Some(group),
                     Err(e) => {
                         tracing::warn!(
@@ -95,7 +104,7 @@ fn bound(
 
 /// `n` SO_REUSEPORT sockets on one address. With port 0 the first socket picks the port
 /// and the others join it.
-fn bind_reuseport_group(addr: SocketAddr, n: usize, backlog: u32) -> io::Result<Vec<TcpListener>> {
+pub fn bind_reuseport_group(addr: SocketAddr, n: usize, backlog: u32) -> io::Result<Vec<TcpListener>> {
     let first = bind_one(addr, true, backlog)?;
     let actual = first.local_addr()?;
     let mut group = vec![first];

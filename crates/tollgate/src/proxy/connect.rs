@@ -21,9 +21,7 @@ fn pick(ctx: &WorkerCtx, backend: usize, state: &BackendState, tried: u64) -> Op
             room && role && (i >= 64 || tried & (1 << i) == 0)
         }
     };
-    balancer
-        .pick(&usable(false))
-        .or_else(|| balancer.pick(&usable(true)))
+    balancer.pick(&usable(false)).or_else(|| balancer.pick(&usable(true)))
 }
 
 pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, ServerSlot), Error> {
@@ -69,9 +67,7 @@ pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, Serv
         slot.server()
             .connects
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address))
-            .await
-        {
+        match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 return Ok((stream, slot));

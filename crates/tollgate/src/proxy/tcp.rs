@@ -17,23 +17,13 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::runtime::stats::Counter;
 use crate::runtime::worker::WorkerCtx;
 
-pub async fn serve(
-    ctx: &Rc<WorkerCtx>,
-    frontend: usize,
-    mut client: TcpStream,
-) -> Result<(), Error> {
+pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, mut client: TcpStream) -> Result<(), Error> {
     let config = &ctx.shared.config;
     let backend = config
         .frontends
         .get(frontend)
         .and_then(|f| f.default_backend)
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::NoServer,
-                Side::Internal,
-                "frontend has no backend",
-            )
-        })?;
+        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?;
     let (mut server, _slot) = super::connect::connect(ctx, backend).await?;
     let idle = config.timeouts.client.min(config.timeouts.server);
     relay(ctx, &mut client, &mut server, idle).await
@@ -83,15 +73,9 @@ async fn pump(
     counter: &Counter,
     from: Side,
 ) -> Result<(), Error> {
-    let to = if from == Side::Front {
-        Side::Back
-    } else {
-        Side::Front
-    };
+    let to = if from == Side::Front { Side::Back } else { Side::Front };
     loop {
-        src.readable()
-            .await
-            .map_err(|e| Error::io(from, "wait readable", e))?;
+        src.readable().await.map_err(|e| Error::io(from, "wait readable", e))?;
         let mut buf = pool.get().await;
         loop {
             match src.try_read(&mut buf) {
@@ -103,9 +87,7 @@ async fn pump(
                 }
                 Ok(n) => {
                     let chunk = buf.get(..n).unwrap_or_default();
-                    dst.write_all(chunk)
-                        .await
-                        .map_err(|e| Error::io(to, "write", e))?;
+                    dst.write_all(chunk).await.map_err(|e| Error::io(to, "write", e))?;
                     progress.moved(n);
                     counter.add(n as u64);
                 }

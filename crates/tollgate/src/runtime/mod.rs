@@ -52,15 +52,12 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
     let shared = Arc::new(Shared {
         backends: config.backends.iter().map(BackendState::new).collect(),
         budgets: AcceptBudgets::new(&config),
-        stats: (0..workers)
-            .map(|_| Arc::new(WorkerStats::default()))
-            .collect(),
+        stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         config,
     });
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
     let (phase, phase_rx) = watch::channel(Phase::Running);
-    let (senders, mut receivers): (Vec<_>, Vec<_>) =
-        (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+    let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
     let dispatcher = Dispatcher {
         inboxes: senders,
         stats: shared.stats.clone(),
@@ -84,9 +81,7 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
             } else {
                 Vec::new()
             },
-            inbox: receivers
-                .pop()
-                .ok_or_else(|| std::io::Error::other("missing inbox"))?,
+            inbox: receivers.pop().ok_or_else(|| std::io::Error::other("missing inbox"))?,
             dispatcher: dispatcher.clone(),
         };
         let (shared, phase_rx) = (Arc::clone(&shared), phase_rx.clone());
@@ -115,16 +110,8 @@ impl Running {
 
     /// The first address actually bound for `frontend` (port 0 resolved).
     pub fn local_addr(&self, frontend: &str) -> Option<SocketAddr> {
-        let idx = self
-            .shared
-            .config
-            .frontends
-            .iter()
-            .position(|f| f.name == frontend)?;
-        self.bound
-            .iter()
-            .find(|(fe, _)| *fe == idx)
-            .map(|(_, a)| *a)
+        let idx = self.shared.config.frontends.iter().position(|f| f.name == frontend)?;
+        self.bound.iter().find(|(fe, _)| *fe == idx).map(|(_, a)| *a)
     }
 
     pub fn soft_stop(&self) {

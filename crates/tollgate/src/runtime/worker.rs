@@ -44,11 +44,7 @@ impl WorkerCtx {
             .backends
             .iter()
             .map(|b| {
-                let candidates: Vec<Candidate> = b
-                    .servers
-                    .iter()
-                    .map(|s| Candidate { weight: s.weight })
-                    .collect();
+                let candidates: Vec<Candidate> = b.servers.iter().map(|s| Candidate { weight: s.weight }).collect();
                 let build = balance::lookup(&b.balance).unwrap_or(balance::RoundRobin::boxed);
                 RefCell::new(build(&candidates, id))
             })
@@ -70,13 +66,7 @@ impl WorkerCtx {
         let _ = phase.wait_for(|p| *p != Phase::Running).await;
     }
 
-    pub fn spawn_session(
-        self: &Rc<Self>,
-        frontend: usize,
-        stream: TcpStream,
-        peer: SocketAddr,
-        permits: ConnPermits,
-    ) {
+    pub fn spawn_session(self: &Rc<Self>, frontend: usize, stream: TcpStream, peer: SocketAddr, permits: ConnPermits) {
         self.stats.sessions_total.add(1);
         self.stats.sessions_active.add(1);
         let ctx = Rc::clone(self);
@@ -115,11 +105,7 @@ pub struct WorkerPlan {
 }
 
 /// The body of a worker thread: serve until told to stop, drain, return.
-pub fn run(
-    plan: WorkerPlan,
-    shared: Arc<Shared>,
-    phase: watch::Receiver<Phase>,
-) -> std::io::Result<()> {
+pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build_local(Default::default())?;
@@ -127,22 +113,12 @@ pub fn run(
         let ctx = WorkerCtx::new(plan.id, shared, phase);
         for sock in plan.own_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
-            tokio::task::spawn_local(accept::accept_loop(
-                Rc::clone(&ctx),
-                sock.frontend,
-                listener,
-                None,
-            ));
+            tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None));
         }
         for sock in plan.shared_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
             let d = plan.dispatcher.clone();
-            tokio::task::spawn_local(accept::accept_loop(
-                Rc::clone(&ctx),
-                sock.frontend,
-                listener,
-                Some(d),
-            ));
+            tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d)));
         }
         let inbox = tokio::task::spawn_local(accept::inbox_loop(Rc::clone(&ctx), plan.inbox));
         ctx.stopping().await;

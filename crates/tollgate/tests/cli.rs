@@ -1,0 +1,203 @@
+//! The binary: the embedded default answers from both origins; `check` refuses bad configs
+//! with FILE:LINE:COL and the key path, and exits 0 with a summary on good ones.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: &str) -> String {
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut s = String::new();
+    c.read_to_string(&mut s).unwrap();
+    s
+}
+
+#[test]
+fn embedded_default_answers_from_both_origins() {
+    let dir = tempdir("embedded");
+    let child = Command::new(BIN)
+        .current_dir(&dir) // no ./tollgate.toml here
+        .env("TOLLGATE_DEMO_BIND", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let mut child = Killed(child);
+    let stderr = child.0.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut addr = None;
+    let mut said_embedded = false;
+    while addr.is_none() && Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        said_embedded |= line.contains("embedded default");
+        if line.contains("listening") {
+            addr = line.split("addr=").nth(1).map(|a| a.trim().to_string());
+        }
+    }
+    assert!(said_embedded, "startup did not say it runs the embedded default");
+    let addr = addr.expect("listening line with addr=");
+    let first = http_get(&addr);
+    let second = http_get(&addr);
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    let names: Vec<bool> = ["origin-a", "origin-b"]
+        .iter()
+        .map(|o| first.contains(&format!("Hello from {o}")) || second.contains(&format!("Hello from {o}")))
+        .collect();
+    assert_eq!(names, [true, true], "two requests: {first:?} / {second:?}");
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tollgate-test-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const GOOD: &str = r#"[global]
+workers = 2
+
+[timeouts]
+connect = "2s"
+
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:18080"]
+default_backend = "app"
+
+[[backend]]
+name = "app"
+
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+"#;
+
+fn check(name: &str, text: &str) -> (i32, String, String) {
+    let dir = tempdir("check");
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run check");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        stdout,
+        format!("{}|{}", path.display(), stderr),
+    )
+}
+
+#[test]
+fn check_accepts_a_good_config() {
+    let (code, stdout, _) = check("good.toml", GOOD);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("ok: 1 frontend(s), 1 backend(s), 1 server(s)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_refuses_bad_configs_with_position_and_key() {
+    // (file name, text, line, key path, words the message must contain)
+    let cases: &[(&str, String, usize, &str, &str)] = &[
+        (
+            "unknown-key.toml",
+            GOOD.replace("workers = 2", "workers = 2\nwrokers = 3"),
+            3,
+            "global.wrokers",
+            "unknown field",
+        ),
+        (
+            "wrong-table.toml",
+            GOOD.replace("connect = \"2s\"", "connect = \"2s\"\nmaxconn = 10"),
+            6,
+            "timeouts.maxconn",
+            "unknown field",
+        ),
+        (
+            "duplicate.toml",
+            format!("{GOOD}\n[[backend]]\nname = \"app\"\n"),
+            20,
+            "backend[1].name",
+            "duplicate name",
+        ),
+        (
+            "missing-backend.toml",
+            GOOD.replace("default_backend = \"app\"", "default_backend = \"api\""),
+            10,
+            "frontend[0].default_backend",
+            "does not exist",
+        ),
+        (
+            "bad-address.toml",
+            GOOD.replace("127.0.0.1:9001", "127.0.0.1:port"),
+            17,
+            "backend[0].server[0].address",
+            "host:port",
+        ),
+        (
+            "bad-bind.toml",
+            GOOD.replace("127.0.0.1:18080", "localhost"),
+            9,
+            "frontend[0].bind[0]",
+            "ip:port",
+        ),
+        (
+            "bad-duration.toml",
+            GOOD.replace("\"2s\"", "\"2 seconds\""),
+            5,
+            "timeouts.connect",
+            "unit",
+        ),
+        (
+            "bad-syntax.toml",
+            GOOD.replace("[[frontend]]", "[[frontend]"),
+            7,
+            "",
+            "expected `]`",
+        ),
+    ];
+    for (name, text, line, key, words) in cases {
+        let (code, _, stderr) = check(name, text);
+        let (path, msg) = stderr.split_once('|').unwrap();
+        assert_eq!(code, 2, "{name}: {msg}");
+        let prefix = format!("{path}:{line}:");
+        assert!(msg.starts_with(&prefix), "{name}: expected {prefix} in {msg}");
+        assert!(
+            msg.contains(&format!("(key `{key}`)")) || key.is_empty(),
+            "{name}: key {key} not in {msg}"
+        );
+        assert!(msg.to_lowercase().contains(words), "{name}: {words:?} not in {msg}");
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("tollgate check --config"),
+        "{help}"
+    );
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("tollgate 0."));
+}

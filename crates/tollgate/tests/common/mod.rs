@@ -1,0 +1,174 @@
+//! Shared test support: an in-process proxy on port 0 and small blocking origins.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tollgate::runtime::{self, Running};
+
+/// A proxy running in this process; hard-stopped and joined on drop.
+pub struct Proxy {
+    pub running: Option<Running>,
+    pub addr: SocketAddr,
+}
+
+impl Proxy {
+    /// Starts the proxy on config text; the first frontend's bound address is `addr`.
+    pub fn start(toml: &str) -> Proxy {
+        let config = tollgate::config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+        let sockets = tollgate::listener::bind_all(&config).expect("bind");
+        let first = config.frontends[0].name.clone();
+        let running = runtime::start(Arc::new(config), sockets).expect("start");
+        let addr = running.local_addr(&first).expect("bound address");
+        Proxy {
+            running: Some(running),
+            addr,
+        }
+    }
+
+    pub fn running(&self) -> &Running {
+        self.running.as_ref().expect("running")
+    }
+
+    /// Waits (bounded) until no client connection is open in the proxy.
+    pub fn wait_idle(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.running().stats().sessions_active != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "sessions still active: {:?}",
+                self.running().stats()
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.hard_stop();
+            let _ = r.join();
+        }
+    }
+}
+
+/// A blocking origin: one thread per connection running `handler`. Counts connections
+/// open at once (`current`, `peak`) and in total.
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub current: Arc<AtomicUsize>,
+    pub peak: Arc<AtomicUsize>,
+    pub total: Arc<AtomicUsize>,
+}
+
+pub fn origin<F>(handler: F) -> Origin
+where
+    F: Fn(TcpStream) + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind origin");
+    let addr = listener.local_addr().expect("addr");
+    let handler = Arc::new(handler);
+    let current = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let (c, p, t) = (current.clone(), peak.clone(), total.clone());
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let now = c.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+            t.fetch_add(1, Ordering::SeqCst);
+            let (handler, c) = (handler.clone(), c.clone());
+            thread::spawn(move || {
+                handler(stream);
+                c.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    Origin {
+        addr,
+        current,
+        peak,
+        total,
+    }
+}
+
+/// Echoes everything until EOF, then closes.
+pub fn echo(mut s: TcpStream) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A minimal config with one tcp frontend on port 0 and one backend with `servers`
+/// (`(name, addr, weight)`), plus extra TOML for `[global]`/`[timeouts]`.
+pub fn tcp_config(global: &str, servers: &[(&str, SocketAddr, u32)]) -> String {
+    let mut s = format!(
+        "{global}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"be\"\n\n[[backend]]\nname = \"be\"\n"
+    );
+    for (name, addr, weight) in servers {
+        s.push_str(&format!(
+            "[[backend.server]]\nname = \"{name}\"\naddress = \"{addr}\"\nweight = {weight}\n"
+        ));
+    }
+    s
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so payloads are not periodic.
+pub fn payload_block(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Writes `blocks` MiB: the 1 MiB block with its first 8 bytes replaced by the block index.
+/// Returns the sha256 of what was written.
+pub fn write_mib(w: &mut impl Write, blocks: u64, block: &mut [u8]) -> std::io::Result<[u8; 32]> {
+    let mut h = Sha256::new();
+    for i in 0..blocks {
+        block[..8].copy_from_slice(&i.to_le_bytes());
+        h.update(&*block);
+        w.write_all(block)?;
+    }
+    Ok(h.finalize().into())
+}
+
+/// Reads to EOF; returns the byte count and sha256.
+pub fn read_all_hashed(r: &mut impl Read) -> std::io::Result<(u64, [u8; 32])> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            return Ok((total, h.finalize().into()));
+        }
+        total += n as u64;
+        h.update(&buf[..n]);
+    }
+}
+
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
