@@ -5,13 +5,20 @@
 //! a free list; once the budget is spent, `get` waits until a buffer is returned instead of
 //! allocating. Relays take a buffer only while data is in flight and return it as soon as
 //! it is drained, so idle connections hold none.
+//!
+//! Deadlock freedom: a connection holds at most two buffers (one per direction), and one
+//! holding none may take its first only if that leaves a buffer free. So `free buffers +
+//! connections holding two ≥ 1` always holds: either a buffer is free for a connection that
+//! needs its second, or some connection holds both and waits only on its peers, never on
+//! the pool. Without that reserve, two echo-like peers can each pin one buffer and wait
+//! forever for the other direction's.
 
 use std::cell::{Cell, RefCell};
 use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::sync::Notify;
+use std::task::{Context, Poll, Waker};
 
 use crate::runtime::stats::WorkerStats;
 
@@ -21,7 +28,7 @@ pub struct BufferPool {
     limit: usize,
     allocated: Cell<usize>,
     free: RefCell<Vec<Box<[u8]>>>,
-    returned: Notify,
+    waiters: RefCell<Vec<Waker>>,
     stats: Arc<WorkerStats>,
 }
 
@@ -35,7 +42,7 @@ impl BufferPool {
             limit,
             allocated: Cell::new(0),
             free: RefCell::new(Vec::new()),
-            returned: Notify::new(),
+            waiters: RefCell::new(Vec::new()),
             stats,
         })
     }
@@ -44,8 +51,18 @@ impl BufferPool {
         self.size
     }
 
-    /// A buffer now if one is free or the budget allows a new one.
-    pub fn try_get(self: &Rc<Self>) -> Option<PooledBuffer> {
+    /// Buffers that can be handed out now: free ones plus those the budget can still allocate.
+    fn available(&self) -> usize {
+        self.free.borrow().len() + (self.limit - self.allocated.get())
+    }
+
+    /// A buffer now if the budget allows. `second` says the caller's connection already
+    /// holds a buffer (the other direction's); a first buffer must leave one in reserve.
+    pub fn try_get(self: &Rc<Self>, second: bool) -> Option<PooledBuffer> {
+        let reserve = if second { 0 } else { 1 };
+        if self.available() <= reserve {
+            return None;
+        }
         let data = match self.free.borrow_mut().pop() {
             Some(b) => b,
             None if self.allocated.get() < self.limit => {
@@ -62,28 +79,65 @@ impl BufferPool {
         })
     }
 
-    /// A buffer, waiting for one to be returned when the budget is spent.
-    pub async fn get(self: &Rc<Self>) -> PooledBuffer {
-        if let Some(b) = self.try_get() {
-            return b;
+    /// A buffer, or `Pending` with the task registered to be woken when one is returned.
+    /// `parked` is the caller's record of whether it is counted as a waiter; `second` as in
+    /// `try_get`.
+    pub fn poll_get(self: &Rc<Self>, cx: &mut Context<'_>, parked: &mut Parked, second: bool) -> Poll<PooledBuffer> {
+        if let Some(b) = self.try_get(second) {
+            parked.leave(&self.stats);
+            return Poll::Ready(b);
         }
-        self.stats.buffer_waits.add(1);
-        self.stats.buffer_waiters.add(1);
-        let b = loop {
-            let returned = self.returned.notified();
-            if let Some(b) = self.try_get() {
-                break b;
-            }
-            returned.await;
-        };
-        self.stats.buffer_waiters.sub(1);
+        parked.enter(&self.stats);
+        let mut waiters = self.waiters.borrow_mut();
+        if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+            waiters.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// A buffer, waiting for one to be returned when the budget is spent.
+    pub async fn get(self: &Rc<Self>, second: bool) -> PooledBuffer {
+        let mut parked = Parked::default();
+        let b = std::future::poll_fn(|cx| self.poll_get(cx, &mut parked, second)).await;
+        parked.leave(&self.stats);
         b
     }
 
     fn put(&self, data: Box<[u8]>) {
         self.stats.buffers_in_use.sub(1);
         self.free.borrow_mut().push(data);
-        self.returned.notify_one();
+        // Wake every waiter: one wins the buffer, the others register again. Waking one
+        // could wake a task that no longer waits and strand the rest.
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for w in waiters {
+            w.wake();
+        }
+    }
+
+    pub fn stats(&self) -> &WorkerStats {
+        &self.stats
+    }
+}
+
+/// Whether one waiter is counted in `buffer_waiters`; `leave` it (or drop the owner after
+/// calling `leave`) so the gauge returns to zero.
+#[derive(Debug, Default)]
+pub struct Parked(bool);
+
+impl Parked {
+    fn enter(&mut self, stats: &WorkerStats) {
+        if !self.0 {
+            self.0 = true;
+            stats.buffer_waits.add(1);
+            stats.buffer_waiters.add(1);
+        }
+    }
+
+    pub fn leave(&mut self, stats: &WorkerStats) {
+        if self.0 {
+            self.0 = false;
+            stats.buffer_waiters.sub(1);
+        }
     }
 }
 
@@ -122,14 +176,18 @@ mod tests {
     async fn budget_parks_until_a_buffer_returns() {
         let stats = Arc::new(WorkerStats::default());
         let pool = BufferPool::new(1024, 2048, Arc::clone(&stats));
-        let a = pool.get().await;
-        let b = pool.get().await;
-        assert!(pool.try_get().is_none(), "budget of two buffers is spent");
+        let a = pool.get(false).await;
+        assert!(
+            pool.try_get(false).is_none(),
+            "the last buffer is a connection's second"
+        );
+        let b = pool.get(true).await;
+        assert!(pool.try_get(true).is_none(), "budget of two buffers is spent");
         let local = tokio::task::LocalSet::new();
         local
             .run_until(async {
                 let p = Rc::clone(&pool);
-                let waiter = tokio::task::spawn_local(async move { p.get().await.len() });
+                let waiter = tokio::task::spawn_local(async move { p.get(true).await.len() });
                 tokio::task::yield_now().await;
                 assert_eq!(stats.buffer_waiters.get(), 1);
                 drop(a);
@@ -140,5 +198,15 @@ mod tests {
         assert_eq!(stats.buffer_waits.get(), 1);
         drop(b);
         assert_eq!(stats.buffers_in_use.get(), 0);
+    }
+
+    #[test]
+    fn reserve_keeps_one_buffer_for_a_second_direction() {
+        let pool = BufferPool::new(1024, 3 * 1024, Arc::new(WorkerStats::default()));
+        let first_a = pool.try_get(false).expect("first of A");
+        let first_b = pool.try_get(false).expect("first of B");
+        assert!(pool.try_get(false).is_none(), "C may not take the reserve");
+        let second_a = pool.try_get(true).expect("A's second comes from the reserve");
+        drop((first_a, first_b, second_a));
     }
 }

@@ -1,5 +1,7 @@
 //! Balancing: weights hold over real connections, failed servers are skipped with retries.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
 mod common;
 
 use std::io::{Read, Write};
@@ -20,8 +22,11 @@ fn one_exchange(addr: std::net::SocketAddr) -> Vec<u8> {
 #[test]
 fn weights_one_two_three_over_600_connections() {
     let origins: Vec<Origin> = (0..3).map(|_| origin(echo)).collect();
-    let servers: Vec<(&str, std::net::SocketAddr, u32)> =
-        vec![("a", origins[0].addr, 1), ("b", origins[1].addr, 2), ("c", origins[2].addr, 3)];
+    let servers: Vec<(&str, std::net::SocketAddr, u32)> = vec![
+        ("a", origins[0].addr, 1),
+        ("b", origins[1].addr, 2),
+        ("c", origins[2].addr, 3),
+    ];
     let proxy = Proxy::start(&tcp_config("[global]\nworkers = 2", &servers));
     for _ in 0..600 {
         assert_eq!(one_exchange(proxy.addr), b"hi");
@@ -37,7 +42,10 @@ fn connect_failure_moves_to_the_next_server() {
     // A port with nothing listening: take one, then close it.
     let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let live = origin(echo);
-    let proxy = Proxy::start(&tcp_config("[global]\nworkers = 1", &[("dead", dead, 1), ("live", live.addr, 1)]));
+    let proxy = Proxy::start(&tcp_config(
+        "[global]\nworkers = 1",
+        &[("dead", dead, 1), ("live", live.addr, 1)],
+    ));
     for _ in 0..10 {
         assert_eq!(one_exchange(proxy.addr), b"hi");
     }
@@ -50,7 +58,8 @@ fn connect_failure_moves_to_the_next_server() {
 #[test]
 fn all_servers_down_closes_the_client_after_retries() {
     let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let cfg = tcp_config("[global]\nworkers = 1", &[("dead", dead, 1)]).replace("name = \"be\"", "name = \"be\"\nretries = 2");
+    let cfg = tcp_config("[global]\nworkers = 1", &[("dead", dead, 1)])
+        .replace("name = \"be\"", "name = \"be\"\nretries = 2");
     let proxy = Proxy::start(&cfg);
     let mut c = TcpStream::connect(proxy.addr).expect("connect");
     let mut got = Vec::new();

@@ -1,6 +1,8 @@
 //! Budgets: maxconn pauses accepting (never accept-and-drop), server maxconn queues,
 //! the buffer budget parks connections instead of allocating, accept rate spaces accepts.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
 mod common;
 
 use std::io::{Read, Write};
@@ -13,7 +15,7 @@ use common::*;
 
 /// An origin that holds each connection `hold` before answering "done" and closing.
 fn slow_origin(hold: Duration) -> Origin {
-    origin(move |mut s| {
+    origin(move |s: &mut TcpStream| {
         let mut b = [0u8; 16];
         let _ = s.read(&mut b);
         thread::sleep(hold);
@@ -94,41 +96,67 @@ fn server_queue_times_out() {
 
 #[test]
 fn buffer_budget_parks_connections_instead_of_allocating() {
-    // One worker, a budget of exactly two 16 KiB buffers: 8 concurrent 4 MiB echoes must
-    // all complete by taking turns with the same two buffers.
+    // One worker, a budget of exactly two 16 KiB buffers. Two clients upload 32 MiB to an
+    // echo origin but read nothing until told: once the kernel buffers are full the proxy
+    // holds both buffers with echoes it cannot deliver, and every other transfer must park
+    // until a buffer comes back; nothing is allocated past the budget.
     let origin = origin(echo);
     let proxy = Proxy::start(&tcp_config(
         "[global]\nworkers = 1\nbuffer_size = \"16KiB\"\nbuffer_budget = \"32KiB\"",
         &[("o", origin.addr, 1)],
     ));
     let addr = proxy.addr;
-    let clients: Vec<_> = (0..8u64)
-        .map(|i| {
-            thread::spawn(move || {
-                let c = TcpStream::connect(addr).unwrap();
-                let mut r = c.try_clone().unwrap();
-                let data = payload_block(i + 100, 4 << 20);
-                let expected = data.clone();
-                let writer = thread::spawn(move || {
-                    let mut w = c;
-                    w.write_all(&data).unwrap();
-                    w.shutdown(std::net::Shutdown::Write).unwrap();
-                });
-                let mut got = Vec::new();
-                r.read_to_end(&mut got).unwrap();
-                writer.join().unwrap();
-                assert!(got == expected, "client {i}: echo differs");
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().expect("client");
+    let transfer = move |mib: u64, go: std::sync::mpsc::Receiver<()>| {
+        let c = TcpStream::connect(addr).unwrap();
+        let mut w = c.try_clone().unwrap();
+        let writer = thread::spawn(move || {
+            let mut block = payload_block(mib, 1 << 20);
+            let sent = write_mib(&mut w, mib, &mut block).unwrap();
+            w.shutdown(std::net::Shutdown::Write).unwrap();
+            sent
+        });
+        let _ = go.recv();
+        let mut r = c;
+        let (n, got) = read_all_hashed(&mut r).unwrap();
+        assert_eq!(
+            (n, got),
+            (mib << 20, writer.join().unwrap()),
+            "echo of {mib} MiB differs"
+        );
+    };
+    let (go1, wait1) = std::sync::mpsc::channel();
+    let (go2, wait2) = std::sync::mpsc::channel();
+    let stalled = [
+        thread::spawn(move || transfer(32, wait1)),
+        thread::spawn(move || transfer(33, wait2)),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let stats = proxy.running().stats();
+        if stats.buffers_in_use == 2 && stats.buffer_waiters > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no transfer ever parked on a spent budget: {stats:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
     }
+    // A third, well-behaved transfer parks too, and completes once the stall ends.
+    let (go3, wait3) = std::sync::mpsc::channel();
+    go3.send(()).unwrap();
+    let third = thread::spawn(move || transfer(1, wait3));
+    go1.send(()).unwrap();
+    go2.send(()).unwrap();
+    for t in stalled {
+        t.join().expect("stalled client");
+    }
+    third.join().expect("third client");
+    proxy.wait_idle(Duration::from_secs(10));
     let stats = proxy.running().stats();
-    assert!(stats.buffers_allocated <= 2, "{stats:?}");
-    assert!(stats.buffer_waits > 0, "no connection ever waited: {stats:?}");
-    proxy.wait_idle(Duration::from_secs(5));
-    assert_eq!(proxy.running().stats().buffers_in_use, 0);
+    assert_eq!(stats.buffers_allocated, 2, "{stats:?}");
+    assert!(stats.buffer_waits > 0);
+    assert_eq!((stats.buffers_in_use, stats.buffer_waiters), (0, 0), "{stats:?}");
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! 10 000 short connections through the proxy leave no descriptor behind.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
 mod common;
 
 use std::io::{Read, Write};

@@ -1,6 +1,8 @@
 //! Listener models: SO_REUSEPORT per worker, the shared accept loop (configured or as a
 //! fallback when SO_REUSEPORT cannot bind), and IPv6.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
 mod common;
 
 use std::io::{Read, Write};
@@ -24,13 +26,19 @@ fn reuseport_gives_each_worker_its_socket() {
     let sockets = tollgate::listener::bind_all(&config).unwrap();
     let workers: Vec<Option<usize>> = sockets.iter().map(|s| s.worker).collect();
     assert_eq!(workers, [Some(0), Some(1), Some(2)]);
-    assert!(sockets.windows(2).all(|w| w[0].local == w[1].local), "one port for the group");
+    assert!(
+        sockets.windows(2).all(|w| w[0].local == w[1].local),
+        "one port for the group"
+    );
 }
 
 #[test]
 fn shared_accept_loop_feeds_all_workers() {
     let origin = origin(echo);
-    let proxy = Proxy::start(&tcp_config("[global]\nworkers = 2\nthread_per_core = false", &[("o", origin.addr, 1)]));
+    let proxy = Proxy::start(&tcp_config(
+        "[global]\nworkers = 2\nthread_per_core = false",
+        &[("o", origin.addr, 1)],
+    ));
     // Hold connections open so the dispatcher sees load and spreads them.
     let held: Vec<TcpStream> = (0..10)
         .map(|_| {
@@ -44,7 +52,10 @@ fn shared_accept_loop_feeds_all_workers() {
     let shared = proxy.running().shared();
     let per_worker: Vec<u64> = shared.stats.iter().map(|s| s.sessions_active.get()).collect();
     assert_eq!(per_worker.iter().sum::<u64>(), 10);
-    assert!(per_worker.iter().all(|&n| n == 5), "handoff spreads connections: {per_worker:?}");
+    assert!(
+        per_worker.iter().all(|&n| n == 5),
+        "handoff spreads connections: {per_worker:?}"
+    );
     drop(held);
 }
 
@@ -55,8 +66,12 @@ fn falls_back_to_a_shared_socket_when_reuseport_bind_fails() {
     let origin = origin(echo);
     let cfg = tcp_config("[global]\nworkers = 2", &[("o", origin.addr, 1)]);
     let config = tollgate::config::parse(&cfg, "t").unwrap();
-    let refuse: tollgate::listener::ReusePortBinder =
-        |_, _, _| Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "SO_REUSEPORT refused"));
+    let refuse: tollgate::listener::ReusePortBinder = |_, _, _| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "SO_REUSEPORT refused",
+        ))
+    };
     let sockets = tollgate::listener::bind_all_with(&config, refuse).unwrap();
     let port = sockets[0].local.port();
     assert_eq!(sockets.len(), 1);

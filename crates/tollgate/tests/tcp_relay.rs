@@ -1,5 +1,7 @@
 //! TCP mode moves bytes exactly, in both directions, with half-close done right.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
 mod common;
 
 use std::io::{Read, Write};
@@ -13,8 +15,8 @@ const MIB: u64 = 100;
 #[test]
 fn hundred_mib_upload_arrives_intact() {
     // The origin hashes everything it receives until EOF and answers with the digest.
-    let origin = origin(|mut s| {
-        let (n, digest) = read_all_hashed(&mut s).expect("origin read");
+    let origin = origin(|s: &mut TcpStream| {
+        let (n, digest) = read_all_hashed(s).expect("origin read");
         let _ = s.write_all(format!("{n} {}", hex(&digest)).as_bytes());
     });
     let proxy = Proxy::start(&tcp_config("", &[("o", origin.addr, 1)]));
@@ -29,10 +31,10 @@ fn hundred_mib_upload_arrives_intact() {
 
 #[test]
 fn hundred_mib_download_arrives_intact() {
-    let origin = origin(|mut s| {
+    let origin = origin(|s: &mut TcpStream| {
         let mut block = payload_block(11, 1 << 20);
         // The client recomputes the digest from the same generator.
-        write_mib(&mut s, MIB, &mut block).expect("origin write");
+        write_mib(s, MIB, &mut block).expect("origin write");
     });
     let proxy = Proxy::start(&tcp_config("", &[("o", origin.addr, 1)]));
     let mut c = TcpStream::connect(proxy.addr).unwrap();
@@ -48,7 +50,7 @@ fn hundred_mib_download_arrives_intact() {
 #[test]
 fn client_half_close_still_receives_whole_response() {
     // The origin answers only after it saw the client's EOF, and slowly, in pieces.
-    let origin = origin(|mut s| {
+    let origin = origin(|s: &mut TcpStream| {
         let mut req = Vec::new();
         s.read_to_end(&mut req).expect("origin read");
         let reply = payload_block(req.len() as u64, 3 << 20);
@@ -71,10 +73,10 @@ fn client_half_close_still_receives_whole_response() {
 #[test]
 fn server_half_close_lets_the_client_keep_sending() {
     // The origin speaks first, closes its write side, then reads the client's data to EOF.
-    let origin = origin(|mut s| {
+    let origin = origin(|s: &mut TcpStream| {
         let _ = s.write_all(b"hello");
         let _ = s.shutdown(Shutdown::Write);
-        let (n, _) = read_all_hashed(&mut s).expect("origin read");
+        let (n, _) = read_all_hashed(s).expect("origin read");
         assert_eq!(n, 1 << 20);
     });
     let proxy = Proxy::start(&tcp_config("", &[("o", origin.addr, 1)]));

@@ -2,15 +2,49 @@
 //!
 //! The relay bumps a plain progress counter for every chunk it moves (an integer add, no
 //! clock read, no timer touched); the watchdog wakes every `idle / 4`, compares, and
-//! resolves once nothing moved for `idle`. A stalled connection is therefore closed between
-//! `idle` and `1.25 × idle` after its last byte.
+//! reports the connection idle once nothing moved for `idle`. A stalled connection is
+//! therefore closed between `idle` and `1.25 × idle` after its last byte.
 
 use std::cell::Cell;
 use std::time::Duration;
 
-use tokio::time::{Instant, MissedTickBehavior, interval_at};
+/// The sans-io part: fed the progress counter at every tick, says when `idle` has passed.
+#[derive(Debug)]
+pub struct Watchdog {
+    idle: Duration,
+    tick: Duration,
+    last: u64,
+    quiet: Duration,
+}
 
-/// Bytes moved by a connection in either direction, as the watchdog sees them.
+impl Watchdog {
+    pub fn new(idle: Duration) -> Self {
+        Watchdog {
+            idle,
+            tick: (idle / 4).max(Duration::from_millis(1)),
+            last: 0,
+            quiet: Duration::ZERO,
+        }
+    }
+
+    /// How often the owner should call `on_tick`.
+    pub fn tick(&self) -> Duration {
+        self.tick
+    }
+
+    /// Called once per tick with the current progress; true once nothing moved for `idle`.
+    pub fn on_tick(&mut self, progress: u64) -> bool {
+        if progress != self.last {
+            self.last = progress;
+            self.quiet = Duration::ZERO;
+            return false;
+        }
+        self.quiet += self.tick;
+        self.quiet >= self.idle
+    }
+}
+
+/// Bytes moved by a connection in either direction, shared with an async `watchdog`.
 #[derive(Debug, Default)]
 pub struct Progress(Cell<u64>);
 
@@ -27,22 +61,13 @@ impl Progress {
 
 /// Resolves when `progress` has not changed for `idle`.
 pub async fn watchdog(progress: &Progress, idle: Duration) {
-    let tick = (idle / 4).max(Duration::from_millis(1));
-    let mut ticks = interval_at(Instant::now() + tick, tick);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last = progress.get();
-    let mut quiet = Duration::ZERO;
+    let mut dog = Watchdog::new(idle);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + dog.tick(), dog.tick());
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let now = progress.get();
-        if now != last {
-            last = now;
-            quiet = Duration::ZERO;
-        } else {
-            quiet += tick;
-            if quiet >= idle {
-                return;
-            }
+        if dog.on_tick(progress.get()) {
+            return;
         }
     }
 }
@@ -50,6 +75,16 @@ pub async fn watchdog(progress: &Progress, idle: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::time::Instant;
+
+    #[test]
+    fn sans_io_counts_quiet_ticks() {
+        let mut dog = Watchdog::new(Duration::from_secs(4));
+        assert_eq!(dog.tick(), Duration::from_secs(1));
+        assert!(!dog.on_tick(5), "progress resets");
+        assert!(!dog.on_tick(5) && !dog.on_tick(5) && !dog.on_tick(5));
+        assert!(dog.on_tick(5), "fourth quiet tick = idle");
+    }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn fires_between_idle_and_one_and_a_quarter_idle() {

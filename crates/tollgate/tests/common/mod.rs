@@ -1,5 +1,5 @@
 //! Shared test support: an in-process proxy on port 0 and small blocking origins.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -69,7 +69,7 @@ pub struct Origin {
 
 pub fn origin<F>(handler: F) -> Origin
 where
-    F: Fn(TcpStream) + Send + Sync + 'static,
+    F: Fn(&mut TcpStream) + Send + Sync + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind origin");
     let addr = listener.local_addr().expect("addr");
@@ -80,14 +80,17 @@ where
     let (c, p, t) = (current.clone(), peak.clone(), total.clone());
     thread::spawn(move || {
         for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
+            let Ok(mut stream) = stream else { continue };
             let now = c.fetch_add(1, Ordering::SeqCst) + 1;
             p.fetch_max(now, Ordering::SeqCst);
             t.fetch_add(1, Ordering::SeqCst);
             let (handler, c) = (handler.clone(), c.clone());
             thread::spawn(move || {
-                handler(stream);
+                handler(&mut stream);
+                // Counted out before the close the proxy will see, so `peak` never
+                // overlaps a connection the proxy already considers finished.
                 c.fetch_sub(1, Ordering::SeqCst);
+                drop(stream);
             });
         }
     });
@@ -100,7 +103,7 @@ where
 }
 
 /// Echoes everything until EOF, then closes.
-pub fn echo(mut s: TcpStream) {
+pub fn echo(s: &mut TcpStream) {
     let mut buf = [0u8; 16 * 1024];
     loop {
         match s.read(&mut buf) {
