@@ -18,5 +18,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod affinity;
+pub mod cputime;
 pub mod fdpass;
+pub mod sockopt;
 pub mod splice;
