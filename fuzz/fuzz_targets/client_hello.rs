@@ -12,7 +12,9 @@ fuzz_target!(|data: &[u8]| {
     // The caller peeks a growing prefix: a prefix may need more bytes, fail the same way, or
     // (when trailing bytes follow the hello) already succeed with the same result. (Past
     // the limit a prefix may say TooLarge where the whole input finds an error first.)
-    let cut = data.first().map_or(0, |&b| usize::from(b) * data.len() / 256);
+    let cut = data
+        .first()
+        .map_or(0, |&b| usize::from(b) * data.len() / 256);
     if let Some(prefix) = data.get(..cut).filter(|_| data.len() < DEFAULT_MAX_LEN) {
         match peek_client_hello(prefix, DEFAULT_MAX_LEN) {
             Ok(None) => {}
@@ -30,8 +32,10 @@ fuzz_target!(|data: &[u8]| {
         if let Some(sni) = info.sni() {
             assert!(!sni.is_empty() && sni.len() <= 253);
             assert!(
-                sni.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+                sni.bytes().all(|b| b.is_ascii_lowercase()
+                    || b.is_ascii_digit()
+                    || b == b'-'
+                    || b == b'.')
             );
             let matcher = SniMatcher::new([(sni, 1), ("*.example", 2)]).expect("valid pattern");
             assert_eq!(matcher.lookup(sni), Some(1));
