@@ -8,6 +8,8 @@
 //! - [`balance`]: load-balancing algorithms behind one trait, registered by name.
 //! - [`server`]: per-server live state shared by all workers (connection counts, slots).
 //! - [`buffer`]: the per-worker copy-buffer pool charged against a byte budget.
+//! - [`http`]: the sans-io HTTP/1.1 codec (heads, framing, rewriting).
+//! - [`tls`]: TLS inspection (ClientHello parsing for SNI passthrough routing).
 //! - [`origin`]: small built-in HTTP origins for the embedded default config and tests.
 //! - [`error`]: the one error type (kind, side, retryable).
 #![forbid(unsafe_code)]
@@ -16,8 +18,10 @@ pub mod balance;
 pub mod buffer;
 pub mod config;
 pub mod error;
+pub mod http;
 pub mod listener;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;
 pub mod server;
+pub mod tls;
