@@ -66,6 +66,8 @@ pub mod response;
 pub mod write;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 pub use body::{BodyTracker, Progress};

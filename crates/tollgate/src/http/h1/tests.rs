@@ -1037,3 +1037,41 @@ fn error_display() {
     assert_eq!(e.to_string(), "invalid HTTP/1 response: bad chunk size");
     assert_eq!(e.as_str(), "bad chunk size");
 }
+
+#[test]
+fn control_bytes_rejected_at_any_position_of_long_values() {
+    // Long values go through httparse's SIMD paths: check they reject what the scalar path does.
+    for ctl in [0x00u8, 0x01, 0x08, 0x0b, 0x0c, 0x1f, 0x7f, b'\r'] {
+        for pos in 0..70 {
+            let mut value = vec![b'a'; 70];
+            value[pos] = ctl;
+            let mut buf = b"GET / HTTP/1.1\r\nHost: h\r\nX-Long: ".to_vec();
+            buf.extend_from_slice(&value);
+            buf.extend_from_slice(b"\r\n\r\n");
+            let e = req_err(&buf);
+            assert_eq!(e.status(), 400, "ctl {ctl:#x} at {pos}");
+            let mut buf = b"HTTP/1.1 200 OK\r\nX-Long: ".to_vec();
+            buf.extend_from_slice(&value);
+            buf.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+            assert!(
+                parse_res(&buf, Method::Get).is_err(),
+                "ctl {ctl:#x} at {pos}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ipv4_text_form() {
+    for ip in ["0.0.0.0", "255.100.9.10", "1.22.133.4"] {
+        let edits = HeadEdits {
+            x_forwarded_for: Some(ip.parse().unwrap()),
+            ..HeadEdits::default()
+        };
+        let out = out_req(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", &edits);
+        assert!(
+            out.contains(&format!("\r\nX-Forwarded-For: {ip}\r\n")),
+            "{out}"
+        );
+    }
+}

@@ -120,7 +120,7 @@ fn write_fields(
     if let Some(ip) = edits.x_forwarded_for {
         out.extend_from_slice(b"X-Forwarded-For: ");
         push_existing(entries, buf, HeaderKind::XForwardedFor, out);
-        let _ = write!(out, "{ip}");
+        push_ip(ip, out);
         out.extend_from_slice(b"\r\n");
     }
     if let Some(proto) = edits.x_forwarded_proto {
@@ -129,10 +129,15 @@ fn write_fields(
     if let Some((ip, proto)) = edits.forwarded {
         out.extend_from_slice(b"Forwarded: ");
         push_existing(entries, buf, HeaderKind::Forwarded, out);
-        let _ = match ip {
-            IpAddr::V4(v4) => write!(out, "for={v4}"),
-            IpAddr::V6(v6) => write!(out, "for=\"[{v6}]\""),
-        };
+        out.extend_from_slice(b"for=");
+        match ip {
+            IpAddr::V4(_) => push_ip(ip, out),
+            IpAddr::V6(_) => {
+                out.extend_from_slice(b"\"[");
+                push_ip(ip, out);
+                out.extend_from_slice(b"]\"");
+            }
+        }
         if let Some(p) = proto {
             out.extend_from_slice(b";proto=");
             out.extend_from_slice(p.as_str().as_bytes());
@@ -146,6 +151,29 @@ fn write_fields(
         ConnectionOut::Upgrade => push_field(b"Connection", b"upgrade", out),
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// An address in its canonical text form (IPv4 by hand: it is the hot case).
+fn push_ip(ip: IpAddr, out: &mut Vec<u8>) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                if o >= 100 {
+                    out.push(b'0' + o / 100);
+                }
+                if o >= 10 {
+                    out.push(b'0' + o / 10 % 10);
+                }
+                out.push(b'0' + o % 10);
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
 }
 
 /// Existing non-empty values of `kind`, each followed by `, `.
