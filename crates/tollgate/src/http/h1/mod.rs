@@ -36,7 +36,7 @@
 //! | target byte outside RFC 3986 + `%` (SP, CTL, `"<>\^`{\|}`, `#`, >= 0x80) | 400 |
 //! | target form: `*` only for OPTIONS, authority-form only (and always) for CONNECT, else origin or absolute | 400 |
 //! | field name empty / non-token / whitespace before colon | 400 |
-//! | obs-fold (line starting with SP/HTAB) | 400 |
+//! | obs-fold (line starting with SP/HTAB): `BadHeaderName` in a head, `ObsFold` in trailers | 400 |
 //! | NUL, CR, LF, other CTL (except HTAB) or DEL in a value | 400 |
 //! | CR not followed by LF in the head (bare LF line endings are accepted in heads: we re-serialise with CRLF) | 400 |
 //! | HTTP/1.1 without Host; several Host fields | 400 |

@@ -8,7 +8,7 @@
 use std::mem::MaybeUninit;
 
 use super::error::{ErrorKind, H1Error, Side};
-use super::headers::{self, HeadScratch, HeaderEntry, Span, is_token};
+use super::headers::{self, HeadScratch, HeaderEntry, Span, is_tchar};
 use super::{BodyFraming, HEADER_CAP, Limits, Version};
 
 /// Request method: the common ones, or `Other` (any token; see [`RequestHead::method_span`]).
@@ -132,21 +132,25 @@ fn parse(
     limits: &Limits,
     scratch: &mut HeadScratch,
 ) -> Result<Option<RequestHead>, ErrorKind> {
-    check_request_line_len(buf, limits.max_request_line)?;
+    scan_request_line(buf, limits.max_request_line)?;
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADER_CAP];
     let n = limits.max_headers.min(HEADER_CAP);
     let slots = slots.get_mut(..n).unwrap_or_default();
     let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, slots) {
+    // httparse never sees past the size limit, so a fault beyond it is a 431 however it arrives.
+    let visible = buf.get(..limits.max_header_size).unwrap_or(buf);
+    let head_len = match req.parse_with_uninit_headers(visible, slots) {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() > limits.max_header_size {
-                return Err(ErrorKind::HeadTooLarge);
-            }
-            return Ok(None);
+        // httparse rejects a version prefix other than `HTTP/1.` early; our scan passed it, so it
+        // is an incomplete `HTTP/d.d` whose verdict (400 or 505) needs more bytes.
+        Ok(httparse::Status::Partial) | Err(httparse::Error::Version)
+            if buf.len() > visible.len() =>
+        {
+            return Err(ErrorKind::HeadTooLarge);
         }
-        // A bad request line is reported as such, whatever httparse tripped on.
-        Err(e) => return Err(diagnose_request_line(buf).unwrap_or(headers::map_httparse(buf, e))),
+        Err(httparse::Error::Version) => return Ok(None),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(headers::map_httparse(e)),
     };
     if head_len > limits.max_header_size {
         return Err(ErrorKind::HeadTooLarge);
@@ -219,73 +223,76 @@ fn derive(version: Version, a: &headers::Analysis) -> Result<(BodyFraming, bool)
     })
 }
 
-/// The first non-empty line of `buf` (without CR/LF) and whether its LF was seen.
-fn request_line(buf: &[u8]) -> (&[u8], bool) {
+/// Validate the request line byte by byte, stopping at the first fault; `Ok` if the bytes seen
+/// so far (maybe not the whole line) are fine.
+///
+/// The verdict depends only on the bytes up to the first faulty one, so a head split anywhere
+/// gets the same error as the whole head, and the line is checked before httparse sees it (which
+/// lets 414, 505 and 400 be told apart).
+fn scan_request_line(buf: &[u8], max: usize) -> Result<(), ErrorKind> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Part {
+        Method,
+        Target,
+        Version,
+    }
     let mut rest = buf;
-    while let [b'\r', b'\n', tail @ ..] | [b'\n', tail @ ..] = rest {
-        rest = tail;
-    }
-    match rest.iter().position(|&b| b == b'\n') {
-        Some(i) => {
-            let line = rest.get(..i).unwrap_or_default();
-            (line.strip_suffix(b"\r").unwrap_or(line), true)
+    loop {
+        match rest {
+            [b'\r', b'\n', tail @ ..] | [b'\n', tail @ ..] => rest = tail,
+            [b'\r'] => return Ok(()),
+            [b'\r', _, ..] => return Err(ErrorKind::BadLineEnding),
+            _ => break,
         }
-        None => (rest, false),
     }
-}
-
-/// 414 if the request line is, or must become, longer than `max` bytes.
-fn check_request_line_len(buf: &[u8], max: usize) -> Result<(), ErrorKind> {
-    let (line, done) = request_line(buf);
-    // Without its LF, a line of `max` bytes may still be followed by a CR: allow one byte more.
-    let limit = if done { max } else { max.saturating_add(1) };
-    if line.len() > limit {
-        return Err(ErrorKind::RequestLineTooLong);
+    let mut part = Part::Method;
+    let mut start = 0;
+    for (i, &b) in rest.iter().enumerate() {
+        if i >= max && b != b'\r' && b != b'\n' {
+            return Err(ErrorKind::RequestLineTooLong);
+        }
+        let len = i - start;
+        match (part, b) {
+            (Part::Method, b' ') if len > 0 => (part, start) = (Part::Target, i + 1),
+            (Part::Target, b' ') if len > 0 => (part, start) = (Part::Version, i + 1),
+            // `GET /` + CRLF (HTTP/0.9 style) or `GET` + CRLF.
+            (Part::Method | Part::Target, b'\r' | b'\n') if len > 0 => {
+                return Err(ErrorKind::BadRequestLine);
+            }
+            (Part::Method, _) if !is_tchar(b) => return Err(ErrorKind::BadMethod),
+            (Part::Target, _) if !is_target_byte(b) => return Err(ErrorKind::BadTarget),
+            (Part::Method | Part::Target, _) => {}
+            (Part::Version, b'\n') if len == 8 => return Ok(()),
+            (Part::Version, b'\r') if len == 8 => {
+                return match rest.get(i + 1) {
+                    None | Some(b'\n') => Ok(()),
+                    Some(_) => Err(ErrorKind::BadLineEnding),
+                };
+            }
+            (Part::Version, b' ') if len == 8 => return Err(ErrorKind::BadRequestLine),
+            (Part::Version, _) => version_byte(len, b, rest.get(start + 5).copied())?,
+        }
     }
     Ok(())
 }
 
-/// Explain why the request line is invalid, if it is (None if it looks fine so far).
-fn diagnose_request_line(buf: &[u8]) -> Option<ErrorKind> {
-    let (line, done) = request_line(buf);
-    let mut parts = line.split(|&b| b == b' ');
-    let method = parts.next().unwrap_or_default();
-    let target = parts.next();
-    let version = parts.next();
-    if !is_token(method) && (done || target.is_some()) {
-        return Some(ErrorKind::BadMethod);
-    }
-    let target = target?;
-    if !target.iter().all(|&b| is_target_byte(b))
-        || (target.is_empty() && (done || version.is_some()))
-    {
-        return Some(ErrorKind::BadTarget);
-    }
-    let Some(version) = version else {
-        // `GET /` + CRLF: HTTP/0.9 style.
-        return done.then_some(ErrorKind::BadRequestLine);
+/// Check byte `pos` of a version token against `HTTP/<digit>.<digit>`; `major` is byte 5 if seen.
+/// A well-formed version other than 1.0/1.1 is [`ErrorKind::UnsupportedVersion`], decided at its
+/// last byte; a ninth byte is [`ErrorKind::BadVersion`] (the caller handles terminators).
+pub(crate) fn version_byte(pos: usize, b: u8, major: Option<u8>) -> Result<(), ErrorKind> {
+    let ok = match pos {
+        0..=4 => b"HTTP/".get(pos) == Some(&b),
+        5 | 7 => b.is_ascii_digit(),
+        6 => b == b'.',
+        _ => false,
     };
-    if parts.next().is_some() {
-        return Some(ErrorKind::BadRequestLine);
+    if !ok {
+        return Err(ErrorKind::BadVersion);
     }
-    classify_version(version, done)
-}
-
-/// `HTTP/1.0`/`HTTP/1.1`: fine; other `HTTP/d.d`: 505; anything else: 400.
-pub(crate) fn classify_version(v: &[u8], done: bool) -> Option<ErrorKind> {
-    match v {
-        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
-            if major.is_ascii_digit() && minor.is_ascii_digit() =>
-        {
-            if *major == b'1' && matches!(minor, b'0' | b'1') {
-                None
-            } else {
-                Some(ErrorKind::UnsupportedVersion)
-            }
-        }
-        _ if !done && b"HTTP/1.1".starts_with(v) => None,
-        _ => Some(ErrorKind::BadVersion),
+    if pos == 7 && !(major == Some(b'1') && matches!(b, b'0' | b'1')) {
+        return Err(ErrorKind::UnsupportedVersion);
     }
+    Ok(())
 }
 
 /// RFC 3986 unreserved / gen-delims (minus `#`) / sub-delims, plus `%`.

@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 
 use super::error::{ErrorKind, H1Error, Side};
 use super::headers::{self, HeadScratch, HeaderEntry, Span};
-use super::request::Method;
+use super::request::{Method, version_byte};
 use super::{BodyFraming, HEADER_CAP, Limits, Version};
 
 /// A parsed response head. Spans index the buffer given to [`parse_response_head`].
@@ -85,22 +85,23 @@ fn parse(
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; HEADER_CAP];
     let n = limits.max_headers.min(HEADER_CAP);
     let slots = slots.get_mut(..n).unwrap_or_default();
+    scan_version(buf)?;
     let mut res = httparse::Response::new(&mut []);
+    let visible = buf.get(..limits.max_header_size).unwrap_or(buf);
     let head_len = match httparse::ParserConfig::default()
-        .parse_response_with_uninit_headers(&mut res, buf, slots)
+        .parse_response_with_uninit_headers(&mut res, visible, slots)
     {
         Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() > limits.max_header_size {
-                return Err(ErrorKind::HeadTooLarge);
-            }
-            return Ok(None);
+        // httparse rejects a version prefix other than `HTTP/1.` early; our scan passed it, so it
+        // is an incomplete `HTTP/d.d` whose verdict (400 or 505) needs more bytes.
+        Ok(httparse::Status::Partial) | Err(httparse::Error::Version)
+            if buf.len() > visible.len() =>
+        {
+            return Err(ErrorKind::HeadTooLarge);
         }
-        Err(httparse::Error::Version) => {
-            let v = status_line_version(buf);
-            return Err(super::request::classify_version(v, true).unwrap_or(ErrorKind::BadVersion));
-        }
-        Err(e) => return Err(headers::map_httparse(buf, e)),
+        Err(httparse::Error::Version) => return Ok(None),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(headers::map_httparse(e)),
     };
     if head_len > limits.max_header_size {
         return Err(ErrorKind::HeadTooLarge);
@@ -164,16 +165,24 @@ fn parse(
     }))
 }
 
-/// The version token of a status line (first word after leading empty lines).
-fn status_line_version(buf: &[u8]) -> &[u8] {
-    let start = buf
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(buf.len());
-    let rest = buf.get(start..).unwrap_or_default();
-    let end = rest
-        .iter()
-        .position(|&b| matches!(b, b' ' | b'\r' | b'\n'))
-        .unwrap_or(rest.len());
-    rest.get(..end).unwrap_or_default()
+/// Check the status line's version token byte by byte (after leading empty lines), so that a
+/// split head gets the same verdict as the whole one and 505-like versions are told apart.
+fn scan_version(buf: &[u8]) -> Result<(), ErrorKind> {
+    let mut rest = buf;
+    loop {
+        match rest {
+            [b'\r', b'\n', tail @ ..] | [b'\n', tail @ ..] => rest = tail,
+            [b'\r'] => return Ok(()),
+            [b'\r', _, ..] => return Err(ErrorKind::BadLineEnding),
+            _ => break,
+        }
+    }
+    let major = rest.get(5).copied();
+    for (i, &b) in rest.iter().enumerate() {
+        if i == 8 && b == b' ' {
+            return Ok(());
+        }
+        version_byte(i, b, major)?;
+    }
+    Ok(())
 }

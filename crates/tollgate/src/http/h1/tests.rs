@@ -204,11 +204,11 @@ fn header_syntax_rules() {
     let bad: &[(&[u8], ErrorKind)] = &[
         (
             b"GET / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n b\r\n\r\n",
-            ErrorKind::ObsFold,
+            ErrorKind::BadHeaderName,
         ),
         (
             b"GET / HTTP/1.1\r\nHost: h\r\nX-A: a\r\n\tb\r\n\r\n",
-            ErrorKind::ObsFold,
+            ErrorKind::BadHeaderName,
         ),
         (
             b"GET / HTTP/1.1\r\nHost : h\r\n\r\n",
@@ -408,7 +408,7 @@ fn request_line_and_version() {
         ),
         (
             b"GET / HTTP/1.1\rHost: h\r\n\r\n",
-            ErrorKind::BadRequestLine,
+            ErrorKind::BadLineEnding,
             400,
         ),
     ];
@@ -678,7 +678,10 @@ fn response_errors_are_502() {
             b"HTTP/1.1 200 OK\r\nX: a\x01\r\n\r\n",
             ErrorKind::BadHeaderValue,
         ),
-        (b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n", ErrorKind::ObsFold),
+        (
+            b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
+            ErrorKind::BadHeaderName,
+        ),
         (
             b"HTTP/1.1 200 OK\r\nX : a\r\n\r\n",
             ErrorKind::BadHeaderName,
@@ -1074,4 +1077,22 @@ fn ipv4_text_form() {
             "{out}"
         );
     }
+}
+
+#[test]
+fn version_verdict_waits_for_the_whole_token() {
+    for (prefix, full) in [
+        (&b"GET / HTTP/0"[..], &b"GET / HTTP/0.5\r\n"[..]),
+        (b"GET / HTTP/2", b"GET / HTTP/2.0\r\n"),
+    ] {
+        assert!(matches!(parse_req(prefix), Ok(None)));
+        assert_eq!(req_err(full).kind(), ErrorKind::UnsupportedVersion);
+    }
+    assert!(matches!(parse_res(b"HTTP/0", Method::Get), Ok(None)));
+    assert_eq!(
+        parse_res(b"HTTP/0.5 200 OK\r\n", Method::Get)
+            .map(|_| ())
+            .map_err(|e| e.kind()),
+        Err(ErrorKind::UnsupportedVersion)
+    );
 }
