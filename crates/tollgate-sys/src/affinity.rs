@@ -15,10 +15,7 @@ use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
 /// the kernel if that CPU is not in the process's allowed set.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= CpuSet::MAX_CPU {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "cpu number out of range",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "cpu number out of range"));
     }
     let mut set = CpuSet::new();
     set.set(cpu);
@@ -28,9 +25,7 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
 /// The CPUs the calling thread may run on, in increasing order.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     let set = sched_getaffinity(None)?;
-    Ok((0..CpuSet::MAX_CPU)
-        .filter(|&cpu| set.is_set(cpu))
-        .collect())
+    Ok((0..CpuSet::MAX_CPU).filter(|&cpu| set.is_set(cpu)).collect())
 }
 
 /// How many CPUs the calling thread may run on (at least 1).

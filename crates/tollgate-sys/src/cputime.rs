@@ -35,10 +35,7 @@ impl ThreadCpuClock {
 
     /// CPU time the thread has consumed so far (user + system).
     pub fn now(&self) -> io::Result<Duration> {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: `ts` is a valid, writable `timespec`; an invalid or stale clock id makes
         // the kernel return EINVAL, it cannot cause undefined behaviour.
         let rc = unsafe { libc::clock_gettime(self.id, &mut ts) };
@@ -96,11 +93,7 @@ mod tests {
         let t1 = clock.now().unwrap();
         exit_tx.send(()).unwrap();
         spinner.join().unwrap();
-        assert!(
-            t1 - t0 >= Duration::from_millis(80),
-            "advanced only {:?}",
-            t1 - t0
-        );
+        assert!(t1 - t0 >= Duration::from_millis(80), "advanced only {:?}", t1 - t0);
     }
 
     #[test]
@@ -108,9 +101,7 @@ mod tests {
         let (clock_tx, clock_rx) = mpsc::channel();
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let sleeper = std::thread::spawn(move || {
-            clock_tx
-                .send((ThreadCpuClock::current().unwrap(), gettid()))
-                .unwrap();
+            clock_tx.send((ThreadCpuClock::current().unwrap(), gettid())).unwrap();
             exit_rx.recv().unwrap();
         });
         let (clock, tid) = clock_rx.recv().unwrap();

@@ -33,8 +33,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 
 use rustix::io::{Errno, IoSlice, IoSliceMut};
 use rustix::net::{
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags,
 };
 
 /// The kernel's per-message limit (`SCM_MAX_FD`).
@@ -69,9 +69,7 @@ pub fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) ->
         return Err(invalid_input("send_fds: more fds than SCM_MAX_FD"));
     }
     if payload.is_empty() && !fds.is_empty() {
-        return Err(invalid_input(
-            "send_fds: fds need at least one payload byte",
-        ));
+        return Err(invalid_input("send_fds: fds need at least one payload byte"));
     }
     let mut space = Vec::new();
     let mut control = SendAncillaryBuffer::default();
@@ -100,11 +98,7 @@ pub fn send_fds(sock: BorrowedFd<'_>, payload: &[u8], fds: &[BorrowedFd<'_>]) ->
 /// with [`io::ErrorKind::InvalidData`]; the fds that did arrive are closed, the kernel closes
 /// any it could not deliver, and the bytes read are lost with them. `max_fds` is capped at
 /// [`MAX_FDS_PER_MSG`]. `EINTR` is retried.
-pub fn recv_fds(
-    sock: BorrowedFd<'_>,
-    buf: &mut [u8],
-    max_fds: usize,
-) -> io::Result<(usize, Vec<OwnedFd>)> {
+pub fn recv_fds(sock: BorrowedFd<'_>, buf: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
     let max_fds = max_fds.min(MAX_FDS_PER_MSG);
     let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(max_fds))];
     let mut control = if max_fds == 0 {
@@ -131,23 +125,15 @@ pub fn recv_fds(
     // asked for; the limit is `max_fds` all the same.
     if msg.flags.contains(ReturnFlags::CTRUNC) || fds.len() > max_fds {
         drop(fds);
-        return Err(invalid_data(
-            "recv_fds: control data truncated (too many fds sent)",
-        ));
+        return Err(invalid_data("recv_fds: control data truncated (too many fds sent)"));
     }
     Ok((msg.bytes, fds))
 }
 
 /// Sends `listeners` as keyed batches of at most [`MAX_FDS_PER_BATCH`] fds (format in the
 /// module doc). Blocking socket expected.
-pub fn send_listeners<K: AsRef<str>>(
-    sock: BorrowedFd<'_>,
-    listeners: &[(K, BorrowedFd<'_>)],
-) -> io::Result<()> {
-    if listeners
-        .iter()
-        .any(|(key, _)| key.as_ref().len() > MAX_KEY_LEN)
-    {
+pub fn send_listeners<K: AsRef<str>>(sock: BorrowedFd<'_>, listeners: &[(K, BorrowedFd<'_>)]) -> io::Result<()> {
+    if listeners.iter().any(|(key, _)| key.as_ref().len() > MAX_KEY_LEN) {
         return Err(invalid_input("send_listeners: key longer than MAX_KEY_LEN"));
     }
     let mut batches = listeners.chunks(MAX_FDS_PER_BATCH).peekable();
@@ -160,11 +146,7 @@ pub fn send_listeners<K: AsRef<str>>(
     Ok(())
 }
 
-fn send_frame<K: AsRef<str>>(
-    sock: BorrowedFd<'_>,
-    batch: &[(K, BorrowedFd<'_>)],
-    last: bool,
-) -> io::Result<()> {
+fn send_frame<K: AsRef<str>>(sock: BorrowedFd<'_>, batch: &[(K, BorrowedFd<'_>)], last: bool) -> io::Result<()> {
     let count = u16::try_from(batch.len()).map_err(|_| invalid_input("batch too large"))?;
     let mut frame = vec![0u8; HEADER_LEN];
     frame.push(FRAME_VERSION);
@@ -176,8 +158,7 @@ fn send_frame<K: AsRef<str>>(
         frame.extend_from_slice(&len.to_le_bytes());
         frame.extend_from_slice(key);
     }
-    let body_len =
-        u32::try_from(frame.len() - HEADER_LEN).map_err(|_| invalid_input("frame too large"))?;
+    let body_len = u32::try_from(frame.len() - HEADER_LEN).map_err(|_| invalid_input("frame too large"))?;
     frame.splice(..HEADER_LEN, body_len.to_le_bytes());
 
     let fds: Vec<BorrowedFd<'_>> = batch.iter().map(|(_, fd)| *fd).collect();
@@ -201,8 +182,7 @@ pub fn recv_listeners(sock: BorrowedFd<'_>) -> io::Result<Vec<(String, OwnedFd)>
         let mut fds = Vec::new();
         let mut header = [0u8; HEADER_LEN];
         read_exact_with_fds(sock, &mut header, &mut fds)?;
-        let body_len = usize::try_from(u32::from_le_bytes(header))
-            .map_err(|_| invalid_data("frame too large"))?;
+        let body_len = usize::try_from(u32::from_le_bytes(header)).map_err(|_| invalid_data("frame too large"))?;
         if body_len > MAX_BODY_LEN {
             return Err(invalid_data("recv_listeners: frame too large"));
         }
@@ -210,9 +190,7 @@ pub fn recv_listeners(sock: BorrowedFd<'_>) -> io::Result<Vec<(String, OwnedFd)>
         read_exact_with_fds(sock, &mut body, &mut fds)?;
         let (last, keys) = parse_body(&body)?;
         if keys.len() != fds.len() {
-            return Err(invalid_data(
-                "recv_listeners: key count differs from fd count",
-            ));
+            return Err(invalid_data("recv_listeners: key count differs from fd count"));
         }
         out.extend(keys.into_iter().zip(fds));
         if last {
@@ -222,11 +200,7 @@ pub fn recv_listeners(sock: BorrowedFd<'_>) -> io::Result<Vec<(String, OwnedFd)>
 }
 
 /// Fills `buf` completely, collecting any fds that arrive on the way.
-fn read_exact_with_fds(
-    sock: BorrowedFd<'_>,
-    buf: &mut [u8],
-    fds: &mut Vec<OwnedFd>,
-) -> io::Result<()> {
+fn read_exact_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> io::Result<()> {
     let mut filled = 0;
     while let Some(rest) = buf.get_mut(filled..).filter(|rest| !rest.is_empty()) {
         let (n, got) = recv_fds(sock, rest, MAX_FDS_PER_BATCH)?;
@@ -258,8 +232,7 @@ fn parse_body(body: &[u8]) -> io::Result<(bool, Vec<String>)> {
         if len > MAX_KEY_LEN {
             return Err(invalid_data("recv_listeners: key too long"));
         }
-        let key = std::str::from_utf8(r.take(len)?)
-            .map_err(|_| invalid_data("recv_listeners: key is not UTF-8"))?;
+        let key = std::str::from_utf8(r.take(len)?).map_err(|_| invalid_data("recv_listeners: key is not UTF-8"))?;
         keys.push(key.to_owned());
     }
     if !r.0.is_empty() {
@@ -302,18 +275,13 @@ mod tests {
     #[test]
     fn three_listeners_to_another_thread_and_accept() {
         let (tx, rx) = UnixStream::pair().unwrap();
-        let listeners: Vec<TcpListener> = (0..3)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
+        let listeners: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
         let addrs: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
         let keys: Vec<String> = addrs.iter().map(|a| format!("tcp:{a}#0")).collect();
 
         let receiver = std::thread::spawn(move || recv_listeners(rx.as_fd()).unwrap());
-        let batch: Vec<(String, BorrowedFd<'_>)> = keys
-            .iter()
-            .cloned()
-            .zip(listeners.iter().map(|l| l.as_fd()))
-            .collect();
+        let batch: Vec<(String, BorrowedFd<'_>)> =
+            keys.iter().cloned().zip(listeners.iter().map(|l| l.as_fd())).collect();
         send_listeners(tx.as_fd(), &batch).unwrap();
         drop(listeners); // the receiver now holds the only copies
 
@@ -335,9 +303,7 @@ mod tests {
     #[test]
     fn two_hundred_fds_in_batches() {
         let (tx, rx) = UnixStream::pair().unwrap();
-        let listeners: Vec<TcpListener> = (0..200)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
+        let listeners: Vec<TcpListener> = (0..200).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
         let batch: Vec<(String, BorrowedFd<'_>)> = listeners
             .iter()
             .enumerate()
@@ -376,9 +342,7 @@ mod tests {
     #[test]
     fn truncated_control_data_is_an_error_and_stream_continues() {
         let (tx, rx) = UnixStream::pair().unwrap();
-        let ls: Vec<TcpListener> = (0..3)
-            .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
+        let ls: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
         let fds: Vec<BorrowedFd<'_>> = ls.iter().map(|l| l.as_fd()).collect();
         send_fds(tx.as_fd(), b"a", &fds).unwrap();
         let mut buf = [0u8; 1];
@@ -403,9 +367,7 @@ mod tests {
         );
         let long = "k".repeat(MAX_KEY_LEN + 1);
         assert_eq!(
-            send_listeners(tx.as_fd(), &[(long, rx.as_fd())])
-                .unwrap_err()
-                .kind(),
+            send_listeners(tx.as_fd(), &[(long, rx.as_fd())]).unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
         // A frame claiming one key but carrying no fd.

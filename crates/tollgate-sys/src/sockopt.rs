@@ -136,12 +136,7 @@ impl SockoptValue for Tls12CryptoInfoAesGcm128 {}
 impl SockoptValue for Tls12CryptoInfoAesGcm256 {}
 impl SockoptValue for Tls12CryptoInfoChacha20Poly1305 {}
 
-fn setsockopt_bytes(
-    fd: BorrowedFd<'_>,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: &[u8],
-) -> io::Result<()> {
+fn setsockopt_bytes(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &[u8]) -> io::Result<()> {
     let len = libc::socklen_t::try_from(value.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "option value too long"))?;
     // SAFETY: `fd` is a live descriptor for the duration of the borrow; `value` points to
@@ -165,15 +160,7 @@ fn setsockopt_struct<T: SockoptValue>(
     // SAFETY: `T` is one of the padding-free `#[repr(C)]` uapi structs (sealed by the private
     // `SockoptValue` trait), so all `size_of::<T>()` bytes behind the reference are
     // initialised; the reference outlives the call and the kernel only reads through it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            std::ptr::from_ref(value).cast(),
-            len,
-        )
-    };
+    let rc = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, std::ptr::from_ref(value).cast(), len) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -183,10 +170,7 @@ fn setsockopt_struct<T: SockoptValue>(
 /// Attaches the upper-layer protocol `name` (e.g. `"tls"`) to a *connected* TCP socket.
 pub fn set_tcp_ulp(fd: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     if name.is_empty() || name.len() >= TCP_ULP_NAME_MAX || name.contains('\0') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "bad TCP ULP name",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad TCP ULP name"));
     }
     setsockopt_bytes(fd, libc::IPPROTO_TCP, TCP_ULP, name.as_bytes())
 }
@@ -247,26 +231,12 @@ pub fn set_ktls_crypto(
     }
 }
 
-fn fill(
-    key: &mut [u8],
-    iv: &mut [u8],
-    salt: &mut [u8],
-    rec_seq: &mut [u8],
-    s: &KtlsSecrets<'_>,
-) -> io::Result<()> {
+fn fill(key: &mut [u8], iv: &mut [u8], salt: &mut [u8], rec_seq: &mut [u8], s: &KtlsSecrets<'_>) -> io::Result<()> {
     for (dst, src, what) in [
         (key, s.key, "kTLS key has the wrong length for the cipher"),
         (iv, s.iv, "kTLS iv has the wrong length for the cipher"),
-        (
-            salt,
-            s.salt,
-            "kTLS salt has the wrong length for the cipher",
-        ),
-        (
-            rec_seq,
-            s.rec_seq,
-            "kTLS rec_seq has the wrong length for the cipher",
-        ),
+        (salt, s.salt, "kTLS salt has the wrong length for the cipher"),
+        (rec_seq, s.rec_seq, "kTLS rec_seq has the wrong length for the cipher"),
     ] {
         if dst.len() != src.len() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, what));
@@ -286,16 +256,12 @@ fn install<T: SockoptValue>(fd: BorrowedFd<'_>, name: libc::c_int, v: &mut T) ->
 /// Checks once whether this kernel can do kTLS: attaches the `tls` ULP to a throwaway
 /// loopback TCP connection on 127.0.0.1 (port 0). `Err` carries a human-readable reason.
 pub fn probe_ktls() -> Result<(), String> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("kTLS probe: bind 127.0.0.1:0: {e}"))?;
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("kTLS probe: bind 127.0.0.1:0: {e}"))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("kTLS probe: local_addr: {e}"))?;
-    let client =
-        TcpStream::connect(addr).map_err(|e| format!("kTLS probe: connect {addr}: {e}"))?;
-    let (_server, _) = listener
-        .accept()
-        .map_err(|e| format!("kTLS probe: accept: {e}"))?;
+    let client = TcpStream::connect(addr).map_err(|e| format!("kTLS probe: connect {addr}: {e}"))?;
+    let (_server, _) = listener.accept().map_err(|e| format!("kTLS probe: accept: {e}"))?;
     set_tcp_ulp(client.as_fd(), "tls").map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT) => format!(
             "kernel TLS unavailable: TCP_ULP \"tls\" not registered \
@@ -330,10 +296,7 @@ mod tests {
         assert_eq!(size_of::<Tls12CryptoInfoChacha20Poly1305>(), 56);
         assert_eq!(std::mem::offset_of!(Tls12CryptoInfoAesGcm128, key), 12);
         assert_eq!(std::mem::offset_of!(Tls12CryptoInfoAesGcm256, rec_seq), 48);
-        assert_eq!(
-            std::mem::offset_of!(Tls12CryptoInfoChacha20Poly1305, rec_seq),
-            48
-        );
+        assert_eq!(std::mem::offset_of!(Tls12CryptoInfoChacha20Poly1305, rec_seq), 48);
     }
 
     /// This kernel (the development machines) has no `tls` ULP: the probe must say so with a
@@ -368,9 +331,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(
-            set_tcp_ulp(client.as_fd(), "a-name-far-too-long")
-                .unwrap_err()
-                .kind(),
+            set_tcp_ulp(client.as_fd(), "a-name-far-too-long").unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
     }

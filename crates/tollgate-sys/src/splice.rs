@@ -15,9 +15,7 @@ use rustix::pipe::{PipeFlags, SpliceFlags};
 
 /// Creates a pipe with `O_NONBLOCK | O_CLOEXEC`; returns `(read_end, write_end)`.
 pub fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(rustix::pipe::pipe_with(
-        PipeFlags::NONBLOCK | PipeFlags::CLOEXEC,
-    )?)
+    Ok(rustix::pipe::pipe_with(PipeFlags::NONBLOCK | PipeFlags::CLOEXEC)?)
 }
 
 /// Asks the kernel to resize the pipe to `bytes` (`F_SETPIPE_SZ`), best effort.
@@ -42,14 +40,7 @@ pub fn set_pipe_size(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
 /// `EINTR` is retried here.
 pub fn splice_move(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
     loop {
-        match rustix::pipe::splice(
-            from,
-            None,
-            to,
-            None,
-            len,
-            SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
-        ) {
+        match rustix::pipe::splice(from, None, to, None, len, SpliceFlags::MOVE | SpliceFlags::NONBLOCK) {
             Ok(n) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),

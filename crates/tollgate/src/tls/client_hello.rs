@@ -170,14 +170,8 @@ impl fmt::Debug for ClientHelloInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let alpn: Vec<_> = self.alpn().map(String::from_utf8_lossy).collect();
         f.debug_struct("ClientHelloInfo")
-            .field(
-                "record_version",
-                &format_args!("{:#06x}", self.record_version),
-            )
-            .field(
-                "client_version",
-                &format_args!("{:#06x}", self.client_version),
-            )
+            .field("record_version", &format_args!("{:#06x}", self.record_version))
+            .field("client_version", &format_args!("{:#06x}", self.client_version))
             .field("sni", &self.sni())
             .field("alpn", &alpn)
             .field("alpn_truncated", &self.alpn_truncated)
@@ -215,10 +209,7 @@ impl<'a> Iterator for AlpnIter<'a> {
 ///
 /// The handshake message may be fragmented over any number of handshake records; a record of
 /// another content type before it is complete is an error.
-pub fn peek_client_hello(
-    buf: &[u8],
-    max_len: usize,
-) -> Result<Option<ClientHelloInfo>, HelloError> {
+pub fn peek_client_hello(buf: &[u8], max_len: usize) -> Result<Option<ClientHelloInfo>, HelloError> {
     let mut pos = 0; // start of the current record header
     let mut records = 0; // complete records passed so far
     let mut record_version = 0;
@@ -253,9 +244,7 @@ pub fn peek_client_hello(
             if available.len() >= missing {
                 let [msg_type, l0, l1, l2] = hs_header;
                 if msg_type != HANDSHAKE_CLIENT_HELLO {
-                    return Err(HelloError::Malformed(
-                        "handshake message is not a ClientHello",
-                    ));
+                    return Err(HelloError::Malformed("handshake message is not a ClientHello"));
                 }
                 let body_len = (usize::from(l0) << 16) | (usize::from(l1) << 8) | usize::from(l2);
                 hs_len = Some(HANDSHAKE_HEADER_LEN + body_len);
@@ -330,9 +319,7 @@ fn check_content_type(content_type: u8, first: bool) -> Result<(), HelloError> {
     match (content_type == CONTENT_TYPE_HANDSHAKE, first) {
         (true, _) => Ok(()),
         (false, true) => Err(HelloError::NotTls),
-        (false, false) => Err(HelloError::Malformed(
-            "non-handshake record inside the ClientHello",
-        )),
+        (false, false) => Err(HelloError::Malformed("non-handshake record inside the ClientHello")),
     }
 }
 
@@ -435,9 +422,7 @@ impl<'a> Reader<'a> {
 fn parse_handshake_message(msg: &[u8]) -> Result<ClientHelloInfo, HelloError> {
     let mut r = Reader::new(msg);
     if r.u8("handshake header")? != HANDSHAKE_CLIENT_HELLO {
-        return Err(HelloError::Malformed(
-            "handshake message is not a ClientHello",
-        ));
+        return Err(HelloError::Malformed("handshake message is not a ClientHello"));
     }
     r.bytes(3, "handshake header")?;
     let mut info = ClientHelloInfo::empty();
@@ -484,9 +469,7 @@ fn parse_handshake_message(msg: &[u8]) -> Result<ClientHelloInfo, HelloError> {
             }
             EXT_SUPPORTED_VERSIONS => {
                 if std::mem::replace(&mut info.has_supported_versions, true) {
-                    return Err(HelloError::Malformed(
-                        "duplicate supported_versions extension",
-                    ));
+                    return Err(HelloError::Malformed("duplicate supported_versions extension"));
                 }
                 let mut versions = data.vec8("supported_versions")?;
                 if versions.is_empty() || versions.rest.len() % 2 != 0 || !data.is_empty() {
@@ -518,9 +501,8 @@ fn parse_server_name(data: &mut Reader<'_>, info: &mut ClientHelloInfo) -> Resul
         if info.has_sni {
             return Err(HelloError::Malformed("more than one host_name"));
         }
-        let len = normalise_host_name(name, &mut info.sni).ok_or(HelloError::Malformed(
-            "SNI host_name is not a valid DNS name",
-        ))?;
+        let len = normalise_host_name(name, &mut info.sni)
+            .ok_or(HelloError::Malformed("SNI host_name is not a valid DNS name"))?;
         info.sni_len = u8::try_from(len).map_err(|_| HelloError::Malformed("SNI too long"))?;
         info.has_sni = true;
     }
@@ -566,9 +548,7 @@ fn normalise_host_name(name: &[u8], out: &mut [u8; MAX_SNI_LEN]) -> Option<usize
     for label in name.split(|&b| b == b'.') {
         let valid = !label.is_empty()
             && label.len() <= 63
-            && label
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+            && label.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-')
             && label.first() != Some(&b'-')
             && label.last() != Some(&b'-');
         if !valid {
@@ -617,9 +597,7 @@ impl std::error::Error for SniPatternError {}
 impl SniMatcher {
     /// Builds the matcher from `(pattern, target)` pairs. Invalid or duplicate patterns
     /// (after lowercasing) are errors.
-    pub fn new<S: AsRef<str>>(
-        patterns: impl IntoIterator<Item = (S, usize)>,
-    ) -> Result<SniMatcher, SniPatternError> {
+    pub fn new<S: AsRef<str>>(patterns: impl IntoIterator<Item = (S, usize)>) -> Result<SniMatcher, SniPatternError> {
         let mut matcher = SniMatcher::default();
         for (pattern, target) in patterns {
             let pattern = pattern.as_ref();

@@ -108,10 +108,7 @@ fn sni_alpn_and_tls13_from_rustls() {
     });
     let info = parse_full(&buf);
     assert_eq!(info.sni(), Some("www.example.com"));
-    assert_eq!(
-        info.alpn().collect::<Vec<_>>(),
-        vec![&b"h2"[..], &b"http/1.1"[..]]
-    );
+    assert_eq!(info.alpn().collect::<Vec<_>>(), vec![&b"h2"[..], &b"http/1.1"[..]]);
     assert!(info.offers_alpn(b"h2") && info.offers_alpn(b"http/1.1"));
     assert!(!info.offers_alpn(b"h3") && !info.alpn_truncated());
     assert!(info.offers_tls13() && info.has_supported_versions());
@@ -163,14 +160,8 @@ fn post_quantum_hello_is_large_and_parses() {
     assert_eq!(info.sni(), Some("www.example.com"));
     assert!(info.offers_tls13() && info.offers_alpn(b"h2"));
     // A limit below its size is refused, not waited for.
-    assert_eq!(
-        peek_client_hello(&buf[..20], 1000),
-        Err(HelloError::TooLarge)
-    );
-    assert_eq!(
-        peek_client_hello(&buf, buf.len() - 1),
-        Err(HelloError::TooLarge)
-    );
+    assert_eq!(peek_client_hello(&buf[..20], 1000), Err(HelloError::TooLarge));
+    assert_eq!(peek_client_hello(&buf, buf.len() - 1), Err(HelloError::TooLarge));
     assert!(peek_client_hello(&buf, buf.len()).unwrap().is_some());
 }
 
@@ -297,10 +288,7 @@ fn oversized_hello_is_refused_early() {
     // Announces a 1 MiB ClientHello: refused as soon as the handshake header is in.
     let buf = [0x16, 3, 1, 0x40, 0x00, 1, 0x10, 0x00, 0x00];
     assert_eq!(peek_client_hello(&buf[..8], DEFAULT_MAX_LEN), Ok(None));
-    assert_eq!(
-        peek_client_hello(&buf, DEFAULT_MAX_LEN),
-        Err(HelloError::TooLarge)
-    );
+    assert_eq!(peek_client_hello(&buf, DEFAULT_MAX_LEN), Err(HelloError::TooLarge));
     // Tiny records that never finish: refused once max_len bytes are in.
     let mut dribble = Vec::new();
     dribble.extend(record(22, 0x0301, &[1, 0, 1]));
@@ -358,27 +346,13 @@ fn alpn_ext(protos: &[&[u8]]) -> Vec<u8> {
 
 #[test]
 fn handmade_sni_validation() {
-    let sni = |name: &[u8]| {
-        peek_client_hello(
-            &handmade_hello(&[(0, sni_ext(&[(0, name)]))]),
-            DEFAULT_MAX_LEN,
-        )
-    };
-    assert_eq!(
-        sni(b"Example.COM.").unwrap().unwrap().sni(),
-        Some("example.com")
-    );
+    let sni = |name: &[u8]| peek_client_hello(&handmade_hello(&[(0, sni_ext(&[(0, name)]))]), DEFAULT_MAX_LEN);
+    assert_eq!(sni(b"Example.COM.").unwrap().unwrap().sni(), Some("example.com"));
     assert_eq!(
         sni(b"xn--bcher-kva.example").unwrap().unwrap().sni(),
         Some("xn--bcher-kva.example")
     );
-    let long_ok = [
-        b"a".repeat(63),
-        b"b".repeat(63),
-        b"c".repeat(63),
-        b"d".repeat(61),
-    ]
-    .join(&b'.');
+    let long_ok = [b"a".repeat(63), b"b".repeat(63), b"c".repeat(63), b"d".repeat(61)].join(&b'.');
     assert_eq!(long_ok.len(), 253);
     assert!(sni(&long_ok).unwrap().unwrap().sni().is_some());
     for bad in [
@@ -394,13 +368,7 @@ fn handmade_sni_validation() {
         b"nul\0.example",
         "ünï.example".as_bytes(),
         &b"x".repeat(64),
-        &[
-            b"a".repeat(63),
-            b"b".repeat(63),
-            b"c".repeat(63),
-            b"d".repeat(62),
-        ]
-        .join(&b'.'),
+        &[b"a".repeat(63), b"b".repeat(63), b"c".repeat(63), b"d".repeat(62)].join(&b'.'),
     ] {
         assert!(matches!(sni(bad), Err(HelloError::Malformed(_))), "{bad:?}");
     }
@@ -416,18 +384,12 @@ fn handmade_extension_rules() {
     assert_eq!(info.sni(), Some("a.example"));
     // Duplicates are refused.
     for exts in [
-        vec![
-            (0, sni_ext(&[(0, b"a.example")])),
-            (0, sni_ext(&[(0, b"b.example")])),
-        ],
+        vec![(0, sni_ext(&[(0, b"a.example")])), (0, sni_ext(&[(0, b"b.example")]))],
         vec![(0, sni_ext(&[(0, b"a.example"), (0, b"b.example")]))],
         vec![(16, alpn_ext(&[b"h2"])), (16, alpn_ext(&[b"h2"]))],
         vec![(43, vec![2, 3, 4]), (43, vec![2, 3, 4])],
     ] {
-        assert!(
-            matches!(parse(&exts), Err(HelloError::Malformed(_))),
-            "{exts:?}"
-        );
+        assert!(matches!(parse(&exts), Err(HelloError::Malformed(_))), "{exts:?}");
     }
     // Empty lists and bad inner lengths.
     for exts in [
@@ -440,10 +402,7 @@ fn handmade_extension_rules() {
         vec![(43, vec![3, 3, 4, 3])],
         vec![(43, vec![2, 3, 4, 9])],
     ] {
-        assert!(
-            matches!(parse(&exts), Err(HelloError::Malformed(_))),
-            "{exts:?}"
-        );
+        assert!(matches!(parse(&exts), Err(HelloError::Malformed(_))), "{exts:?}");
     }
     // supported_versions with GREASE and TLS 1.3.
     let info = parse(&[(43, vec![4, 0x0a, 0x0a, 3, 4])]).unwrap().unwrap();
@@ -459,9 +418,7 @@ fn handmade_extension_rules() {
 
 #[test]
 fn long_alpn_list_is_truncated_at_a_protocol_boundary() {
-    let protos: Vec<Vec<u8>> = (0..40)
-        .map(|i| format!("proto-{i:02}").into_bytes())
-        .collect();
+    let protos: Vec<Vec<u8>> = (0..40).map(|i| format!("proto-{i:02}").into_bytes()).collect();
     let refs: Vec<&[u8]> = protos.iter().map(Vec::as_slice).collect();
     let info = peek_client_hello(&handmade_hello(&[(16, alpn_ext(&refs))]), DEFAULT_MAX_LEN)
         .unwrap()
@@ -523,11 +480,7 @@ fn matcher_exact_and_wildcards() {
     assert_eq!(only_wild.lookup("x.example"), Some(9));
     assert_eq!(only_wild.lookup("a.b.example"), None);
     assert_eq!(only_wild.lookup("example"), None);
-    assert!(
-        SniMatcher::new(Vec::<(&str, usize)>::new())
-            .unwrap()
-            .is_empty()
-    );
+    assert!(SniMatcher::new(Vec::<(&str, usize)>::new()).unwrap().is_empty());
 }
 
 #[test]
