@@ -60,6 +60,44 @@ pub struct FrontendSection {
     pub mode: Option<Spanned<ModeName>>,
     pub maxconn: Option<u32>,
     pub default_backend: Option<Spanned<String>>,
+    /// Ordered rules; the first that matches decides, else `default_backend`.
+    #[serde(default)]
+    pub route: Vec<RouteSection>,
+}
+
+/// `[[frontend.route]]`: conditions (all given ones must match) and one action.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSection {
+    /// HTTP mode: the request's host, exact (`a.example`) or one-label wildcard (`*.example`).
+    pub host: Option<Spanned<String>>,
+    /// HTTP mode: the path starts with this.
+    pub path_prefix: Option<Spanned<String>>,
+    /// HTTP mode: a header has exactly this value (name case-insensitive).
+    pub header: Option<HeaderMatchSection>,
+    /// TCP mode: the TLS ClientHello's server name, exact or `*.` wildcard.
+    pub sni: Option<Spanned<String>>,
+    /// Send matching traffic to this backend...
+    pub backend: Option<Spanned<String>>,
+    /// ...or answer it here (HTTP mode).
+    #[serde(rename = "return")]
+    pub return_response: Option<Spanned<ReturnSection>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatchSection {
+    pub name: Spanned<String>,
+    pub value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReturnSection {
+    pub status: u16,
+    #[serde(default)]
+    pub body: String,
+    pub content_type: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

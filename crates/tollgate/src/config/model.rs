@@ -72,7 +72,69 @@ pub struct Frontend {
     pub mode: Mode,
     /// 0 = bounded only by the global maxconn.
     pub maxconn: u32,
+    /// Where traffic no route matched goes; `None` = refused (503 in HTTP, closed in TCP).
     pub default_backend: Option<usize>,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub host: Option<HostPattern>,
+    pub path_prefix: Option<String>,
+    /// Header name (lowercase) and exact value.
+    pub header: Option<(String, String)>,
+    pub sni: Option<HostPattern>,
+    pub action: RouteAction,
+}
+
+#[derive(Debug, Clone)]
+pub enum RouteAction {
+    Backend(usize),
+    Return {
+        status: u16,
+        body: String,
+        content_type: String,
+    },
+}
+
+/// A host name pattern: `a.example` exactly, or `*.example` = exactly one more label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    Exact(String),
+    /// Stored as the suffix with its dot, e.g. `.example`.
+    Wildcard(String),
+}
+
+impl HostPattern {
+    /// Parses a lowercase pattern; `None` if it is not a host name or a `*.` wildcard.
+    pub fn parse(text: &str) -> Option<HostPattern> {
+        let text = text.to_ascii_lowercase();
+        let (wild, name) = match text.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, text.as_str()),
+        };
+        let label_ok = |l: &str| {
+            !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if name.is_empty() || !name.split('.').all(label_ok) {
+            return None;
+        }
+        Some(if wild {
+            HostPattern::Wildcard(format!(".{name}"))
+        } else {
+            HostPattern::Exact(name.to_string())
+        })
+    }
+
+    /// `host` must already be lowercase and without port.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Exact(name) => host == name,
+            HostPattern::Wildcard(suffix) => host
+                .strip_suffix(suffix.as_str())
+                .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

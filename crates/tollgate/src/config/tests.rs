@@ -95,3 +95,75 @@ fn mode_mismatch_is_refused() {
     let e = first_error(&GOOD.replace("name = \"app\"\n", "name = \"app\"\nmode = \"http\"\n"));
     assert!(e.message.contains("does not match"), "{e}");
 }
+
+const HTTP_ROUTES: &str = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+mode = "http"
+default_backend = "app"
+
+[[frontend.route]]
+host = "*.api.example"
+path_prefix = "/v1"
+backend = "api"
+
+[[frontend.route]]
+path_prefix = "/healthz"
+return = { status = 200, body = "ok\n" }
+
+[[backend]]
+name = "app"
+mode = "http"
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+
+[[backend]]
+name = "api"
+mode = "http"
+[[backend.server]]
+name = "b"
+address = "127.0.0.1:9002"
+"#;
+
+#[test]
+fn routes_resolve_to_backends_and_returns() {
+    let c = parse(HTTP_ROUTES, "t.toml").expect("valid");
+    let routes = &c.frontends[0].routes;
+    assert_eq!(routes.len(), 2);
+    assert!(matches!(routes[0].action, model::RouteAction::Backend(1)));
+    assert!(
+        routes[0]
+            .host
+            .as_ref()
+            .is_some_and(|h| h.matches("eu.api.example") && !h.matches("a.b.api.example"))
+    );
+    assert!(matches!(&routes[1].action, model::RouteAction::Return { status: 200, body, .. } if body == "ok\n"));
+}
+
+#[test]
+fn bad_routes_are_refused() {
+    let e = first_error(&HTTP_ROUTES.replace("backend = \"api\"", "backend = \"nope\""));
+    assert_eq!(e.key, "frontend[0].route[0].backend", "{e}");
+    let e = first_error(&HTTP_ROUTES.replace("path_prefix = \"/v1\"", "path_prefix = \"v1\""));
+    assert_eq!(e.key, "frontend[0].route[0].path_prefix", "{e}");
+    let e = first_error(&HTTP_ROUTES.replace("host = \"*.api.example\"", "host = \"bad host!\""));
+    assert_eq!(e.key, "frontend[0].route[0].host", "{e}");
+    let e = first_error(&HTTP_ROUTES.replace("backend = \"api\"", "backend = \"api\"\nreturn = { status = 204 }"));
+    assert!(e.message.contains("exactly one of"), "{e}");
+    let e = first_error(&HTTP_ROUTES.replace("path_prefix = \"/v1\"", "sni = \"a.example\""));
+    assert_eq!(e.key, "frontend[0].route[0].sni", "{e}");
+    let e = first_error(&HTTP_ROUTES.replace("hots = 1", "").replace("host = ", "hots = "));
+    assert!(e.message.contains("unknown field `hots`"), "{e}");
+}
+
+#[test]
+fn host_patterns() {
+    use model::HostPattern;
+    let exact = HostPattern::parse("A.Example").expect("exact");
+    assert!(exact.matches("a.example") && !exact.matches("b.a.example"));
+    let wild = HostPattern::parse("*.example").expect("wildcard");
+    assert!(wild.matches("x.example") && !wild.matches("example") && !wild.matches("a.b.example"));
+    assert!(HostPattern::parse("*.").is_none() && HostPattern::parse("a..b").is_none());
+}

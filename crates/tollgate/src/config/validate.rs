@@ -8,7 +8,7 @@ use std::ops::Range;
 use toml::Spanned;
 
 use super::ConfigError;
-use super::file::{ConfigFile, ModeName};
+use super::file::{ConfigFile, ModeName, RouteSection};
 use super::model::*;
 use crate::balance;
 
@@ -241,46 +241,145 @@ impl<'a> Validator<'a> {
                     ),
                 }
             }
-            let default_backend = match &f.default_backend {
-                None => {
-                    self.err(f.name.span(), format!("{key}.default_backend"), "is required".into());
-                    None
-                }
-                Some(name) => match backends.iter().position(|b| &b.name == name.get_ref()) {
-                    None => {
-                        self.err(
-                            name.span(),
-                            format!("{key}.default_backend"),
-                            format!("backend `{}` does not exist", name.get_ref()),
-                        );
-                        None
-                    }
-                    Some(idx) => {
-                        let backend_mode = backends.get(idx).map(|b| b.mode);
-                        if backend_mode != Some(mode) {
-                            self.err(
-                                name.span(),
-                                format!("{key}.default_backend"),
-                                format!(
-                                    "frontend mode {mode:?} does not match backend `{}` mode {:?}",
-                                    name.get_ref(),
-                                    backend_mode.unwrap_or(mode)
-                                ),
-                            );
-                        }
-                        Some(idx)
-                    }
-                },
-            };
+            let default_backend = f
+                .default_backend
+                .as_ref()
+                .and_then(|name| self.backend_ref(name, format!("{key}.default_backend"), mode, backends));
+            let routes: Vec<Route> = f
+                .route
+                .iter()
+                .enumerate()
+                .filter_map(|(j, r)| self.route(r, format!("{key}.route[{j}]"), mode, backends))
+                .collect();
+            if f.default_backend.is_none() && routes.is_empty() {
+                self.err(
+                    f.name.span(),
+                    format!("{key}.default_backend"),
+                    "is required (or at least one route)".into(),
+                );
+            }
             out.push(Frontend {
                 name: f.name.get_ref().clone(),
                 binds,
                 mode,
                 maxconn: f.maxconn.unwrap_or(0),
                 default_backend,
+                routes,
             });
         }
         out
+    }
+
+    /// Resolves a backend name used by a frontend in `mode`.
+    fn backend_ref(
+        &mut self,
+        name: &Spanned<String>,
+        key: String,
+        mode: ModeName,
+        backends: &[Backend],
+    ) -> Option<usize> {
+        let Some(idx) = backends.iter().position(|b| &b.name == name.get_ref()) else {
+            self.err(name.span(), key, format!("backend `{}` does not exist", name.get_ref()));
+            return None;
+        };
+        let backend_mode = backends.get(idx).map_or(mode, |b| b.mode);
+        if backend_mode != mode {
+            self.err(
+                name.span(),
+                key,
+                format!(
+                    "frontend mode {mode:?} does not match backend `{}` mode {backend_mode:?}",
+                    name.get_ref()
+                ),
+            );
+        }
+        Some(idx)
+    }
+
+    fn host_pattern(&mut self, text: &Spanned<String>, key: String) -> Option<HostPattern> {
+        let pattern = HostPattern::parse(text.get_ref());
+        if pattern.is_none() {
+            self.err(
+                text.span(),
+                key,
+                format!("`{}` is not a host name or a `*.domain` wildcard", text.get_ref()),
+            );
+        }
+        pattern
+    }
+
+    fn route(&mut self, r: &RouteSection, key: String, mode: ModeName, backends: &[Backend]) -> Option<Route> {
+        let http_only = [
+            ("host", r.host.as_ref().map(|h| h.span())),
+            ("path_prefix", r.path_prefix.as_ref().map(|p| p.span())),
+            ("header", r.header.as_ref().map(|h| h.name.span())),
+            ("return", r.return_response.as_ref().map(|x| x.span())),
+        ];
+        for (field, span) in http_only {
+            if let (Some(span), ModeName::Tcp) = (span, mode) {
+                self.err(
+                    span,
+                    format!("{key}.{field}"),
+                    format!("`{field}` needs an http-mode frontend"),
+                );
+            }
+        }
+        if let (Some(sni), ModeName::Http) = (&r.sni, mode) {
+            self.err(
+                sni.span(),
+                format!("{key}.sni"),
+                "`sni` routes need a tcp-mode frontend".into(),
+            );
+        }
+        let host = r
+            .host
+            .as_ref()
+            .and_then(|h| self.host_pattern(h, format!("{key}.host")));
+        let sni = r.sni.as_ref().and_then(|h| self.host_pattern(h, format!("{key}.sni")));
+        if let Some(p) = &r.path_prefix {
+            if !p.get_ref().starts_with('/') {
+                self.err(p.span(), format!("{key}.path_prefix"), "must start with `/`".into());
+            }
+        }
+        let action = match (&r.backend, &r.return_response) {
+            (Some(name), None) => {
+                RouteAction::Backend(self.backend_ref(name, format!("{key}.backend"), mode, backends)?)
+            }
+            (None, Some(ret)) => {
+                let status = ret.get_ref().status;
+                if !(200..=599).contains(&status) {
+                    self.err(
+                        ret.span(),
+                        format!("{key}.return.status"),
+                        "must be between 200 and 599".into(),
+                    );
+                }
+                RouteAction::Return {
+                    status,
+                    body: ret.get_ref().body.clone(),
+                    content_type: ret
+                        .get_ref()
+                        .content_type
+                        .clone()
+                        .unwrap_or_else(|| "text/plain".into()),
+                }
+            }
+            _ => {
+                let span = r.backend.as_ref().map_or(0..0, |b| b.span());
+                self.err(span, key, "a route needs exactly one of `backend` or `return`".into());
+                return None;
+            }
+        };
+        Some(Route {
+            host,
+            path_prefix: r.path_prefix.as_ref().map(|p| p.get_ref().clone()),
+            header: r
+                .header
+                .as_ref()
+                .map(|h| (h.name.get_ref().to_ascii_lowercase(), h.value.clone())),
+            sni,
+            action,
+        })
     }
 }
 
