@@ -336,10 +336,10 @@ impl<'a> Validator<'a> {
             .as_ref()
             .and_then(|h| self.host_pattern(h, format!("{key}.host")));
         let sni = r.sni.as_ref().and_then(|h| self.host_pattern(h, format!("{key}.sni")));
-        if let Some(p) = &r.path_prefix {
-            if !p.get_ref().starts_with('/') {
-                self.err(p.span(), format!("{key}.path_prefix"), "must start with `/`".into());
-            }
+        if let Some(p) = &r.path_prefix
+            && !p.get_ref().starts_with('/')
+        {
+            self.err(p.span(), format!("{key}.path_prefix"), "must start with `/`".into());
         }
         let action = match (&r.backend, &r.return_response) {
             (Some(name), None) => {
