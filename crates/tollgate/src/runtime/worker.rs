@@ -60,6 +60,12 @@ impl WorkerCtx {
         })
     }
 
+    /// True once the worker was asked to stop: sessions finish what they are doing and a
+    /// keep-alive connection closes after its current response.
+    pub fn is_stopping(&self) -> bool {
+        *self.phase.borrow() != Phase::Running
+    }
+
     /// Resolves once the worker is asked to stop accepting.
     pub async fn stopping(&self) {
         let mut phase = self.phase.clone();
