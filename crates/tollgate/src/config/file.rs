@@ -18,6 +18,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub timeouts: TimeoutsSection,
     #[serde(default)]
+    pub http: HttpSection,
+    #[serde(default)]
     pub frontend: Vec<FrontendSection>,
     #[serde(default)]
     pub backend: Vec<BackendSection>,
@@ -43,6 +45,28 @@ pub struct TimeoutsSection {
     pub server: Option<Spanned<DurationValue>>,
     pub queue: Option<Spanned<DurationValue>>,
     pub hard_stop_after: Option<Spanned<DurationValue>>,
+    pub http_request: Option<Spanned<DurationValue>>,
+    pub http_keep_alive: Option<Spanned<DurationValue>>,
+    pub pool_idle: Option<Spanned<DurationValue>>,
+}
+
+/// `[http]`: limits of HTTP mode, for every http frontend.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    pub max_header_size: Option<Spanned<ByteSize>>,
+    pub max_request_line: Option<Spanned<ByteSize>>,
+    pub max_headers: Option<Spanned<usize>>,
+    pub max_body_size: Option<ByteSize>,
+    pub pool_max_idle: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardedName {
+    XForwardedFor,
+    Forwarded,
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -60,6 +84,8 @@ pub struct FrontendSection {
     pub mode: Option<Spanned<ModeName>>,
     pub maxconn: Option<u32>,
     pub default_backend: Option<Spanned<String>>,
+    /// HTTP mode: which forwarding header to add.
+    pub forwarded: Option<ForwardedName>,
     /// Ordered rules; the first that matches decides, else `default_backend`.
     #[serde(default)]
     pub route: Vec<RouteSection>,

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use super::file::ForwardedName as Forwarded;
 pub use super::file::ModeName as Mode;
 
 /// Accept backlog given to listen(2). The kernel caps it at net.core.somaxconn.
@@ -22,6 +23,7 @@ pub struct Config {
     pub source: Option<PathBuf>,
     pub global: Global,
     pub timeouts: Timeouts,
+    pub http: Http,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
 }
@@ -51,6 +53,36 @@ pub struct Timeouts {
     pub queue: Duration,
     /// After a soft stop, connections still open this long are closed.
     pub hard_stop_after: Duration,
+    /// HTTP: the whole request head must arrive within this (the slowloris defense).
+    pub http_request: Duration,
+    /// HTTP: longest wait for the next request on a keep-alive client connection.
+    pub http_keep_alive: Duration,
+    /// HTTP: idle server connections in the pool are closed after this.
+    pub pool_idle: Duration,
+}
+
+/// Limits of HTTP mode.
+#[derive(Debug, Clone, Copy)]
+pub struct Http {
+    pub max_header_size: usize,
+    pub max_request_line: usize,
+    pub max_headers: usize,
+    /// Largest request body accepted by Content-Length (413 above); 0 = unlimited.
+    pub max_body_size: u64,
+    /// Idle server connections kept per server per worker.
+    pub pool_max_idle: usize,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            max_header_size: 32 * 1024,
+            max_request_line: 8 * 1024,
+            max_headers: 100,
+            max_body_size: 0,
+            pool_max_idle: 64,
+        }
+    }
 }
 
 impl Default for Timeouts {
@@ -61,6 +93,9 @@ impl Default for Timeouts {
             server: Duration::from_secs(30),
             queue: Duration::from_secs(5),
             hard_stop_after: Duration::from_secs(30),
+            http_request: Duration::from_secs(10),
+            http_keep_alive: Duration::from_secs(10),
+            pool_idle: Duration::from_secs(10),
         }
     }
 }
@@ -74,6 +109,7 @@ pub struct Frontend {
     pub maxconn: u32,
     /// Where traffic no route matched goes; `None` = refused (503 in HTTP, closed in TCP).
     pub default_backend: Option<usize>,
+    pub forwarded: Forwarded,
     pub routes: Vec<Route>,
 }
 

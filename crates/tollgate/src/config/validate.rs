@@ -41,6 +41,7 @@ impl<'a> Validator<'a> {
     pub fn build(&mut self, file: ConfigFile) -> Option<Config> {
         let global = self.global(&file);
         let timeouts = self.timeouts(&file);
+        let http = self.http(&file);
         let backends = self.backends(&file);
         let frontends = self.frontends(&file, &backends);
         if !self.errors.is_empty() {
@@ -50,6 +51,7 @@ impl<'a> Validator<'a> {
             source: None,
             global,
             timeouts,
+            http,
             frontends,
             backends,
         })
@@ -120,6 +122,9 @@ impl<'a> Validator<'a> {
             ("server", &t.server, &mut out.server),
             ("queue", &t.queue, &mut out.queue),
             ("hard_stop_after", &t.hard_stop_after, &mut out.hard_stop_after),
+            ("http_request", &t.http_request, &mut out.http_request),
+            ("http_keep_alive", &t.http_keep_alive, &mut out.http_keep_alive),
+            ("pool_idle", &t.pool_idle, &mut out.pool_idle),
         ];
         for (key, value, slot) in fields {
             if let Some(v) = value {
@@ -130,6 +135,34 @@ impl<'a> Validator<'a> {
                 }
             }
         }
+        out
+    }
+
+    fn http(&mut self, file: &ConfigFile) -> Http {
+        let h = &file.http;
+        let mut out = Http::default();
+        let sized = [
+            ("max_header_size", &h.max_header_size, &mut out.max_header_size, 1024u64..=1 << 20),
+            ("max_request_line", &h.max_request_line, &mut out.max_request_line, 64..=1 << 20),
+        ];
+        for (key, value, slot, range) in sized {
+            if let Some(v) = value {
+                if range.contains(&v.get_ref().0) {
+                    *slot = v.get_ref().0 as usize;
+                } else {
+                    self.err(v.span(), format!("http.{key}"), format!("must be within {range:?} bytes"));
+                }
+            }
+        }
+        if let Some(n) = &h.max_headers {
+            if (1..=crate::http::h1::HEADER_CAP).contains(n.get_ref()) {
+                out.max_headers = *n.get_ref();
+            } else {
+                self.err(n.span(), "http.max_headers".into(), format!("must be 1..={}", crate::http::h1::HEADER_CAP));
+            }
+        }
+        out.max_body_size = h.max_body_size.map_or(0, |s| s.0);
+        out.pool_max_idle = h.pool_max_idle.unwrap_or(out.pool_max_idle);
         out
     }
 
@@ -264,6 +297,7 @@ impl<'a> Validator<'a> {
                 mode,
                 maxconn: f.maxconn.unwrap_or(0),
                 default_backend,
+                forwarded: f.forwarded.unwrap_or(Forwarded::XForwardedFor),
                 routes,
             });
         }
