@@ -142,15 +142,29 @@ impl<'a> Validator<'a> {
         let h = &file.http;
         let mut out = Http::default();
         let sized = [
-            ("max_header_size", &h.max_header_size, &mut out.max_header_size, 1024u64..=1 << 20),
-            ("max_request_line", &h.max_request_line, &mut out.max_request_line, 64..=1 << 20),
+            (
+                "max_header_size",
+                &h.max_header_size,
+                &mut out.max_header_size,
+                1024u64..=1 << 20,
+            ),
+            (
+                "max_request_line",
+                &h.max_request_line,
+                &mut out.max_request_line,
+                64..=1 << 20,
+            ),
         ];
         for (key, value, slot, range) in sized {
             if let Some(v) = value {
                 if range.contains(&v.get_ref().0) {
                     *slot = v.get_ref().0 as usize;
                 } else {
-                    self.err(v.span(), format!("http.{key}"), format!("must be within {range:?} bytes"));
+                    self.err(
+                        v.span(),
+                        format!("http.{key}"),
+                        format!("must be within {range:?} bytes"),
+                    );
                 }
             }
         }
@@ -158,7 +172,11 @@ impl<'a> Validator<'a> {
             if (1..=crate::http::h1::HEADER_CAP).contains(n.get_ref()) {
                 out.max_headers = *n.get_ref();
             } else {
-                self.err(n.span(), "http.max_headers".into(), format!("must be 1..={}", crate::http::h1::HEADER_CAP));
+                self.err(
+                    n.span(),
+                    "http.max_headers".into(),
+                    format!("must be 1..={}", crate::http::h1::HEADER_CAP),
+                );
             }
         }
         out.max_body_size = h.max_body_size.map_or(0, |s| s.0);

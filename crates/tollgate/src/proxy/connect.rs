@@ -24,17 +24,33 @@ fn pick(ctx: &WorkerCtx, backend: usize, state: &BackendState, tried: u64) -> Op
     balancer.pick(&usable(false)).or_else(|| balancer.pick(&usable(true)))
 }
 
-pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, ServerSlot), Error> {
+/// A server connection ready for a session.
+pub struct Connected {
+    pub stream: TcpStream,
+    pub slot: ServerSlot,
+    /// Index of the server in its backend.
+    pub server: usize,
+    /// Taken from the idle pool rather than freshly connected.
+    pub reused: bool,
+}
+
+/// A fresh connection to a server of `backend` (TCP mode).
+pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected, Error> {
+    connect_or_reuse(ctx, backend, |_| None).await
+}
+
+/// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
+/// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
+/// another server, up to the backend's `retries`.
+pub async fn connect_or_reuse(
+    ctx: &WorkerCtx,
+    backend: usize,
+    mut reuse: impl FnMut(usize) -> Option<TcpStream>,
+) -> Result<Connected, Error> {
     let config = &ctx.shared.config;
-    let state = ctx
-        .shared
-        .backends
-        .get(backend)
-        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
-    let spec = config
-        .backends
-        .get(backend)
-        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
+    let no_backend = || Error::new(ErrorKind::NoServer, Side::Internal, "no such backend");
+    let state = ctx.shared.backends.get(backend).ok_or_else(no_backend)?;
+    let spec = config.backends.get(backend).ok_or_else(no_backend)?;
     if spec.servers.is_empty() {
         return Err(Error::new(
             ErrorKind::NoServer,
@@ -53,6 +69,14 @@ pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, Serv
             Ok(found) => found,
             Err(e) => return Err(last_error.unwrap_or(e)),
         };
+        if let Some(stream) = reuse(index) {
+            return Ok(Connected {
+                stream,
+                slot,
+                server: index,
+                reused: true,
+            });
+        }
         if index < 64 {
             tried |= 1 << index;
         }
@@ -67,40 +91,34 @@ pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, Serv
         slot.server()
             .connects
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address)).await {
+        let error = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                return Ok((stream, slot));
+                return Ok(Connected {
+                    stream,
+                    slot,
+                    server: index,
+                    reused: false,
+                });
             }
-            Ok(Err(e)) => {
-                last_error = Some(
-                    Error::new(
-                        ErrorKind::Connect,
-                        Side::Back,
-                        format!("connect {}/{}", spec.name, server.name),
-                    )
-                    .with_source(e)
-                    .retryable(true),
-                );
-            }
-            Err(_) => {
-                last_error = Some(
-                    Error::new(
-                        ErrorKind::ConnectTimeout,
-                        Side::Back,
-                        format!("connect {}/{}", spec.name, server.name),
-                    )
-                    .retryable(true),
-                );
-            }
-        }
+            Ok(Err(e)) => Error::new(
+                ErrorKind::Connect,
+                Side::Back,
+                format!("connect {}/{}", spec.name, server.name),
+            )
+            .with_source(e),
+            Err(_) => Error::new(
+                ErrorKind::ConnectTimeout,
+                Side::Back,
+                format!("connect {}/{}", spec.name, server.name),
+            ),
+        };
         ctx.stats.connect_errors.add(1);
         slot.server()
             .connect_errors
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(e) = &last_error {
-            tracing::debug!(error = %e, attempt, "connect failed");
-        }
+        tracing::debug!(error = %error, attempt, "connect failed");
+        last_error = Some(error.retryable(true));
     }
     Err(last_error.unwrap_or_else(|| Error::new(ErrorKind::NoServer, Side::Back, "no server")))
 }

@@ -2,6 +2,7 @@
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
 
 pub mod connect;
+pub mod http;
 pub mod idle;
 pub mod tcp;
 
@@ -19,7 +20,8 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: TcpStream, peer
         return;
     };
     let result = match fe.mode {
-        Mode::Tcp | Mode::Http => tcp::serve(ctx, frontend, stream).await,
+        Mode::Tcp => tcp::serve(ctx, frontend, stream).await,
+        Mode::Http => http::serve(ctx, frontend, stream, peer).await,
     };
     if let Err(e) = result {
         log_end(&fe.name, peer, &e);

@@ -33,9 +33,9 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> R
         .get(frontend)
         .and_then(|f| f.default_backend)
         .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?;
-    let (server, _slot) = super::connect::connect(ctx, backend).await?;
+    let server = super::connect::connect(ctx, backend).await?;
     let idle = config.timeouts.client.min(config.timeouts.server);
-    relay(ctx, &client, &server, idle).await
+    relay(ctx, &client, &server.stream, idle).await
 }
 
 /// Relays until both directions reached EOF, one failed, or nothing moved for `idle`.

@@ -79,6 +79,14 @@ worker_stats! {
     /// Times a connection had to wait for a buffer, and how many wait now.
     buffer_waits,
     buffer_waiters,
+    /// HTTP requests received (complete heads), and responses the proxy made itself.
+    http_requests,
+    http_proxy_4xx,
+    http_proxy_5xx,
+    /// HTTP requests sent on a pooled server connection, and requests retried after a
+    /// reused connection failed before any response byte.
+    http_pool_reused,
+    http_retries,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -25,6 +25,8 @@ pub struct WorkerCtx {
     pub buffers: Rc<BufferPool>,
     /// One balancer per backend, in config order.
     pub balancers: Vec<RefCell<Box<dyn Balancer>>>,
+    /// Idle HTTP server connections of this worker.
+    pub http_pool: crate::proxy::http::pool::ServerPool,
     phase: watch::Receiver<Phase>,
     /// Signalled when the last session of a stopping worker ends.
     drained: Notify,
@@ -49,12 +51,14 @@ impl WorkerCtx {
                 RefCell::new(build(&candidates, id))
             })
             .collect();
+        let http_pool = crate::proxy::http::pool::ServerPool::new(&shared.config);
         Rc::new(WorkerCtx {
             id,
             shared,
             stats,
             buffers,
             balancers,
+            http_pool,
             phase,
             drained: Notify::new(),
         })

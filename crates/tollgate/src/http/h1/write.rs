@@ -62,6 +62,9 @@ pub struct HeadEdits {
     pub x_forwarded_proto: Option<Proto>,
     /// Append a `for=<ip>[;proto=..]` element to `Forwarded` (merging existing fields).
     pub forwarded: Option<(IpAddr, Option<Proto>)>,
+    /// Write the request line as HTTP/1.0 (for an HTTP/1.0 client, so the server answers in
+    /// a framing that client understands: never chunked).
+    pub http10: bool,
 }
 
 /// Write the request line (as HTTP/1.1) and the forwarded header fields to `out`.
@@ -69,7 +72,11 @@ pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out
     out.extend_from_slice(head.method_span.of(buf));
     out.push(b' ');
     out.extend_from_slice(head.target.of(buf));
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+    out.extend_from_slice(if edits.http10 {
+        b" HTTP/1.0\r\n"
+    } else {
+        b" HTTP/1.1\r\n"
+    });
     write_fields(&head.headers, buf, head.upgrade, edits, out);
 }
 

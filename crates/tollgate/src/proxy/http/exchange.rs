@@ -1,0 +1,468 @@
+//! Forwarding one request to a server and its response back.
+//!
+//! Order of events: get a server connection (pooled or new, via the balancer), send the
+//! rewritten head and the request body, read the response head (interim 1xx forwarded),
+//! send the response head and body to the client, then return the server connection to
+//! the pool only if its response was read to its end and the server keeps it open.
+//!
+//! Retry rule: a request that failed on a *reused* connection before any response byte
+//! arrived is sent once more on a fresh connection if its head never fully left (nothing
+//! could have been processed) or if it is idempotent and had no body; anything else that
+//! may have reached the server gets a 502 and is never replayed.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::inbound::Inbound;
+use super::stream::{RequestInfo, Session};
+use crate::buffer::BufferPool;
+use crate::error::Error;
+use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
+use crate::proxy::connect::{self, Connected};
+use crate::proxy::idle::{self, Progress};
+use crate::runtime::stats::Counter;
+
+/// Bodies up to this size are written together with their head.
+const COALESCE: usize = 16 * 1024;
+
+enum Outcome {
+    /// The exchange finished; whether the client connection may carry another request.
+    Done { keep_client: bool },
+    /// Failed on a reused connection in a way that is safe to replay on a fresh one.
+    RetryFresh,
+    /// Failed: answer this status (0 = the client is gone or the response already started).
+    Failed(u16),
+}
+
+pub async fn forward(s: &mut Session<'_>, backend: usize, req: &RequestInfo) -> Result<bool, Error> {
+    let mut fresh_only = false;
+    loop {
+        let pool = &s.ctx.http_pool;
+        let conn = match connect::connect_or_reuse(s.ctx, backend, |server| {
+            if fresh_only { None } else { pool.take(backend, server) }
+        })
+        .await
+        {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::debug!(error = %e, "no server connection");
+                s.refuse(e.kind.http_status()).await?;
+                return Ok(false);
+            }
+        };
+        if conn.reused {
+            s.ctx.stats.http_pool_reused.add(1);
+        }
+        match exchange(s, backend, req, conn).await {
+            Outcome::Done { keep_client } => return Ok(keep_client),
+            Outcome::RetryFresh if !fresh_only => {
+                s.ctx.stats.http_retries.add(1);
+                fresh_only = true;
+            }
+            Outcome::RetryFresh => {
+                s.refuse(502).await?;
+                return Ok(false);
+            }
+            Outcome::Failed(0) => return Ok(false),
+            Outcome::Failed(status) => {
+                s.refuse(status).await?;
+                return Ok(false);
+            }
+        }
+    }
+}
+
+async fn exchange(s: &mut Session<'_>, backend: usize, req: &RequestInfo, conn: Connected) -> Outcome {
+    let Connected {
+        stream: mut server,
+        slot,
+        server: index,
+        reused,
+    } = conn;
+    let timeouts = s.ctx.shared.config.timeouts;
+    // The head is still in `s.out`: a failure here means the server cannot have acted on it.
+    if let Err(e) = server.write_all(&s.out).await {
+        tracing::debug!(error = %e, reused, "sending request head failed");
+        return if reused {
+            Outcome::RetryFresh
+        } else {
+            Outcome::Failed(502)
+        };
+    }
+    let mut back = Inbound::default();
+    let mut request_body = BodyTracker::new(req.body, h1::Side::Request);
+    let mut body_skipped = false;
+    if !request_body.is_done() && req.expect_continue {
+        match await_continue(s, &mut server, &mut back, req).await {
+            Ok(true) => {}
+            Ok(false) => body_skipped = true,
+            Err(outcome) => return outcome,
+        }
+    }
+    if !request_body.is_done() && !body_skipped {
+        let progress = Progress::default();
+        let mut prefix = Vec::new();
+        let ctx = s.ctx;
+        let sent = transfer(
+            forward_body(
+                &mut request_body,
+                &mut s.front,
+                &mut s.client,
+                &mut server,
+                &mut prefix,
+                &ctx.buffers,
+                false,
+                &progress,
+                &ctx.stats.bytes_to_server,
+            ),
+            &progress,
+            timeouts.client,
+        )
+        .await;
+        if let Err(e) = &sent {
+            e.log("request body");
+        }
+        match sent {
+            Ok(()) => {}
+            Err(BodyError::Framing(e)) => return Outcome::Failed(e.status()),
+            Err(BodyError::Read(_)) | Err(BodyError::Idle) => return Outcome::Failed(0),
+            Err(BodyError::Write(_)) => return Outcome::Failed(502),
+        }
+    }
+
+    let response = match read_response(s, &mut server, &mut back, req).await {
+        Ok(r) => r,
+        Err(ReadFailure::NothingReceived) if reused && req.idempotent() && req.body == BodyFraming::None => {
+            return Outcome::RetryFresh;
+        }
+        Err(ReadFailure::NothingReceived) | Err(ReadFailure::Bad) => return Outcome::Failed(502),
+        Err(ReadFailure::Timeout) => return Outcome::Failed(504),
+        Err(ReadFailure::ClientGone) => return Outcome::Failed(0),
+    };
+
+    let switching = response.switching_protocols && req.upgrade;
+    let keep_client = !switching
+        && !body_skipped
+        && req.keep_alive
+        && response.body != BodyFraming::CloseDelimited
+        && !s.ctx.is_stopping();
+    let keep_server =
+        !switching && response.keep_alive && response.body != BodyFraming::CloseDelimited && !body_skipped;
+    let connection = if switching {
+        ConnectionOut::Upgrade
+    } else if !keep_client {
+        ConnectionOut::Close
+    } else if req.version == Version::Http10 {
+        ConnectionOut::KeepAlive
+    } else {
+        ConnectionOut::Omit
+    };
+    s.out.clear();
+    h1::write_response_head(
+        &response,
+        back.data(),
+        &HeadEdits {
+            connection,
+            ..HeadEdits::default()
+        },
+        &mut s.out,
+    );
+    back.consume(response.head_len);
+    let framing = response.body;
+    response.reclaim(&mut s.scratch);
+
+    if switching {
+        return tunnel(s, server, back).await;
+    }
+    let mut response_body = BodyTracker::new(framing, h1::Side::Response);
+    let progress = Progress::default();
+    let ctx = s.ctx;
+    let mut prefix = std::mem::take(&mut s.out);
+    let front_holds = s.front.holds_buffer();
+    let sent = transfer(
+        forward_body(
+            &mut response_body,
+            &mut back,
+            &mut server,
+            &mut s.client,
+            &mut prefix,
+            &ctx.buffers,
+            front_holds,
+            &progress,
+            &ctx.stats.bytes_to_client,
+        ),
+        &progress,
+        timeouts.server,
+    )
+    .await;
+    prefix.clear();
+    s.out = prefix;
+    match sent {
+        Ok(()) => {
+            if keep_server && back.is_empty() {
+                drop(slot);
+                s.ctx.http_pool.put(backend, index, server);
+            }
+            Outcome::Done { keep_client }
+        }
+        // The response has started: nothing sensible can be sent any more, just close.
+        Err(e) => {
+            e.log("response body");
+            Outcome::Failed(0)
+        }
+    }
+}
+
+/// For `Expect: 100-continue`: let the server answer first, but stop waiting as soon as
+/// the client sends its body anyway. `Ok(true)`: send the body; `Ok(false)`: the server
+/// answered with a final response, the body will not be read (and the client connection
+/// is closed after the response).
+async fn await_continue(
+    s: &mut Session<'_>,
+    server: &mut TcpStream,
+    back: &mut Inbound,
+    req: &RequestInfo,
+) -> Result<bool, Outcome> {
+    let limits = s.limits();
+    let deadline = tokio::time::sleep(s.ctx.shared.config.timeouts.server);
+    tokio::pin!(deadline);
+    loop {
+        if !back.is_empty() {
+            match h1::parse_response_head(back.data(), &limits, req.method, &mut s.scratch) {
+                Ok(Some(head)) if head.status == 100 => {
+                    if req.version == Version::Http11 {
+                        s.out.clear();
+                        h1::write_response_head(&head, back.data(), &HeadEdits::default(), &mut s.out);
+                        if s.client.write_all(&s.out).await.is_err() {
+                            return Err(Outcome::Failed(0));
+                        }
+                    }
+                    back.consume(head.head_len);
+                    head.reclaim(&mut s.scratch);
+                    return Ok(true);
+                }
+                Ok(Some(head)) => {
+                    let final_response = !head.informational;
+                    head.reclaim(&mut s.scratch);
+                    return Ok(!final_response);
+                }
+                Ok(None) => {}
+                Err(_) => return Err(Outcome::Failed(502)),
+            }
+        }
+        tokio::select! {
+            r = back.read_from(server, &s.ctx.buffers, true) => match r {
+                Ok(0) | Err(_) => return Err(Outcome::Failed(502)),
+                Ok(_) => {}
+            },
+            r = s.client.readable() => return if r.is_ok() { Ok(true) } else { Err(Outcome::Failed(0)) },
+            _ = &mut deadline => return Err(Outcome::Failed(504)),
+        }
+    }
+}
+
+enum ReadFailure {
+    /// EOF or reset before a single response byte.
+    NothingReceived,
+    Bad,
+    Timeout,
+    ClientGone,
+}
+
+/// Reads the final response head (forwarding interim 1xx responses to the client).
+async fn read_response(
+    s: &mut Session<'_>,
+    server: &mut TcpStream,
+    back: &mut Inbound,
+    req: &RequestInfo,
+) -> Result<ResponseHead, ReadFailure> {
+    let limits = s.limits();
+    let deadline = tokio::time::sleep(s.ctx.shared.config.timeouts.server);
+    tokio::pin!(deadline);
+    let mut received = !back.is_empty();
+    loop {
+        if !back.is_empty() {
+            match h1::parse_response_head(back.data(), &limits, req.method, &mut s.scratch) {
+                Ok(Some(head)) if head.informational => {
+                    if req.version == Version::Http11 {
+                        s.out.clear();
+                        h1::write_response_head(&head, back.data(), &HeadEdits::default(), &mut s.out);
+                        if s.client.write_all(&s.out).await.is_err() {
+                            return Err(ReadFailure::ClientGone);
+                        }
+                    }
+                    back.consume(head.head_len);
+                    head.reclaim(&mut s.scratch);
+                    continue;
+                }
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) if back.is_full() => return Err(ReadFailure::Bad),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "bad response");
+                    return Err(ReadFailure::Bad);
+                }
+            }
+        }
+        let second = s.front.holds_buffer();
+        let read = tokio::select! {
+            r = back.read_from(server, &s.ctx.buffers, second) => r,
+            _ = &mut deadline => return Err(ReadFailure::Timeout),
+        };
+        match read {
+            Ok(0) | Err(_) if !received => return Err(ReadFailure::NothingReceived),
+            Ok(0) | Err(_) => return Err(ReadFailure::Bad),
+            Ok(_) => received = true,
+        }
+    }
+}
+
+/// After a 101: pass the bytes already read on, then relay both ways until both close.
+async fn tunnel(s: &mut Session<'_>, server: TcpStream, back: Inbound) -> Outcome {
+    let mut head = std::mem::take(&mut s.out);
+    head.extend_from_slice(back.data());
+    let sent = s.client.write_all(&head).await;
+    head.clear();
+    s.out = head;
+    if sent.is_err() {
+        return Outcome::Failed(0);
+    }
+    if !s.front.is_empty() {
+        let mut server = server;
+        if server.write_all(s.front.data()).await.is_err() {
+            return Outcome::Failed(0);
+        }
+        s.front.consume(s.front.data().len());
+        return relay_tunnel(s, &server).await;
+    }
+    relay_tunnel(s, &server).await
+}
+
+async fn relay_tunnel(s: &mut Session<'_>, server: &TcpStream) -> Outcome {
+    let timeouts = s.ctx.shared.config.timeouts;
+    let idle = timeouts.client.min(timeouts.server);
+    s.front.release_if_empty();
+    if let Err(e) = crate::proxy::tcp::relay(s.ctx, &s.client, server, idle).await {
+        tracing::debug!(error = %e, "tunnel ended");
+    }
+    Outcome::Done { keep_client: false }
+}
+
+/// Reads and drops a request body the proxy answers itself. False if the connection
+/// cannot continue (bad framing, client gone).
+pub async fn discard_body(s: &mut Session<'_>, framing: BodyFraming) -> bool {
+    let mut tracker = BodyTracker::new(framing, h1::Side::Request);
+    if tracker.is_done() {
+        return true;
+    }
+    let progress = Progress::default();
+    let ctx = s.ctx;
+    let mut prefix = Vec::new();
+    let mut sink = tokio::io::sink();
+    let done = transfer(
+        forward_body(
+            &mut tracker,
+            &mut s.front,
+            &mut s.client,
+            &mut sink,
+            &mut prefix,
+            &ctx.buffers,
+            false,
+            &progress,
+            &ctx.stats.bytes_to_server,
+        ),
+        &progress,
+        ctx.shared.config.timeouts.client,
+    )
+    .await;
+    done.is_ok()
+}
+
+enum BodyError {
+    Read(std::io::Error),
+    Write(std::io::Error),
+    Framing(H1Error),
+    Idle,
+}
+
+impl BodyError {
+    fn log(&self, what: &str) {
+        match self {
+            BodyError::Read(e) => tracing::debug!(error = %e, "{what}: read failed"),
+            BodyError::Write(e) => tracing::debug!(error = %e, "{what}: write failed"),
+            BodyError::Framing(e) => tracing::debug!(error = %e, "{what}: bad framing"),
+            BodyError::Idle => tracing::debug!("{what}: idle timeout"),
+        }
+    }
+}
+
+/// Runs a body transfer under one idle watchdog (no timer per read or write).
+async fn transfer(
+    body: impl std::future::Future<Output = Result<(), BodyError>>,
+    progress: &Progress,
+    idle: Duration,
+) -> Result<(), BodyError> {
+    tokio::select! {
+        r = body => r,
+        _ = idle::watchdog(progress, idle) => Err(BodyError::Idle),
+    }
+}
+
+/// Forwards one body from `src` (starting with the bytes already in `inbound`) to `dst`,
+/// preceded by `prefix` (a head), coalesced into one write when the body start is small.
+/// Leaves any bytes after the body (a pipelined request) in `inbound`.
+#[allow(clippy::too_many_arguments)]
+async fn forward_body<R, W>(
+    tracker: &mut BodyTracker,
+    inbound: &mut Inbound,
+    src: &mut R,
+    dst: &mut W,
+    prefix: &mut Vec<u8>,
+    pool: &Rc<BufferPool>,
+    second: bool,
+    progress: &Progress,
+    counter: &Counter,
+) -> Result<(), BodyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        if !inbound.is_empty() && !tracker.is_done() {
+            let p = tracker.advance(inbound.data()).map_err(BodyError::Framing)?;
+            let chunk = inbound.data().get(..p.consumed).unwrap_or_default();
+            if !prefix.is_empty() && prefix.len() + chunk.len() <= COALESCE {
+                prefix.extend_from_slice(chunk);
+            } else {
+                flush(dst, prefix).await?;
+                dst.write_all(chunk).await.map_err(BodyError::Write)?;
+            }
+            progress.moved(p.consumed);
+            counter.add(p.consumed as u64);
+            inbound.consume(p.consumed);
+        }
+        if tracker.is_done() {
+            return flush(dst, prefix).await;
+        }
+        flush(dst, prefix).await?;
+        match inbound.read_from(src, pool, second).await {
+            Ok(0) => {
+                tracker.on_eof().map_err(BodyError::Framing)?;
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) => return Err(BodyError::Read(e)),
+        }
+    }
+}
+
+async fn flush<W: AsyncWrite + Unpin>(dst: &mut W, prefix: &mut Vec<u8>) -> Result<(), BodyError> {
+    if !prefix.is_empty() {
+        dst.write_all(prefix).await.map_err(BodyError::Write)?;
+        prefix.clear();
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! Bytes read from one side of an HTTP exchange and not yet consumed.
+//!
+//! The storage is a pooled buffer taken only while bytes are pending (an idle keep-alive
+//! connection holds none). `data()` is what has been read and not consumed; heads are parsed
+//! in place from it, bodies are forwarded from it. It never grows: a head that does not fit
+//! is refused (431), a body is forwarded in buffer-sized pieces.
+
+use std::io;
+use std::rc::Rc;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::buffer::{BufferPool, PooledBuffer};
+
+#[derive(Default)]
+pub struct Inbound {
+    buf: Option<PooledBuffer>,
+    start: usize,
+    end: usize,
+}
+
+impl Inbound {
+    pub fn data(&self) -> &[u8] {
+        self.buf
+            .as_ref()
+            .and_then(|b| b.get(self.start..self.end))
+            .unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    pub fn holds_buffer(&self) -> bool {
+        self.buf.is_some()
+    }
+
+    /// The data fills the whole buffer: nothing more can be read before some is consumed.
+    pub fn is_full(&self) -> bool {
+        self.buf
+            .as_ref()
+            .is_some_and(|b| self.start == 0 && self.end == b.len())
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Gives the buffer back to the pool if nothing is pending.
+    pub fn release_if_empty(&mut self) {
+        if self.is_empty() {
+            self.buf = None;
+        }
+    }
+
+    /// One read from `io` (0 = EOF). Takes a buffer first if needed (`second`: the
+    /// connection already holds another one, see `buffer`), and makes room at the end.
+    pub async fn read_from<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut R,
+        pool: &Rc<BufferPool>,
+        second: bool,
+    ) -> io::Result<usize> {
+        if self.buf.is_none() {
+            self.buf = Some(pool.get(second).await);
+        }
+        let Some(buf) = self.buf.as_mut() else { return Ok(0) };
+        if self.end == buf.len() && self.start > 0 {
+            buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let Some(space) = buf.get_mut(self.end..) else {
+            return Ok(0);
+        };
+        if space.is_empty() {
+            return Err(io::Error::other("inbound buffer full"));
+        }
+        let n = io.read(space).await?;
+        self.end += n;
+        Ok(n)
+    }
+}

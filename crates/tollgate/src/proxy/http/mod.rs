@@ -1,0 +1,31 @@
+//! HTTP mode: a client connection's requests, one at a time, each parsed, routed and
+//! forwarded to a server connection (fresh or pooled), its response parsed and forwarded
+//! back. Bodies stream through pooled buffers; nothing is buffered whole.
+//!
+//! The session is a loop of request *streams* (`stream.rs`): read a head (within
+//! `timeouts.http_request`; an idle keep-alive wait is bounded by `http_keep_alive`), decide
+//! (`route.rs`), answer or forward (`exchange.rs`), then keep the connection only if both
+//! the request and the response allow it and the worker is not stopping. A message whose
+//! framing is not fully determined is never forwarded; every proxy-made error response
+//! closes the connection, so a malformed request can never desync what follows.
+
+mod exchange;
+mod inbound;
+pub mod pool;
+mod route;
+mod stream;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use tokio::net::TcpStream;
+
+use crate::error::Error;
+use crate::runtime::worker::WorkerCtx;
+
+pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream, peer: SocketAddr) -> Result<(), Error> {
+    match stream::Session::new(ctx, frontend, client, peer) {
+        Some(session) => session.run().await,
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,83 @@
+//! Idle server connections, per worker, per server: reused by later requests to the same
+//! server (from any client connection of this worker).
+//!
+//! Invariants: a connection is put back only after a response that was read to its end on
+//! a connection the server keeps open; it is checked on the way out (a server that closed
+//! it shows EOF) and dropped once older than `timeouts.pool_idle`. LIFO: the most recently
+//! used connection is the warmest and the least likely to have been closed by the server.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::config::Config;
+
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+pub struct ServerPool {
+    /// `[backend][server]`.
+    idle: RefCell<Vec<Vec<Vec<Idle>>>>,
+    max_per_server: usize,
+    max_age: Duration,
+}
+
+impl ServerPool {
+    pub fn new(config: &Config) -> Self {
+        ServerPool {
+            idle: RefCell::new(
+                config
+                    .backends
+                    .iter()
+                    .map(|b| b.servers.iter().map(|_| Vec::new()).collect())
+                    .collect(),
+            ),
+            max_per_server: config.http.pool_max_idle,
+            max_age: config.timeouts.pool_idle,
+        }
+    }
+
+    /// A live idle connection to `server` of `backend`, if any.
+    pub fn take(&self, backend: usize, server: usize) -> Option<TcpStream> {
+        let mut idle = self.idle.borrow_mut();
+        let list = idle.get_mut(backend)?.get_mut(server)?;
+        let now = Instant::now();
+        while let Some(conn) = list.pop() {
+            if now.duration_since(conn.since) > self.max_age {
+                continue;
+            }
+            // Readable on an idle connection means EOF or stray bytes: either way unusable.
+            let mut probe = [0u8; 1];
+            match conn.stream.try_read(&mut probe) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn.stream),
+                _ => continue,
+            }
+        }
+        None
+    }
+
+    pub fn put(&self, backend: usize, server: usize, stream: TcpStream) {
+        let mut idle = self.idle.borrow_mut();
+        let Some(list) = idle.get_mut(backend).and_then(|b| b.get_mut(server)) else {
+            return;
+        };
+        let now = Instant::now();
+        list.retain(|c| now.duration_since(c.since) <= self.max_age);
+        if list.len() < self.max_per_server {
+            list.push(Idle { stream, since: now });
+        }
+    }
+
+    /// Idle connections held now (all servers).
+    pub fn len(&self) -> usize {
+        self.idle.borrow().iter().flatten().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,87 @@
+//! Choosing what answers a request: the frontend's routes in order (host, path prefix,
+//! header), else its default backend.
+
+use crate::config::model::{Frontend, RouteAction};
+use crate::http::h1::{RequestHead, TargetForm};
+
+pub enum Decision<'a> {
+    Backend(usize),
+    Return {
+        status: u16,
+        body: &'a str,
+        content_type: &'a str,
+    },
+    NoRoute,
+}
+
+pub fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> Decision<'a> {
+    let chosen = if fe.routes.is_empty() {
+        None
+    } else {
+        let mut host_buf = [0u8; 256];
+        let host = request_host(head, buf, &mut host_buf);
+        let path = request_path(head, buf);
+        fe.routes.iter().find(|r| {
+            r.host.as_ref().is_none_or(|p| host.is_some_and(|h| p.matches(h)))
+                && r.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()))
+                && r.header.as_ref().is_none_or(|(name, value)| {
+                    head.header(buf, name.as_bytes()).is_some_and(|v| v == value.as_bytes())
+                })
+        })
+    };
+    match chosen.map(|r| &r.action) {
+        Some(RouteAction::Backend(b)) => Decision::Backend(*b),
+        Some(RouteAction::Return {
+            status,
+            body,
+            content_type,
+        }) => Decision::Return {
+            status: *status,
+            body,
+            content_type,
+        },
+        None => fe.default_backend.map_or(Decision::NoRoute, Decision::Backend),
+    }
+}
+
+/// The host the request is for, lowercase, without port: the absolute-form target's
+/// authority wins over Host (RFC 9112 3.2.2).
+fn request_host<'b>(head: &RequestHead, buf: &[u8], out: &'b mut [u8; 256]) -> Option<&'b str> {
+    let raw = match head.target_form {
+        TargetForm::Absolute => authority_of(head.target.of(buf)),
+        _ => head.host.map(|h| h.of(buf))?,
+    };
+    let without_port = match raw.iter().rposition(|&b| b == b':') {
+        Some(i) if !raw.starts_with(b"[") || raw.get(i.saturating_sub(1)) == Some(&b']') => raw.get(..i)?,
+        _ => raw,
+    };
+    let dst = out.get_mut(..without_port.len())?;
+    for (d, s) in dst.iter_mut().zip(without_port) {
+        *d = s.to_ascii_lowercase();
+    }
+    std::str::from_utf8(dst).ok()
+}
+
+fn authority_of(target: &[u8]) -> &[u8] {
+    let rest = target
+        .iter()
+        .position(|&b| b == b':')
+        .and_then(|i| target.get(i + 3..))
+        .unwrap_or_default();
+    let end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
+    rest.get(..end).unwrap_or_default()
+}
+
+fn request_path<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {
+    let target = head.target.of(buf);
+    if head.target_form != TargetForm::Absolute {
+        return target;
+    }
+    // scheme "://" authority path: the path starts at the first '/' after "://".
+    let after_scheme = target.windows(3).position(|w| w == b"://").map_or(0, |i| i + 3);
+    let rest = target.get(after_scheme..).unwrap_or_default();
+    match rest.iter().position(|&b| b == b'/' || b == b'?') {
+        Some(i) => rest.get(i..).unwrap_or(b"/"),
+        None => b"/",
+    }
+}

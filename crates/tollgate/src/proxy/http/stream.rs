@@ -1,0 +1,299 @@
+//! One client connection in HTTP mode: the loop of request streams, reading and judging
+//! each request head, answering what the proxy answers itself, handing the rest to
+//! `exchange`. Owns the client socket, its inbound bytes and the head scratch space.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::inbound::Inbound;
+use super::route::{self, Decision};
+use crate::config::model::{Forwarded, Frontend};
+use crate::error::{Error, Side};
+use crate::http::h1::{
+    self, BodyFraming, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, Proto, RequestHead, Version,
+};
+use crate::runtime::worker::WorkerCtx;
+
+/// What the proxy needs to remember of a request once its head bytes are consumed.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestInfo {
+    pub method: Method,
+    pub version: Version,
+    pub body: BodyFraming,
+    pub keep_alive: bool,
+    pub expect_continue: bool,
+    pub upgrade: bool,
+}
+
+impl RequestInfo {
+    fn of(head: &RequestHead) -> Self {
+        RequestInfo {
+            method: head.method,
+            version: head.version,
+            body: head.body,
+            keep_alive: head.keep_alive && !head.close_after_response,
+            expect_continue: head.expect_continue,
+            upgrade: head.upgrade,
+        }
+    }
+
+    /// Safe to send twice (RFC 9110 9.2.2).
+    pub fn idempotent(&self) -> bool {
+        matches!(
+            self.method,
+            Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
+        )
+    }
+}
+
+enum HeadOutcome {
+    Head(RequestHead),
+    /// The client closed, or stayed idle past its keep-alive timeout: close quietly.
+    Closed,
+    /// Answer with this status and close.
+    Refuse(u16),
+}
+
+pub struct Session<'a> {
+    pub(super) ctx: &'a Rc<WorkerCtx>,
+    pub(super) fe: &'a Frontend,
+    pub(super) client: TcpStream,
+    pub(super) peer: SocketAddr,
+    pub(super) front: Inbound,
+    pub(super) scratch: HeadScratch,
+    /// Head being written (request to the server, then response to the client).
+    pub(super) out: Vec<u8>,
+    served: u64,
+    accepted: Instant,
+}
+
+impl<'a> Session<'a> {
+    pub fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: TcpStream, peer: SocketAddr) -> Option<Self> {
+        let fe = ctx.shared.config.frontends.get(frontend)?;
+        Some(Session {
+            ctx,
+            fe,
+            client,
+            peer,
+            front: Inbound::default(),
+            scratch: HeadScratch::new(),
+            out: Vec::with_capacity(1024),
+            served: 0,
+            accepted: Instant::now(),
+        })
+    }
+
+    pub(super) fn limits(&self) -> Limits {
+        let http = &self.ctx.shared.config.http;
+        Limits {
+            max_header_size: http.max_header_size,
+            max_request_line: http.max_request_line,
+            max_headers: http.max_headers,
+        }
+    }
+
+    pub async fn run(mut self) -> Result<(), Error> {
+        loop {
+            let head = match self.read_head().await? {
+                HeadOutcome::Head(head) => head,
+                HeadOutcome::Closed => return Ok(()),
+                HeadOutcome::Refuse(status) => return self.refuse(status).await,
+            };
+            self.served += 1;
+            if !self.serve_request(head).await? {
+                return Ok(());
+            }
+            self.front.release_if_empty();
+        }
+    }
+
+    /// Waits for and reads one request head: the first byte within `http_request` of the
+    /// accept (first request) or `http_keep_alive` (later ones), the whole head within
+    /// `http_request` of its first byte.
+    async fn read_head(&mut self) -> Result<HeadOutcome, Error> {
+        let timeouts = self.ctx.shared.config.timeouts;
+        let first = self.served == 0;
+        if self.front.is_empty() {
+            let wait = if first {
+                timeouts.http_request.saturating_sub(self.accepted.elapsed())
+            } else {
+                timeouts.http_keep_alive
+            };
+            match tokio::time::timeout(wait, self.client.readable()).await {
+                Err(_) if first => return Ok(HeadOutcome::Refuse(408)),
+                Err(_) => return Ok(HeadOutcome::Closed),
+                Ok(Err(e)) => return Err(Error::io(Side::Front, "wait for request", e)),
+                Ok(Ok(())) => {}
+            }
+        }
+        let start = if first { self.accepted } else { Instant::now() };
+        let deadline = tokio::time::sleep_until(start + timeouts.http_request);
+        tokio::pin!(deadline);
+        let limits = self.limits();
+        loop {
+            if !self.front.is_empty() {
+                match h1::parse_request_head(self.front.data(), &limits, &mut self.scratch) {
+                    Ok(Some(head)) => return Ok(HeadOutcome::Head(head)),
+                    Ok(None) if self.front.is_full() => return Ok(HeadOutcome::Refuse(431)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::debug!(peer = %self.peer, error = %e, "bad request");
+                        return Ok(HeadOutcome::Refuse(e.status()));
+                    }
+                }
+            }
+            let read = tokio::select! {
+                r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
+                _ = &mut deadline => return Ok(HeadOutcome::Refuse(408)),
+            };
+            match read {
+                Ok(0) => return Ok(HeadOutcome::Closed),
+                Ok(_) => {}
+                Err(e) => return Err(Error::io(Side::Front, "read request", e)),
+            }
+        }
+    }
+
+    /// Answers one request; true when the client connection stays open for the next.
+    async fn serve_request(&mut self, head: RequestHead) -> Result<bool, Error> {
+        self.ctx.stats.http_requests.add(1);
+        let req = RequestInfo::of(&head);
+        let max_body = self.ctx.shared.config.http.max_body_size;
+        if let BodyFraming::ContentLength(n) = head.body {
+            if max_body > 0 && n > max_body {
+                head.reclaim(&mut self.scratch);
+                self.refuse(413).await?;
+                return Ok(false);
+            }
+        }
+        match route::decide(self.fe, &head, self.front.data()) {
+            Decision::NoRoute => {
+                head.reclaim(&mut self.scratch);
+                self.refuse(503).await?;
+                Ok(false)
+            }
+            Decision::Return {
+                status,
+                body,
+                content_type,
+            } => {
+                self.front.consume(head.head_len);
+                head.reclaim(&mut self.scratch);
+                if !super::exchange::discard_body(self, req.body).await {
+                    return Ok(false);
+                }
+                let keep = req.keep_alive && !self.ctx.is_stopping();
+                fixed_response(status, content_type, body, keep, &mut self.out);
+                self.client
+                    .write_all(&self.out)
+                    .await
+                    .map_err(|e| Error::io(Side::Front, "write response", e))?;
+                Ok(keep)
+            }
+            Decision::Backend(backend) => {
+                self.out.clear();
+                let edits = self.request_edits(&req);
+                h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
+                self.front.consume(head.head_len);
+                head.reclaim(&mut self.scratch);
+                super::exchange::forward(self, backend, &req).await
+            }
+        }
+    }
+
+    fn request_edits(&self, req: &RequestInfo) -> HeadEdits {
+        let ip = self.peer.ip();
+        let mut edits = HeadEdits {
+            connection: if req.upgrade {
+                ConnectionOut::Upgrade
+            } else if req.version == Version::Http10 {
+                ConnectionOut::KeepAlive
+            } else {
+                ConnectionOut::Omit
+            },
+            http10: req.version == Version::Http10,
+            ..HeadEdits::default()
+        };
+        match self.fe.forwarded {
+            Forwarded::XForwardedFor => {
+                edits.x_forwarded_for = Some(ip);
+                edits.x_forwarded_proto = Some(Proto::Http);
+            }
+            Forwarded::Forwarded => edits.forwarded = Some((ip, Some(Proto::Http))),
+            Forwarded::None => {}
+        }
+        edits
+    }
+
+    /// Sends a proxy-made error response, then closes without resetting it away.
+    pub(super) async fn refuse(&mut self, status: u16) -> Result<(), Error> {
+        if status >= 500 {
+            self.ctx.stats.http_proxy_5xx.add(1);
+        } else {
+            self.ctx.stats.http_proxy_4xx.add(1);
+        }
+        self.out.clear();
+        h1::write_error_response(status, &mut self.out);
+        if self.client.write_all(&self.out).await.is_ok() {
+            lingering_close(&mut self.client).await;
+        }
+        Ok(())
+    }
+}
+
+/// Half-closes, then reads and discards what the client still sends for a short while:
+/// closing with unread bytes would make the kernel send a reset that can destroy the
+/// response before the client reads it.
+async fn lingering_close(client: &mut TcpStream) {
+    let _ = client.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        let mut total = 0usize;
+        while let Ok(n) = client.read(&mut sink).await {
+            total += n;
+            if n == 0 || total > 256 * 1024 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+}
+
+/// A response made by a `return` route.
+fn fixed_response(status: u16, content_type: &str, body: &str, keep: bool, out: &mut Vec<u8>) {
+    use std::io::Write;
+    out.clear();
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{}\r\n{body}",
+        reason(status),
+        body.len(),
+        if keep { "" } else { "Connection: close\r\n" },
+    );
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
