@@ -1,0 +1,305 @@
+//! HTTP mode end to end: keep-alive and pooling, pipelining, HTTP/1.0, bodiless responses,
+//! chunked bodies with trailers both ways, 100-continue, forwarding headers, routing,
+//! error statuses and WebSocket-style upgrades.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use common::http::*;
+use common::*;
+
+fn connect(proxy: &Proxy) -> (TcpStream, BufReader<TcpStream>) {
+    let c = TcpStream::connect(proxy.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let r = BufReader::new(c.try_clone().unwrap());
+    (c, r)
+}
+
+#[test]
+fn hundred_keepalive_requests_reuse_one_origin_connection() {
+    let origin = http_origin(|r| ok(&format!("n={}", r.nth)));
+    let proxy = Proxy::start(&http_config("[global]\nworkers = 1", origin.addr));
+    let (mut c, mut r) = connect(&proxy);
+    for i in 1..=100 {
+        c.write_all(b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let (status, _, body) = read_response(&mut r).expect("response");
+        assert_eq!((status, body), (200, format!("n={i}").into_bytes()));
+    }
+    assert_eq!(origin.conns.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let stats = proxy.running().stats();
+    assert_eq!(stats.http_requests, 100);
+    assert_eq!(stats.http_pool_reused, 99);
+    // A second client connection reuses the same pooled origin connection.
+    let (mut c2, mut r2) = connect(&proxy);
+    c2.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r2).unwrap().2, b"n=101");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let origin = http_origin(|r| ok(&r.target));
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(
+        b"GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\nGET /c HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .unwrap();
+    for want in ["/a", "/b", "/c"] {
+        assert_eq!(read_response(&mut r).unwrap().2, want.as_bytes());
+    }
+}
+
+#[test]
+fn http10_client_gets_a_response_it_can_frame() {
+    let origin = http_origin(|r| {
+        // A 1.1 server would answer chunked; the proxy asks as HTTP/1.0 so it must not.
+        assert_eq!(r.version, "HTTP/1.0");
+        ok("old")
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let out = raw_exchange(proxy.addr, b"GET / HTTP/1.0\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
+    assert!(out.ends_with("old"), "{out}");
+}
+
+#[test]
+fn head_204_304_carry_no_body() {
+    let origin = http_origin(|r| match r.target.as_str() {
+        "/204" => Reply::Bytes(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+        "/304" => Reply::Bytes(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n".to_vec()),
+        _ => Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".to_vec()), // HEAD: no body
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"HEAD / HTTP/1.1\r\nHost: t\r\n\r\nGET /204 HTTP/1.1\r\nHost: t\r\n\r\nGET /304 HTTP/1.1\r\nHost: t\r\n\r\nGET /204 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    // HEAD's Content-Length: 5 must not make the proxy wait for 5 body bytes.
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let mut rest = String::new();
+    loop {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut r, &mut l).unwrap();
+        if l == "\r\n" {
+            break;
+        }
+        rest.push_str(&l);
+    }
+    assert!(rest.contains("Content-Length: 5"));
+    for want in [204, 304, 204] {
+        assert_eq!(read_response(&mut r).unwrap().0, want);
+    }
+}
+
+#[test]
+fn chunked_bodies_with_trailers_both_ways() {
+    let origin = http_origin(|r| {
+        assert_eq!(r.body, b"hello world");
+        if r.header("transfer-encoding").is_some() {
+            assert_eq!(r.trailers, vec![("X-Sum".to_string(), "42".to_string())]);
+        }
+        Reply::Bytes(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4;ext=1\r\ndefg\r\n0\r\nX-Back: yes\r\n\r\n".to_vec())
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: 42\r\n\r\n").unwrap();
+    // Read the raw response to see the trailer arrive intact.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !raw.ends_with(b"0\r\nX-Back: yes\r\n\r\n") {
+        let n = r.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&raw).contains("3\r\nabc\r\n4;ext=1\r\ndefg\r\n"));
+    // And the connection still serves another request (identity body this time).
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world")
+        .unwrap();
+    let mut more = Vec::new();
+    while !more.ends_with(b"0\r\nX-Back: yes\r\n\r\n") {
+        let n = r.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after the first exchange");
+        more.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn expect_100_continue_is_relayed() {
+    let origin = http_origin(|r| ok(&format!("got {}", r.body.len())));
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"PUT /f HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        .unwrap();
+    let (status, _, _) = read_response(&mut r).expect("interim");
+    assert_eq!(status, 100);
+    c.write_all(b"12345").unwrap();
+    let (status, _, body) = read_response(&mut r).expect("final");
+    assert_eq!((status, body), (200, b"got 5".to_vec()));
+}
+
+#[test]
+fn curl_expect_continue_upload() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipped: curl is not installed");
+        return;
+    }
+    let origin = http_origin(|r| ok(&format!("got {}", r.body.len())));
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let body = "x".repeat(2_000_000);
+    let file = std::env::temp_dir().join(format!("tollgate-upload-{}", std::process::id()));
+    std::fs::write(&file, &body).unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-H", "Expect: 100-continue", "--data-binary"])
+        .arg(format!("@{}", file.display()))
+        .arg(format!("http://{}/up", proxy.addr))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "got 2000000");
+}
+
+#[test]
+fn forwarding_headers_and_hop_by_hop_removal() {
+    let origin = http_origin(|r| {
+        assert_eq!(r.header("x-forwarded-for"), Some("10.1.1.1, 127.0.0.1"));
+        assert_eq!(r.header("x-forwarded-proto"), Some("http"));
+        assert_eq!(r.header("host"), Some("example.test:8080"));
+        assert!(r.header("keep-alive").is_none() && r.header("x-secret-hop").is_none() && r.header("te").is_none());
+        ok("fine")
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let out = raw_exchange(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: example.test:8080\r\nX-Forwarded-For: 10.1.1.1\r\nConnection: keep-alive, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\r\nGET / HTTP/1.1\r\nHost: example.test:8080\r\nX-Forwarded-For: 10.1.1.1\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(out.matches("fine").count(), 2, "{out}");
+}
+
+#[test]
+fn routes_by_host_path_header_and_fixed_responses() {
+    let a = http_origin(|_| ok("from-a"));
+    let b = http_origin(|_| ok("from-b"));
+    let c = http_origin(|_| ok("from-c"));
+    let cfg = format!(
+        r#"
+[[frontend]]
+name = "fe"
+bind = ["127.0.0.1:0"]
+mode = "http"
+default_backend = "a"
+[[frontend.route]]
+host = "*.b.test"
+backend = "b"
+[[frontend.route]]
+path_prefix = "/c/"
+backend = "c"
+[[frontend.route]]
+header = {{ name = "X-Tenant", value = "blue" }}
+backend = "b"
+[[frontend.route]]
+path_prefix = "/healthz"
+return = {{ status = 200, body = "alive\n" }}
+[[backend]]
+name = "a"
+mode = "http"
+[[backend.server]]
+name = "a"
+address = "{}"
+[[backend]]
+name = "b"
+mode = "http"
+[[backend.server]]
+name = "b"
+address = "{}"
+[[backend]]
+name = "c"
+mode = "http"
+[[backend.server]]
+name = "c"
+address = "{}"
+"#,
+        a.addr, b.addr, c.addr
+    );
+    let proxy = Proxy::start(&cfg);
+    let (mut conn, mut r) = connect(&proxy);
+    let cases: &[(&str, &str)] = &[
+        ("GET / HTTP/1.1\r\nHost: www.b.test\r\n\r\n", "from-b"),
+        ("GET / HTTP/1.1\r\nHost: x.y.b.test\r\n\r\n", "from-a"),
+        ("GET /c/1 HTTP/1.1\r\nHost: z\r\n\r\n", "from-c"),
+        ("GET /cc HTTP/1.1\r\nHost: z\r\n\r\n", "from-a"),
+        ("GET / HTTP/1.1\r\nHost: z\r\nX-Tenant: blue\r\n\r\n", "from-b"),
+        ("GET http://WWW.B.TEST/c/ HTTP/1.1\r\nHost: other\r\n\r\n", "from-b"),
+        ("GET /healthz HTTP/1.1\r\nHost: z\r\n\r\n", "alive\n"),
+    ];
+    for (req, want) in cases {
+        conn.write_all(req.as_bytes()).unwrap();
+        let (status, _, body) = read_response(&mut r).expect("response");
+        assert_eq!((status, String::from_utf8_lossy(&body).as_ref()), (200, *want), "{req}");
+    }
+}
+
+#[test]
+fn error_statuses_follow_the_failure() {
+    // No server listening: 503 once every attempt failed.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let proxy = Proxy::start(&http_config("", dead));
+    let out = raw_exchange(proxy.addr, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+
+    // A server that never answers: 504 after timeouts.server.
+    let silent = http_origin(|_| {
+        std::thread::sleep(Duration::from_secs(3));
+        Reply::Close
+    });
+    let proxy = Proxy::start(&http_config("[timeouts]\nserver = \"300ms\"", silent.addr));
+    let out = raw_exchange(proxy.addr, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 504"), "{out}");
+
+    // A server that answers garbage: 502.
+    let bad = http_origin(|_| Reply::BytesThenClose(b"HTTP/1.1 2OO OK\r\n\r\n".to_vec()));
+    let proxy = Proxy::start(&http_config("", bad.addr));
+    let out = raw_exchange(proxy.addr, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 502"), "{out}");
+    assert!(out.to_ascii_lowercase().contains("connection: close"), "{out}");
+}
+
+#[test]
+fn websocket_upgrade_tunnels_both_ways_only_after_101() {
+    let origin = http_origin(|r| {
+        if r.header("upgrade") == Some("websocket") && r.target == "/ws" {
+            Reply::Tunnel(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".to_vec(),
+            )
+        } else {
+            ok("no upgrade here")
+        }
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    // Refused upgrade: a normal response, and the connection stays HTTP.
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"GET /plain HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut r).unwrap().2, b"no upgrade here");
+    // Accepted upgrade: bytes flow both ways through the tunnel.
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        .unwrap();
+    let (status, headers, _) = read_response(&mut r).unwrap();
+    assert_eq!(status, 101);
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("upgrade") && v == "websocket")
+    );
+    for msg in [&b"frame-one"[..], b"\x81\x05hello", &[0u8; 3000]] {
+        c.write_all(msg).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        r.read_exact(&mut back).unwrap();
+        assert_eq!(back, msg);
+    }
+}
