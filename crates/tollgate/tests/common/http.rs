@@ -195,8 +195,11 @@ pub fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Status, header fields, body.
+pub type Response = (u16, Vec<(String, String)>, Vec<u8>);
+
 /// Reads one response (head + Content-Length or chunked body) from a buffered reader.
-pub fn read_response(r: &mut impl BufRead) -> Option<(u16, Vec<(String, String)>, Vec<u8>)> {
+pub fn read_response(r: &mut impl BufRead) -> Option<Response> {
     let mut line = String::new();
     if r.read_line(&mut line).ok()? == 0 {
         return None;

@@ -757,6 +757,7 @@ X-Forwarded-For: 2.2.2.2\r\nForwarded: for=3.3.3.3\r\n\r\n";
         x_forwarded_for: Some("10.0.0.1".parse().unwrap()),
         x_forwarded_proto: Some(Proto::Https),
         forwarded: Some(("::1".parse().unwrap(), Some(Proto::Https))),
+        http10: false,
     };
     assert_eq!(
         out_req(buf, &edits),

@@ -164,12 +164,13 @@ impl<'a> Session<'a> {
         self.ctx.stats.http_requests.add(1);
         let req = RequestInfo::of(&head);
         let max_body = self.ctx.shared.config.http.max_body_size;
-        if let BodyFraming::ContentLength(n) = head.body {
-            if max_body > 0 && n > max_body {
-                head.reclaim(&mut self.scratch);
-                self.refuse(413).await?;
-                return Ok(false);
-            }
+        if let BodyFraming::ContentLength(n) = head.body
+            && max_body > 0
+            && n > max_body
+        {
+            head.reclaim(&mut self.scratch);
+            self.refuse(413).await?;
+            return Ok(false);
         }
         match route::decide(self.fe, &head, self.front.data()) {
             Decision::NoRoute => {
