@@ -12,13 +12,15 @@
 //! - [`cputime`]: per-thread CPU-time clocks a watchdog thread can read for *other* threads.
 //! - [`sockopt`]: socket options socket2 lacks: `TCP_ULP` and the kernel-TLS key install.
 //! - [`affinity`]: pinning threads to CPUs.
+//! - [`alloc_count`]: a counting global allocator for allocation-per-request benchmarks.
 //!
-//! Only [`cputime`] and [`sockopt`] contain `unsafe` blocks; everything else goes through
-//! rustix's safe API.
+//! Only [`cputime`], [`sockopt`] and [`alloc_count`] contain `unsafe` blocks; everything else
+//! goes through rustix's safe API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod affinity;
+pub mod alloc_count;
 pub mod cputime;
 pub mod fdpass;
 pub mod sockopt;

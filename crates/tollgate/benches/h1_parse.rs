@@ -3,9 +3,7 @@
 //! allocations over that steady-state path with a counting global allocator and prints them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group};
 use tollgate::http::h1::{
@@ -13,32 +11,8 @@ use tollgate::http::h1::{
     write_request_head,
 };
 
-/// Counts allocations, then defers to the system allocator.
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call unchanged to `System`, which upholds the GlobalAlloc contract; the
-// counter is a relaxed atomic with no effect on the returned memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc`/`realloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: tollgate_sys::alloc_count::CountingAlloc = tollgate_sys::alloc_count::CountingAlloc;
 
 /// A typical browser-ish request head: 9 header fields.
 const REQUEST: &[u8] = b"GET /api/v1/users/12345 HTTP/1.1\r\n\
@@ -84,11 +58,11 @@ fn count_allocations() {
     let mut out = Vec::with_capacity(1024);
     steady_state(&mut scratch, &mut out, &limits, &edits);
     const N: u64 = 10_000;
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = tollgate_sys::alloc_count::allocations();
     for _ in 0..N {
         black_box(steady_state(&mut scratch, &mut out, &limits, &edits));
     }
-    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    let allocs = tollgate_sys::alloc_count::allocations() - before;
     println!(
         "h1 steady state (parse + rewrite + body tracker, {}-byte request head): {allocs} allocations in {N} requests ({} per request)",
         REQUEST.len(),

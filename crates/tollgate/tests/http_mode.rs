@@ -303,3 +303,65 @@ fn websocket_upgrade_tunnels_both_ways_only_after_101() {
         assert_eq!(back, msg);
     }
 }
+
+#[test]
+fn body_over_max_body_size_gets_413() {
+    let origin = http_origin(|_| ok("never"));
+    let proxy = Proxy::start(&http_config("[http]\nmax_body_size = \"1KiB\"", origin.addr));
+    let out = raw_exchange(
+        proxy.addr,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 2048\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 413"), "{out}");
+    let out = raw_exchange(
+        proxy.addr,
+        b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+    );
+    assert!(out.ends_with("never"), "{out}");
+    assert_eq!(origin.requests().len(), 1);
+}
+
+#[test]
+fn forwarded_header_option() {
+    let origin = http_origin(|r| {
+        assert!(r.header("x-forwarded-for").is_none());
+        ok(r.header("forwarded").unwrap_or("none"))
+    });
+    let cfg = http_config("", origin.addr).replace(
+        "mode = \"http\"\ndefault_backend",
+        "mode = \"http\"\nforwarded = \"forwarded\"\ndefault_backend",
+    );
+    let proxy = Proxy::start(&cfg);
+    let out = raw_exchange(
+        proxy.addr,
+        b"GET / HTTP/1.1\r\nHost: t\r\nForwarded: for=192.0.2.1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(out.ends_with("for=192.0.2.1, for=127.0.0.1;proto=http"), "{out}");
+}
+
+#[test]
+fn a_response_not_read_to_its_end_never_returns_its_connection_to_the_pool() {
+    // The first response is 4 MiB; the client hangs up after its head. The next request
+    // must not land on that half-read origin connection.
+    let origin = http_origin(|r| {
+        if r.target == "/big" {
+            let body = vec![b'x'; 4 << 20];
+            let mut out = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+            out.extend_from_slice(&body);
+            Reply::Bytes(out)
+        } else {
+            ok(&format!("conn {}", r.conn))
+        }
+    });
+    let proxy = Proxy::start(&http_config("[global]\nworkers = 1", origin.addr));
+    {
+        let (mut c, mut r) = connect(&proxy);
+        c.write_all(b"GET /big HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut head = [0u8; 64];
+        r.read_exact(&mut head).unwrap();
+    }
+    proxy.wait_idle(Duration::from_secs(10));
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"GET /small HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut r).unwrap().2, b"conn 2");
+}

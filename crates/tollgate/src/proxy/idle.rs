@@ -59,16 +59,19 @@ impl Progress {
     }
 }
 
-/// Resolves when `progress` has not changed for `idle`.
+/// Resolves when `progress` has not changed for `idle`. One timer, re-armed in place (no
+/// allocation).
 pub async fn watchdog(progress: &Progress, idle: Duration) {
     let mut dog = Watchdog::new(idle);
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + dog.tick(), dog.tick());
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let sleep = tokio::time::sleep(dog.tick());
+    tokio::pin!(sleep);
     loop {
-        ticks.tick().await;
+        sleep.as_mut().await;
         if dog.on_tick(progress.get()) {
             return;
         }
+        let next = sleep.deadline() + dog.tick();
+        sleep.as_mut().reset(next);
     }
 }
 

@@ -10,7 +10,9 @@
 //! could have been processed) or if it is idempotent and had no body; anything else that
 //! may have reached the server gets a 502 and is never replayed.
 
+use std::future::Future;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -399,12 +401,17 @@ impl BodyError {
     }
 }
 
-/// Runs a body transfer under one idle watchdog (no timer per read or write).
+/// Runs a body transfer under one idle watchdog (no timer per read or write). Most bodies
+/// complete without ever waiting: those are polled once and never arm a timer at all.
 async fn transfer(
-    body: impl std::future::Future<Output = Result<(), BodyError>>,
+    body: impl Future<Output = Result<(), BodyError>>,
     progress: &Progress,
     idle: Duration,
 ) -> Result<(), BodyError> {
+    tokio::pin!(body);
+    if let Poll::Ready(done) = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
+        return done;
+    }
     tokio::select! {
         r = body => r,
         _ = idle::watchdog(progress, idle) => Err(BodyError::Idle),

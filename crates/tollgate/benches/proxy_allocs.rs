@@ -1,0 +1,80 @@
+//! Heap allocations per keep-alive HTTP request through the whole proxy, in steady state.
+//!
+//! A counting global allocator wraps the system one. The origin and the client are written
+//! to allocate nothing per request (fixed buffers, blocking std sockets), so whatever the
+//! counter shows during the measured window is the proxy's. Run:
+//!   cargo bench -p tollgate --bench proxy_allocs
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+
+#[global_allocator]
+static GLOBAL: tollgate_sys::alloc_count::CountingAlloc = tollgate_sys::alloc_count::CountingAlloc;
+
+const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: proxy_allocs\r\nAccept: */*\r\n\r\n";
+
+fn origin() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut pending = 0usize;
+                loop {
+                    let Ok(n) = s.read(&mut buf[pending..]) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    pending += n;
+                    while let Some(end) = buf[..pending].windows(4).position(|w| w == b"\r\n\r\n") {
+                        if s.write_all(RESPONSE).is_err() {
+                            return;
+                        }
+                        buf.copy_within(end + 4..pending, 0);
+                        pending -= end + 4;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn main() {
+    let origin = origin();
+    let toml = format!(
+        "[global]\nworkers = 1\nbuffer_size = \"16KiB\"\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be\"\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n"
+    );
+    let config = tollgate::config::parse(&toml, "bench").expect("config");
+    let sockets = tollgate::listener::bind_all(&config).expect("bind");
+    let running = tollgate::runtime::start(Arc::new(config), sockets).expect("start");
+    let addr = running.local_addr("fe").expect("addr");
+    let mut c = TcpStream::connect(addr).expect("connect");
+    let mut buf = [0u8; 1024];
+    let mut request = |c: &mut TcpStream| {
+        c.write_all(REQUEST).expect("write");
+        let mut got = 0;
+        while got < RESPONSE.len() {
+            got += c.read(&mut buf[got..]).expect("read");
+        }
+    };
+    for _ in 0..2_000 {
+        request(&mut c);
+    }
+    const N: u64 = 20_000;
+    let before = tollgate_sys::alloc_count::allocations();
+    for _ in 0..N {
+        request(&mut c);
+    }
+    let allocs = tollgate_sys::alloc_count::allocations() - before;
+    println!(
+        "heap allocations per keep-alive request (proxy, steady state): {:.3} ({allocs} in {N} requests)",
+        allocs as f64 / N as f64
+    );
+    running.hard_stop();
+    let _ = running.join();
+}
