@@ -4,6 +4,7 @@
 //! to allocate nothing per request (fixed buffers, blocking std sockets), so whatever the
 //! counter shows during the measured window is the proxy's. Run:
 //!   cargo bench -p tollgate --bench proxy_allocs
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // a benchmark may panic
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
