@@ -7,11 +7,13 @@
 
 pub mod limits;
 pub mod stats;
+pub mod watchdog;
 pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
@@ -44,10 +46,31 @@ pub struct Running {
     phase: watch::Sender<Phase>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     bound: Vec<(usize, SocketAddr)>,
+    /// Dropped after the workers are joined (it stops the watchdog thread).
+    _watchdog: Option<watchdog::Handle>,
+}
+
+/// Knobs for `start_with` beyond the config.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Test hook (`TOLLGATE_DEBUG_SPIN_AFTER_MS`): worker thread 0 spins forever this long
+    /// after it starts, for the watchdog tests.
+    pub debug_spin_after: Option<Duration>,
 }
 
 /// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
 pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<Running> {
+    start_with(config, sockets, StartOptions::default())
+}
+
+/// `start` with options; also starts the watchdog when `config.watchdog.enabled`.
+pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: StartOptions) -> std::io::Result<Running> {
+    let watch = config.watchdog;
+    let registry = watch.enabled.then(|| Arc::new(watchdog::Registry::default()));
+    let watchdog = match &registry {
+        Some(r) => Some(watchdog::start(Arc::clone(r), watch)?),
+        None => None,
+    };
     let workers = config.global.workers.max(1);
     let shared = Arc::new(Shared {
         backends: config.backends.iter().map(BackendState::new).collect(),
@@ -83,6 +106,8 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
             },
             inbox: receivers.pop().ok_or_else(|| std::io::Error::other("missing inbox"))?,
             dispatcher: dispatcher.clone(),
+            watchdog: registry.clone().map(|r| (r, watchdog::tick(&watch))),
+            debug_spin_after: options.debug_spin_after.filter(|_| id == 0),
         };
         let (shared, phase_rx) = (Arc::clone(&shared), phase_rx.clone());
         let handle = std::thread::Builder::new()
@@ -95,6 +120,7 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
         phase,
         threads,
         bound,
+        _watchdog: watchdog,
     })
 }
 
@@ -123,8 +149,8 @@ impl Running {
     }
 
     /// Waits for every worker to return.
-    pub fn join(self) -> std::io::Result<()> {
-        for t in self.threads {
+    pub fn join(mut self) -> std::io::Result<()> {
+        for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| std::io::Error::other("a worker thread panicked"))??;
         }

@@ -108,6 +108,10 @@ pub struct WorkerPlan {
     pub shared_sockets: Vec<BoundSocket>,
     pub inbox: mpsc::UnboundedReceiver<Handoff>,
     pub dispatcher: Dispatcher,
+    /// Where to register this thread for the watchdog, and the progress tick period.
+    pub watchdog: Option<(Arc<super::watchdog::Registry>, std::time::Duration)>,
+    /// Test hook: spin forever this long after starting (see `StartOptions`).
+    pub debug_spin_after: Option<std::time::Duration>,
 }
 
 /// The body of a worker thread: serve until told to stop, drain, return.
@@ -115,8 +119,38 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build_local(Default::default())?;
+    let registration = match &plan.watchdog {
+        Some((registry, _)) => Some(registry.register(plan.id)?),
+        None => None,
+    };
     rt.block_on(async move {
         let ctx = WorkerCtx::new(plan.id, shared, phase);
+        if let (Some(reg), Some((_, period))) = (&registration, plan.watchdog) {
+            // Progress for the watchdog: this runs only when the scheduler gets back to its
+            // run queue, so it stands still while one task hogs the thread.
+            let watched = Arc::clone(&reg.watched);
+            tokio::task::spawn_local(async move {
+                let mut ticks = tokio::time::interval(period);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    watched.bump();
+                }
+            });
+        }
+        if let Some(after) = plan.debug_spin_after {
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(after).await;
+                tracing::warn!(
+                    worker = plan.id,
+                    "debug hook TOLLGATE_DEBUG_SPIN_AFTER_MS: spinning this thread forever"
+                );
+                let mut x = 0u64;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            });
+        }
         for sock in plan.own_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
             tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None));
