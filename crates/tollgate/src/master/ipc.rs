@@ -10,6 +10,7 @@
 //!                   "stop"        soft stop: stop accepting, finish in-flight, exit
 //!                   "hard-stop"   close everything, exit
 //! worker → master:  "ready"       serving (accept loops running)
+//!                   "draining"    after "stop": accept loops gone, in-flight sessions finishing
 //!                   "failed\n" MESSAGE
 //! ```
 //!
@@ -33,6 +34,8 @@ pub enum ToWorker {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToMaster {
     Ready,
+    /// Soft-stopping: no longer accepting (its listener duplicates are closed).
+    Draining,
     Failed(String),
 }
 
@@ -67,6 +70,7 @@ impl ToMaster {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             ToMaster::Ready => b"ready".to_vec(),
+            ToMaster::Draining => b"draining".to_vec(),
             ToMaster::Failed(msg) => format!("failed\n{msg}").into_bytes(),
         }
     }
@@ -76,6 +80,7 @@ impl ToMaster {
         let (verb, rest) = text.split_once('\n').unwrap_or((text, ""));
         match verb {
             "ready" => Ok(ToMaster::Ready),
+            "draining" => Ok(ToMaster::Draining),
             "failed" => Ok(ToMaster::Failed(rest.to_string())),
             _ => Err(bad("unknown message to master")),
         }
@@ -166,7 +171,11 @@ mod tests {
             assert_eq!(&ToWorker::decode(&body).unwrap(), m);
         }
         assert!(read_frame(&mut r).unwrap().is_none());
-        for m in [ToMaster::Ready, ToMaster::Failed("bind: in use\nline 2".into())] {
+        for m in [
+            ToMaster::Ready,
+            ToMaster::Draining,
+            ToMaster::Failed("bind: in use\nline 2".into()),
+        ] {
             assert_eq!(ToMaster::decode(&m.encode()).unwrap(), m);
         }
         assert!(ToMaster::decode(b"bogus").is_err());

@@ -44,6 +44,8 @@ use sockets::{Plan, SocketTable};
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long past `hard_stop_after` the master waits for a stopping worker before SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// Longest a reload waits for the old generation to confirm it stopped accepting.
+pub const DRAIN_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GenState {
@@ -78,6 +80,7 @@ struct Generation {
 
 enum Event {
     Ready(u64),
+    Draining(u64),
     Failed(u64, String),
     Exited(u64, Option<ExitStatus>),
 }
@@ -350,7 +353,9 @@ impl Master {
         self.text = text;
         self.plan = plan;
         let stopping = self.stop_all_but(id).await;
+        self.await_draining(&stopping, events).await;
         self.release_sockets();
+        let stopping = stopping.len();
         let pid = self.gens.iter().find(|g| g.id == id).map_or(0, |g| g.pid);
         let took = began.elapsed();
         tracing::info!(generation = id, pid, ?took, stopping, "reload done");
@@ -363,10 +368,31 @@ impl Master {
         }
     }
 
-    /// Tells every generation but `keep` to soft-stop; returns how many were told.
-    async fn stop_all_but(&mut self, keep: u64) -> usize {
+    /// Handles events until every generation of `ids` said it stopped accepting (or exited),
+    /// at most `DRAIN_ACK_TIMEOUT`: once a reload answers, only the new generation accepts.
+    async fn await_draining(&mut self, ids: &[u64], events: &mut mpsc::UnboundedReceiver<Event>) {
+        let mut waiting: Vec<u64> = ids.to_vec();
+        let deadline = Instant::now() + DRAIN_ACK_TIMEOUT;
+        while !waiting.is_empty() {
+            tokio::select! {
+                Some(ev) = events.recv() => {
+                    if let Event::Draining(i) | Event::Exited(i, _) = &ev {
+                        waiting.retain(|w| w != i);
+                    }
+                    self.on_event(ev);
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(generations = ?waiting, "old generation(s) did not confirm they stopped accepting");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Tells every generation but `keep` to soft-stop; returns their ids.
+    async fn stop_all_but(&mut self, keep: u64) -> Vec<u64> {
         let hard_stop_after = self.config.timeouts.hard_stop_after;
-        let mut n = 0;
+        let mut told = Vec::new();
         for g in self
             .gens
             .iter_mut()
@@ -384,9 +410,9 @@ impl Master {
             }
             g.state = GenState::Stopping;
             g.stop = Some((Instant::now(), hard_stop_after));
-            n += 1;
+            told.push(g.id);
         }
-        n
+        told
     }
 
     fn on_event(&mut self, ev: Event) {
@@ -401,6 +427,7 @@ impl Master {
                     tracing::info!(generation = id, pid = g.pid, "worker serving");
                 }
             }
+            Event::Draining(id) => tracing::debug!(generation = id, "stopped accepting"),
             Event::Failed(id, msg) => tracing::error!(generation = id, "worker failed to start: {msg}"),
             Event::Exited(id, status) => {
                 let Some(pos) = self.gens.iter().position(|g| g.id == id) else {
@@ -548,6 +575,9 @@ async fn watch(
         match ToMaster::decode(&body) {
             Ok(ToMaster::Ready) => {
                 let _ = events.send(Event::Ready(id));
+            }
+            Ok(ToMaster::Draining) => {
+                let _ = events.send(Event::Draining(id));
             }
             Ok(ToMaster::Failed(msg)) => {
                 let _ = events.send(Event::Failed(id, msg));

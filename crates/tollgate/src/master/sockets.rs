@@ -119,7 +119,8 @@ impl SocketTable {
             }
         }
         for (key, e) in fresh {
-            if key.ends_with("#0") || key.ends_with("#shared") {
+            let which = key.rsplit('#').next().and_then(|w| w.split('~').next());
+            if matches!(which, Some("0" | "shared")) {
                 tracing::info!(key = %key, addr = %e.local, "listening");
             }
             self.entries.insert(key, e);

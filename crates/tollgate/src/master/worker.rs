@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -49,10 +49,20 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
         Err(e) => return Err(fail(&mut chan, e.to_string())),
     };
     let hard_stop_after = config.timeouts.hard_stop_after;
+    let listeners = sockets.len();
     let running = match runtime::start_with(Arc::new(config), sockets, options) {
         Ok(r) => r,
         Err(e) => return Err(fail(&mut chan, format!("starting workers: {e}"))),
     };
+    // READY means serving: every accept loop is running.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running.accepting() < listeners {
+        if Instant::now() > deadline || running.is_finished() {
+            running.hard_stop();
+            return Err(fail(&mut chan, "worker threads did not start accepting".into()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     ipc::write_frame(&mut chan, &ToMaster::Ready.encode()).map_err(internal("say ready"))?;
     tracing::info!(generation, pid = std::process::id(), "worker ready");
 
@@ -93,6 +103,7 @@ fn master_messages(chan: UnixStream) -> Result<tokio::sync::mpsc::UnboundedRecei
 
 /// Serves until told to stop, then stops within `hard_stop_after`.
 async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop_after: Duration) -> Result<()> {
+    let mut to_master = chan.try_clone().map_err(internal("socketpair"))?;
     let mut from_master = master_messages(chan)?;
     let sig = |kind| signal(kind).map_err(internal("signal handler"));
     let (mut term, mut int, mut hup) = (
@@ -129,6 +140,11 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
     );
     running.soft_stop();
     let deadline = tokio::time::Instant::now() + hard_stop_after;
+    // Tell the master once no accept loop runs: from then on only newer generations accept.
+    while running.accepting() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = ipc::write_frame(&mut to_master, &ToMaster::Draining.encode());
     while !running.is_finished() {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {

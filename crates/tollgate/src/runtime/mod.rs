@@ -12,6 +12,7 @@ pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -46,6 +47,8 @@ pub struct Running {
     phase: watch::Sender<Phase>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     bound: Vec<(usize, SocketAddr)>,
+    /// Accept loops still running (each drops its listener when it returns).
+    accepting: Arc<AtomicUsize>,
     /// Dropped after the workers are joined (it stops the watchdog thread).
     _watchdog: Option<watchdog::Handle>,
 }
@@ -94,6 +97,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
             None => shared_sockets.push(s),
         }
     }
+    let accepting = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::with_capacity(workers);
     for (id, own_sockets) in own.into_iter().enumerate().rev() {
         let plan = worker::WorkerPlan {
@@ -108,6 +112,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
             dispatcher: dispatcher.clone(),
             watchdog: registry.clone().map(|r| (r, watchdog::tick(&watch))),
             debug_spin_after: options.debug_spin_after.filter(|_| id == 0),
+            accepting: Arc::clone(&accepting),
         };
         let (shared, phase_rx) = (Arc::clone(&shared), phase_rx.clone());
         let handle = std::thread::Builder::new()
@@ -120,6 +125,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         phase,
         threads,
         bound,
+        accepting,
         _watchdog: watchdog,
     })
 }
@@ -138,6 +144,12 @@ impl Running {
     pub fn local_addr(&self, frontend: &str) -> Option<SocketAddr> {
         let idx = self.shared.config.frontends.iter().position(|f| f.name == frontend)?;
         self.bound.iter().find(|(fe, _)| *fe == idx).map(|(_, a)| *a)
+    }
+
+    /// Accept loops still running; 0 once a stopping generation accepts no more connections
+    /// (its duplicates of the listening sockets are closed).
+    pub fn accepting(&self) -> usize {
+        self.accepting.load(Ordering::SeqCst)
     }
 
     pub fn soft_stop(&self) {

@@ -112,6 +112,24 @@ pub struct WorkerPlan {
     pub watchdog: Option<(Arc<super::watchdog::Registry>, std::time::Duration)>,
     /// Test hook: spin forever this long after starting (see `StartOptions`).
     pub debug_spin_after: Option<std::time::Duration>,
+    /// Count of running accept loops, process-wide (see `Running::accepting`).
+    pub accepting: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts one running accept loop; uncounted when the loop (and its listener) is dropped.
+struct Accepting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Accepting {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Accepting(Arc::clone(count))
+    }
+}
+
+impl Drop for Accepting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The body of a worker thread: serve until told to stop, drain, return.
@@ -153,12 +171,22 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
         }
         for sock in plan.own_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
-            tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None));
+            let counted = Accepting::new(&plan.accepting);
+            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None);
+            tokio::task::spawn_local(async move {
+                accepting.await;
+                drop(counted);
+            });
         }
         for sock in plan.shared_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
             let d = plan.dispatcher.clone();
-            tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d)));
+            let counted = Accepting::new(&plan.accepting);
+            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d));
+            tokio::task::spawn_local(async move {
+                accepting.await;
+                drop(counted);
+            });
         }
         let inbox = tokio::task::spawn_local(accept::inbox_loop(Rc::clone(&ctx), plan.inbox));
         ctx.stopping().await;
