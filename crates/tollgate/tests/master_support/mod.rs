@@ -18,9 +18,13 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
+        TempDir::under(&std::env::temp_dir(), tag)
+    }
+
+    pub fn under(base: &Path, tag: &str) -> TempDir {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::SeqCst);
-        let d = std::env::temp_dir().join(format!("tg-{tag}-{}-{n}", std::process::id()));
+        let d = base.join(format!("tg-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         TempDir(d)
@@ -57,9 +61,14 @@ pub fn global(dir: &Path, extra: &str) -> String {
 impl Master {
     /// Starts `tollgate run` on `config_text` (use `global()` for its `[global]` table).
     pub fn start(dir: TempDir, config_text: &str, env: &[(&str, &str)]) -> Master {
+        Master::start_bin(Path::new(BIN), dir, config_text, env)
+    }
+
+    /// `start` running the master from `bin`.
+    pub fn start_bin(bin: &Path, dir: TempDir, config_text: &str, env: &[(&str, &str)]) -> Master {
         let config = dir.0.join("tollgate.toml");
         std::fs::write(&config, config_text).unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin);
         cmd.args(["run", "--config"])
             .arg(&config)
             .current_dir(&dir.0)
