@@ -115,3 +115,28 @@ fn binds_added_listen_and_binds_removed_close() {
     }
     assert_eq!(read_greeting(master.addr).unwrap(), "A");
 }
+
+#[test]
+fn reload_without_a_master_says_so_and_a_second_master_is_refused() {
+    let dir = TempDir::new("reload-none");
+    let out = std::process::Command::new(master_support::BIN)
+        .args(["reload", "--socket"])
+        .arg(dir.0.join("nobody.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("connect to the master"));
+
+    // A second master on the same control socket refuses to start.
+    let a = named("A");
+    let config = tcp_config(&global(&dir.0, ""), &[("a", a.addr, 1)]);
+    let master = Master::start(dir, &config, &[]);
+    let second = std::process::Command::new(master_support::BIN)
+        .args(["run", "--config"])
+        .arg(&master.config)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("in use by another master"));
+    assert_eq!(read_greeting(master.addr).unwrap(), "A");
+}

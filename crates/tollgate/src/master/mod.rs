@@ -156,6 +156,10 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
                 tokio::task::spawn_local(control::serve(listener, requests_tx));
                 true
             }
+            // Two masters on one control socket would be two masters on one config.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(Error::io(Side::Internal, "control socket", e));
+            }
             Err(e) => {
                 tracing::warn!(path = %control_path.display(), error = %e, "no control socket: reload with SIGHUP");
                 false
@@ -244,6 +248,7 @@ impl Master {
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .spawn()?;
         let pid = child.id().unwrap_or(0);
+        tracing::info!(generation = id, pid, "worker started");
         let handoff = || -> std::io::Result<()> {
             ours.set_write_timeout(Some(Duration::from_secs(10)))?;
             tollgate_sys::fdpass::send_listeners(ours.as_fd(), &self.sockets.labelled(plan)?)?;
@@ -271,7 +276,6 @@ impl Master {
         };
         let (rd, wr) = chan.into_split();
         tokio::task::spawn_local(watch(id, child, rd, self.events.clone()));
-        tracing::info!(generation = id, pid, "worker started");
         self.gens.push(Generation {
             id,
             pid,
