@@ -109,3 +109,29 @@ fn twenty_reloads_leave_master_fds_and_rss_flat() {
         "master RSS grew: {rss1} KiB -> {rss20} KiB"
     );
 }
+
+#[test]
+fn stopping_generation_closes_leftovers_after_hard_stop_after() {
+    let origin = origin(echo);
+    let dir = TempDir::new("sup-hard");
+    let g = format!("{}[timeouts]\nhard_stop_after = \"1s\"\n", global(&dir.0, ""));
+    let master = Master::start(dir, &tcp_config(&g, &[("o", origin.addr, 1)]), &[]);
+    let mut idle = TcpStream::connect(master.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    idle.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    idle.read_exact(&mut b).unwrap();
+    master.reload_ok();
+    let reloaded = Instant::now();
+    // The idle relay of generation 1 is closed at hard_stop_after, not before.
+    let n = idle.read(&mut b).unwrap_or(0);
+    let closed_after = reloaded.elapsed();
+    assert_eq!(n, 0);
+    assert!(
+        closed_after >= Duration::from_millis(900) && closed_after < Duration::from_secs(4),
+        "{closed_after:?}"
+    );
+    let (generation, _, _) = master.wait_single_generation(Duration::from_secs(5));
+    assert_eq!(generation, 2);
+    exchange(master.addr, b"new generation").unwrap();
+}

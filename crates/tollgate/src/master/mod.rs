@@ -74,8 +74,10 @@ struct Generation {
     /// The sockets it was given (kept open while it lives).
     plan: Plan,
     started: Instant,
-    /// When it was told to stop, and the `hard_stop_after` of its config.
-    stop: Option<(Instant, Duration)>,
+    /// `timeouts.hard_stop_after` of the config it runs.
+    hard_stop_after: Duration,
+    /// When it was told to stop.
+    stop: Option<Instant>,
 }
 
 enum Event {
@@ -283,6 +285,7 @@ impl Master {
             to_worker: wr,
             plan: plan.clone(),
             started: Instant::now(),
+            hard_stop_after: config.timeouts.hard_stop_after,
             stop: None,
         });
         Ok(id)
@@ -395,7 +398,6 @@ impl Master {
 
     /// Tells every generation but `keep` to soft-stop; returns their ids.
     async fn stop_all_but(&mut self, keep: u64) -> Vec<u64> {
-        let hard_stop_after = self.config.timeouts.hard_stop_after;
         let mut told = Vec::new();
         for g in self
             .gens
@@ -413,7 +415,7 @@ impl Master {
                 kill(g.pid);
             }
             g.state = GenState::Stopping;
-            g.stop = Some((Instant::now(), hard_stop_after));
+            g.stop = Some(Instant::now());
             told.push(g.id);
         }
         told
@@ -481,7 +483,7 @@ impl Master {
         let now = Instant::now();
         for g in &self.gens {
             let late = match (g.state, g.stop) {
-                (GenState::Stopping, Some((at, hard))) => now > at + hard + KILL_GRACE,
+                (GenState::Stopping, Some(at)) => now > at + g.hard_stop_after + KILL_GRACE,
                 (GenState::Starting, _) => now > g.started + READY_TIMEOUT + KILL_GRACE,
                 _ => false,
             };
