@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors).
 //! - [`runtime`]: one current_thread tokio runtime per worker thread, shutdown, limits.
+//! - [`master`]: the master process (owns the sockets, reloads, supervises) and the worker
+//!   process side of the socket handoff.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept budgets.
 //! - [`proxy`]: a client connection's life: pick a server, connect, relay.
 //! - [`balance`]: load-balancing algorithms behind one trait, registered by name.
@@ -20,6 +22,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod listener;
+pub mod master;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;

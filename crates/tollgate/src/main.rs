@@ -15,10 +15,13 @@ Examples:
   tollgate                                  run the embedded demo (127.0.0.1:8080 -> two built-in origins)
   tollgate run --config /etc/tollgate/tollgate.toml
   tollgate check --config tollgate.toml     validate a config; exit 2 with FILE:LINE:COL on error
+  tollgate reload --config tollgate.toml    reload a running master (or: kill -HUP <master pid>)
   RUST_LOG=tollgate=debug tollgate run      per-connection events and counters
 
 Without --config, `run` reads ./tollgate.toml, then /etc/tollgate/tollgate.toml, and
-otherwise runs the embedded default.";
+otherwise runs the embedded default. With a config file, `run` starts a master process that
+owns the sockets and runs the proxy in a worker process it can reload without closing a
+socket; --no-master (or `[global] master = false`) serves from one process.";
 
 #[derive(Parser)]
 #[command(name = "tollgate", version, about = "A reverse proxy and load balancer (TCP and HTTP).", after_help = EXAMPLES)]
@@ -36,6 +39,28 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Ask the running master to reload its config file; waits for the outcome
+    /// (exit 0: the new generation serves; exit 2: refused, the old one keeps serving).
+    Reload(ControlArgs),
+    /// Show the running master's worker generations.
+    Status(ControlArgs),
+    /// Internal: a worker process started by the master (stdin is its socketpair).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        generation: u64,
+    },
+}
+
+#[derive(clap::Args)]
+struct ControlArgs {
+    /// The master's control socket (default: `global.control_socket` of --config, else
+    /// /run/tollgate/tollgate.sock).
+    #[arg(long, short)]
+    socket: Option<PathBuf>,
+    /// The config file the master runs (only read for `global.control_socket`).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Default)]
@@ -43,7 +68,7 @@ struct RunArgs {
     /// Config file (TOML).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// Serve from this process, without a master (today the only model; kept for scripts).
+    /// Serve from this process, without a master (no reload; for debugging and tests).
     #[arg(long)]
     no_master: bool,
 }
@@ -52,6 +77,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { config }) => check(&config),
+        Some(Command::Reload(args)) => control(&args, "reload"),
+        Some(Command::Status(args)) => control(&args, "status"),
+        Some(Command::Worker { generation }) => report(worker(generation)),
         Some(Command::Run(args)) => report(run(args)),
         None => report(run(RunArgs::default())),
     }
@@ -80,6 +108,48 @@ fn check(path: &Path) -> ExitCode {
     }
 }
 
+fn control(args: &ControlArgs, command: &str) -> ExitCode {
+    let path = tollgate::master::control::client_path(args.socket.clone(), args.config.as_deref());
+    match tollgate::master::control::request(&path, command) {
+        Ok(reply) if reply.ok => {
+            println!("{}", reply.text);
+            ExitCode::SUCCESS
+        }
+        Ok(reply) => {
+            eprintln!("tollgate: {command} refused:\n{}", reply.text);
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("tollgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Test hook, read once at worker start: spin worker thread 0 this many ms after it starts
+/// (first generation only, so the restarted worker serves). See docs/reload.md.
+fn debug_options(generation: u64) -> runtime::StartOptions {
+    let spin = std::env::var("TOLLGATE_DEBUG_SPIN_AFTER_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|_| generation == 1)
+        .map(Duration::from_millis);
+    if let Some(after) = spin {
+        tracing::warn!(
+            ?after,
+            "TOLLGATE_DEBUG_SPIN_AFTER_MS is set: a worker thread will spin (test hook)"
+        );
+    }
+    runtime::StartOptions { debug_spin_after: spin }
+}
+
+fn worker(generation: u64) -> anyhow::Result<()> {
+    init_logging();
+    runtime::limits::nofile_limit();
+    tollgate::master::worker::run(generation, debug_options(generation))?;
+    Ok(())
+}
+
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -94,11 +164,17 @@ fn init_logging() {
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     init_logging();
-    let _ = args.no_master;
     let fd_limit = runtime::limits::nofile_limit();
     let mut _demo_origins = None;
     let config = match find_config(args.config) {
-        Some(path) => config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?,
+        Some(path) => {
+            let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+            if config.global.master && !args.no_master {
+                tollgate::master::run(&path)?;
+                return Ok(());
+            }
+            config
+        }
         None => {
             let origins = tollgate::origin::spawn(&["origin-a", "origin-b"]).context("starting demo origins")?;
             let (a, b) = match origins.addrs.as_slice() {
@@ -111,6 +187,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 "no config file found (./tollgate.toml, /etc/tollgate/tollgate.toml): running the embedded default"
             );
             tracing::info!("demo origins origin-a on {a} and origin-b on {b}; try: curl http://{bind}/ (twice)");
+            tracing::info!("the embedded default runs in one process (no master, no reload)");
             _demo_origins = Some(origins);
             config
         }
@@ -140,12 +217,13 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
         }
     }
     let hard_stop_after = config.timeouts.hard_stop_after;
-    let running = runtime::start(Arc::clone(&config), sockets).context("starting workers")?;
+    let running = runtime::start_with(Arc::clone(&config), sockets, debug_options(1)).context("starting workers")?;
     let signals = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     signals.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
         let mut stats_tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
@@ -159,6 +237,7 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
                     running.hard_stop();
                     break;
                 }
+                _ = hup.recv() => tracing::warn!("SIGHUP ignored: reloading needs the master (run without --no-master)"),
                 _ = stats_tick.tick() => {
                     if tracing::enabled!(tracing::Level::DEBUG) {
                         let s = running.stats();

@@ -20,6 +20,8 @@ pub struct ConfigFile {
     #[serde(default)]
     pub http: HttpSection,
     #[serde(default)]
+    pub watchdog: WatchdogSection,
+    #[serde(default)]
     pub frontend: Vec<FrontendSection>,
     #[serde(default)]
     pub backend: Vec<BackendSection>,
@@ -35,6 +37,20 @@ pub struct GlobalSection {
     pub buffer_budget: Option<Spanned<ByteSize>>,
     pub backlog: Option<u32>,
     pub max_accept_rate: Option<u32>,
+    /// Run a master process that owns the sockets and supervises worker generations.
+    pub master: Option<bool>,
+    /// The master's Unix control socket (`tollgate reload` talks to it).
+    pub control_socket: Option<Spanned<String>>,
+}
+
+/// `[watchdog]`: per-worker-thread stall detection.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchdogSection {
+    pub enabled: Option<bool>,
+    pub warn_after: Option<Spanned<DurationValue>>,
+    pub abort_after: Option<Spanned<DurationValue>>,
+    pub no_progress_after: Option<Spanned<DurationValue>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,7 +13,7 @@ mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts};
+pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watchdog};
 pub use validate::default_maxconn;
 
 /// One problem in a config file, positioned at the value (or key) at fault.

@@ -24,6 +24,7 @@ pub struct Config {
     pub global: Global,
     pub timeouts: Timeouts,
     pub http: Http,
+    pub watchdog: Watchdog,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
 }
@@ -40,6 +41,36 @@ pub struct Global {
     pub backlog: u32,
     /// New connections accepted per second, process-wide; 0 = unlimited.
     pub max_accept_rate: u32,
+    /// Serve from worker processes under a master (`false` = one process, no reload).
+    pub master: bool,
+    /// The master's control socket (Unix stream socket).
+    pub control_socket: PathBuf,
+}
+
+/// Where the master listens for `tollgate reload` unless `global.control_socket` says otherwise.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/tollgate/tollgate.sock";
+
+/// Stall detection for worker threads (see `runtime::watchdog`).
+#[derive(Debug, Clone, Copy)]
+pub struct Watchdog {
+    pub enabled: bool,
+    /// CPU time a thread may burn without scheduler progress before a warning.
+    pub warn_after: Duration,
+    /// CPU time without progress after which the worker aborts (the master restarts it).
+    pub abort_after: Duration,
+    /// Wall-clock time without progress (and without burning CPU) before a warning.
+    pub no_progress_after: Duration,
+}
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Watchdog {
+            enabled: true,
+            warn_after: Duration::from_millis(100),
+            abort_after: Duration::from_secs(1),
+            no_progress_after: Duration::from_secs(5),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

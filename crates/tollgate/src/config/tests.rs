@@ -167,3 +167,36 @@ fn host_patterns() {
     assert!(wild.matches("x.example") && !wild.matches("example") && !wild.matches("a.b.example"));
     assert!(HostPattern::parse("*.").is_none() && HostPattern::parse("a..b").is_none());
 }
+
+#[test]
+fn master_and_watchdog_keys() {
+    let c = parse(GOOD, "t.toml").expect("valid");
+    assert!(c.global.master);
+    assert_eq!(
+        c.global.control_socket,
+        std::path::PathBuf::from(model::DEFAULT_CONTROL_SOCKET)
+    );
+    assert!(c.watchdog.enabled);
+    assert_eq!(c.watchdog.warn_after, std::time::Duration::from_millis(100));
+    assert_eq!(c.watchdog.abort_after, std::time::Duration::from_secs(1));
+
+    let src = GOOD.replace(
+        "[global]\n",
+        "[global]\nmaster = false\ncontrol_socket = \"/tmp/t.sock\"\n",
+    ) + "[watchdog]\nwarn_after = \"50ms\"\nabort_after = \"2s\"\nno_progress_after = \"10s\"\n";
+    let c = parse(&src, "t.toml").expect("valid");
+    assert!(!c.global.master);
+    assert_eq!(c.global.control_socket, std::path::PathBuf::from("/tmp/t.sock"));
+    assert_eq!(c.watchdog.warn_after, std::time::Duration::from_millis(50));
+    assert_eq!(c.watchdog.no_progress_after, std::time::Duration::from_secs(10));
+
+    let e = first_error(&format!("{GOOD}[watchdog]\nwarn_after = \"2s\"\n"));
+    assert_eq!(e.key, "watchdog.abort_after", "{e}");
+    let e = first_error(&format!("{GOOD}[watchdog]\nabort_after = \"1ms\"\n"));
+    assert!(e.message.contains("at least 10ms"), "{e}");
+    let long = "x".repeat(120);
+    let e = first_error(&GOOD.replace("[global]\n", &format!("[global]\ncontrol_socket = \"{long}\"\n")));
+    assert_eq!((e.key.as_str(), e.line), ("global.control_socket", 3), "{e}");
+    let e = first_error(&format!("{GOOD}[watchdog]\nwarn_aftr = \"1s\"\n"));
+    assert!(e.key.contains("warn_aftr"), "{e}");
+}

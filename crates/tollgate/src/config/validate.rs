@@ -42,6 +42,7 @@ impl<'a> Validator<'a> {
         let global = self.global(&file);
         let timeouts = self.timeouts(&file);
         let http = self.http(&file);
+        let watchdog = self.watchdog(&file);
         let backends = self.backends(&file);
         let frontends = self.frontends(&file, &backends);
         if !self.errors.is_empty() {
@@ -52,6 +53,7 @@ impl<'a> Validator<'a> {
             global,
             timeouts,
             http,
+            watchdog,
             frontends,
             backends,
         })
@@ -110,7 +112,60 @@ impl<'a> Validator<'a> {
             buffer_budget: buffer_budget.max(floor),
             backlog: g.backlog.unwrap_or(DEFAULT_BACKLOG),
             max_accept_rate: g.max_accept_rate.unwrap_or(0),
+            master: g.master.unwrap_or(true),
+            control_socket: self.control_socket(g.control_socket.as_ref()),
         }
+    }
+
+    fn control_socket(&mut self, path: Option<&Spanned<String>>) -> std::path::PathBuf {
+        let Some(path) = path else {
+            return DEFAULT_CONTROL_SOCKET.into();
+        };
+        // sun_path holds 108 bytes including the terminating NUL.
+        let p = path.get_ref();
+        if p.is_empty() || p.len() > 107 {
+            self.err(
+                path.span(),
+                "global.control_socket".into(),
+                "must be a path of 1 to 107 bytes".into(),
+            );
+        }
+        p.into()
+    }
+
+    fn watchdog(&mut self, file: &ConfigFile) -> Watchdog {
+        let w = &file.watchdog;
+        let mut out = Watchdog {
+            enabled: w.enabled.unwrap_or(true),
+            ..Watchdog::default()
+        };
+        let fields = [
+            ("warn_after", &w.warn_after, &mut out.warn_after),
+            ("abort_after", &w.abort_after, &mut out.abort_after),
+            ("no_progress_after", &w.no_progress_after, &mut out.no_progress_after),
+        ];
+        for (key, value, slot) in fields {
+            if let Some(v) = value {
+                if v.get_ref().0 < std::time::Duration::from_millis(10) {
+                    self.err(v.span(), format!("watchdog.{key}"), "must be at least 10ms".into());
+                } else {
+                    *slot = v.get_ref().0;
+                }
+            }
+        }
+        if out.abort_after <= out.warn_after {
+            let span = w
+                .abort_after
+                .as_ref()
+                .or(w.warn_after.as_ref())
+                .map_or(0..0, |v| v.span());
+            self.err(
+                span,
+                "watchdog.abort_after".into(),
+                format!("must be greater than warn_after ({:?})", out.warn_after),
+            );
+        }
+        out
     }
 
     fn timeouts(&mut self, file: &ConfigFile) -> Timeouts {

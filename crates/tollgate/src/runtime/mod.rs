@@ -7,11 +7,14 @@
 
 pub mod limits;
 pub mod stats;
+pub mod watchdog;
 pub mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
@@ -44,10 +47,33 @@ pub struct Running {
     phase: watch::Sender<Phase>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     bound: Vec<(usize, SocketAddr)>,
+    /// Accept loops still running (each drops its listener when it returns).
+    accepting: Arc<AtomicUsize>,
+    /// Dropped after the workers are joined (it stops the watchdog thread).
+    _watchdog: Option<watchdog::Handle>,
+}
+
+/// Knobs for `start_with` beyond the config.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Test hook (`TOLLGATE_DEBUG_SPIN_AFTER_MS`): worker thread 0 spins forever this long
+    /// after it starts, for the watchdog tests.
+    pub debug_spin_after: Option<Duration>,
 }
 
 /// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
 pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<Running> {
+    start_with(config, sockets, StartOptions::default())
+}
+
+/// `start` with options; also starts the watchdog when `config.watchdog.enabled`.
+pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: StartOptions) -> std::io::Result<Running> {
+    let watch = config.watchdog;
+    let registry = watch.enabled.then(|| Arc::new(watchdog::Registry::default()));
+    let watchdog = match &registry {
+        Some(r) => Some(watchdog::start(Arc::clone(r), watch)?),
+        None => None,
+    };
     let workers = config.global.workers.max(1);
     let shared = Arc::new(Shared {
         backends: config.backends.iter().map(BackendState::new).collect(),
@@ -71,6 +97,7 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
             None => shared_sockets.push(s),
         }
     }
+    let accepting = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::with_capacity(workers);
     for (id, own_sockets) in own.into_iter().enumerate().rev() {
         let plan = worker::WorkerPlan {
@@ -83,6 +110,9 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
             },
             inbox: receivers.pop().ok_or_else(|| std::io::Error::other("missing inbox"))?,
             dispatcher: dispatcher.clone(),
+            watchdog: registry.clone().map(|r| (r, watchdog::tick(&watch))),
+            debug_spin_after: options.debug_spin_after.filter(|_| id == 0),
+            accepting: Arc::clone(&accepting),
         };
         let (shared, phase_rx) = (Arc::clone(&shared), phase_rx.clone());
         let handle = std::thread::Builder::new()
@@ -95,6 +125,8 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
         phase,
         threads,
         bound,
+        accepting,
+        _watchdog: watchdog,
     })
 }
 
@@ -114,6 +146,12 @@ impl Running {
         self.bound.iter().find(|(fe, _)| *fe == idx).map(|(_, a)| *a)
     }
 
+    /// Accept loops still running; 0 once a stopping generation accepts no more connections
+    /// (its duplicates of the listening sockets are closed).
+    pub fn accepting(&self) -> usize {
+        self.accepting.load(Ordering::SeqCst)
+    }
+
     pub fn soft_stop(&self) {
         let _ = self.phase.send(Phase::SoftStop);
     }
@@ -123,8 +161,8 @@ impl Running {
     }
 
     /// Waits for every worker to return.
-    pub fn join(self) -> std::io::Result<()> {
-        for t in self.threads {
+    pub fn join(mut self) -> std::io::Result<()> {
+        for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| std::io::Error::other("a worker thread panicked"))??;
         }

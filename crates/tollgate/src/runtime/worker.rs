@@ -112,6 +112,28 @@ pub struct WorkerPlan {
     pub shared_sockets: Vec<BoundSocket>,
     pub inbox: mpsc::UnboundedReceiver<Handoff>,
     pub dispatcher: Dispatcher,
+    /// Where to register this thread for the watchdog, and the progress tick period.
+    pub watchdog: Option<(Arc<super::watchdog::Registry>, std::time::Duration)>,
+    /// Test hook: spin forever this long after starting (see `StartOptions`).
+    pub debug_spin_after: Option<std::time::Duration>,
+    /// Count of running accept loops, process-wide (see `Running::accepting`).
+    pub accepting: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts one running accept loop; uncounted when the loop (and its listener) is dropped.
+struct Accepting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Accepting {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Accepting(Arc::clone(count))
+    }
+}
+
+impl Drop for Accepting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The body of a worker thread: serve until told to stop, drain, return.
@@ -119,16 +141,56 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build_local(Default::default())?;
+    let registration = match &plan.watchdog {
+        Some((registry, _)) => Some(registry.register(plan.id)?),
+        None => None,
+    };
     rt.block_on(async move {
         let ctx = WorkerCtx::new(plan.id, shared, phase);
+        if let (Some(reg), Some((_, period))) = (&registration, plan.watchdog) {
+            // Progress for the watchdog: this runs only when the scheduler gets back to its
+            // run queue, so it stands still while one task hogs the thread.
+            let watched = Arc::clone(&reg.watched);
+            tokio::task::spawn_local(async move {
+                let mut ticks = tokio::time::interval(period);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    ticks.tick().await;
+                    watched.bump();
+                }
+            });
+        }
+        if let Some(after) = plan.debug_spin_after {
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(after).await;
+                tracing::warn!(
+                    worker = plan.id,
+                    "debug hook TOLLGATE_DEBUG_SPIN_AFTER_MS: spinning this thread forever"
+                );
+                let mut x = 0u64;
+                loop {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            });
+        }
         for sock in plan.own_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
-            tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None));
+            let counted = Accepting::new(&plan.accepting);
+            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None);
+            tokio::task::spawn_local(async move {
+                accepting.await;
+                drop(counted);
+            });
         }
         for sock in plan.shared_sockets {
             let listener = tokio::net::TcpListener::from_std(sock.socket)?;
             let d = plan.dispatcher.clone();
-            tokio::task::spawn_local(accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d)));
+            let counted = Accepting::new(&plan.accepting);
+            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d));
+            tokio::task::spawn_local(async move {
+                accepting.await;
+                drop(counted);
+            });
         }
         let inbox = tokio::task::spawn_local(accept::inbox_loop(Rc::clone(&ctx), plan.inbox));
         ctx.stopping().await;

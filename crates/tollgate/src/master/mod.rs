@@ -1,0 +1,614 @@
+//! The master process: owns the listening sockets, runs worker generations, reloads,
+//! supervises. It never proxies.
+//!
+//! A *generation* is one worker process (the same binary re-executed as `tollgate worker`)
+//! running one config. The master binds every socket once, hands duplicates of them to each
+//! generation over a socketpair (`SCM_RIGHTS`, see `ipc` and `sockets`), and waits for its
+//! READY. A reload (SIGHUP or `tollgate reload` on the control socket) validates the config
+//! file again, binds what is new, starts the next generation on the same sockets, waits for
+//! READY, and only then tells the previous generations to soft-stop. Because the master keeps
+//! every listening socket open, no accept queue is ever closed by a reload: the old worker
+//! simply stops calling accept and the new one takes over the same queues.
+//!
+//! State owned here (one thread, one `LocalSet`; nothing shared): the socket table, the live
+//! generations with their state (`starting` → `serving` → `stopping` → gone), the current
+//! config text, and the restart backoff. A generation is removed only when its process has
+//! been reaped, and a socket is closed only when no live generation and not the current
+//! config uses it.
+
+pub mod control;
+pub mod ipc;
+pub mod sockets;
+pub mod supervise;
+pub mod worker;
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::error::{Error, ErrorKind, Side};
+use control::{Reply, Request};
+use ipc::{ToMaster, ToWorker};
+use sockets::{Plan, SocketTable};
+
+/// Longest a new worker may take from spawn to READY.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long past `hard_stop_after` the master waits for a stopping worker before SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// Longest a reload waits for the old generation to confirm it stopped accepting.
+pub const DRAIN_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GenState {
+    /// Spawned, sockets and config sent, READY not yet received.
+    Starting,
+    Serving,
+    /// Told to soft-stop; removed once reaped.
+    Stopping,
+}
+
+impl GenState {
+    fn as_str(self) -> &'static str {
+        match self {
+            GenState::Starting => "starting",
+            GenState::Serving => "serving",
+            GenState::Stopping => "stopping",
+        }
+    }
+}
+
+struct Generation {
+    id: u64,
+    pid: u32,
+    state: GenState,
+    to_worker: OwnedWriteHalf,
+    /// The sockets it was given (kept open while it lives).
+    plan: Plan,
+    started: Instant,
+    /// `timeouts.hard_stop_after` of the config it runs.
+    hard_stop_after: Duration,
+    /// When it was told to stop.
+    stop: Option<Instant>,
+}
+
+enum Event {
+    Ready(u64),
+    Draining(u64),
+    Failed(u64, String),
+    Exited(u64, Option<ExitStatus>),
+}
+
+struct Master {
+    /// The binary to run workers from, resolved at start: replacing the file on disk and
+    /// reloading upgrades the workers.
+    exe: PathBuf,
+    config_path: PathBuf,
+    config: Arc<Config>,
+    text: String,
+    plan: Plan,
+    sockets: SocketTable,
+    gens: Vec<Generation>,
+    next_id: u64,
+    backoff: supervise::Backoff,
+    restart_at: Option<Instant>,
+    exiting: bool,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+fn internal(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(Side::Internal, context, e)
+}
+
+/// Reads and validates the config file; the error text is `FILE:LINE:COL: message` lines.
+fn load(path: &Path) -> Result<(Config, String), String> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
+    let mut config = crate::config::parse(&text, &shown).map_err(|e| e.to_string())?;
+    config.source = Some(path.to_path_buf());
+    Ok((config, text))
+}
+
+/// Runs the master until SIGTERM (graceful) or SIGINT (fast).
+pub fn run(config_path: &Path) -> Result<(), Error> {
+    let exe = std::env::current_exe().map_err(internal("locate own binary"))?;
+    let (config, text) = load(config_path).map_err(|e| Error::new(ErrorKind::Config, Side::Internal, e))?;
+    let sockets = crate::listener::bind_all(&config).map_err(internal("binding listeners"))?;
+    for s in sockets.iter().filter(|s| s.worker.is_none_or(|w| w == 0)) {
+        let frontend = config.frontends.get(s.frontend).map_or("", |f| f.name.as_str());
+        tracing::info!(frontend = %frontend, addr = %s.local, "listening");
+    }
+    let (sockets, plan) = SocketTable::from_bound(sockets);
+    tracing::info!(config = %config_path.display(), pid = std::process::id(), "master: {}", config.summary());
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(internal("master runtime"))?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let control_path = config.global.control_socket.clone();
+        let mut master = Master {
+            exe,
+            config_path: config_path.to_path_buf(),
+            config: Arc::new(config),
+            text,
+            plan,
+            sockets,
+            gens: Vec::new(),
+            next_id: 1,
+            backoff: supervise::Backoff::default(),
+            restart_at: None,
+            exiting: false,
+            events: events_tx,
+        };
+        let (requests_tx, mut requests) = mpsc::unbounded_channel();
+        let control = match control::bind(&control_path) {
+            Ok(listener) => {
+                tracing::info!(path = %control_path.display(), "control socket ready (tollgate reload)");
+                tokio::task::spawn_local(control::serve(listener, requests_tx));
+                true
+            }
+            // Two masters on one control socket would be two masters on one config.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(Error::io(Side::Internal, "control socket", e));
+            }
+            Err(e) => {
+                tracing::warn!(path = %control_path.display(), error = %e, "no control socket: reload with SIGHUP");
+                false
+            }
+        };
+        let result = master.serve(&mut events, &mut requests).await;
+        if control {
+            let _ = std::fs::remove_file(&control_path);
+        }
+        result
+    })
+}
+
+impl Master {
+    async fn serve(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        requests: &mut mpsc::UnboundedReceiver<Request>,
+    ) -> Result<(), Error> {
+        let sig = |kind| signal(kind).map_err(internal("signal handler"));
+        let (mut hup, mut term, mut int) = (
+            sig(SignalKind::hangup())?,
+            sig(SignalKind::terminate())?,
+            sig(SignalKind::interrupt())?,
+        );
+        let plan = self.plan.clone();
+        let config = Arc::clone(&self.config);
+        let text = self.text.clone();
+        let first = self
+            .spawn(&config, &text, &plan)
+            .map_err(internal("starting the first worker"))?;
+        if let Err(msg) = self.wait_ready(first, events).await {
+            self.kill_all();
+            self.reap_all(events, Duration::from_secs(2)).await;
+            return Err(Error::new(
+                ErrorKind::Io,
+                Side::Internal,
+                format!("first worker: {msg}"),
+            ));
+        }
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            let restart_at = self.restart_at;
+            tokio::select! {
+                Some(ev) = events.recv() => self.on_event(ev),
+                Some(req) = requests.recv() => match req {
+                    Request::Reload(reply) => {
+                        let r = self.reload(events).await;
+                        let _ = reply.send(r);
+                    }
+                    Request::Status(reply) => {
+                        let _ = reply.send(Reply { ok: true, text: self.status() });
+                    }
+                },
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: reloading");
+                    self.reload(events).await;
+                }
+                _ = term.recv() => {
+                    tracing::info!("SIGTERM: soft-stopping the workers, then exiting");
+                    self.shutdown(events, &mut int).await;
+                    return Ok(());
+                }
+                _ = int.recv() => {
+                    tracing::info!("SIGINT: killing the workers and exiting now");
+                    self.exiting = true;
+                    self.kill_all();
+                    self.reap_all(events, Duration::from_secs(2)).await;
+                    return Ok(());
+                }
+                _ = sleep_until_opt(restart_at), if restart_at.is_some() => self.restart(),
+                _ = ticker.tick() => self.enforce_deadlines(),
+            }
+        }
+    }
+
+    /// Starts one worker process on `plan` with `config`; returns its generation id.
+    fn spawn(&mut self, config: &Config, text: &str, plan: &Plan) -> std::io::Result<u64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        let mut child = tokio::process::Command::new(&self.exe)
+            .arg("worker")
+            .arg("--generation")
+            .arg(id.to_string())
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .spawn()?;
+        let pid = child.id().unwrap_or(0);
+        tracing::info!(generation = id, pid, "worker started");
+        let handoff = || -> std::io::Result<()> {
+            ours.set_write_timeout(Some(Duration::from_secs(10)))?;
+            tollgate_sys::fdpass::send_listeners(ours.as_fd(), &self.sockets.labelled(plan)?)?;
+            let path = config
+                .source
+                .as_ref()
+                .map_or_else(|| self.config_path.display().to_string(), |p| p.display().to_string());
+            let msg = ToWorker::Config {
+                path,
+                text: text.to_string(),
+            };
+            ipc::write_frame(&mut &ours, &msg.encode())?;
+            ours.set_nonblocking(true)
+        };
+        let chan = handoff().and_then(|()| tokio::net::UnixStream::from_std(ours));
+        let chan = match chan {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = child.start_kill();
+                tokio::task::spawn_local(async move {
+                    let _ = child.wait().await;
+                });
+                return Err(e);
+            }
+        };
+        let (rd, wr) = chan.into_split();
+        tokio::task::spawn_local(watch(id, child, rd, self.events.clone()));
+        self.gens.push(Generation {
+            id,
+            pid,
+            state: GenState::Starting,
+            to_worker: wr,
+            plan: plan.clone(),
+            started: Instant::now(),
+            hard_stop_after: config.timeouts.hard_stop_after,
+            stop: None,
+        });
+        Ok(id)
+    }
+
+    /// Handles events until generation `id` is READY (or failed, or timed out).
+    async fn wait_ready(&mut self, id: u64, events: &mut mpsc::UnboundedReceiver<Event>) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let outcome = loop {
+            tokio::select! {
+                ev = events.recv() => {
+                    let Some(ev) = ev else { break Err("event channel closed".to_string()) };
+                    let verdict = match &ev {
+                        Event::Ready(i) if *i == id => Some(Ok(())),
+                        Event::Failed(i, m) if *i == id => Some(Err(m.clone())),
+                        Event::Exited(i, s) if *i == id => Some(Err(format!("the new worker exited: {}", show(s)))),
+                        _ => None,
+                    };
+                    self.on_event(ev);
+                    if let Some(v) = verdict {
+                        break v;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    break Err(format!("the new worker was not ready after {READY_TIMEOUT:?}"));
+                }
+            }
+        };
+        if outcome.is_err()
+            && let Some(g) = self.gens.iter().find(|g| g.id == id)
+        {
+            kill(g.pid);
+        }
+        outcome
+    }
+
+    async fn reload(&mut self, events: &mut mpsc::UnboundedReceiver<Event>) -> Reply {
+        let began = Instant::now();
+        let refuse = |text: String| {
+            tracing::error!("reload refused, the current generation keeps serving: {text}");
+            Reply { ok: false, text }
+        };
+        let (config, text) = match load(&self.config_path) {
+            Ok(x) => x,
+            Err(msg) => return refuse(msg),
+        };
+        if config.global.control_socket != self.config.global.control_socket
+            || config.global.master != self.config.global.master
+        {
+            tracing::warn!("global.control_socket and global.master take effect at the next start, not on reload");
+        }
+        let plan = match self.sockets.ensure(&config) {
+            Ok(p) => p,
+            Err(e) => {
+                self.release_sockets();
+                return refuse(e.to_string());
+            }
+        };
+        let id = match self.spawn(&config, &text, &plan) {
+            Ok(id) => id,
+            Err(e) => {
+                self.release_sockets();
+                return refuse(format!("starting a worker: {e}"));
+            }
+        };
+        if let Err(msg) = self.wait_ready(id, events).await {
+            self.release_sockets();
+            self.check_serving(Duration::ZERO);
+            return refuse(msg);
+        }
+        self.config = Arc::new(config);
+        self.text = text;
+        self.plan = plan;
+        let stopping = self.stop_all_but(id).await;
+        self.await_draining(&stopping, events).await;
+        self.release_sockets();
+        let stopping = stopping.len();
+        let pid = self.gens.iter().find(|g| g.id == id).map_or(0, |g| g.pid);
+        let took = began.elapsed();
+        tracing::info!(generation = id, pid, ?took, stopping, "reload done");
+        Reply {
+            ok: true,
+            text: format!(
+                "reloaded: generation {id} (pid {pid}) serving after {} ms; {stopping} previous generation(s) soft-stopping",
+                took.as_millis()
+            ),
+        }
+    }
+
+    /// Handles events until every generation of `ids` said it stopped accepting (or exited),
+    /// at most `DRAIN_ACK_TIMEOUT`: once a reload answers, only the new generation accepts.
+    async fn await_draining(&mut self, ids: &[u64], events: &mut mpsc::UnboundedReceiver<Event>) {
+        let mut waiting: Vec<u64> = ids.to_vec();
+        let deadline = Instant::now() + DRAIN_ACK_TIMEOUT;
+        while !waiting.is_empty() {
+            tokio::select! {
+                Some(ev) = events.recv() => {
+                    if let Event::Draining(i) | Event::Exited(i, _) = &ev {
+                        waiting.retain(|w| w != i);
+                    }
+                    self.on_event(ev);
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(generations = ?waiting, "old generation(s) did not confirm they stopped accepting");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Tells every generation but `keep` to soft-stop; returns their ids.
+    async fn stop_all_but(&mut self, keep: u64) -> Vec<u64> {
+        let mut told = Vec::new();
+        for g in self
+            .gens
+            .iter_mut()
+            .filter(|g| g.id != keep && g.state != GenState::Stopping)
+        {
+            let frame = ToWorker::Stop.encode();
+            let sent = tokio::time::timeout(Duration::from_secs(1), ipc::write_frame_async(&mut g.to_worker, &frame));
+            if !matches!(sent.await, Ok(Ok(()))) {
+                tracing::warn!(
+                    generation = g.id,
+                    pid = g.pid,
+                    "could not tell the worker to stop; killing it"
+                );
+                kill(g.pid);
+            }
+            g.state = GenState::Stopping;
+            g.stop = Some(Instant::now());
+            told.push(g.id);
+        }
+        told
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Ready(id) => {
+                if let Some(g) = self
+                    .gens
+                    .iter_mut()
+                    .find(|g| g.id == id && g.state == GenState::Starting)
+                {
+                    g.state = GenState::Serving;
+                    tracing::info!(generation = id, pid = g.pid, "worker serving");
+                }
+            }
+            Event::Draining(id) => tracing::debug!(generation = id, "stopped accepting"),
+            Event::Failed(id, msg) => tracing::error!(generation = id, "worker failed to start: {msg}"),
+            Event::Exited(id, status) => {
+                let Some(pos) = self.gens.iter().position(|g| g.id == id) else {
+                    return;
+                };
+                let g = self.gens.remove(pos);
+                let lived = g.started.elapsed();
+                match g.state {
+                    GenState::Stopping => {
+                        tracing::info!(generation = id, pid = g.pid, status = %show(&status), "stopped generation exited")
+                    }
+                    _ if self.exiting => {}
+                    _ => tracing::warn!(
+                        generation = id, pid = g.pid, status = %show(&status), ?lived,
+                        "worker died unexpectedly"
+                    ),
+                }
+                if g.state != GenState::Stopping {
+                    self.check_serving(lived);
+                }
+                self.release_sockets();
+            }
+        }
+    }
+
+    /// After a worker was lost: if no generation serves or is starting, schedule a restart.
+    fn check_serving(&mut self, lived: Duration) {
+        if self.exiting || self.restart_at.is_some() || self.gens.iter().any(|g| g.state != GenState::Stopping) {
+            return;
+        }
+        let delay = self.backoff.on_death(lived);
+        tracing::warn!(?delay, "no worker serving: restarting one with the current config");
+        self.restart_at = Some(Instant::now() + delay);
+    }
+
+    fn restart(&mut self) {
+        self.restart_at = None;
+        let (config, text, plan) = (Arc::clone(&self.config), self.text.clone(), self.plan.clone());
+        if let Err(e) = self.spawn(&config, &text, &plan) {
+            tracing::error!(error = %e, "restarting a worker failed");
+            self.check_serving(Duration::ZERO);
+        }
+    }
+
+    /// Kills stopping workers past `hard_stop_after` + grace and workers stuck starting.
+    fn enforce_deadlines(&mut self) {
+        let now = Instant::now();
+        for g in &self.gens {
+            let late = match (g.state, g.stop) {
+                (GenState::Stopping, Some(at)) => now > at + g.hard_stop_after + KILL_GRACE,
+                (GenState::Starting, _) => now > g.started + READY_TIMEOUT + KILL_GRACE,
+                _ => false,
+            };
+            if late {
+                tracing::warn!(
+                    generation = g.id,
+                    pid = g.pid,
+                    state = g.state.as_str(),
+                    "worker overdue: killing it"
+                );
+                kill(g.pid);
+            }
+        }
+    }
+
+    /// Closes the sockets neither a live generation nor the current config uses.
+    fn release_sockets(&mut self) {
+        let used: HashSet<&str> = self
+            .gens
+            .iter()
+            .flat_map(|g| g.plan.iter())
+            .chain(self.plan.iter())
+            .map(|(k, _)| k.as_str())
+            .collect();
+        for key in self.sockets.retain(&used) {
+            tracing::info!(key = %key, "listening socket closed (no generation uses it)");
+        }
+    }
+
+    fn kill_all(&self) {
+        for g in &self.gens {
+            kill(g.pid);
+        }
+    }
+
+    /// Processes events until every generation is reaped or `limit` passes.
+    async fn reap_all(&mut self, events: &mut mpsc::UnboundedReceiver<Event>, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.gens.is_empty() {
+            tokio::select! {
+                Some(ev) = events.recv() => self.on_event(ev),
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+        }
+    }
+
+    /// SIGTERM: soft-stop every generation, wait for them (killing the overdue), return.
+    async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<Event>, int: &mut Signal) {
+        self.exiting = true;
+        self.restart_at = None;
+        self.stop_all_but(0).await;
+        let mut ticker = tokio::time::interval(Duration::from_millis(250));
+        while !self.gens.is_empty() {
+            tokio::select! {
+                Some(ev) = events.recv() => self.on_event(ev),
+                _ = int.recv() => {
+                    self.kill_all();
+                    self.reap_all(events, Duration::from_secs(2)).await;
+                    return;
+                }
+                _ = ticker.tick() => self.enforce_deadlines(),
+            }
+        }
+        tracing::info!("every worker stopped; master exiting");
+    }
+
+    fn status(&self) -> String {
+        let mut out = format!(
+            "master pid {} config {} sockets {}\n",
+            std::process::id(),
+            self.config_path.display(),
+            self.sockets.len()
+        );
+        for g in &self.gens {
+            out.push_str(&format!(
+                "generation {} pid {} {} up {} ms\n",
+                g.id,
+                g.pid,
+                g.state.as_str(),
+                g.started.elapsed().as_millis()
+            ));
+        }
+        out
+    }
+}
+
+/// Reads a worker's messages until its end closes, then reaps it.
+async fn watch(
+    id: u64,
+    mut child: tokio::process::Child,
+    mut from_worker: tokio::net::unix::OwnedReadHalf,
+    events: mpsc::UnboundedSender<Event>,
+) {
+    while let Ok(Some(body)) = ipc::read_frame_async(&mut from_worker).await {
+        match ToMaster::decode(&body) {
+            Ok(ToMaster::Ready) => {
+                let _ = events.send(Event::Ready(id));
+            }
+            Ok(ToMaster::Draining) => {
+                let _ = events.send(Event::Draining(id));
+            }
+            Ok(ToMaster::Failed(msg)) => {
+                let _ = events.send(Event::Failed(id, msg));
+            }
+            Err(e) => tracing::warn!(generation = id, error = %e, "bad message from a worker"),
+        }
+    }
+    let status = child.wait().await.ok();
+    let _ = events.send(Event::Exited(id, status));
+}
+
+fn kill(pid: u32) {
+    let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw);
+    if let Some(pid) = pid {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+fn show(status: &Option<ExitStatus>) -> String {
+    status.map_or_else(|| "unknown".to_string(), |s| s.to_string())
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

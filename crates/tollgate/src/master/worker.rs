@@ -1,0 +1,161 @@
+//! The worker process: the same binary re-executed by the master (`tollgate worker`, a hidden
+//! subcommand) with its end of the socketpair as stdin.
+//!
+//! Boot: receive the listening sockets (`SCM_RIGHTS`), then the config text the master
+//! validated, start the worker threads on those sockets, say `ready`. Then wait: `stop` (or
+//! SIGTERM, or the master vanishing) = soft stop — the accept loops return and drop their
+//! duplicates of the sockets (the master still holds them, so their queues survive), sessions
+//! in flight run to their end, at the latest `timeouts.hard_stop_after`; `hard-stop` (or
+//! SIGINT) = close everything now.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::ipc::{self, ToMaster, ToWorker};
+use crate::error::{Error, ErrorKind, Result, Side};
+use crate::runtime::{self, Running, StartOptions};
+
+fn internal(context: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |e| Error::io(Side::Internal, context, e)
+}
+
+/// Runs a worker generation until it has stopped.
+pub fn run(generation: u64, options: StartOptions) -> Result<()> {
+    let stdin = io::stdin().as_fd().try_clone_to_owned().map_err(internal("stdin"))?;
+    let mut chan = UnixStream::from(stdin);
+    let received = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive listeners"))?;
+    let body = ipc::read_frame(&mut chan)
+        .map_err(internal("read config"))?
+        .ok_or_else(|| Error::new(ErrorKind::Io, Side::Internal, "master closed before sending the config"))?;
+    let ToWorker::Config { path, text } = ToWorker::decode(&body).map_err(internal("decode config"))? else {
+        return Err(Error::new(ErrorKind::Io, Side::Internal, "expected the config first"));
+    };
+    let fail = |chan: &mut UnixStream, msg: String| {
+        let _ = ipc::write_frame(chan, &ToMaster::Failed(msg.clone()).encode());
+        Error::new(ErrorKind::Config, Side::Internal, msg)
+    };
+    let mut config = match crate::config::parse(&text, &path) {
+        Ok(c) => c,
+        Err(e) => return Err(fail(&mut chan, e.to_string())),
+    };
+    config.source = Some(path.into());
+    let sockets = match super::sockets::adopt(&config, received) {
+        Ok(s) => s,
+        Err(e) => return Err(fail(&mut chan, e.to_string())),
+    };
+    let hard_stop_after = config.timeouts.hard_stop_after;
+    let listeners = sockets.len();
+    let running = match runtime::start_with(Arc::new(config), sockets, options) {
+        Ok(r) => r,
+        Err(e) => return Err(fail(&mut chan, format!("starting workers: {e}"))),
+    };
+    // READY means serving: every accept loop is running.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running.accepting() < listeners {
+        if Instant::now() > deadline || running.is_finished() {
+            running.hard_stop();
+            return Err(fail(&mut chan, "worker threads did not start accepting".into()));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ipc::write_frame(&mut chan, &ToMaster::Ready.encode()).map_err(internal("say ready"))?;
+    tracing::info!(generation, pid = std::process::id(), "worker ready");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(internal("control runtime"))?;
+    rt.block_on(control(generation, chan, &running, hard_stop_after))?;
+    running.join().map_err(internal("worker threads"))?;
+    tracing::info!(generation, pid = std::process::id(), "worker stopped");
+    Ok(())
+}
+
+/// Reads the master's messages on a task of its own (a frame read is not cancel-safe);
+/// `None` once the master is gone.
+fn master_messages(chan: UnixStream) -> Result<tokio::sync::mpsc::UnboundedReceiver<Option<ToWorker>>> {
+    chan.set_nonblocking(true).map_err(internal("socketpair"))?;
+    let mut chan = tokio::net::UnixStream::from_std(chan).map_err(internal("socketpair"))?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match ipc::read_frame_async(&mut chan).await {
+                Ok(Some(body)) => match ToWorker::decode(&body) {
+                    Ok(msg) => {
+                        let _ = tx.send(Some(msg));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "bad message from the master"),
+                },
+                Ok(None) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// Serves until told to stop, then stops within `hard_stop_after`.
+async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop_after: Duration) -> Result<()> {
+    let mut to_master = chan.try_clone().map_err(internal("socketpair"))?;
+    let mut from_master = master_messages(chan)?;
+    let sig = |kind| signal(kind).map_err(internal("signal handler"));
+    let (mut term, mut int, mut hup) = (
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::interrupt())?,
+        sig(SignalKind::hangup())?,
+    );
+    let hard = loop {
+        tokio::select! {
+            msg = from_master.recv() => match msg.flatten() {
+                Some(ToWorker::Stop) => break false,
+                Some(ToWorker::HardStop) => break true,
+                Some(other) => tracing::warn!(generation, ?other, "unexpected message from the master"),
+                None => {
+                    tracing::warn!(generation, "master gone: soft-stopping");
+                    break false;
+                }
+            },
+            _ = term.recv() => break false,
+            _ = int.recv() => break true,
+            // The master, not the worker, owns reloads; a stray SIGHUP must not kill a worker.
+            _ = hup.recv() => tracing::info!(generation, "SIGHUP ignored by a worker (send it to the master)"),
+        }
+    };
+    if hard {
+        running.hard_stop();
+        return Ok(());
+    }
+    tracing::info!(
+        generation,
+        pid = std::process::id(),
+        ?hard_stop_after,
+        "soft stop: finishing connections in flight"
+    );
+    running.soft_stop();
+    let deadline = tokio::time::Instant::now() + hard_stop_after;
+    // Tell the master once no accept loop runs: from then on only newer generations accept.
+    while running.accepting() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let _ = ipc::write_frame(&mut to_master, &ToMaster::Draining.encode());
+    while !running.is_finished() {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(generation, "hard_stop_after reached: closing the connections still open");
+                running.hard_stop();
+                break;
+            }
+            _ = int.recv() => { running.hard_stop(); break; }
+            Some(Some(ToWorker::HardStop)) = from_master.recv() => { running.hard_stop(); break; }
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,313 @@
+//! The watchdog: catches a worker thread that burns CPU without its scheduler making
+//! progress (a task that never yields), HAProxy-style, on CPU time rather than wall time.
+//!
+//! Each worker runtime runs a tick task that bumps the thread's progress counter every
+//! `tick()` (a quarter of `warn_after`, within 5..50 ms). The tick task can run only when the
+//! scheduler gets back to its run queue, so a counter that stands still means the thread is
+//! stuck in one poll. Nothing is added to the per-connection path: the cost is one timer
+//! wakeup per tick per thread.
+//!
+//! A watchdog thread samples every registered thread's CPU clock (`ThreadCpuClock`, one
+//! ~0.5 µs syscall per thread per tick) and feeds `Watch`, the sans-io decision:
+//! - CPU burned without progress > `warn_after`: warn once (worker id, thread name, tid,
+//!   kernel state);
+//! - past `abort_after`: log and `std::process::abort()` — under a master the worker is
+//!   restarted with the same sockets;
+//! - no progress for `no_progress_after` of wall time while burning (almost) no CPU: the
+//!   thread is blocked (a sleep, a blocking syscall), not spinning: warn once, never abort.
+//!
+//! Registration is done by the worker thread itself (a CPU clock is read through the
+//! thread's handle) and undone when it exits, before its clock id can be reused.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tollgate_sys::cputime::ThreadCpuClock;
+
+use crate::config::Watchdog as Config;
+
+/// The tick-task period for `config`.
+pub fn tick(config: &Config) -> Duration {
+    (config.warn_after / 4).clamp(Duration::from_millis(5), Duration::from_millis(50))
+}
+
+/// One watched thread.
+pub struct Watched {
+    pub worker: usize,
+    pub name: String,
+    pub tid: i32,
+    clock: ThreadCpuClock,
+    progress: AtomicU64,
+}
+
+impl Watched {
+    /// Called by the tick task on the watched thread.
+    #[inline]
+    pub fn bump(&self) {
+        self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+pub struct Registry {
+    threads: Mutex<Vec<Arc<Watched>>>,
+}
+
+/// Keeps a thread registered; unregisters on drop (on the thread, before it exits).
+pub struct Registration {
+    registry: Arc<Registry>,
+    pub watched: Arc<Watched>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut threads) = self.registry.threads.lock() {
+            threads.retain(|t| !Arc::ptr_eq(t, &self.watched));
+        }
+    }
+}
+
+impl Registry {
+    /// Registers the calling thread as `worker`.
+    pub fn register(self: &Arc<Self>, worker: usize) -> std::io::Result<Registration> {
+        let watched = Arc::new(Watched {
+            worker,
+            name: std::thread::current().name().unwrap_or("?").to_string(),
+            tid: tollgate_sys::cputime::gettid(),
+            clock: ThreadCpuClock::current()?,
+            progress: AtomicU64::new(0),
+        });
+        if let Ok(mut threads) = self.threads.lock() {
+            threads.push(Arc::clone(&watched));
+        }
+        Ok(Registration {
+            registry: Arc::clone(self),
+            watched,
+        })
+    }
+}
+
+/// What `Watch::observe` concluded for one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Fine,
+    /// Burned this much CPU without progress (reported once per stall).
+    Stalled(Duration),
+    /// Past `abort_after`.
+    Abort(Duration),
+    /// No progress for this long of wall time, with little CPU burned (reported once).
+    NoProgress(Duration),
+}
+
+/// The sans-io watch over one thread: fed (progress, CPU time, now) at every sample.
+#[derive(Debug)]
+pub struct Watch {
+    progress: u64,
+    cpu_at: Duration,
+    wall_at: Instant,
+    warned_cpu: bool,
+    warned_wall: bool,
+}
+
+impl Watch {
+    pub fn new(progress: u64, cpu: Duration, now: Instant) -> Watch {
+        Watch {
+            progress,
+            cpu_at: cpu,
+            wall_at: now,
+            warned_cpu: false,
+            warned_wall: false,
+        }
+    }
+
+    pub fn observe(&mut self, config: &Config, progress: u64, cpu: Duration, now: Instant) -> Verdict {
+        if progress != self.progress {
+            *self = Watch::new(progress, cpu, now);
+            return Verdict::Fine;
+        }
+        let burned = cpu.saturating_sub(self.cpu_at);
+        if burned >= config.abort_after {
+            return Verdict::Abort(burned);
+        }
+        if burned >= config.warn_after {
+            if self.warned_cpu {
+                return Verdict::Fine;
+            }
+            self.warned_cpu = true;
+            return Verdict::Stalled(burned);
+        }
+        let waited = now.saturating_duration_since(self.wall_at);
+        if waited >= config.no_progress_after && !self.warned_wall {
+            self.warned_wall = true;
+            return Verdict::NoProgress(waited);
+        }
+        Verdict::Fine
+    }
+}
+
+/// The running watchdog thread; stops (and is joined) on drop.
+pub struct Handle {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn start(registry: Arc<Registry>, config: Config) -> std::io::Result<Handle> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("tollgate-watchdog".into())
+        .spawn(move || watch_loop(&registry, &config, &stopped))?;
+    Ok(Handle {
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+fn watch_loop(registry: &Registry, config: &Config, stopped: &mpsc::Receiver<()>) {
+    let period = tick(config);
+    let mut watches: Vec<(Arc<Watched>, Watch)> = Vec::new();
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+        let threads: Vec<Arc<Watched>> = registry.threads.lock().map(|t| t.clone()).unwrap_or_default();
+        let now = Instant::now();
+        watches.retain(|(w, _)| threads.iter().any(|t| Arc::ptr_eq(t, w)));
+        for t in threads {
+            // Only registered threads are read: a registration is dropped before its thread exits.
+            let Ok(cpu) = t.clock.now() else { continue };
+            let progress = t.progress.load(Ordering::Relaxed);
+            let Some(pos) = watches.iter().position(|(w, _)| Arc::ptr_eq(w, &t)) else {
+                watches.push((Arc::clone(&t), Watch::new(progress, cpu, now)));
+                continue;
+            };
+            let Some((_, watch)) = watches.get_mut(pos) else {
+                continue;
+            };
+            match watch.observe(config, progress, cpu, now) {
+                Verdict::Fine => {}
+                Verdict::Stalled(burned) => tracing::warn!(
+                    worker = t.worker, thread = %t.name, tid = t.tid, state = %thread_state(t.tid), ?burned,
+                    "watchdog: worker thread burning CPU without scheduler progress (a task is not yielding)"
+                ),
+                Verdict::NoProgress(waited) => tracing::warn!(
+                    worker = t.worker, thread = %t.name, tid = t.tid, state = %thread_state(t.tid), ?waited,
+                    "watchdog: no scheduler progress and no CPU burned (blocked in a syscall or a lock?)"
+                ),
+                Verdict::Abort(burned) => {
+                    tracing::error!(
+                        worker = t.worker, thread = %t.name, tid = t.tid, state = %thread_state(t.tid), ?burned,
+                        "watchdog: worker thread stuck past abort_after; aborting the worker process"
+                    );
+                    std::process::abort();
+                }
+            }
+        }
+    }
+}
+
+/// The kernel's view of a thread: its state letter and current syscall number, for reports.
+fn thread_state(tid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // Field 3, after the parenthesised command name (which may contain spaces).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("?");
+    let syscall = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).unwrap_or_default();
+    let syscall = syscall.split_whitespace().next().unwrap_or("?");
+    format!("{state} syscall={syscall}")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn warns_once_then_aborts_on_cpu_without_progress() {
+        let c = Config::default();
+        let t0 = Instant::now();
+        let mut w = Watch::new(7, ms(0), t0);
+        assert_eq!(w.observe(&c, 7, ms(50), t0 + ms(50)), Verdict::Fine);
+        assert_eq!(w.observe(&c, 7, ms(120), t0 + ms(120)), Verdict::Stalled(ms(120)));
+        assert_eq!(w.observe(&c, 7, ms(500), t0 + ms(500)), Verdict::Fine, "warned once");
+        assert_eq!(w.observe(&c, 7, ms(1000), t0 + ms(1000)), Verdict::Abort(ms(1000)));
+    }
+
+    #[test]
+    fn progress_resets_and_busy_but_progressing_is_fine() {
+        let c = Config::default();
+        let t0 = Instant::now();
+        let mut w = Watch::new(0, ms(0), t0);
+        // 10 s of full CPU, progress every 25 ms.
+        for i in 1..400u64 {
+            assert_eq!(w.observe(&c, i, ms(25 * i), t0 + ms(25 * i)), Verdict::Fine);
+        }
+    }
+
+    #[test]
+    fn blocked_without_cpu_is_no_progress_not_a_stall() {
+        let c = Config::default();
+        let t0 = Instant::now();
+        let mut w = Watch::new(3, ms(10), t0);
+        assert_eq!(w.observe(&c, 3, ms(11), t0 + ms(4000)), Verdict::Fine);
+        assert_eq!(w.observe(&c, 3, ms(12), t0 + ms(5000)), Verdict::NoProgress(ms(5000)));
+        assert_eq!(w.observe(&c, 3, ms(12), t0 + ms(60_000)), Verdict::Fine, "warned once");
+    }
+
+    #[test]
+    fn tick_is_a_quarter_of_warn_after_within_bounds() {
+        assert_eq!(tick(&Config::default()), ms(25));
+        let slow = Config {
+            warn_after: Duration::from_secs(2),
+            ..Config::default()
+        };
+        assert_eq!(tick(&slow), ms(50));
+    }
+
+    /// A real thread that spins without bumping is reported; one that sleeps is not a stall.
+    #[test]
+    fn registry_reads_real_threads() {
+        let registry = Arc::new(Registry::default());
+        let (tx, rx) = mpsc::channel();
+        let (exit_tx, exit_rx) = mpsc::channel::<()>();
+        let r = Arc::clone(&registry);
+        let spinner = std::thread::spawn(move || {
+            let reg = r.register(0).unwrap();
+            tx.send(Arc::clone(&reg.watched)).unwrap();
+            let start = tollgate_sys::cputime::thread_cpu_time_self();
+            while tollgate_sys::cputime::thread_cpu_time_self() - start < ms(150) {}
+            exit_rx.recv().unwrap();
+            drop(reg);
+        });
+        let watched = rx.recv().unwrap();
+        let c = Config::default();
+        let t0 = Instant::now();
+        let mut w = Watch::new(0, watched.clock.now().unwrap(), t0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let verdict = loop {
+            std::thread::sleep(ms(10));
+            let v = w.observe(&c, 0, watched.clock.now().unwrap(), Instant::now());
+            if v != Verdict::Fine || Instant::now() > deadline {
+                break v;
+            }
+        };
+        assert!(matches!(verdict, Verdict::Stalled(_)), "{verdict:?}");
+        assert_eq!(registry.threads.lock().unwrap().len(), 1);
+        exit_tx.send(()).unwrap();
+        spinner.join().unwrap();
+        assert!(registry.threads.lock().unwrap().is_empty(), "unregistered on exit");
+    }
+}

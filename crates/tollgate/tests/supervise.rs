@@ -1,0 +1,137 @@
+//! Supervision: a killed worker is restarted and serves within a second; SIGTERM lets a slow
+//! request finish before the master exits 0; twenty reloads leave the master's descriptors
+//! and memory where they were after the first.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
+mod common;
+mod master_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::{echo, origin, tcp_config};
+use master_support::{Master, TempDir, exchange, global};
+use rustix::process::Signal;
+
+#[test]
+fn killed_worker_is_restarted_and_serves_within_a_second() {
+    let origin = origin(echo);
+    let dir = TempDir::new("sup-kill");
+    let config = tcp_config(&global(&dir.0, ""), &[("o", origin.addr, 1)]);
+    let master = Master::start(dir, &config, &[]);
+    exchange(master.addr, b"before").unwrap();
+    let (_, pid, _) = master.wait_single_generation(Duration::from_secs(5));
+
+    master.signal(pid, Signal::KILL);
+    let killed = Instant::now();
+    // A connection made right away waits in the master's accept queue for the new worker.
+    exchange(master.addr, b"right after the kill").unwrap();
+    let served_after = killed.elapsed();
+    assert!(
+        served_after < Duration::from_secs(1),
+        "served again after {served_after:?}"
+    );
+    let (generation, new_pid, _) = master.wait_single_generation(Duration::from_secs(5));
+    assert_eq!(generation, 2);
+    assert_ne!(new_pid, pid);
+    assert!(
+        master
+            .wait_log(|l| l.contains("worker died unexpectedly"), Duration::from_secs(2))
+            .is_some()
+    );
+    for i in 0..20 {
+        exchange(master.addr, format!("after {i}").as_bytes()).unwrap();
+    }
+}
+
+#[test]
+fn sigterm_finishes_a_slow_request_then_the_master_exits_0() {
+    // Answers 1.5 s after the request arrives.
+    let slow = origin(|s| {
+        let mut req = [0u8; 4];
+        if s.read_exact(&mut req).is_ok() {
+            std::thread::sleep(Duration::from_millis(1500));
+            let _ = s.write_all(b"done");
+        }
+    });
+    let dir = TempDir::new("sup-term");
+    let config = tcp_config(&global(&dir.0, ""), &[("o", slow.addr, 1)]);
+    let mut master = Master::start(dir, &config, &[]);
+    let mut c = TcpStream::connect(master.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"slow").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while slow.current.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "request never reached the origin");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    master.signal(master.pid(), Signal::TERM);
+    let mut answer = [0u8; 4];
+    c.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"done");
+    assert!(
+        master.child.try_wait().unwrap().is_none(),
+        "master still up while the request ran"
+    );
+    drop(c);
+    let status = master.wait_exit(Duration::from_secs(10)).expect("master exits");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(
+        TcpStream::connect(master.addr).is_err(),
+        "sockets closed with the master"
+    );
+}
+
+#[test]
+fn twenty_reloads_leave_master_fds_and_rss_flat() {
+    let origin = origin(echo);
+    let dir = TempDir::new("sup-fds");
+    let config = tcp_config(&global(&dir.0, ""), &[("o", origin.addr, 1)]);
+    let master = Master::start(dir, &config, &[]);
+    master.reload_ok();
+    master.wait_single_generation(Duration::from_secs(10));
+    exchange(master.addr, b"warm").unwrap();
+    let (fds1, rss1) = master.fds_and_rss();
+    for i in 0..19 {
+        master.reload_ok();
+        exchange(master.addr, format!("reload {i}").as_bytes()).unwrap();
+    }
+    let (generation, _, _) = master.wait_single_generation(Duration::from_secs(10));
+    assert_eq!(generation, 21);
+    let (fds20, rss20) = master.fds_and_rss();
+    eprintln!("master after 1 reload: {fds1} fds, {rss1} KiB; after 20: {fds20} fds, {rss20} KiB");
+    assert_eq!(fds20, fds1, "master descriptors");
+    assert!(
+        rss20 <= rss1 + (rss1 / 10).max(1024),
+        "master RSS grew: {rss1} KiB -> {rss20} KiB"
+    );
+}
+
+#[test]
+fn stopping_generation_closes_leftovers_after_hard_stop_after() {
+    let origin = origin(echo);
+    let dir = TempDir::new("sup-hard");
+    let g = format!("{}[timeouts]\nhard_stop_after = \"1s\"\n", global(&dir.0, ""));
+    let master = Master::start(dir, &tcp_config(&g, &[("o", origin.addr, 1)]), &[]);
+    let mut idle = TcpStream::connect(master.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    idle.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    idle.read_exact(&mut b).unwrap();
+    master.reload_ok();
+    let reloaded = Instant::now();
+    // The idle relay of generation 1 is closed at hard_stop_after, not before.
+    let n = idle.read(&mut b).unwrap_or(0);
+    let closed_after = reloaded.elapsed();
+    assert_eq!(n, 0);
+    assert!(
+        closed_after >= Duration::from_millis(900) && closed_after < Duration::from_secs(4),
+        "{closed_after:?}"
+    );
+    let (generation, _, _) = master.wait_single_generation(Duration::from_secs(5));
+    assert_eq!(generation, 2);
+    exchange(master.addr, b"new generation").unwrap();
+}
