@@ -25,6 +25,13 @@ fn pick(ctx: &WorkerCtx, backend: usize, state: &BackendState, tried: u64) -> Op
 }
 
 pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, ServerSlot), Error> {
+    connect_indexed(ctx, backend)
+        .await
+        .map(|(stream, slot, _)| (stream, slot))
+}
+
+/// `connect`, also saying which server (index in the backend's list) was reached.
+pub async fn connect_indexed(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, ServerSlot, usize), Error> {
     let config = &ctx.shared.config;
     let state = ctx
         .shared
@@ -70,7 +77,7 @@ pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<(TcpStream, Serv
         match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                return Ok((stream, slot));
+                return Ok((stream, slot, index));
             }
             Ok(Err(e)) => {
                 last_error = Some(

@@ -3,6 +3,7 @@
 
 pub mod connect;
 pub mod idle;
+pub mod pipes;
 pub mod tcp;
 
 use std::net::SocketAddr;
