@@ -49,15 +49,17 @@ pub async fn peek_client_hello(
     };
     let mut seen = 0usize;
     loop {
-        match tokio::time::timeout_at(deadline, stream.readable()).await {
+        let ready = match tokio::time::timeout_at(deadline, stream.ready(Interest::READABLE)).await {
             Err(_) => return Err(InspectError::TimedOut),
             Ok(Err(e)) => return Err(InspectError::Io(e)),
-            Ok(Ok(())) => {}
-        }
+            Ok(Ok(ready)) => ready,
+        };
+        let mut stalled = false;
         let peeked = stream.try_io(Interest::READABLE, || {
             let (n, _) = rustix::net::recv(stream, &mut *buf, rustix::net::RecvFlags::PEEK)?;
             if n == seen && n != 0 {
                 // Nothing new since the last peek: wait for the next segment.
+                stalled = true;
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             Ok(n)
@@ -65,6 +67,8 @@ pub async fn peek_client_hello(
         let n = match peeked {
             Ok(0) => return Err(InspectError::Truncated),
             Ok(n) => n,
+            // tokio never clears "read closed": after the client's FIN nothing new can come.
+            Err(_) if stalled && ready.is_read_closed() => return Err(InspectError::Truncated),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(InspectError::Io(e)),
         };
