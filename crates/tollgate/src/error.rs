@@ -28,6 +28,8 @@ pub enum ErrorKind {
     Io,
     /// The peer sent something we refuse to parse or forward.
     Protocol,
+    /// A TLS handshake failed (alert, timeout, no certificate) or TLS to a server failed.
+    Tls,
     Config,
 }
 
@@ -42,6 +44,7 @@ impl ErrorKind {
             ErrorKind::IdleTimeout => "idle-timeout",
             ErrorKind::Io => "io",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::Tls => "tls",
             ErrorKind::Config => "config",
         }
     }
@@ -109,6 +112,7 @@ impl Error {
     /// Routine endings (a peer hanging up, an idle client) are logged at debug, not as errors.
     pub fn is_routine(&self) -> bool {
         matches!(self.kind, ErrorKind::PeerClosed | ErrorKind::IdleTimeout)
+            || (self.kind == ErrorKind::Tls && self.side == Side::Front)
     }
 }
 

@@ -41,6 +41,8 @@ pub struct GlobalSection {
     pub master: Option<bool>,
     /// The master's Unix control socket (`tollgate reload` talks to it).
     pub control_socket: Option<Spanned<String>>,
+    pub max_pipes: Option<u32>,
+    pub max_handshakes: Option<Spanned<u32>>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.
@@ -64,6 +66,8 @@ pub struct TimeoutsSection {
     pub http_request: Option<Spanned<DurationValue>>,
     pub http_keep_alive: Option<Spanned<DurationValue>>,
     pub pool_idle: Option<Spanned<DurationValue>>,
+    pub tls_handshake: Option<Spanned<DurationValue>>,
+    pub tls_inspect: Option<Spanned<DurationValue>>,
 }
 
 /// `[http]`: limits of HTTP mode, for every http frontend.
@@ -105,6 +109,46 @@ pub struct FrontendSection {
     /// Ordered rules; the first that matches decides, else `default_backend`.
     #[serde(default)]
     pub route: Vec<RouteSection>,
+    /// TCP mode: close connections whose SNI no `sni` route (or certificate) matches.
+    pub reject_unknown_sni: Option<bool>,
+    /// `[frontend.tls]`: terminate TLS here.
+    pub tls: Option<TlsSection>,
+    /// `[frontend.splice]`: TCP-mode relays move bytes with splice(2).
+    pub splice: Option<OffloadSection>,
+}
+
+/// `[frontend.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// `[[frontend.tls.cert]]`: one certificate chain and its key per entry.
+    #[serde(default)]
+    pub cert: Vec<CertSection>,
+    pub min_version: Option<Spanned<String>>,
+    pub alpn: Option<Vec<Spanned<String>>>,
+    pub session_tickets: Option<bool>,
+    pub session_cache: Option<bool>,
+    /// `[frontend.tls.ktls]`.
+    pub ktls: Option<OffloadSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertSection {
+    /// PEM file: the certificate chain, leaf first.
+    pub cert: Spanned<String>,
+    /// PEM file: the private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
+    pub key: Spanned<String>,
+    /// Serve this one when no certificate matches the SNI (default: the first listed).
+    pub default: Option<bool>,
+}
+
+/// `[frontend.splice]` and `[frontend.tls.ktls]`: an offload switched on after a byte count.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OffloadSection {
+    pub enabled: Option<bool>,
+    pub after_bytes: Option<ByteSize>,
 }
 
 /// `[[frontend.route]]`: conditions (all given ones must match) and one action.
@@ -161,4 +205,12 @@ pub struct ServerSection {
     pub weight: Option<Spanned<u32>>,
     pub maxconn: Option<u32>,
     pub backup: Option<bool>,
+    /// Speak TLS to this server.
+    pub tls: Option<Spanned<bool>>,
+    /// PEM bundle of the CAs that may sign the server's certificate.
+    pub ca_file: Option<Spanned<String>>,
+    /// `false` = accept any certificate (explicit opt-out).
+    pub verify: Option<Spanned<bool>>,
+    /// Server name sent in the ClientHello and verified (default: the address's host name).
+    pub sni: Option<Spanned<String>>,
 }

@@ -76,6 +76,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
     let file = deserialize(src, shown_path)?;
     let mut validator = validate::Validator::new(src, fd_limit());
+    validator.base_dir = Path::new(shown_path).parent().map(Path::to_path_buf);
     match validator.build(file) {
         Some(config) => Ok(config),
         None => Err(ConfigErrors(

@@ -6,9 +6,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use super::file::ForwardedName as Forwarded;
+use crate::tls::client_hello::SniMatcher;
+
 pub use super::file::ModeName as Mode;
 
 /// Accept backlog given to listen(2). The kernel caps it at net.core.somaxconn.
@@ -16,6 +19,8 @@ pub const DEFAULT_BACKLOG: u32 = 4096;
 pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
 pub const DEFAULT_BUFFER_BUDGET: u64 = 1 << 30;
 pub const DEFAULT_RETRIES: u32 = 3;
+pub const DEFAULT_MAX_PIPES: u32 = 64;
+pub const DEFAULT_MAX_HANDSHAKES: u32 = 1000;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -45,6 +50,10 @@ pub struct Global {
     pub master: bool,
     /// The master's control socket (Unix stream socket).
     pub control_socket: PathBuf,
+    /// splice(2) pipes one worker keeps (in use + pooled); beyond it relays copy.
+    pub max_pipes: u32,
+    /// TLS handshakes in progress at once, process-wide; more wait for a slot.
+    pub max_handshakes: u32,
 }
 
 /// Where the master listens for `tollgate reload` unless `global.control_socket` says otherwise.
@@ -90,6 +99,10 @@ pub struct Timeouts {
     pub http_keep_alive: Duration,
     /// HTTP: idle server connections in the pool are closed after this.
     pub pool_idle: Duration,
+    /// Longest a TLS handshake (termination or to a server) may take.
+    pub tls_handshake: Duration,
+    /// Longest to wait for a complete ClientHello when routing by SNI without terminating.
+    pub tls_inspect: Duration,
 }
 
 /// Limits of HTTP mode.
@@ -127,6 +140,8 @@ impl Default for Timeouts {
             http_request: Duration::from_secs(10),
             http_keep_alive: Duration::from_secs(10),
             pool_idle: Duration::from_secs(10),
+            tls_handshake: Duration::from_secs(10),
+            tls_inspect: Duration::from_secs(5),
         }
     }
 }
@@ -142,6 +157,36 @@ pub struct Frontend {
     pub default_backend: Option<usize>,
     pub forwarded: Forwarded,
     pub routes: Vec<Route>,
+    /// TCP mode: SNI pattern -> index in `routes`, built when any route has `sni`. Its
+    /// presence makes the frontend read the ClientHello (peeked, or from the handshake).
+    pub sni_routes: Option<SniMatcher>,
+    /// Close connections whose SNI matches no route (passthrough) or no certificate (TLS).
+    pub reject_unknown_sni: bool,
+    /// Terminate TLS on this frontend.
+    pub tls: Option<FrontendTls>,
+    pub splice: Offload,
+}
+
+/// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offload {
+    pub enabled: bool,
+    pub after_bytes: u64,
+}
+
+/// TLS termination: the rustls config every worker shares (one ticketer, one session cache),
+/// so a session resumed on any core was issued by the same keys.
+#[derive(Debug, Clone)]
+pub struct FrontendTls {
+    pub server_config: Arc<rustls::ServerConfig>,
+    pub ktls: Offload,
+}
+
+/// TLS to a server.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub client_config: Arc<rustls::ClientConfig>,
+    pub server_name: rustls::pki_types::ServerName<'static>,
 }
 
 #[derive(Debug, Clone)]
@@ -223,6 +268,7 @@ pub struct Server {
     /// 0 = no limit.
     pub maxconn: u32,
     pub backup: bool,
+    pub tls: Option<ServerTls>,
 }
 
 impl Config {

@@ -4,13 +4,16 @@
 use std::collections::HashSet;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
 use super::ConfigError;
-use super::file::{ConfigFile, ModeName, RouteSection};
+use super::file::{ConfigFile, FrontendSection, ModeName, OffloadSection, RouteSection, ServerSection, TlsSection};
 use super::model::*;
 use crate::balance;
+use crate::tls::certs;
+use crate::tls::client_hello::SniMatcher;
 
 /// Connections the process allows when `global.maxconn` is not set: bounded by the fd limit
 /// (two descriptors per proxied connection, a reserve for listeners and logs).
@@ -22,6 +25,8 @@ pub fn default_maxconn(fd_limit: u64) -> u32 {
 pub(super) struct Validator<'a> {
     pub errors: Vec<(Range<usize>, String, String)>,
     pub fd_limit: u64,
+    /// Relative certificate paths are taken from here (the config file's directory).
+    pub base_dir: Option<PathBuf>,
     _src: &'a str,
 }
 
@@ -30,6 +35,7 @@ impl<'a> Validator<'a> {
         Validator {
             errors: Vec::new(),
             fd_limit,
+            base_dir: None,
             _src: src,
         }
     }
@@ -114,6 +120,15 @@ impl<'a> Validator<'a> {
             max_accept_rate: g.max_accept_rate.unwrap_or(0),
             master: g.master.unwrap_or(true),
             control_socket: self.control_socket(g.control_socket.as_ref()),
+            max_pipes: g.max_pipes.unwrap_or(DEFAULT_MAX_PIPES),
+            max_handshakes: match &g.max_handshakes {
+                Some(m) if *m.get_ref() == 0 => {
+                    self.err(m.span(), "global.max_handshakes".into(), "must be at least 1".into());
+                    1
+                }
+                Some(m) => *m.get_ref(),
+                None => DEFAULT_MAX_HANDSHAKES,
+            },
         }
     }
 
@@ -180,6 +195,8 @@ impl<'a> Validator<'a> {
             ("http_request", &t.http_request, &mut out.http_request),
             ("http_keep_alive", &t.http_keep_alive, &mut out.http_keep_alive),
             ("pool_idle", &t.pool_idle, &mut out.pool_idle),
+            ("tls_handshake", &t.tls_handshake, &mut out.tls_handshake),
+            ("tls_inspect", &t.tls_inspect, &mut out.tls_inspect),
         ];
         for (key, value, slot) in fields {
             if let Some(v) = value {
@@ -294,12 +311,14 @@ impl<'a> Validator<'a> {
                     Some(w) => *w.get_ref(),
                     None => 1,
                 };
+                let tls = self.server_tls(s, &skey);
                 servers.push(Server {
                     name: s.name.get_ref().clone(),
                     address,
                     weight,
                     maxconn: s.maxconn.unwrap_or(0),
                     backup: s.backup.unwrap_or(false),
+                    tls,
                 });
             }
             out.push(Backend {
@@ -364,6 +383,12 @@ impl<'a> Validator<'a> {
                     "is required (or at least one route)".into(),
                 );
             }
+            let sni_routes = self.sni_routes(f, &routes, &key);
+            let reject_unknown_sni = f.reject_unknown_sni.unwrap_or(false);
+            let tls = f
+                .tls
+                .as_ref()
+                .and_then(|t| self.frontend_tls(f, t, &format!("{key}.tls"), reject_unknown_sni));
             out.push(Frontend {
                 name: f.name.get_ref().clone(),
                 binds,
@@ -372,9 +397,209 @@ impl<'a> Validator<'a> {
                 default_backend,
                 forwarded: f.forwarded.unwrap_or(Forwarded::XForwardedFor),
                 routes,
+                sni_routes,
+                reject_unknown_sni,
+                tls,
+                splice: offload(f.splice.as_ref()),
             });
         }
         out
+    }
+
+    /// The SNI matcher over a frontend's `sni` routes (route index as target), if it has any.
+    fn sni_routes(&mut self, f: &FrontendSection, routes: &[Route], key: &str) -> Option<SniMatcher> {
+        let patterns: Vec<(String, usize)> = routes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.sni.as_ref().map(|p| match p {
+                    HostPattern::Exact(name) => (name.clone(), i),
+                    HostPattern::Wildcard(suffix) => (format!("*{suffix}"), i),
+                })
+            })
+            .collect();
+        if patterns.is_empty() {
+            return None;
+        }
+        match SniMatcher::new(patterns) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                let at = f.route.iter().enumerate().find(|(_, r)| {
+                    r.sni
+                        .as_ref()
+                        .is_some_and(|s| s.get_ref().eq_ignore_ascii_case(&e.pattern))
+                });
+                let (span, k) = match at {
+                    Some((j, r)) => (
+                        r.sni.as_ref().map_or(0..0, |s| s.span()),
+                        format!("{key}.route[{j}].sni"),
+                    ),
+                    None => (f.name.span(), format!("{key}.route")),
+                };
+                self.err(span, k, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn path(&self, text: &str) -> PathBuf {
+        let p = Path::new(text);
+        match &self.base_dir {
+            Some(base) if p.is_relative() => base.join(p),
+            _ => p.to_path_buf(),
+        }
+    }
+
+    /// `[frontend.tls]`: certificates are read here, so a reload re-reads them.
+    fn frontend_tls(
+        &mut self,
+        f: &FrontendSection,
+        t: &TlsSection,
+        key: &str,
+        reject_unknown_sni: bool,
+    ) -> Option<FrontendTls> {
+        let provider = certs::provider();
+        if t.cert.is_empty() {
+            self.err(
+                f.name.span(),
+                format!("{key}.cert"),
+                "needs at least one [[frontend.tls.cert]]".into(),
+            );
+            return None;
+        }
+        let mut loaded = Vec::new();
+        let mut default = None;
+        for (i, c) in t.cert.iter().enumerate() {
+            if c.default == Some(true) {
+                if default.is_some() {
+                    self.err(
+                        c.cert.span(),
+                        format!("{key}.cert[{i}].default"),
+                        "only one certificate can be the default".into(),
+                    );
+                }
+                default = Some(i);
+            }
+            match certs::load_cert(&self.path(c.cert.get_ref()), &self.path(c.key.get_ref()), &provider) {
+                Ok(cert) => loaded.push(cert),
+                Err(msg) => self.err(c.cert.span(), format!("{key}.cert[{i}].cert"), msg),
+            }
+        }
+        let tls13_only = match &t.min_version {
+            None => false,
+            Some(v) if v.get_ref() == "1.2" => false,
+            Some(v) if v.get_ref() == "1.3" => true,
+            Some(v) => {
+                self.err(
+                    v.span(),
+                    format!("{key}.min_version"),
+                    format!("`{}` is not \"1.2\" or \"1.3\"", v.get_ref()),
+                );
+                false
+            }
+        };
+        let mut alpn = Vec::new();
+        for (i, p) in t.alpn.iter().flatten().enumerate() {
+            if p.get_ref().is_empty() || p.get_ref().len() > 255 {
+                self.err(
+                    p.span(),
+                    format!("{key}.alpn[{i}]"),
+                    "a protocol name is 1 to 255 bytes".into(),
+                );
+            }
+            alpn.push(p.get_ref().as_bytes().to_vec());
+        }
+        let ktls = offload(t.ktls.as_ref());
+        if loaded.len() != t.cert.len() {
+            return None;
+        }
+        let settings = certs::ServerSettings {
+            certs: loaded,
+            default: if reject_unknown_sni {
+                None
+            } else {
+                Some(default.unwrap_or(0))
+            },
+            tls13_only,
+            alpn,
+            session_tickets: t.session_tickets.unwrap_or(true),
+            session_cache: t.session_cache.unwrap_or(true),
+            secret_extraction: ktls.enabled,
+        };
+        match certs::server_config(settings, provider) {
+            Ok(server_config) => Some(FrontendTls { server_config, ktls }),
+            Err(msg) => {
+                self.err(f.name.span(), key.to_string(), msg);
+                None
+            }
+        }
+    }
+
+    /// `tls = true` on a server: verified against `ca_file` unless `verify = false`.
+    fn server_tls(&mut self, s: &ServerSection, key: &str) -> Option<ServerTls> {
+        let enabled = s.tls.as_ref().is_some_and(|t| *t.get_ref());
+        if !enabled {
+            let extras = [
+                ("ca_file", s.ca_file.as_ref().map(|v| v.span())),
+                ("verify", s.verify.as_ref().map(|v| v.span())),
+                ("sni", s.sni.as_ref().map(|v| v.span())),
+            ];
+            for (field, span) in extras {
+                if let Some(span) = span {
+                    self.err(span, format!("{key}.{field}"), format!("`{field}` needs `tls = true`"));
+                }
+            }
+            return None;
+        }
+        let verify = s.verify.as_ref().is_none_or(|v| *v.get_ref());
+        let ca_file = match (&s.ca_file, verify) {
+            (Some(ca), true) => Some(self.path(ca.get_ref())),
+            (None, true) => {
+                let span = s.tls.as_ref().map_or(0..0, |t| t.span());
+                self.err(
+                    span,
+                    format!("{key}.ca_file"),
+                    "TLS to a server needs `ca_file` (or an explicit `verify = false`)".into(),
+                );
+                return None;
+            }
+            (Some(ca), false) => {
+                self.err(
+                    ca.span(),
+                    format!("{key}.ca_file"),
+                    "`ca_file` is unused with `verify = false`".into(),
+                );
+                None
+            }
+            (None, false) => None,
+        };
+        let name_text = match &s.sni {
+            Some(sni) => sni.get_ref().clone(),
+            None => host_part(s.address.get_ref()).to_string(),
+        };
+        let server_name = match rustls::pki_types::ServerName::try_from(name_text.clone()) {
+            Ok(n) => n,
+            Err(_) => {
+                let span = s.sni.as_ref().map_or(s.address.span(), |v| v.span());
+                self.err(
+                    span,
+                    format!("{key}.sni"),
+                    format!("`{name_text}` is not a DNS name or IP address"),
+                );
+                return None;
+            }
+        };
+        match certs::client_config(ca_file.as_deref(), certs::provider()) {
+            Ok(client_config) => Some(ServerTls {
+                client_config,
+                server_name,
+            }),
+            Err(msg) => {
+                let span = s.ca_file.as_ref().map_or(s.address.span(), |v| v.span());
+                self.err(span, format!("{key}.ca_file"), msg);
+                None
+            }
+        }
     }
 
     /// Resolves a backend name used by a frontend in `mode`.
@@ -488,6 +713,19 @@ impl<'a> Validator<'a> {
             action,
         })
     }
+}
+
+fn offload(section: Option<&OffloadSection>) -> Offload {
+    section.map_or_else(Offload::default, |o| Offload {
+        enabled: o.enabled.unwrap_or(false),
+        after_bytes: o.after_bytes.map_or(0, |b| b.0),
+    })
+}
+
+/// The host of "host:port" without IPv6 brackets.
+fn host_part(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
 }
 
 /// "host:port" to one socket address; names are resolved once, at load.

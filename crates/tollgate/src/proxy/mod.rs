@@ -4,6 +4,7 @@
 pub mod connect;
 pub mod http;
 pub mod idle;
+pub mod pipes;
 pub mod tcp;
 
 use std::net::SocketAddr;

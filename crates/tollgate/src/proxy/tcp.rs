@@ -6,52 +6,135 @@
 //! readable, take a buffer, read, write it all, give it back. A read shorter than the buffer
 //! means the socket was drained, so readiness is cleared right there and no extra recv()
 //! is spent discovering EAGAIN (HAProxy's trick). EOF in one direction becomes
-//! shutdown(Write) on the other (half-close); the session ends when both directions are
-//! done, on the first error, or when the watchdog fires.
+//! shutdown(Write) on the other (half-close; on a TLS side, close_notify first); the session
+//! ends when both directions are done, on the first error, or when the watchdog fires.
+//!
+//! Either side may be TLS (`Endpoint`: a plain socket, or a rustls stream whose plaintext
+//! is relayed). When both sides are plain sockets and `[frontend.splice]` is on, a pump
+//! switches to splice(2) through a pooled pipe once `after_bytes` moved in its direction;
+//! the pipe is drained fully before the next splice from the source, so WouldBlock on the
+//! source always means "socket empty". Splicing moves the same progress counter, so the
+//! idle watchdog keeps working.
+//!
+//! Session start: a TLS frontend terminates (`tls::terminate::accept`) and routes on the
+//! SNI the handshake saw; a plain frontend with `sni` routes peeks the ClientHello
+//! (`tls::passthrough`) and routes without decrypting; otherwise `default_backend`.
 
-use std::future::{Future, poll_fn};
+use std::future::poll_fn;
 use std::io::{self, Read};
 use std::net::Shutdown;
+use std::os::fd::AsFd;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use socket2::SockRef;
-use tokio::io::Interest;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::idle::Watchdog;
+use super::pipes::{PipePool, PooledPipe};
 use crate::buffer::{BufferPool, Parked, PooledBuffer};
+use crate::config::model::{Frontend, Offload};
 use crate::error::{Error, ErrorKind, Side};
 use crate::runtime::stats::Counter;
 use crate::runtime::worker::WorkerCtx;
+use crate::tls::passthrough;
 
 pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {
-    let config = &ctx.shared.config;
-    let backend = config
+    let fe = ctx
+        .shared
+        .config
         .frontends
         .get(frontend)
-        .and_then(|f| f.default_backend)
-        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?;
-    let server = super::connect::connect(ctx, backend).await?;
+        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such frontend"))?;
+    if let Some(tls) = &fe.tls {
+        let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+        let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
+        return to_server(ctx, fe, backend, Layered(client)).await;
+    }
+    let backend = match fe.sni_routes {
+        Some(_) => inspect(ctx, fe, &client).await?,
+        None => fe
+            .default_backend
+            .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?,
+    };
+    to_server(ctx, fe, backend, &client).await
+}
+
+fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize, Error> {
+    passthrough::route(fe, sni).ok_or_else(|| {
+        ctx.stats.sni_rejected.add(1);
+        Error::new(ErrorKind::Tls, Side::Front, format!("no route for SNI {sni:?}"))
+    })
+}
+
+/// Peeks the ClientHello (a pooled buffer is held only while peeking) and routes on its SNI.
+async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<usize, Error> {
+    let deadline = Instant::now() + ctx.shared.config.timeouts.tls_inspect;
+    let hello = {
+        let mut buf = ctx.buffers.get(false).await;
+        passthrough::peek_client_hello(client, &mut buf, deadline).await
+    };
+    match hello {
+        Ok(info) => route_sni(ctx, fe, info.sni()),
+        Err(e) => {
+            ctx.stats.sni_inspect_failures.add(1);
+            Err(Error::new(ErrorKind::Tls, Side::Front, format!("SNI inspection: {e}")))
+        }
+    }
+}
+
+/// Connects to a server of `backend` (TLS if that server asks for it) and relays.
+async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, mut client: C) -> Result<(), Error> {
+    let config = &ctx.shared.config;
+    let super::connect::Connected {
+        stream: server,
+        slot: _slot,
+        server: index,
+        ..
+    } = super::connect::connect(ctx, backend).await?;
     let idle = config.timeouts.client.min(config.timeouts.server);
-    relay(ctx, &client, &server.stream, idle).await
+    let spec = config.backends.get(backend).and_then(|b| b.servers.get(index));
+    match spec.and_then(|s| s.tls.as_ref().map(|t| (t, &s.name))) {
+        Some((tls, name)) => {
+            let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
+                .await
+                .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))?;
+            relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice).await
+        }
+        None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice).await,
+    }
 }
 
 /// Relays until both directions reached EOF, one failed, or nothing moved for `idle`.
 pub async fn relay(ctx: &WorkerCtx, client: &TcpStream, server: &TcpStream, idle: Duration) -> Result<(), Error> {
+    relay_endpoints(ctx, &mut &*client, &mut &*server, idle, Offload::default()).await
+}
+
+/// `relay` for any pair of endpoints; `splice` applies when both are plain sockets.
+pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
+    ctx: &WorkerCtx,
+    client: &mut C,
+    server: &mut S,
+    idle: Duration,
+    splice: Offload,
+) -> Result<(), Error> {
     let stats = &ctx.stats;
-    let mut upstream = Pump::new(Side::Front, client, server, &ctx.buffers, &stats.bytes_to_server);
-    let mut downstream = Pump::new(Side::Back, server, client, &ctx.buffers, &stats.bytes_to_client);
+    let splice_at = splice.enabled.then_some(splice.after_bytes);
+    let mut upstream = Pump::new(Side::Front, ctx, &stats.bytes_to_server, splice_at);
+    let mut downstream = Pump::new(Side::Back, ctx, &stats.bytes_to_client, splice_at);
     let mut watchdog = Watchdog::new(idle);
     let mut progress = 0u64;
     let sleep = tokio::time::sleep(watchdog.tick());
     tokio::pin!(sleep);
     let result = poll_fn(|cx| {
         let down_holds = downstream.holds_buffer();
-        let up = upstream.poll(cx, down_holds, &mut progress)?;
+        let up = upstream.poll(cx, &mut *client, &mut *server, down_holds, &mut progress)?;
         let up_holds = upstream.holds_buffer();
-        let down = downstream.poll(cx, up_holds, &mut progress)?;
+        let down = downstream.poll(cx, &mut *server, &mut *client, up_holds, &mut progress)?;
         if up && down {
             return Poll::Ready(Ok(()));
         }
@@ -74,37 +157,140 @@ pub async fn relay(ctx: &WorkerCtx, client: &TcpStream, server: &TcpStream, idle
     result
 }
 
+/// One side of a relay: a plain socket, or a stream with a layer (TLS) whose plaintext is
+/// relayed. `Pending` always means a waker was registered.
+pub trait Endpoint {
+    /// Cheap readiness check before a buffer is taken (a layered stream says "ready" and
+    /// lets the read decide).
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// `Ok(0)` = end of stream.
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+    /// Pushes out anything the layer buffered (a plain socket buffers nothing).
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// Half-close: no more data from us (TLS: close_notify, then shutdown(Write)).
+    fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// The socket, when the bytes on it are the payload itself (splice is possible).
+    fn raw(&self) -> Option<&TcpStream>;
+}
+
+impl Endpoint for &TcpStream {
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        TcpStream::poll_read_ready(self, cx)
+    }
+
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        loop {
+            match read_draining(self, buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(TcpStream::poll_read_ready(self, cx))?,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let stream: &TcpStream = self;
+        loop {
+            match stream.try_io(Interest::WRITABLE, || SockRef::from(stream).send(buf)) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(stream.poll_write_ready(cx))?,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_flush(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown_write(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(SockRef::from(*self).shutdown(Shutdown::Write))
+    }
+
+    fn raw(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+/// A stream with a layer (a rustls client or server stream).
+pub struct Layered<T>(pub T);
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Endpoint for Layered<T> {
+    fn poll_read_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut rb = ReadBuf::new(buf);
+        match ready!(Pin::new(&mut self.0).poll_read(cx, &mut rb)) {
+            Ok(()) => Poll::Ready(Ok(rb.filled().len())),
+            // A TLS peer that closed without close_notify: treat as end of stream, like
+            // most clients expect (the relay half-closes the other side as for a FIN).
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(0)),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn raw(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
 enum PumpState {
     /// Waiting for the source to be readable (no buffer held).
     Reading,
     /// Holding `buf[pos..len]` still to be written to the destination.
     Writing { buf: PooledBuffer, pos: usize, len: usize },
+    /// A chunk was written; make the destination's layer send it before reading more.
+    Flushing,
+    /// splice(2) mode: the pipe is empty (`pending == 0`, fill it from the source) or holds
+    /// `pending` bytes (drain it into the destination).
+    Splicing(PooledPipe),
+    /// EOF seen; half-closing the destination.
+    ShuttingDown,
     /// EOF seen and the destination half-closed.
     Done,
 }
 
-/// One direction of a relay: bytes from `src` (on side `from`) to `dst`.
+/// One direction of a relay: bytes from the source (on side `from`) to the destination.
 struct Pump<'a> {
     state: PumpState,
     from: Side,
-    src: &'a TcpStream,
-    dst: &'a TcpStream,
     pool: &'a Rc<BufferPool>,
+    pipes: &'a Rc<PipePool>,
     /// Bytes moved in this direction, worker-wide.
     counter: &'a Counter,
+    spliced: &'a Counter,
     parked: Parked,
+    /// Bytes this pump moved.
+    moved: u64,
+    /// Switch to splice once `moved` reaches this (`None`: never).
+    splice_at: Option<u64>,
 }
 
 impl<'a> Pump<'a> {
-    fn new(from: Side, src: &'a TcpStream, dst: &'a TcpStream, pool: &'a Rc<BufferPool>, counter: &'a Counter) -> Self {
+    fn new(from: Side, ctx: &'a WorkerCtx, counter: &'a Counter, splice_at: Option<u64>) -> Self {
         Pump {
             state: PumpState::Reading,
             from,
-            src,
-            dst,
-            pool,
+            pool: &ctx.buffers,
+            pipes: &ctx.pipes,
             counter,
+            spliced: &ctx.stats.bytes_spliced,
             parked: Parked::default(),
+            moved: 0,
+            splice_at,
         }
     }
 
@@ -120,15 +306,40 @@ impl<'a> Pump<'a> {
         }
     }
 
+    fn count(&mut self, n: usize, progress: &mut u64) {
+        *progress += n as u64;
+        self.moved += n as u64;
+        self.counter.add(n as u64);
+    }
+
     /// Moves as much as possible without blocking; `Ok(true)` once the direction is done.
     /// `other_holds_buffer`: the opposite direction holds a buffer, so this one may take
     /// the pool's reserve (see `buffer`).
-    fn poll(&mut self, cx: &mut Context<'_>, other_holds_buffer: bool, progress: &mut u64) -> Result<bool, Error> {
-        let (src, dst) = (self.src, self.dst);
+    fn poll<S: Endpoint, D: Endpoint>(
+        &mut self,
+        cx: &mut Context<'_>,
+        src: &mut S,
+        dst: &mut D,
+        other_holds_buffer: bool,
+        progress: &mut u64,
+    ) -> Result<bool, Error> {
         loop {
             match &mut self.state {
                 PumpState::Done => return Ok(true),
+                PumpState::ShuttingDown => match dst.poll_shutdown_write(cx) {
+                    Poll::Pending => return Ok(false),
+                    // The peer may already be gone; its own direction reports that.
+                    Poll::Ready(_) => self.state = PumpState::Done,
+                },
                 PumpState::Reading => {
+                    if self.splice_at.is_some_and(|at| self.moved >= at)
+                        && src.raw().is_some()
+                        && dst.raw().is_some()
+                        && let Some(pipe) = self.pipes.try_get()
+                    {
+                        self.state = PumpState::Splicing(pipe);
+                        continue;
+                    }
                     match src.poll_read_ready(cx) {
                         Poll::Pending => return Ok(false),
                         Poll::Ready(Err(e)) => return Err(Error::io(self.from, "wait readable", e)),
@@ -137,38 +348,114 @@ impl<'a> Pump<'a> {
                     let Poll::Ready(mut buf) = self.pool.poll_get(cx, &mut self.parked, other_holds_buffer) else {
                         return Ok(false);
                     };
-                    match read_draining(src, &mut buf) {
-                        Ok(0) => {
-                            // The peer may already be gone; its own direction reports that.
-                            let _ = SockRef::from(dst).shutdown(Shutdown::Write);
-                            self.state = PumpState::Done;
-                        }
-                        Ok(len) => self.state = PumpState::Writing { buf, pos: 0, len },
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(Error::io(self.from, "read", e)),
+                    match src.poll_read(cx, &mut buf) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(0)) => self.state = PumpState::ShuttingDown,
+                        Poll::Ready(Ok(len)) => self.state = PumpState::Writing { buf, pos: 0, len },
+                        Poll::Ready(Err(e)) => return Err(Error::io(self.from, "read", e)),
                     }
                 }
                 PumpState::Writing { buf, pos, len } => {
-                    match dst.poll_write_ready(cx) {
-                        Poll::Pending => return Ok(false),
-                        Poll::Ready(Err(e)) => return Err(Error::io(self.to(), "wait writable", e)),
-                        Poll::Ready(Ok(())) => {}
-                    }
                     let pending = buf.get(*pos..*len).unwrap_or_default();
-                    match dst.try_io(Interest::WRITABLE, || SockRef::from(dst).send(pending)) {
-                        Ok(written) => {
+                    match dst.poll_write(cx, pending) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(0)) => {
+                            return Err(Error::io(self.to(), "write", io::ErrorKind::WriteZero.into()));
+                        }
+                        Poll::Ready(Ok(written)) => {
                             *pos += written;
-                            *progress += written as u64;
-                            self.counter.add(written as u64);
-                            if *pos >= *len {
-                                self.state = PumpState::Reading;
+                            let done = *pos >= *len;
+                            self.count(written, progress);
+                            if done {
+                                self.state = PumpState::Flushing;
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(Error::io(self.to(), "write", e)),
+                        Poll::Ready(Err(e)) => return Err(Error::io(self.to(), "write", e)),
+                    }
+                }
+                PumpState::Flushing => match dst.poll_flush(cx) {
+                    Poll::Pending => return Ok(false),
+                    Poll::Ready(Ok(())) => self.state = PumpState::Reading,
+                    Poll::Ready(Err(e)) => return Err(Error::io(self.to(), "flush", e)),
+                },
+                PumpState::Splicing(pipe) => {
+                    let (Some(s), Some(d)) = (src.raw(), dst.raw()) else {
+                        return Err(Error::new(ErrorKind::Io, Side::Internal, "splice needs two sockets"));
+                    };
+                    match splice_step(cx, s, d, pipe) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(Spliced::Eof)) => self.state = PumpState::ShuttingDown,
+                        Poll::Ready(Ok(Spliced::In)) => {}
+                        Poll::Ready(Ok(Spliced::Out(n))) => {
+                            self.spliced.add(n as u64);
+                            self.count(n, progress);
+                        }
+                        Poll::Ready(Err((side_is_src, e))) => {
+                            let side = if side_is_src { self.from } else { self.to() };
+                            return Err(Error::io(side, "splice", e));
+                        }
                     }
                 }
             }
+        }
+    }
+}
+
+enum Spliced {
+    /// Source bytes now sit in the pipe.
+    In,
+    /// This many bytes left the pipe for the destination.
+    Out(usize),
+    /// The source reached EOF with the pipe empty.
+    Eof,
+}
+
+/// One splice step: fill the empty pipe from `src`, or drain it into `dst`. Errors say
+/// whether the source (`true`) or the destination failed.
+fn splice_step(
+    cx: &mut Context<'_>,
+    src: &TcpStream,
+    dst: &TcpStream,
+    pipe: &mut PooledPipe,
+) -> Poll<Result<Spliced, (bool, io::Error)>> {
+    let (Some(r), Some(w)) = (pipe.read_end(), pipe.write_end()) else {
+        return Poll::Ready(Err((true, io::ErrorKind::BrokenPipe.into())));
+    };
+    if pipe.pending == 0 {
+        loop {
+            let moved = src.try_io(Interest::READABLE, || {
+                tollgate_sys::splice::splice_move(src.as_fd(), w, pipe.capacity)
+            });
+            match moved {
+                Ok(0) => return Poll::Ready(Ok(Spliced::Eof)),
+                Ok(n) => {
+                    pipe.pending = n;
+                    return Poll::Ready(Ok(Spliced::In));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Err(e) = ready!(src.poll_read_ready(cx)) {
+                        return Poll::Ready(Err((true, e)));
+                    }
+                }
+                Err(e) => return Poll::Ready(Err((true, e))),
+            }
+        }
+    }
+    loop {
+        let moved = dst.try_io(Interest::WRITABLE, || {
+            tollgate_sys::splice::splice_move(r, dst.as_fd(), pipe.pending)
+        });
+        match moved {
+            Ok(n) => {
+                pipe.pending = pipe.pending.saturating_sub(n);
+                return Poll::Ready(Ok(Spliced::Out(n)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Err(e) = ready!(dst.poll_write_ready(cx)) {
+                    return Poll::Ready(Err((false, e)));
+                }
+            }
+            Err(e) => return Poll::Ready(Err((false, e))),
         }
     }
 }

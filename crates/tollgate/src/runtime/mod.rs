@@ -40,6 +40,8 @@ pub struct Shared {
     pub backends: Vec<BackendState>,
     pub budgets: AcceptBudgets,
     pub stats: Vec<Arc<WorkerStats>>,
+    /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
+    pub handshakes: Arc<tokio::sync::Semaphore>,
 }
 
 pub struct Running {
@@ -79,6 +81,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         backends: config.backends.iter().map(BackendState::new).collect(),
         budgets: AcceptBudgets::new(&config),
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
+        handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
         config,
     });
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();

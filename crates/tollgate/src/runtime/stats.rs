@@ -87,6 +87,29 @@ worker_stats! {
     /// reused connection failed before any response byte.
     http_pool_reused,
     http_retries,
+    /// TLS handshakes (termination) in progress now, and times one waited for `max_handshakes`.
+    tls_handshakes_active,
+    tls_handshake_waits,
+    /// Completed handshakes: full, and resumed (ticket or session cache).
+    tls_handshakes_full,
+    tls_handshakes_resumed,
+    /// Failed handshakes by reason: timed out; protocol error or alert; no certificate for
+    /// the SNI; peer closed or reset mid-handshake.
+    tls_fail_timeout,
+    tls_fail_protocol,
+    tls_fail_no_cert,
+    tls_fail_closed,
+    /// TLS handshakes to servers that failed.
+    tls_backend_errors,
+    /// Passthrough: ClientHellos that were truncated, oversized, not TLS or too slow.
+    sni_inspect_failures,
+    /// Connections closed because their SNI matched no route (`reject_unknown_sni`).
+    sni_rejected,
+    /// splice(2) pipes lent to relays now, and idle in this worker's pool.
+    pipes_in_use,
+    pipes_pooled,
+    /// Bytes moved with splice (also counted in bytes_to_server / bytes_to_client).
+    bytes_spliced,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

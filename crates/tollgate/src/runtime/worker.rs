@@ -17,12 +17,15 @@ use crate::buffer::BufferPool;
 use crate::listener::BoundSocket;
 use crate::listener::accept::{self, Dispatcher, Handoff};
 use crate::listener::budget::ConnPermits;
+use crate::proxy::pipes::PipePool;
 
 pub struct WorkerCtx {
     pub id: usize,
     pub shared: Arc<Shared>,
     pub stats: Arc<WorkerStats>,
     pub buffers: Rc<BufferPool>,
+    /// splice(2) pipes, this worker's own (`global.max_pipes`).
+    pub pipes: Rc<PipePool>,
     /// One balancer per backend, in config order.
     pub balancers: Vec<RefCell<Box<dyn Balancer>>>,
     /// Idle HTTP server connections of this worker.
@@ -41,6 +44,20 @@ impl WorkerCtx {
             shared.config.global.buffer_budget / workers,
             Arc::clone(&stats),
         );
+        let pipes = PipePool::new(
+            shared.config.global.max_pipes as usize,
+            shared.config.global.buffer_size,
+            Arc::clone(&stats),
+        );
+        if shared
+            .config
+            .frontends
+            .iter()
+            .any(|f| f.tls.as_ref().is_some_and(|t| t.ktls.enabled))
+        {
+            // Probed (and logged) once per process, before any handshake.
+            let _ = crate::tls::ktls::available();
+        }
         let balancers = shared
             .config
             .backends
@@ -57,6 +74,7 @@ impl WorkerCtx {
             shared,
             stats,
             buffers,
+            pipes,
             balancers,
             http_pool,
             phase,

@@ -176,3 +176,4 @@ pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
 pub mod http;
+pub mod tls;

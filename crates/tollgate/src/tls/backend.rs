@@ -1,0 +1,30 @@
+//! TLS to a server (`tls = true` on a `[[backend.server]]`): the client handshake, with the
+//! configured SNI and verification, under `timeouts.tls_handshake`.
+
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use crate::config::model::ServerTls;
+use crate::error::{Error, ErrorKind, Side};
+
+pub type ClientTlsStream = tokio_rustls::client::TlsStream<TcpStream>;
+
+pub async fn connect(
+    tls: &ServerTls,
+    stream: TcpStream,
+    limit: std::time::Duration,
+    server: &str,
+) -> Result<ClientTlsStream, Error> {
+    let connector = TlsConnector::from(Arc::clone(&tls.client_config));
+    match tokio::time::timeout(limit, connector.connect(tls.server_name.clone(), stream)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(Error::new(ErrorKind::Tls, Side::Back, format!("TLS to {server}")).with_source(e)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Tls,
+            Side::Back,
+            format!("TLS to {server}: handshake timed out after {limit:?}"),
+        )),
+    }
+}

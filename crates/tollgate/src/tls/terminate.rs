@@ -1,0 +1,118 @@
+//! TLS termination: the handshake, under the `max_handshakes` budget and the
+//! `timeouts.tls_handshake` deadline, with counters by outcome.
+//!
+//! [`accept`] is the one entry point for every mode: TCP mode relays the plaintext, HTTP
+//! mode parses it. The `ServerConfig` comes from the config model, shared by all workers
+//! (one ticketer, one session cache), so a session resumes on whichever core accepts it.
+
+use std::io;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::model::FrontendTls;
+use crate::error::{Error, ErrorKind, Side};
+use crate::runtime::stats::{Counter, WorkerStats};
+use crate::runtime::worker::WorkerCtx;
+
+/// A terminated client connection.
+pub type ServerTlsStream = tokio_rustls::server::TlsStream<TcpStream>;
+
+/// Why a handshake failed, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    Timeout,
+    /// A protocol error or an alert (either way).
+    Protocol,
+    /// No certificate for the SNI the client sent (or none sent, without a default).
+    NoCert,
+    /// The client closed or reset the connection mid-handshake.
+    Closed,
+}
+
+impl HandshakeFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandshakeFailure::Timeout => "timeout",
+            HandshakeFailure::Protocol => "protocol",
+            HandshakeFailure::NoCert => "no-certificate",
+            HandshakeFailure::Closed => "closed",
+        }
+    }
+
+    fn classify(e: &io::Error) -> Self {
+        match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+            Some(rustls::Error::General(msg)) if msg.contains("no server certificate") => HandshakeFailure::NoCert,
+            Some(_) => HandshakeFailure::Protocol,
+            None if crate::error::is_peer_reset(e) => HandshakeFailure::Closed,
+            None => HandshakeFailure::Protocol,
+        }
+    }
+
+    fn counter(self, stats: &WorkerStats) -> &Counter {
+        match self {
+            HandshakeFailure::Timeout => &stats.tls_fail_timeout,
+            HandshakeFailure::Protocol => &stats.tls_fail_protocol,
+            HandshakeFailure::NoCert => &stats.tls_fail_no_cert,
+            HandshakeFailure::Closed => &stats.tls_fail_closed,
+        }
+    }
+}
+
+/// Holds `tls_handshakes_active` up for the life of one handshake.
+struct Active<'a>(&'a Counter);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.sub(1);
+    }
+}
+
+/// Runs the server side of a TLS handshake on `stream`.
+///
+/// Waits for a `max_handshakes` slot first (the wait counts against the handshake
+/// deadline), so a flood of handshakes queues instead of eating every core.
+pub async fn accept(ctx: &WorkerCtx, tls: &FrontendTls, stream: TcpStream) -> Result<ServerTlsStream, Error> {
+    let stats = &ctx.stats;
+    let limit = ctx.shared.config.timeouts.tls_handshake;
+    let deadline = Instant::now() + limit;
+    let fail = |reason: HandshakeFailure, source: Option<io::Error>| {
+        reason.counter(stats).add(1);
+        let e = Error::new(
+            ErrorKind::Tls,
+            Side::Front,
+            format!("TLS handshake: {}", reason.as_str()),
+        );
+        match source {
+            Some(s) => e.with_source(s),
+            None => e,
+        }
+    };
+    let _permit = match Arc::clone(&ctx.shared.handshakes).try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            stats.tls_handshake_waits.add(1);
+            match tokio::time::timeout_at(deadline, Arc::clone(&ctx.shared.handshakes).acquire_owned()).await {
+                Ok(Ok(p)) => p,
+                _ => return Err(fail(HandshakeFailure::Timeout, None)),
+            }
+        }
+    };
+    stats.tls_handshakes_active.add(1);
+    let _active = Active(&stats.tls_handshakes_active);
+    let acceptor = TlsAcceptor::from(Arc::clone(&tls.server_config));
+    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Err(_) => Err(fail(HandshakeFailure::Timeout, None)),
+        Ok(Err(e)) => Err(fail(HandshakeFailure::classify(&e), Some(e))),
+        Ok(Ok(s)) => {
+            if s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+                stats.tls_handshakes_resumed.add(1);
+            } else {
+                stats.tls_handshakes_full.add(1);
+            }
+            Ok(s)
+        }
+    }
+}
