@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::stream::{RequestInfo, Session};
 use crate::buffer::BufferPool;
@@ -39,7 +40,11 @@ enum Outcome {
     Failed(u16),
 }
 
-pub async fn forward(s: &mut Session<'_>, backend: usize, req: &RequestInfo) -> Result<bool, Error> {
+pub async fn forward<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    backend: usize,
+    req: &RequestInfo,
+) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
         let pool = &s.ctx.http_pool;
@@ -77,7 +82,12 @@ pub async fn forward(s: &mut Session<'_>, backend: usize, req: &RequestInfo) -> 
     }
 }
 
-async fn exchange(s: &mut Session<'_>, backend: usize, req: &RequestInfo, conn: Connected) -> Outcome {
+async fn exchange<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    backend: usize,
+    req: &RequestInfo,
+    conn: Connected,
+) -> Outcome {
     let Connected {
         stream: mut server,
         slot,
@@ -222,8 +232,8 @@ async fn exchange(s: &mut Session<'_>, backend: usize, req: &RequestInfo, conn: 
 /// the client sends its body anyway. `Ok(true)`: send the body; `Ok(false)`: the server
 /// answered with a final response, the body will not be read (and the client connection
 /// is closed after the response).
-async fn await_continue(
-    s: &mut Session<'_>,
+async fn await_continue<C: ClientStream>(
+    s: &mut Session<'_, C>,
     server: &mut TcpStream,
     back: &mut Inbound,
     req: &RequestInfo,
@@ -260,7 +270,9 @@ async fn await_continue(
                 Ok(0) | Err(_) => return Err(Outcome::Failed(502)),
                 Ok(_) => {}
             },
-            r = s.client.readable() => return if r.is_ok() { Ok(true) } else { Err(Outcome::Failed(0)) },
+            r = s.client.wait_for_data(&mut s.front, &s.ctx.buffers) => {
+                return if matches!(r, Ok(false)) { Ok(true) } else { Err(Outcome::Failed(0)) };
+            }
             _ = &mut deadline => return Err(Outcome::Failed(504)),
         }
     }
@@ -275,8 +287,8 @@ enum ReadFailure {
 }
 
 /// Reads the final response head (forwarding interim 1xx responses to the client).
-async fn read_response(
-    s: &mut Session<'_>,
+async fn read_response<C: ClientStream>(
+    s: &mut Session<'_, C>,
     server: &mut TcpStream,
     back: &mut Inbound,
     req: &RequestInfo,
@@ -323,7 +335,7 @@ async fn read_response(
 }
 
 /// After a 101: pass the bytes already read on, then relay both ways until both close.
-async fn tunnel(s: &mut Session<'_>, server: TcpStream, back: Inbound) -> Outcome {
+async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: TcpStream, back: Inbound) -> Outcome {
     let mut head = std::mem::take(&mut s.out);
     head.extend_from_slice(back.data());
     let sent = s.client.write_all(&head).await;
@@ -332,22 +344,20 @@ async fn tunnel(s: &mut Session<'_>, server: TcpStream, back: Inbound) -> Outcom
     if sent.is_err() {
         return Outcome::Failed(0);
     }
+    let mut server = server;
     if !s.front.is_empty() {
-        let mut server = server;
         if server.write_all(s.front.data()).await.is_err() {
             return Outcome::Failed(0);
         }
         s.front.consume(s.front.data().len());
-        return relay_tunnel(s, &server).await;
     }
-    relay_tunnel(s, &server).await
-}
-
-async fn relay_tunnel(s: &mut Session<'_>, server: &TcpStream) -> Outcome {
-    let timeouts = s.ctx.shared.config.timeouts;
-    let idle = timeouts.client.min(timeouts.server);
     s.front.release_if_empty();
-    if let Err(e) = crate::proxy::tcp::relay(s.ctx, &s.client, server, idle).await {
+    let timeouts = s.ctx.shared.config.timeouts;
+    if let Err(e) = s
+        .client
+        .tunnel(s.ctx, &server, timeouts.client.min(timeouts.server))
+        .await
+    {
         tracing::debug!(error = %e, "tunnel ended");
     }
     Outcome::Done { keep_client: false }
@@ -355,7 +365,7 @@ async fn relay_tunnel(s: &mut Session<'_>, server: &TcpStream) -> Outcome {
 
 /// Reads and drops a request body the proxy answers itself. False if the connection
 /// cannot continue (bad framing, client gone).
-pub async fn discard_body(s: &mut Session<'_>, framing: BodyFraming) -> bool {
+pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> bool {
     let mut tracker = BodyTracker::new(framing, h1::Side::Request);
     if tracker.is_done() {
         return true;

@@ -9,6 +9,7 @@
 //! framing is not fully determined is never forwarded; every proxy-made error response
 //! closes the connection, so a malformed request can never desync what follows.
 
+mod client;
 mod exchange;
 mod inbound;
 pub mod pool;
@@ -24,7 +25,18 @@ use crate::error::Error;
 use crate::runtime::worker::WorkerCtx;
 
 pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream, peer: SocketAddr) -> Result<(), Error> {
-    match stream::Session::new(ctx, frontend, client, peer) {
+    let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
+    match tls {
+        Some(tls) => {
+            let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+            run(stream::Session::new(ctx, frontend, client, peer)).await
+        }
+        None => run(stream::Session::new(ctx, frontend, client, peer)).await,
+    }
+}
+
+async fn run<C: client::ClientStream>(session: Option<stream::Session<'_, C>>) -> Result<(), Error> {
+    match session {
         Some(session) => session.run().await,
         None => Ok(()),
     }

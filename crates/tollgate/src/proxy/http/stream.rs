@@ -6,17 +6,15 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
+use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{Forwarded, Frontend};
 use crate::error::{Error, Side};
-use crate::http::h1::{
-    self, BodyFraming, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, Proto, RequestHead, Version,
-};
+use crate::http::h1::{self, BodyFraming, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version};
 use crate::runtime::worker::WorkerCtx;
 
 /// What the proxy needs to remember of a request once its head bytes are consumed.
@@ -59,10 +57,10 @@ enum HeadOutcome {
     Refuse(u16),
 }
 
-pub struct Session<'a> {
+pub struct Session<'a, C> {
     pub(super) ctx: &'a Rc<WorkerCtx>,
     pub(super) fe: &'a Frontend,
-    pub(super) client: TcpStream,
+    pub(super) client: C,
     pub(super) peer: SocketAddr,
     pub(super) front: Inbound,
     pub(super) scratch: HeadScratch,
@@ -72,8 +70,8 @@ pub struct Session<'a> {
     accepted: Instant,
 }
 
-impl<'a> Session<'a> {
-    pub fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: TcpStream, peer: SocketAddr) -> Option<Self> {
+impl<'a, C: ClientStream> Session<'a, C> {
+    pub fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
         Some(Session {
             ctx,
@@ -124,11 +122,12 @@ impl<'a> Session<'a> {
             } else {
                 timeouts.http_keep_alive
             };
-            match tokio::time::timeout(wait, self.client.readable()).await {
+            match tokio::time::timeout(wait, self.client.wait_for_data(&mut self.front, &self.ctx.buffers)).await {
                 Err(_) if first => return Ok(HeadOutcome::Refuse(408)),
                 Err(_) => return Ok(HeadOutcome::Closed),
                 Ok(Err(e)) => return Err(Error::io(Side::Front, "wait for request", e)),
-                Ok(Ok(())) => {}
+                Ok(Ok(true)) => return Ok(HeadOutcome::Closed),
+                Ok(Ok(false)) => {}
             }
         }
         let start = if first { self.accepted } else { Instant::now() };
@@ -223,9 +222,9 @@ impl<'a> Session<'a> {
         match self.fe.forwarded {
             Forwarded::XForwardedFor => {
                 edits.x_forwarded_for = Some(ip);
-                edits.x_forwarded_proto = Some(Proto::Http);
+                edits.x_forwarded_proto = Some(C::PROTO);
             }
-            Forwarded::Forwarded => edits.forwarded = Some((ip, Some(Proto::Http))),
+            Forwarded::Forwarded => edits.forwarded = Some((ip, Some(C::PROTO))),
             Forwarded::None => {}
         }
         edits
@@ -250,7 +249,7 @@ impl<'a> Session<'a> {
 /// Half-closes, then reads and discards what the client still sends for a short while:
 /// closing with unread bytes would make the kernel send a reset that can destroy the
 /// response before the client reads it.
-async fn lingering_close(client: &mut TcpStream) {
+async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &mut C) {
     let _ = client.shutdown().await;
     let mut sink = [0u8; 4096];
     let drain = async {

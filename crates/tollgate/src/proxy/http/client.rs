@@ -1,0 +1,53 @@
+//! The client side of an HTTP session: a plain socket or a TLS stream. The session code is
+//! generic over it; this trait holds the few things that differ.
+
+use std::io;
+use std::rc::Rc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use super::inbound::Inbound;
+use crate::buffer::BufferPool;
+use crate::error::Error;
+use crate::http::h1::Proto;
+use crate::proxy::tcp::{self, Layered};
+use crate::runtime::worker::WorkerCtx;
+use crate::tls::terminate::ServerTlsStream;
+
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    /// The scheme the client used, for `X-Forwarded-Proto` / `Forwarded: proto=`.
+    const PROTO: Proto;
+
+    /// Waits until the client sent something (or closed). A plain socket only waits for
+    /// readiness, so an idle keep-alive connection holds no buffer; a TLS stream must read
+    /// (its readiness is not the plaintext's). `Ok(true)` = the client closed.
+    async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool>;
+
+    /// After a 101: relays both ways until both sides are done.
+    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error>;
+}
+
+impl ClientStream for TcpStream {
+    const PROTO: Proto = Proto::Http;
+
+    async fn wait_for_data(&mut self, _front: &mut Inbound, _pool: &Rc<BufferPool>) -> io::Result<bool> {
+        self.readable().await.map(|()| false)
+    }
+
+    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
+        tcp::relay(ctx, self, server, idle).await
+    }
+}
+
+impl ClientStream for ServerTlsStream {
+    const PROTO: Proto = Proto::Https;
+
+    async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
+        front.read_from(self, pool, false).await.map(|n| n == 0)
+    }
+
+    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
+        tcp::relay_endpoints(ctx, &mut Layered(self), &mut &*server, idle, Default::default()).await
+    }
+}
