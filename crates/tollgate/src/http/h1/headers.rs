@@ -375,6 +375,25 @@ pub fn map_httparse(e: httparse::Error) -> ErrorKind {
     }
 }
 
+/// What request and response heads share: their header fields, in wire order.
+pub trait MessageHead {
+    /// Header entries with their classification and hop-by-hop flag.
+    fn entries(&self) -> &[HeaderEntry];
+
+    /// Header fields in wire order, as (name, value).
+    fn headers<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.entries().iter().map(move |e| (e.name.of(buf), e.value.of(buf)))
+    }
+
+    /// First value of the field `name` (case-insensitive).
+    fn header<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        self.entries()
+            .iter()
+            .find(|e| e.name.of(buf).eq_ignore_ascii_case(name))
+            .map(|e| e.value.of(buf))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,7 +72,7 @@ mod tests;
 
 pub use body::{BodyTracker, Progress};
 pub use error::{ErrorKind, H1Error, Side};
-pub use headers::{HeadScratch, HeaderEntry, HeaderKind, Span};
+pub use headers::{HeadScratch, HeaderEntry, HeaderKind, MessageHead, Span};
 pub use request::{Method, RequestHead, TargetForm, parse_request_head};
 pub use response::{ResponseHead, parse_response_head};
 pub use write::{ConnectionOut, HeadEdits, Proto, write_error_response, write_request_head, write_response_head};

@@ -8,6 +8,7 @@
 use std::mem::MaybeUninit;
 
 use super::error::{ErrorKind, H1Error, Side};
+use super::headers::MessageHead;
 use super::headers::{self, HeadScratch, HeaderEntry, Span, is_tchar};
 use super::{BodyFraming, HEADER_CAP, Limits, Version};
 
@@ -88,25 +89,13 @@ pub struct RequestHead {
     pub(crate) headers: Vec<HeaderEntry>,
 }
 
-impl RequestHead {
-    /// Header fields in wire order, as (name, value).
-    pub fn headers<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        self.headers.iter().map(move |e| (e.name.of(buf), e.value.of(buf)))
-    }
-
-    /// Header entries with their classification and hop-by-hop flag.
-    pub fn entries(&self) -> &[HeaderEntry] {
+impl MessageHead for RequestHead {
+    fn entries(&self) -> &[HeaderEntry] {
         &self.headers
     }
+}
 
-    /// First value of the field `name` (case-insensitive).
-    pub fn header<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-        self.headers
-            .iter()
-            .find(|e| e.name.of(buf).eq_ignore_ascii_case(name))
-            .map(|e| e.value.of(buf))
-    }
-
+impl RequestHead {
     /// Give the header storage back to `scratch` for the next parse.
     pub fn reclaim(self, scratch: &mut HeadScratch) {
         scratch.give_back(self.headers);

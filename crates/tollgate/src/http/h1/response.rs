@@ -7,6 +7,7 @@
 use std::mem::MaybeUninit;
 
 use super::error::{ErrorKind, H1Error, Side};
+use super::headers::MessageHead;
 use super::headers::{self, HeadScratch, HeaderEntry, Span};
 use super::request::{Method, version_byte};
 use super::{BodyFraming, HEADER_CAP, Limits, Version};
@@ -36,25 +37,13 @@ pub struct ResponseHead {
     pub(crate) headers: Vec<HeaderEntry>,
 }
 
-impl ResponseHead {
-    /// Header fields in wire order, as (name, value).
-    pub fn headers<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        self.headers.iter().map(move |e| (e.name.of(buf), e.value.of(buf)))
-    }
-
-    /// Header entries with their classification and hop-by-hop flag.
-    pub fn entries(&self) -> &[HeaderEntry] {
+impl MessageHead for ResponseHead {
+    fn entries(&self) -> &[HeaderEntry] {
         &self.headers
     }
+}
 
-    /// First value of the field `name` (case-insensitive).
-    pub fn header<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
-        self.headers
-            .iter()
-            .find(|e| e.name.of(buf).eq_ignore_ascii_case(name))
-            .map(|e| e.value.of(buf))
-    }
-
+impl ResponseHead {
     /// Give the header storage back to `scratch` for the next parse.
     pub fn reclaim(self, scratch: &mut HeadScratch) {
         scratch.give_back(self.headers);

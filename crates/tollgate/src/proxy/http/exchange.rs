@@ -245,16 +245,11 @@ async fn await_continue<C: ClientStream>(
         if !back.is_empty() {
             match h1::parse_response_head(back.data(), &limits, req.method, &mut s.scratch) {
                 Ok(Some(head)) if head.status == 100 => {
-                    if req.version == Version::Http11 {
-                        s.out.clear();
-                        h1::write_response_head(&head, back.data(), &HeadEdits::default(), &mut s.out);
-                        if s.client.write_all(&s.out).await.is_err() {
-                            return Err(Outcome::Failed(0));
-                        }
-                    }
-                    back.consume(head.head_len);
-                    head.reclaim(&mut s.scratch);
-                    return Ok(true);
+                    return if forward_interim(s, head, back, req).await {
+                        Ok(true)
+                    } else {
+                        Err(Outcome::Failed(0))
+                    };
                 }
                 Ok(Some(head)) => {
                     let final_response = !head.informational;
@@ -301,15 +296,9 @@ async fn read_response<C: ClientStream>(
         if !back.is_empty() {
             match h1::parse_response_head(back.data(), &limits, req.method, &mut s.scratch) {
                 Ok(Some(head)) if head.informational => {
-                    if req.version == Version::Http11 {
-                        s.out.clear();
-                        h1::write_response_head(&head, back.data(), &HeadEdits::default(), &mut s.out);
-                        if s.client.write_all(&s.out).await.is_err() {
-                            return Err(ReadFailure::ClientGone);
-                        }
+                    if !forward_interim(s, head, back, req).await {
+                        return Err(ReadFailure::ClientGone);
                     }
-                    back.consume(head.head_len);
-                    head.reclaim(&mut s.scratch);
                     continue;
                 }
                 Ok(Some(head)) => return Ok(head),
@@ -332,6 +321,25 @@ async fn read_response<C: ClientStream>(
             Ok(_) => received = true,
         }
     }
+}
+
+/// Passes an interim (1xx) response on to an HTTP/1.1 client (an HTTP/1.0 client would not
+/// understand it) and consumes it. False if the client is gone.
+async fn forward_interim<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    head: ResponseHead,
+    back: &mut Inbound,
+    req: &RequestInfo,
+) -> bool {
+    let mut sent = true;
+    if req.version == Version::Http11 {
+        s.out.clear();
+        h1::write_response_head(&head, back.data(), &HeadEdits::default(), &mut s.out);
+        sent = s.client.write_all(&s.out).await.is_ok();
+    }
+    back.consume(head.head_len);
+    head.reclaim(&mut s.scratch);
+    sent
 }
 
 /// After a 101: pass the bytes already read on, then relay both ways until both close.

@@ -2,7 +2,7 @@
 //! header), else its default backend.
 
 use crate::config::model::{Frontend, RouteAction};
-use crate::http::h1::{RequestHead, TargetForm};
+use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 
 pub enum Decision<'a> {
     Backend(usize),
