@@ -49,6 +49,7 @@ pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: TcpListe
     let shared = Arc::clone(&ctx.shared);
     loop {
         let permits = tokio::select! {
+            biased;
             taken = shared.budgets.acquire(frontend) => match taken {
                 Taken::Now(p) => p,
                 Taken::AfterWait(p) => {
@@ -63,13 +64,17 @@ pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: TcpListe
         if !wait.is_zero() {
             ctx.stats.accept_rate_delayed.add(1);
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(wait) => {}
                 _ = ctx.stopping() => return,
             }
         }
+        // Stop first: under constant load accept() is always ready, and a stopping
+        // generation must still notice it has to stop.
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            biased;
             _ = ctx.stopping() => return,
+            r = listener.accept() => r,
         };
         match accepted {
             Ok((stream, peer)) => {

@@ -261,6 +261,7 @@ async fn await_continue<C: ClientStream>(
             }
         }
         tokio::select! {
+            biased;
             r = back.read_from(server, &s.ctx.buffers, true) => match r {
                 Ok(0) | Err(_) => return Err(Outcome::Failed(502)),
                 Ok(_) => {}
@@ -312,6 +313,7 @@ async fn read_response<C: ClientStream>(
         }
         let second = s.front.holds_buffer();
         let read = tokio::select! {
+            biased;
             r = back.read_from(server, &s.ctx.buffers, second) => r,
             _ = &mut deadline => return Err(ReadFailure::Timeout),
         };
@@ -431,6 +433,7 @@ async fn transfer(
         return done;
     }
     tokio::select! {
+        biased;
         r = body => r,
         _ = idle::watchdog(progress, idle) => Err(BodyError::Idle),
     }

@@ -147,6 +147,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 }
             }
             let read = tokio::select! {
+                biased;
                 r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
                 _ = &mut deadline => return Ok(HeadOutcome::Refuse(408)),
             };
