@@ -2,7 +2,8 @@
 //!
 //! Owns: the `#[repr(C)]` mirrors of `struct tls12_crypto_info_*` from the Linux uapi header
 //! `linux/tls.h`, filling them from byte slices (lengths checked before any system call),
-//! the two `setsockopt` calls, and the startup probe [`probe_ktls`].
+//! the two `setsockopt` calls, the startup probe [`probe_ktls`], and sending/receiving
+//! non-data TLS records on a kTLS socket ([`send_tls_alert_close_notify`], [`recv_tls_record`]).
 //!
 //! kTLS is optional and off by default. Decide once at startup with [`probe_ktls`], *before*
 //! any handshake: after a handshake's secrets have been extracted there is no way back if the
@@ -253,6 +254,145 @@ fn install<T: SockoptValue>(fd: BorrowedFd<'_>, name: libc::c_int, v: &mut T) ->
     result
 }
 
+/// `TLS_SET_RECORD_TYPE` / `TLS_GET_RECORD_TYPE` (cmsg types at level `SOL_TLS`, `linux/tls.h`).
+const TLS_SET_RECORD_TYPE: libc::c_int = 1;
+const TLS_GET_RECORD_TYPE: libc::c_int = 2;
+/// TLS record content types (RFC 8446 §5.1).
+pub const TLS_RECORD_ALERT: u8 = 21;
+pub const TLS_RECORD_HANDSHAKE: u8 = 22;
+pub const TLS_RECORD_APPLICATION_DATA: u8 = 23;
+/// The payload of a `close_notify` alert: level warning (1), description close_notify (0).
+pub const CLOSE_NOTIFY_ALERT: [u8; 2] = [1, 0];
+
+/// One control message carrying a one-byte TLS record type: `CMSG_SPACE(1)` bytes, laid out
+/// as `struct cmsghdr` followed by the (padded) data byte, as `CMSG_DATA` expects.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RecordTypeCmsg {
+    hdr: libc::cmsghdr,
+    data: [u8; 8],
+}
+
+impl RecordTypeCmsg {
+    fn zeroed() -> Self {
+        // SAFETY: `cmsghdr` is a plain C struct of integers (and, on some targets, integer
+        // padding fields); the all-zero bit pattern is a valid value for every field.
+        let hdr: libc::cmsghdr = unsafe { std::mem::zeroed() };
+        RecordTypeCmsg { hdr, data: [0; 8] }
+    }
+
+    /// `cmsg_len` for one data byte (`CMSG_LEN(1)`).
+    fn len_for_one_byte() -> usize {
+        // SAFETY: `CMSG_LEN` is pure arithmetic on its argument (no pointer is involved).
+        unsafe { libc::CMSG_LEN(1) as usize }
+    }
+
+    /// The `SOL_TLS` / `TLS_SET_RECORD_TYPE` message that makes the kernel send the payload of
+    /// the same `sendmsg` as one record of `record_type`.
+    fn set_record_type(record_type: u8) -> Self {
+        let mut c = Self::zeroed();
+        c.hdr.cmsg_len = Self::len_for_one_byte() as _;
+        c.hdr.cmsg_level = SOL_TLS;
+        c.hdr.cmsg_type = TLS_SET_RECORD_TYPE;
+        c.data[0] = record_type;
+        c
+    }
+
+    /// The record type the kernel reported with `recvmsg`, if this buffer holds one.
+    fn record_type(&self, controllen: usize) -> Option<u8> {
+        (controllen >= Self::len_for_one_byte()
+            && self.hdr.cmsg_level == SOL_TLS
+            && self.hdr.cmsg_type == TLS_GET_RECORD_TYPE)
+            .then_some(self.data[0])
+    }
+}
+
+/// Sends `payload` as one TLS record of type `record_type` through a kTLS socket
+/// (`sendmsg` with a `SOL_TLS` / `TLS_SET_RECORD_TYPE` control message). Non-blocking
+/// (`MSG_DONTWAIT`, `MSG_NOSIGNAL`): `WouldBlock` means wait for writability and call again.
+/// Returns the bytes sent (all of `payload`, or an error).
+///
+/// On a TCP socket *without* the `tls` ULP the kernel ignores the control message and the
+/// payload goes out as plain bytes (used by the tests).
+pub fn send_tls_record(fd: BorrowedFd<'_>, record_type: u8, payload: &[u8]) -> io::Result<usize> {
+    let mut cmsg = RecordTypeCmsg::set_record_type(record_type);
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr().cast_mut().cast(),
+        iov_len: payload.len(),
+    };
+    // SAFETY: `msghdr` is a plain C struct of integers and pointers; all-zero (null pointers,
+    // zero lengths) is a valid value, and the fields used are set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = std::ptr::from_mut(&mut cmsg).cast();
+    msg.msg_controllen = std::mem::size_of::<RecordTypeCmsg>() as _;
+    loop {
+        // SAFETY: `fd` is live for the borrow; `msg` points to one iovec over `payload` (only
+        // read by the kernel) and to `cmsg`, a correctly sized and aligned control buffer
+        // (`CMSG_SPACE(1)` bytes, `cmsghdr` first); all of them outlive the call.
+        let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let sent = rc as usize;
+        if sent != payload.len() {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "TLS record sent in part"));
+        }
+        return Ok(sent);
+    }
+}
+
+/// Sends a `close_notify` alert through a kTLS socket (TX keys installed): the kernel
+/// encrypts `[1, 0]` as an alert record. `WouldBlock`: wait for writability and retry.
+pub fn send_tls_alert_close_notify(fd: BorrowedFd<'_>) -> io::Result<()> {
+    send_tls_record(fd, TLS_RECORD_ALERT, &CLOSE_NOTIFY_ALERT).map(|_| ())
+}
+
+/// Receives one record's payload from a kTLS socket (RX keys installed) together with its
+/// record type (`recvmsg` with room for the `TLS_GET_RECORD_TYPE` control message). This is
+/// how a non-application-data record (alert, TLS 1.3 KeyUpdate, ...) is read after a plain
+/// `recv` failed on it with `EIO`. Non-blocking. `None` when the kernel attached no record
+/// type (a socket without kTLS RX).
+pub fn recv_tls_record(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(Option<u8>, usize)> {
+    let mut cmsg = RecordTypeCmsg::zeroed();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: as in `send_tls_record`: all-zero is a valid `msghdr`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = std::ptr::from_mut(&mut cmsg).cast();
+    msg.msg_controllen = std::mem::size_of::<RecordTypeCmsg>() as _;
+    loop {
+        // SAFETY: `fd` is live for the borrow; the iovec covers `buf` (exclusively borrowed,
+        // `buf.len()` writable bytes) and the control buffer is `cmsg` (`CMSG_SPACE(1)` bytes,
+        // aligned for `cmsghdr`); the kernel writes at most those lengths, and every bit
+        // pattern is valid for `u8` and for the integer fields of `cmsghdr`.
+        let rc = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let got = rc as usize;
+        let record_type = if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            None
+        } else {
+            cmsg.record_type(msg.msg_controllen as usize)
+        };
+        return Ok((record_type, got));
+    }
+}
+
 /// Checks once whether this kernel can do kTLS: attaches the `tls` ULP to a throwaway
 /// loopback TCP connection on 127.0.0.1 (port 0). `Err` carries a human-readable reason.
 pub fn probe_ktls() -> Result<(), String> {
@@ -334,6 +474,66 @@ mod tests {
             set_tcp_ulp(client.as_fd(), "a-name-far-too-long").unwrap_err().kind(),
             io::ErrorKind::InvalidInput
         );
+    }
+
+    #[test]
+    fn record_type_cmsg_is_laid_out_as_the_kernel_reads_it() {
+        // SAFETY: `CMSG_SPACE` is pure arithmetic.
+        let space = unsafe { libc::CMSG_SPACE(1) } as usize;
+        assert_eq!(size_of::<RecordTypeCmsg>(), space);
+        let c = RecordTypeCmsg::set_record_type(TLS_RECORD_ALERT);
+        assert_eq!(c.hdr.cmsg_level, 282);
+        assert_eq!(c.hdr.cmsg_type, 1);
+        assert_eq!(c.hdr.cmsg_len, RecordTypeCmsg::len_for_one_byte() as _);
+        // Walk it the way the kernel and libc do: first header at the start of the control
+        // buffer, data right after the aligned header.
+        let mut copy = c;
+        // SAFETY: all-zero is a valid msghdr.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = std::ptr::from_mut(&mut copy).cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: `msg` describes `copy`, a live control buffer of `space` bytes holding one
+        // well-formed cmsghdr; CMSG_FIRSTHDR/CMSG_DATA only compute addresses inside it.
+        let (level, ty, data) = unsafe {
+            let h = libc::CMSG_FIRSTHDR(&msg);
+            assert!(!h.is_null());
+            ((*h).cmsg_level, (*h).cmsg_type, *libc::CMSG_DATA(h))
+        };
+        assert_eq!((level, ty, data), (282, 1, 21));
+        assert_eq!(c.record_type(space), None, "SET is not GET");
+        let mut got = RecordTypeCmsg::set_record_type(TLS_RECORD_HANDSHAKE);
+        got.hdr.cmsg_type = TLS_GET_RECORD_TYPE;
+        assert_eq!(got.record_type(space), Some(22));
+        assert_eq!(got.record_type(0), None);
+    }
+
+    /// Without the ULP, TCP ignores the SOL_TLS control message, so the call itself and the
+    /// payload can be checked on any kernel: the peer receives exactly `[1, 0]`.
+    #[test]
+    fn close_notify_sendmsg_and_record_recvmsg_on_plain_tcp() {
+        use std::io::Read;
+        let (client, mut server) = tcp_pair();
+        send_tls_alert_close_notify(client.as_fd()).unwrap();
+        let mut got = [0u8; 2];
+        server.read_exact(&mut got).unwrap();
+        assert_eq!(got, CLOSE_NOTIFY_ALERT);
+        // recvmsg with room for a record type: no kTLS RX, so no type, just the bytes.
+        send_tls_record(client.as_fd(), TLS_RECORD_APPLICATION_DATA, b"hello").unwrap();
+        server.set_nonblocking(false).unwrap();
+        let mut buf = [0u8; 16];
+        let mut total = 0;
+        while total < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            match recv_tls_record(server.as_fd(), &mut buf[total..]) {
+                Ok((ty, n)) => {
+                    assert_eq!(ty, None);
+                    total += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(&buf[..5], b"hello");
     }
 
     #[test]

@@ -524,7 +524,9 @@ impl<'a> Validator<'a> {
             alpn,
             session_tickets: t.session_tickets.unwrap_or(true),
             session_cache: t.session_cache.unwrap_or(true),
-            secret_extraction: ktls.enabled,
+            // Only where the kernel has the ULP (probed once per process, before any
+            // handshake): without it no connection may ever give its keys away.
+            secret_extraction: ktls.enabled && crate::tls::ktls::available().is_ok(),
         };
         match certs::server_config(settings, provider) {
             Ok(server_config) => Some(FrontendTls { server_config, ktls }),

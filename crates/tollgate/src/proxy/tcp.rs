@@ -41,7 +41,7 @@ use crate::config::model::{Frontend, Offload};
 use crate::error::{Error, ErrorKind, Side};
 use crate::runtime::stats::Counter;
 use crate::runtime::worker::WorkerCtx;
-use crate::tls::passthrough;
+use crate::tls::{ktls, passthrough};
 
 pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {
     let fe = ctx
@@ -51,6 +51,14 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> R
         .get(frontend)
         .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such frontend"))?;
     if let Some(tls) = &fe.tls {
+        if tls.ktls.enabled && tls.server_config.enable_secret_extraction {
+            // Eligible for kTLS (decided at config load, after the probe): rustls over a
+            // CorkStream, handed to the kernel after `after_bytes` (tls::ktls).
+            let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
+            let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
+            let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
+            return to_server(ctx, fe, backend, client).await;
+        }
         let client = crate::tls::terminate::accept(ctx, tls, client).await?;
         let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
         return to_server(ctx, fe, backend, Layered(client)).await;
@@ -172,6 +180,11 @@ pub trait Endpoint {
     fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// The socket, when the bytes on it are the payload itself (splice is possible).
     fn raw(&self) -> Option<&TcpStream>;
+    /// A read (or a splice from `raw()`) failed with `e`: `Ok(())` makes it end of stream
+    /// (a kTLS socket meeting the peer's close_notify), `Err` ends the session.
+    fn read_failed(&mut self, e: io::Error) -> io::Result<()> {
+        Err(e)
+    }
 }
 
 impl Endpoint for &TcpStream {
@@ -352,7 +365,10 @@ impl<'a> Pump<'a> {
                         Poll::Pending => return Ok(false),
                         Poll::Ready(Ok(0)) => self.state = PumpState::ShuttingDown,
                         Poll::Ready(Ok(len)) => self.state = PumpState::Writing { buf, pos: 0, len },
-                        Poll::Ready(Err(e)) => return Err(Error::io(self.from, "read", e)),
+                        Poll::Ready(Err(e)) => match src.read_failed(e) {
+                            Ok(()) => self.state = PumpState::ShuttingDown,
+                            Err(e) => return Err(Error::io(self.from, "read", e)),
+                        },
                     }
                 }
                 PumpState::Writing { buf, pos, len } => {
@@ -390,10 +406,12 @@ impl<'a> Pump<'a> {
                             self.spliced.add(n as u64);
                             self.count(n, progress);
                         }
-                        Poll::Ready(Err((side_is_src, e))) => {
-                            let side = if side_is_src { self.from } else { self.to() };
-                            return Err(Error::io(side, "splice", e));
-                        }
+                        Poll::Ready(Err((true, e))) => match src.read_failed(e) {
+                            // Only with the pipe empty: a source error happens while filling it.
+                            Ok(()) => self.state = PumpState::ShuttingDown,
+                            Err(e) => return Err(Error::io(self.from, "splice", e)),
+                        },
+                        Poll::Ready(Err((false, e))) => return Err(Error::io(self.to(), "splice", e)),
                     }
                 }
             }

@@ -110,6 +110,13 @@ worker_stats! {
     pipes_pooled,
     /// Bytes moved with splice (also counted in bytes_to_server / bytes_to_client).
     bytes_spliced,
+    /// TLS connections handed over to kernel TLS mid-stream.
+    ktls_offloaded,
+    /// Handovers that failed after the keys left rustls (the connection was closed).
+    ktls_install_failures,
+    /// kTLS connections closed because the peer sent a non-data record the kernel path does
+    /// not handle (a TLS 1.3 KeyUpdate, for instance).
+    ktls_unsupported_record,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

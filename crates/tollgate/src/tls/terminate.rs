@@ -8,6 +8,7 @@
 use std::io;
 use std::sync::Arc;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -74,7 +75,11 @@ impl Drop for Active<'_> {
 ///
 /// Waits for a `max_handshakes` slot first (the wait counts against the handshake
 /// deadline), so a flood of handshakes queues instead of eating every core.
-pub async fn accept(ctx: &WorkerCtx, tls: &FrontendTls, stream: TcpStream) -> Result<ServerTlsStream, Error> {
+pub async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &WorkerCtx,
+    tls: &FrontendTls,
+    stream: IO,
+) -> Result<tokio_rustls::server::TlsStream<IO>, Error> {
     let stats = &ctx.stats;
     let limit = ctx.shared.config.timeouts.tls_handshake;
     let deadline = Instant::now() + limit;
