@@ -22,7 +22,9 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: TcpStream, peer
     };
     let result = match fe.mode {
         Mode::Tcp => tcp::serve(ctx, frontend, stream).await,
-        Mode::Http => http::serve(ctx, frontend, stream, peer).await,
+        // Boxed: an HTTP session's state is much larger than a TCP relay's; TCP sessions
+        // should not carry (and copy into their task) that size.
+        Mode::Http => Box::pin(http::serve(ctx, frontend, stream, peer)).await,
     };
     if let Err(e) = result {
         log_end(&fe.name, peer, &e);

@@ -51,17 +51,9 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> R
         .get(frontend)
         .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such frontend"))?;
     if let Some(tls) = &fe.tls {
-        if tls.ktls.enabled && tls.server_config.enable_secret_extraction {
-            // Eligible for kTLS (decided at config load, after the probe): rustls over a
-            // CorkStream, handed to the kernel after `after_bytes` (tls::ktls).
-            let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
-            let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
-            let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
-            return to_server(ctx, fe, backend, client).await;
-        }
-        let client = crate::tls::terminate::accept(ctx, tls, client).await?;
-        let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
-        return to_server(ctx, fe, backend, Layered(client)).await;
+        // Boxed: the TLS states are large, and a plain TCP session should not carry (and copy
+        // into its task) their size.
+        return Box::pin(serve_tls(ctx, fe, tls, client)).await;
     }
     let backend = match fe.sni_routes {
         Some(_) => inspect(ctx, fe, &client).await?,
@@ -70,6 +62,25 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> R
             .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?,
     };
     to_server(ctx, fe, backend, &client).await
+}
+
+async fn serve_tls(
+    ctx: &Rc<WorkerCtx>,
+    fe: &Frontend,
+    tls: &crate::config::model::FrontendTls,
+    client: TcpStream,
+) -> Result<(), Error> {
+    if tls.ktls.enabled && tls.server_config.enable_secret_extraction {
+        // Eligible for kTLS (decided at config load, after the probe): rustls over a
+        // CorkStream, handed to the kernel after `after_bytes` (tls::ktls).
+        let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
+        let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
+        let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
+        return to_server(ctx, fe, backend, client).await;
+    }
+    let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+    let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
+    to_server(ctx, fe, backend, Layered(client)).await
 }
 
 fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize, Error> {

@@ -98,14 +98,15 @@ impl WorkerCtx {
         self.stats.sessions_total.add(1);
         self.stats.sessions_active.add(1);
         let ctx = Rc::clone(self);
-        tokio::task::spawn_local(async move {
+        let fut = async move {
             crate::proxy::serve(&ctx, frontend, stream, peer).await;
             drop(permits);
             ctx.stats.sessions_active.sub(1);
             if ctx.stats.sessions_active.get() == 0 {
                 ctx.drained.notify_one();
             }
-        });
+        };
+        tokio::task::spawn_local(fut);
     }
 
     async fn drain(&self) {
