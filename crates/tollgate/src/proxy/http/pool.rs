@@ -7,6 +7,7 @@
 //! used connection is the warmest and the least likely to have been closed by the server.
 
 use std::cell::RefCell;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
@@ -50,7 +51,12 @@ impl ServerPool {
             if now.duration_since(conn.since) > self.max_age {
                 continue;
             }
-            // Readable on an idle connection means EOF or stray bytes: either way unusable.
+            // No readiness event since the last response was drained: alive, and no syscall
+            // spent finding out. With one, probe: EOF or stray bytes make it unusable.
+            let mut cx = Context::from_waker(Waker::noop());
+            if conn.stream.poll_read_ready(&mut cx).is_pending() {
+                return Some(conn.stream);
+            }
             let mut probe = [0u8; 1];
             match conn.stream.try_read(&mut probe) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn.stream),
