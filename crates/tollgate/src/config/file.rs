@@ -42,6 +42,7 @@ pub struct GlobalSection {
     /// The master's Unix control socket (`tollgate reload` talks to it).
     pub control_socket: Option<Spanned<String>>,
     pub max_pipes: Option<u32>,
+    pub pipe_size: Option<Spanned<ByteSize>>,
     pub max_handshakes: Option<Spanned<u32>>,
 }
 

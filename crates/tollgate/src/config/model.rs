@@ -20,6 +20,8 @@ pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
 pub const DEFAULT_BUFFER_BUDGET: u64 = 1 << 30;
 pub const DEFAULT_RETRIES: u32 = 3;
 pub const DEFAULT_MAX_PIPES: u32 = 64;
+/// The kernel's own default pipe size: sixteen pages.
+pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 pub const DEFAULT_MAX_HANDSHAKES: u32 = 1000;
 
 #[derive(Debug, Clone)]
@@ -52,6 +54,8 @@ pub struct Global {
     pub control_socket: PathBuf,
     /// splice(2) pipes one worker keeps (in use + pooled); beyond it relays copy.
     pub max_pipes: u32,
+    /// Capacity asked of the kernel for each splice pipe: bytes moved per splice(2) call.
+    pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
     pub max_handshakes: u32,
 }

@@ -88,6 +88,15 @@ fn bad_values_are_positioned() {
             .replace("name = \"app\"\n", "name = \"app\"\nbalance = \"magic\"\n"),
     );
     assert!(e.message.contains("unknown algorithm"), "{e}");
+    let e = first_error(&GOOD.replace("buffer_size = \"16KiB\"", "pipe_size = \"2MiB\""));
+    assert_eq!((e.line, e.key.as_str()), (5, "global.pipe_size"), "{e}");
+}
+
+#[test]
+fn pipe_size_defaults_to_the_kernel_default() {
+    assert_eq!(parse(GOOD, "t.toml").expect("valid").global.pipe_size, 65536);
+    let c = parse(&GOOD.replace("buffer_size", "pipe_size"), "t.toml").expect("valid");
+    assert_eq!(c.global.pipe_size, 16384);
 }
 
 #[test]

@@ -110,6 +110,14 @@ impl<'a> Validator<'a> {
                 format!("must hold at least 2 buffers per worker ({floor} bytes)"),
             );
         }
+        let pipe_size = match &g.pipe_size {
+            Some(s) if !(4096..=1 << 20).contains(&s.get_ref().0) => {
+                self.err(s.span(), "global.pipe_size".into(), "must be between 4KiB and 1MiB".into());
+                DEFAULT_PIPE_SIZE
+            }
+            Some(s) => s.get_ref().0 as usize,
+            None => DEFAULT_PIPE_SIZE,
+        };
         Global {
             workers,
             thread_per_core: g.thread_per_core.unwrap_or(true),
@@ -121,6 +129,7 @@ impl<'a> Validator<'a> {
             master: g.master.unwrap_or(true),
             control_socket: self.control_socket(g.control_socket.as_ref()),
             max_pipes: g.max_pipes.unwrap_or(DEFAULT_MAX_PIPES),
+            pipe_size,
             max_handshakes: match &g.max_handshakes {
                 Some(m) if *m.get_ref() == 0 => {
                     self.err(m.span(), "global.max_handshakes".into(), "must be at least 1".into());

@@ -46,7 +46,7 @@ impl WorkerCtx {
         );
         let pipes = PipePool::new(
             shared.config.global.max_pipes as usize,
-            shared.config.global.buffer_size,
+            shared.config.global.pipe_size,
             Arc::clone(&stats),
         );
         if shared
