@@ -13,8 +13,9 @@
 //! - [`sockopt`]: socket options socket2 lacks: `TCP_ULP` and the kernel-TLS key install.
 //! - [`affinity`]: pinning threads to CPUs.
 //! - [`alloc_count`]: a counting global allocator for allocation-per-request benchmarks.
+//! - [`reactor`]: registering a listening socket with tokio as an `AsyncFd`.
 //!
-//! Only [`cputime`], [`sockopt`] and [`alloc_count`] contain `unsafe` blocks; everything else
+//! Only [`cputime`], [`sockopt`], [`alloc_count`] and [`reactor`] contain `unsafe` blocks; everything else
 //! goes through rustix's safe API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -23,5 +24,6 @@ pub mod affinity;
 pub mod alloc_count;
 pub mod cputime;
 pub mod fdpass;
+pub mod reactor;
 pub mod sockopt;
 pub mod splice;

@@ -1,4 +1,5 @@
-//! Heap allocations per keep-alive HTTP request through the whole proxy, in steady state.
+//! Heap allocations per keep-alive HTTP request through the whole proxy, in steady state,
+//! and per short connection (one request with `Connection: close`, origin connection pooled).
 //!
 //! A counting global allocator wraps the system one. The origin and the client are written
 //! to allocate nothing per request (fixed buffers, blocking std sockets), so whatever the
@@ -15,6 +16,7 @@ static GLOBAL: tollgate_sys::alloc_count::CountingAlloc = tollgate_sys::alloc_co
 
 const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: proxy_allocs\r\nAccept: */*\r\n\r\n";
+const CLOSE_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
 
 fn origin() -> std::net::SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -75,6 +77,25 @@ fn main() {
     println!(
         "heap allocations per keep-alive request (proxy, steady state): {:.3} ({allocs} in {N} requests)",
         allocs as f64 / N as f64
+    );
+
+    let mut one_connection = || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(CLOSE_REQUEST).expect("write");
+        while c.read(&mut buf).expect("read") > 0 {}
+    };
+    for _ in 0..500 {
+        one_connection();
+    }
+    const CONNS: u64 = 5_000;
+    let before = tollgate_sys::alloc_count::allocations();
+    for _ in 0..CONNS {
+        one_connection();
+    }
+    let allocs = tollgate_sys::alloc_count::allocations() - before;
+    println!(
+        "heap allocations per connection (one request, Connection: close): {:.3} ({allocs} in {CONNS} connections)",
+        allocs as f64 / CONNS as f64
     );
     running.hard_stop();
     let _ = running.join();

@@ -112,7 +112,11 @@ impl<'a> Validator<'a> {
         }
         let pipe_size = match &g.pipe_size {
             Some(s) if !(4096..=1 << 20).contains(&s.get_ref().0) => {
-                self.err(s.span(), "global.pipe_size".into(), "must be between 4KiB and 1MiB".into());
+                self.err(
+                    s.span(),
+                    "global.pipe_size".into(),
+                    "must be between 4KiB and 1MiB".into(),
+                );
                 DEFAULT_PIPE_SIZE
             }
             Some(s) => s.get_ref().0 as usize,

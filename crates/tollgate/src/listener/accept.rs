@@ -1,5 +1,11 @@
 //! Accept loops: take budget permits, respect the accept rate, accept, hand the connection
 //! to a session on this worker, or, for a shared socket, to the least loaded worker.
+//!
+//! Accepted sockets are non-blocking and *not* registered with the reactor: a session
+//! registers its client socket only when it first has to wait (`proxy::lazy`), and a
+//! handed-off socket crosses workers without a deregistration. TCP_NODELAY is set once on
+//! the listening socket; Linux copies it into every accepted one, which saves a setsockopt
+//! per connection.
 
 use std::io;
 use std::net::SocketAddr;
@@ -7,7 +13,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use rustix::net::SocketFlags;
+use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use super::budget::{ConnPermits, Taken};
@@ -17,8 +24,8 @@ use crate::runtime::worker::WorkerCtx;
 /// A connection accepted on one worker and served by another.
 pub struct Handoff {
     pub frontend: usize,
-    /// Handed over as a std socket: it deregisters from the accepting worker's reactor and
-    /// registers with the serving worker's, so its events are not routed through the acceptor.
+    /// Never registered with the accepting worker's reactor; the serving worker's session
+    /// registers it if it has to wait, so its events are not routed through the acceptor.
     pub stream: std::net::TcpStream,
     pub peer: SocketAddr,
     pub permits: ConnPermits,
@@ -45,8 +52,40 @@ impl Dispatcher {
     }
 }
 
-pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: TcpListener, dispatch: Option<Dispatcher>) {
+/// A listening socket registered with this worker's reactor.
+pub type Listener = AsyncFd<std::net::TcpListener>;
+
+/// Prepares a bound, non-blocking listening socket for `accept_loop`.
+pub fn listener(socket: std::net::TcpListener) -> io::Result<Listener> {
+    // Inherited by accepted sockets (checked by the test below).
+    socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
+    tollgate_sys::reactor::register_listener(socket)
+}
+
+/// One connection: non-blocking, close-on-exec, not registered anywhere.
+async fn accept(listener: &Listener) -> io::Result<(std::net::TcpStream, SocketAddr)> {
+    loop {
+        let mut ready = listener.readable().await?;
+        if let Ok(accepted) = ready.try_io(|l| accept_nonblocking(l.get_ref())) {
+            return accepted;
+        }
+    }
+}
+
+fn accept_nonblocking(listener: &std::net::TcpListener) -> io::Result<(std::net::TcpStream, SocketAddr)> {
+    let (fd, addr) = rustix::net::acceptfrom_with(listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
+    let peer = addr
+        .and_then(|a| SocketAddr::try_from(a).ok())
+        .ok_or_else(|| io::Error::other("accepted a connection without an IP peer address"))?;
+    Ok((std::net::TcpStream::from(fd), peer))
+}
+
+pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: Listener, dispatch: Option<Dispatcher>) {
     let shared = Arc::clone(&ctx.shared);
+    // One stop signal for the loop's whole life: made per accept, its waiter would be
+    // registered and removed again for every connection.
+    let stop = ctx.stopping();
+    tokio::pin!(stop);
     loop {
         let permits = tokio::select! {
             biased;
@@ -58,7 +97,7 @@ pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: TcpListe
                     p
                 }
             },
-            _ = ctx.stopping() => return,
+            _ = &mut stop => return,
         };
         let wait = shared.budgets.rate.reserve();
         if !wait.is_zero() {
@@ -66,24 +105,21 @@ pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: TcpListe
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep(wait) => {}
-                _ = ctx.stopping() => return,
+                _ = &mut stop => return,
             }
         }
         // Stop first: under constant load accept() is always ready, and a stopping
         // generation must still notice it has to stop.
         let accepted = tokio::select! {
             biased;
-            _ = ctx.stopping() => return,
-            r = listener.accept() => r,
+            _ = &mut stop => return,
+            r = accept(&listener) => r,
         };
         match accepted {
-            Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
-                match &dispatch {
-                    Some(d) => hand_off(&ctx, d, frontend, stream, peer, permits),
-                    None => ctx.spawn_session(frontend, stream, peer, permits),
-                }
-            }
+            Ok((stream, peer)) => match &dispatch {
+                Some(d) => hand_off(&ctx, d, frontend, stream, peer, permits),
+                None => ctx.spawn_session(frontend, stream, peer, permits),
+            },
             Err(e) => {
                 drop(permits);
                 ctx.stats.accept_errors.add(1);
@@ -97,7 +133,7 @@ fn hand_off(
     ctx: &Rc<WorkerCtx>,
     d: &Dispatcher,
     frontend: usize,
-    stream: TcpStream,
+    stream: std::net::TcpStream,
     peer: SocketAddr,
     permits: ConnPermits,
 ) {
@@ -105,32 +141,24 @@ fn hand_off(
     if target == ctx.id {
         return ctx.spawn_session(frontend, stream, peer, permits);
     }
-    let Ok(std_stream) = stream.into_std() else {
-        return;
-    };
     let Some(inbox) = d.inboxes.get(target) else {
         return;
     };
     if let Err(mpsc::error::SendError(h)) = inbox.send(Handoff {
         frontend,
-        stream: std_stream,
+        stream,
         peer,
         permits,
     }) {
         // The target worker is gone (shutting down): serve it here rather than drop it.
-        if let Ok(stream) = TcpStream::from_std(h.stream) {
-            ctx.spawn_session(h.frontend, stream, h.peer, h.permits);
-        }
+        ctx.spawn_session(h.frontend, h.stream, h.peer, h.permits);
     }
 }
 
 /// Serves connections other workers handed to this one.
 pub async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::UnboundedReceiver<Handoff>) {
     while let Some(h) = inbox.recv().await {
-        match TcpStream::from_std(h.stream) {
-            Ok(stream) => ctx.spawn_session(h.frontend, stream, h.peer, h.permits),
-            Err(e) => tracing::debug!(error = %e, "handed-off connection could not be registered"),
-        }
+        ctx.spawn_session(h.frontend, h.stream, h.peer, h.permits);
     }
 }
 
@@ -148,5 +176,31 @@ async fn accept_error_pause(e: &io::Error) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         _ => tracing::debug!(error = %e, "accept failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The saved setsockopt relies on Linux copying TCP_NODELAY from the listening socket
+    /// into accepted ones, and sessions rely on accepted sockets being non-blocking.
+    #[tokio::test]
+    async fn accepted_sockets_inherit_nodelay_and_are_nonblocking() {
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        let listener = listener(std_listener).unwrap();
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, peer) = accept(&listener).await.unwrap();
+        assert_eq!(peer, client.local_addr().unwrap());
+        assert!(
+            accepted.nodelay().unwrap(),
+            "TCP_NODELAY not inherited from the listener"
+        );
+        let mut buf = [0u8; 1];
+        let err = std::io::Read::read(&mut &accepted, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "accepted socket is blocking");
     }
 }

@@ -4,27 +4,30 @@
 pub mod connect;
 pub mod http;
 pub mod idle;
+pub mod lazy;
 pub mod pipes;
 pub mod tcp;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use tokio::net::TcpStream;
-
 use crate::config::Mode;
-use crate::error::Error;
+use crate::error::{Error, Side};
 use crate::runtime::worker::WorkerCtx;
+use lazy::LazySocket;
 
-pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: TcpStream, peer: SocketAddr) {
+/// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`).
+pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, peer: SocketAddr) {
     let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
         return;
     };
     let result = match fe.mode {
-        Mode::Tcp => tcp::serve(ctx, frontend, stream).await,
-        // Boxed: an HTTP session's state is much larger than a TCP relay's; TCP sessions
-        // should not carry (and copy into their task) that size.
-        Mode::Http => Box::pin(http::serve(ctx, frontend, stream, peer)).await,
+        // A relay waits on both sides at once from the start: register right away.
+        Mode::Tcp => match stream.into_registered() {
+            Ok(stream) => tcp::serve(ctx, frontend, stream).await,
+            Err(e) => Err(Error::io(Side::Front, "register", e)),
+        },
+        Mode::Http => http::serve(ctx, frontend, stream, peer).await,
     };
     if let Err(e) = result {
         log_end(&fe.name, peer, &e);

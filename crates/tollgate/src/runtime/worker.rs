@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::net::TcpStream;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::stats::WorkerStats;
@@ -94,12 +93,19 @@ impl WorkerCtx {
         let _ = phase.wait_for(|p| *p != Phase::Running).await;
     }
 
-    pub fn spawn_session(self: &Rc<Self>, frontend: usize, stream: TcpStream, peer: SocketAddr, permits: ConnPermits) {
+    /// `stream`: an accepted, non-blocking socket, not registered with the reactor.
+    pub fn spawn_session(
+        self: &Rc<Self>,
+        frontend: usize,
+        stream: std::net::TcpStream,
+        peer: SocketAddr,
+        permits: ConnPermits,
+    ) {
         self.stats.sessions_total.add(1);
         self.stats.sessions_active.add(1);
         let ctx = Rc::clone(self);
         let fut = async move {
-            crate::proxy::serve(&ctx, frontend, stream, peer).await;
+            crate::proxy::serve(&ctx, frontend, crate::proxy::lazy::LazySocket::new(stream), peer).await;
             drop(permits);
             ctx.stats.sessions_active.sub(1);
             if ctx.stats.sessions_active.get() == 0 {
@@ -193,7 +199,7 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
             });
         }
         for sock in plan.own_sockets {
-            let listener = tokio::net::TcpListener::from_std(sock.socket)?;
+            let listener = accept::listener(sock.socket)?;
             let counted = Accepting::new(&plan.accepting);
             let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None);
             tokio::task::spawn_local(async move {
@@ -202,7 +208,7 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
             });
         }
         for sock in plan.shared_sockets {
-            let listener = tokio::net::TcpListener::from_std(sock.socket)?;
+            let listener = accept::listener(sock.socket)?;
             let d = plan.dispatcher.clone();
             let counted = Accepting::new(&plan.accepting);
             let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d));

@@ -11,6 +11,7 @@ use super::inbound::Inbound;
 use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::http::h1::Proto;
+use crate::proxy::lazy::LazySocket;
 use crate::proxy::tcp::{self, Layered};
 use crate::runtime::worker::WorkerCtx;
 use crate::tls::terminate::ServerTlsStream;
@@ -37,6 +38,27 @@ impl ClientStream for TcpStream {
 
     async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
         tcp::relay(ctx, self, server, idle).await
+    }
+}
+
+impl ClientStream for LazySocket {
+    const PROTO: Proto = Proto::Http;
+
+    async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
+        // Not registered yet: what the client sent may be there already.
+        if let Some(socket) = self.direct()
+            && let Some(n) = front.try_read_now(socket, pool)?
+        {
+            return Ok(n == 0);
+        }
+        self.registered()?.readable().await.map(|()| false)
+    }
+
+    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
+        let client = self
+            .registered()
+            .map_err(|e| Error::io(crate::error::Side::Front, "register", e))?;
+        tcp::relay(ctx, client, server, idle).await
     }
 }
 

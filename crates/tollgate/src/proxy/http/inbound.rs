@@ -5,7 +5,7 @@
 //! in place from it, bodies are forwarded from it. It never grows: a head that does not fit
 //! is refused (431), a body is forwarded in buffer-sized pieces.
 
-use std::io;
+use std::io::{self, Read};
 use std::rc::Rc;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -55,6 +55,31 @@ impl Inbound {
         if self.is_empty() {
             self.buf = None;
         }
+    }
+
+    /// One read from a socket that is not registered with the reactor, without waiting:
+    /// `Ok(None)` when it has nothing yet (or no buffer is free right now). The buffer is
+    /// kept only if the read returned bytes.
+    pub fn try_read_now(&mut self, socket: &std::net::TcpStream, pool: &Rc<BufferPool>) -> io::Result<Option<usize>> {
+        if self.buf.is_none() {
+            self.buf = pool.try_get(false);
+        }
+        let Some(space) = self.buf.as_mut().and_then(|b| b.get_mut(self.end..)) else {
+            return Ok(None);
+        };
+        if space.is_empty() {
+            return Ok(None);
+        }
+        let read = match (&*socket).read(space) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
+        };
+        if let Ok(Some(n)) = read {
+            self.end += n;
+        }
+        self.release_if_empty();
+        read
     }
 
     /// One read from `io` (0 = EOF). Takes a buffer first if needed (`second`: the

@@ -17,22 +17,40 @@ mod route;
 mod stream;
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 
-use tokio::net::TcpStream;
-
-use crate::error::Error;
+use crate::config::model::FrontendTls;
+use crate::error::{Error, Side};
+use crate::proxy::lazy::LazySocket;
 use crate::runtime::worker::WorkerCtx;
 
-pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream, peer: SocketAddr) -> Result<(), Error> {
+pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: LazySocket, peer: SocketAddr) -> Result<(), Error> {
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
     match tls {
-        Some(tls) => {
-            let client = crate::tls::terminate::accept(ctx, tls, client).await?;
-            run(stream::Session::new(ctx, frontend, client, peer)).await
-        }
+        Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await,
         None => run(stream::Session::new(ctx, frontend, client, peer)).await,
     }
+}
+
+/// Boxed, so that plain HTTP sessions do not carry a TLS session's state size (a handshake
+/// and a TLS stream) in their own future. A plain function, as a box made inline in an
+/// async fn still leaves the unboxed size in that fn's state.
+fn serve_tls<'a>(
+    ctx: &'a Rc<WorkerCtx>,
+    frontend: usize,
+    tls: &'a FrontendTls,
+    client: LazySocket,
+    peer: SocketAddr,
+) -> Pin<Box<impl Future<Output = Result<(), Error>> + 'a>> {
+    Box::pin(async move {
+        // A handshake is several round trips: register right away.
+        let client = client
+            .into_registered()
+            .map_err(|e| Error::io(Side::Front, "register", e))?;
+        let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+        run(stream::Session::new(ctx, frontend, client, peer)).await
+    })
 }
 
 async fn run<C: client::ClientStream>(session: Option<stream::Session<'_, C>>) -> Result<(), Error> {

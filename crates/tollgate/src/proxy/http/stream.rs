@@ -130,22 +130,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 Ok(Ok(false)) => {}
             }
         }
+        let limits = self.limits();
+        // Usually the whole head came in one read: no deadline timer is made for it.
+        if let Some(outcome) = self.judge_head(&limits) {
+            return Ok(outcome);
+        }
         let start = if first { self.accepted } else { Instant::now() };
         let deadline = tokio::time::sleep_until(start + timeouts.http_request);
         tokio::pin!(deadline);
-        let limits = self.limits();
         loop {
-            if !self.front.is_empty() {
-                match h1::parse_request_head(self.front.data(), &limits, &mut self.scratch) {
-                    Ok(Some(head)) => return Ok(HeadOutcome::Head(head)),
-                    Ok(None) if self.front.is_full() => return Ok(HeadOutcome::Refuse(431)),
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::debug!(peer = %self.peer, error = %e, "bad request");
-                        return Ok(HeadOutcome::Refuse(e.status()));
-                    }
-                }
-            }
             let read = tokio::select! {
                 biased;
                 r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
@@ -155,6 +148,25 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 Ok(0) => return Ok(HeadOutcome::Closed),
                 Ok(_) => {}
                 Err(e) => return Err(Error::io(Side::Front, "read request", e)),
+            }
+            if let Some(outcome) = self.judge_head(&limits) {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Parses what has been read: a complete head, a refusal, or `None` (read more).
+    fn judge_head(&mut self, limits: &Limits) -> Option<HeadOutcome> {
+        if self.front.is_empty() {
+            return None;
+        }
+        match h1::parse_request_head(self.front.data(), limits, &mut self.scratch) {
+            Ok(Some(head)) => Some(HeadOutcome::Head(head)),
+            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(431)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(peer = %self.peer, error = %e, "bad request");
+                Some(HeadOutcome::Refuse(e.status()))
             }
         }
     }
@@ -241,7 +253,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         self.out.clear();
         h1::write_error_response(status, &mut self.out);
         if self.client.write_all(&self.out).await.is_ok() {
-            lingering_close(&mut self.client).await;
+            lingering_close(&mut self.client, &mut self.out).await;
         }
         Ok(())
     }
@@ -249,13 +261,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
 
 /// Half-closes, then reads and discards what the client still sends for a short while:
 /// closing with unread bytes would make the kernel send a reset that can destroy the
-/// response before the client reads it.
-async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &mut C) {
+/// response before the client reads it. `sink` is scratch space on the heap: an array here
+/// would grow every session's future by its size.
+async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &mut C, sink: &mut Vec<u8>) {
     let _ = client.shutdown().await;
-    let mut sink = [0u8; 4096];
+    sink.clear();
+    sink.resize(4096, 0);
     let drain = async {
         let mut total = 0usize;
-        while let Ok(n) = client.read(&mut sink).await {
+        while let Ok(n) = client.read(sink).await {
             total += n;
             if n == 0 || total > 256 * 1024 {
                 break;

@@ -1,0 +1,209 @@
+//! A client socket that joins the reactor only when it first has to wait.
+//!
+//! Most short connections never wait on the client: the request is already in the socket
+//! when accept() returns, and the response fits in the socket's send buffer. Registering such
+//! a socket with epoll and removing it again costs two syscalls and a reactor slot for
+//! nothing; HAProxy skips them the same way (it subscribes to a file descriptor only after
+//! EAGAIN). So reads and writes go straight to the socket until one returns WouldBlock; only
+//! then is it registered, and from then on everything goes through tokio's readiness.
+//!
+//! Invariants: the socket is non-blocking from accept on (accept4 with `SOCK_NONBLOCK`), so a
+//! direct read or write never blocks the worker. Registering after a WouldBlock loses no
+//! wakeup: epoll reports a socket that became ready in the meantime at its first wait.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+pub struct LazySocket {
+    state: State,
+}
+
+enum State {
+    /// Not registered: every operation is a direct syscall.
+    Direct(std::net::TcpStream),
+    Registered(TcpStream),
+    /// Registration failed (the error was returned once); every later call fails.
+    Broken,
+}
+
+impl LazySocket {
+    /// `stream` must be non-blocking.
+    pub fn new(stream: std::net::TcpStream) -> Self {
+        LazySocket {
+            state: State::Direct(stream),
+        }
+    }
+
+    /// The socket while it is not registered (reads and writes on it must not block).
+    pub fn direct(&self) -> Option<&std::net::TcpStream> {
+        match &self.state {
+            State::Direct(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The registered stream, registering it now if it is not yet.
+    pub fn registered(&mut self) -> io::Result<&mut TcpStream> {
+        if matches!(self.state, State::Direct(_))
+            && let State::Direct(s) = std::mem::replace(&mut self.state, State::Broken)
+        {
+            self.state = State::Registered(TcpStream::from_std(s)?);
+        }
+        match &mut self.state {
+            State::Registered(s) => Ok(s),
+            _ => Err(io::Error::other("client socket could not be registered")),
+        }
+    }
+
+    pub fn into_registered(mut self) -> io::Result<TcpStream> {
+        self.registered()?;
+        match self.state {
+            State::Registered(s) => Ok(s),
+            _ => Err(io::Error::other("client socket could not be registered")),
+        }
+    }
+
+    fn registered_pin(&mut self) -> io::Result<Pin<&mut TcpStream>> {
+        self.registered().map(Pin::new)
+    }
+}
+
+/// A direct attempt's result: `None` when it would block (register and wait).
+fn attempt<T>(r: io::Result<T>) -> Option<io::Result<T>> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+        other => Some(other),
+    }
+}
+
+impl AsyncRead for LazySocket {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let State::Direct(s) = &this.state {
+            // The callers read into initialized buffers, so this does not zero anything.
+            let space = buf.initialize_unfilled();
+            if let Some(r) = attempt((&*s).read(space)) {
+                return Poll::Ready(r.map(|n| buf.advance(n)));
+            }
+        }
+        match this.registered_pin() {
+            Ok(s) => s.poll_read(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+impl AsyncWrite for LazySocket {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let State::Direct(s) = &this.state
+            && let Some(r) = attempt((&*s).write(buf))
+        {
+            return Poll::Ready(r);
+        }
+        match this.registered_pin() {
+            Ok(s) => s.poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if let State::Direct(s) = &this.state
+            && let Some(r) = attempt((&*s).write_vectored(bufs))
+        {
+            return Poll::Ready(r);
+        }
+        match this.registered_pin() {
+            Ok(s) => s.poll_write_vectored(cx, bufs),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match &mut this.state {
+            State::Direct(s) => Poll::Ready(s.shutdown(Shutdown::Write)),
+            State::Registered(s) => Pin::new(s).poll_shutdown(cx),
+            State::Broken => Poll::Ready(Err(io::Error::other("client socket could not be registered"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An accepted socket (still blocking) and its connected peer.
+    async fn pair() -> (std::net::TcpStream, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        (accepted, peer)
+    }
+
+    /// Data already there is read and answered without ever registering the socket.
+    #[tokio::test]
+    async fn ready_data_needs_no_registration() {
+        let (accepted, mut peer) = pair().await;
+        peer.write_all(b"ping").await.unwrap();
+        let mut peeked = [0u8; 4];
+        while accepted.peek(&mut peeked).unwrap() < 4 {} // blocking: returns once bytes are there
+        accepted.set_nonblocking(true).unwrap();
+        let mut lazy = LazySocket::new(accepted);
+        let mut got = [0u8; 4];
+        assert_eq!(lazy.read(&mut got).await.unwrap(), 4);
+        assert_eq!(&got, b"ping");
+        lazy.write_all(b"pong").await.unwrap();
+        assert!(
+            lazy.direct().is_some(),
+            "a read and a write that need no wait register nothing"
+        );
+        let mut back = [0u8; 4];
+        peer.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"pong");
+    }
+
+    /// A read that would block registers the socket and then waits for the data.
+    #[tokio::test]
+    async fn waiting_registers_and_wakes() {
+        let (accepted, mut peer) = pair().await;
+        accepted.set_nonblocking(true).unwrap();
+        let mut lazy = LazySocket::new(accepted);
+        let reader = async {
+            let mut got = [0u8; 5];
+            lazy.read_exact(&mut got).await.unwrap();
+            got
+        };
+        let writer = async {
+            tokio::task::yield_now().await;
+            peer.write_all(b"hello").await.unwrap();
+        };
+        let (got, ()) = tokio::join!(reader, writer);
+        assert_eq!(&got, b"hello");
+        assert!(lazy.direct().is_none(), "waiting registered the socket");
+        lazy.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        peer.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+}
