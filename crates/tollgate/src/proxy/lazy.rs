@@ -7,16 +7,23 @@
 //! EAGAIN). So reads and writes go straight to the socket until one returns WouldBlock; only
 //! then is it registered, and from then on everything goes through tokio's readiness.
 //!
+//! A response after which the connection closes is written with `MSG_MORE` (`write_last`):
+//! the kernel holds its last partial segment, and the close() that follows sends it with the
+//! FIN, one packet (and one ACK from the client) instead of two.
+//!
 //! Invariants: the socket is non-blocking from accept on (accept4 with `SOCK_NONBLOCK`), so a
 //! direct read or write never blocks the worker. Registering after a WouldBlock loses no
 //! wakeup: epoll reports a socket that became ready in the meantime at its first wait.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use rustix::net::SendFlags;
+
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 pub struct LazySocket {
@@ -70,6 +77,42 @@ impl LazySocket {
 
     fn registered_pin(&mut self) -> io::Result<Pin<&mut TcpStream>> {
         self.registered().map(Pin::new)
+    }
+
+    /// Writes all of `buf` as the last bytes before the socket is closed (the caller closes
+    /// it right after, which pushes the held-back tail out with the FIN).
+    pub async fn write_last(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = std::future::poll_fn(|cx| self.poll_send_more(cx, buf)).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = buf.get(n..).unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    fn poll_send_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let send_more = |fd: BorrowedFd<'_>| Ok(rustix::net::send(fd, buf, SendFlags::MORE | SendFlags::NOSIGNAL)?);
+        if let State::Direct(s) = &self.state
+            && let Some(r) = attempt(send_more(s.as_fd()))
+        {
+            return Poll::Ready(r);
+        }
+        let s = match self.registered() {
+            Ok(s) => s,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        loop {
+            match s.try_io(Interest::WRITABLE, || send_more(s.as_fd())) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Err(e) = ready!(s.poll_write_ready(cx)) {
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                other => return Poll::Ready(other),
+            }
+        }
     }
 }
 
@@ -205,5 +248,28 @@ mod tests {
         let mut rest = Vec::new();
         peer.read_to_end(&mut rest).await.unwrap();
         assert!(rest.is_empty());
+    }
+
+    /// The last write is held for the FIN, never lost: the peer reads all of it, then EOF,
+    /// for a write far larger than one segment too.
+    #[tokio::test]
+    async fn last_write_arrives_whole_before_eof() {
+        for size in [5usize, 300_000] {
+            let (accepted, mut peer) = pair().await;
+            accepted.set_nonblocking(true).unwrap();
+            let mut lazy = LazySocket::new(accepted);
+            let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+            let reader = async {
+                let mut got = Vec::new();
+                peer.read_to_end(&mut got).await.unwrap();
+                got
+            };
+            let writer = async {
+                lazy.write_last(&data).await.unwrap();
+                drop(lazy);
+            };
+            let (got, ()) = tokio::join!(reader, writer);
+            assert!(got == data, "{size} bytes: got {} bytes", got.len());
+        }
     }
 }

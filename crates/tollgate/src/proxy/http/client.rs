@@ -4,7 +4,7 @@
 use std::io;
 use std::rc::Rc;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::inbound::Inbound;
@@ -27,6 +27,12 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
 
     /// After a 101: relays both ways until both sides are done.
     async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error>;
+
+    /// Writes the last bytes before the connection is closed (a plain socket sends them
+    /// with the FIN, see `proxy::lazy`).
+    async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf).await
+    }
 }
 
 impl ClientStream for TcpStream {
@@ -59,6 +65,10 @@ impl ClientStream for LazySocket {
             .registered()
             .map_err(|e| Error::io(crate::error::Side::Front, "register", e))?;
         tcp::relay(ctx, client, server, idle).await
+    }
+
+    async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
+        LazySocket::write_last(self, buf).await
     }
 }
 

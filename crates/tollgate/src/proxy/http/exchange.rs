@@ -127,6 +127,7 @@ async fn exchange<C: ClientStream>(
                 &mut prefix,
                 &ctx.buffers,
                 false,
+                false,
                 &progress,
                 &ctx.stats.bytes_to_server,
             ),
@@ -203,6 +204,7 @@ async fn exchange<C: ClientStream>(
             &mut prefix,
             &ctx.buffers,
             front_holds,
+            !keep_client,
             &progress,
             &ctx.stats.bytes_to_client,
         ),
@@ -210,6 +212,14 @@ async fn exchange<C: ClientStream>(
         timeouts.server,
     )
     .await;
+    // Closing after this response: its tail goes out with the FIN.
+    let sent = match sent {
+        Ok(()) if !prefix.is_empty() => {
+            let last = async { s.client.write_last(&prefix).await.map_err(BodyError::Write) };
+            transfer(last, &progress, timeouts.client).await
+        }
+        other => other,
+    };
     prefix.clear();
     s.out = prefix;
     match sent {
@@ -393,6 +403,7 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
             &mut prefix,
             &ctx.buffers,
             false,
+            false,
             &progress,
             &ctx.stats.bytes_to_server,
         ),
@@ -441,7 +452,8 @@ async fn transfer(
 
 /// Forwards one body from `src` (starting with the bytes already in `inbound`) to `dst`,
 /// preceded by `prefix` (a head), coalesced into one write when the body start is small.
-/// Leaves any bytes after the body (a pipelined request) in `inbound`.
+/// Leaves any bytes after the body (a pipelined request) in `inbound`. With `hold_last`,
+/// the final coalesced bytes stay in `prefix` for the caller to write (see `write_last`).
 #[allow(clippy::too_many_arguments)]
 async fn forward_body<R, W>(
     tracker: &mut BodyTracker,
@@ -451,6 +463,7 @@ async fn forward_body<R, W>(
     prefix: &mut Vec<u8>,
     pool: &Rc<BufferPool>,
     second: bool,
+    hold_last: bool,
     progress: &Progress,
     counter: &Counter,
 ) -> Result<(), BodyError>
@@ -473,7 +486,7 @@ where
             inbound.consume(p.consumed);
         }
         if tracker.is_done() {
-            return flush(dst, prefix).await;
+            return if hold_last { Ok(()) } else { flush(dst, prefix).await };
         }
         flush(dst, prefix).await?;
         match inbound.read_from(src, pool, second).await {

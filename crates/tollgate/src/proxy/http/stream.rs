@@ -202,10 +202,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 }
                 let keep = req.keep_alive && !self.ctx.is_stopping();
                 fixed_response(status, content_type, body, keep, &mut self.out);
-                self.client
-                    .write_all(&self.out)
-                    .await
-                    .map_err(|e| Error::io(Side::Front, "write response", e))?;
+                let written = if keep {
+                    self.client.write_all(&self.out).await
+                } else {
+                    self.client.write_last(&self.out).await
+                };
+                written.map_err(|e| Error::io(Side::Front, "write response", e))?;
                 Ok(keep)
             }
             Decision::Backend(backend) => {
