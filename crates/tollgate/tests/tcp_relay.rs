@@ -90,6 +90,33 @@ fn server_half_close_lets_the_client_keep_sending() {
     assert_eq!(proxy.running().stats().bytes_to_server, 1 << 20);
 }
 
+/// A server that answers and closes at once: its FIN usually reaches the proxy with the
+/// data, and the proxy then sends the data held back for the FIN (`MSG_MORE`). Every
+/// answer must still arrive whole, followed by EOF, without waiting for any timer.
+#[test]
+fn answer_then_close_arrives_whole_on_short_connections() {
+    let origin = origin(|s: &mut TcpStream| {
+        let mut req = [0u8; 8];
+        s.read_exact(&mut req).expect("origin read");
+        let size = u64::from_be_bytes(req);
+        let _ = s.write_all(&payload_block(size, size as usize));
+    });
+    let proxy = Proxy::start(&tcp_config("", &[("o", origin.addr, 1)]));
+    for i in 0..300u64 {
+        let size: u64 = [1, 700, 1460, 20_000, 200_000][(i % 5) as usize];
+        let mut c = TcpStream::connect(proxy.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(&size.to_be_bytes()).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).expect("whole answer, then EOF, within 5 s");
+        assert!(
+            got == payload_block(size, size as usize),
+            "connection {i}: {} of {size} bytes",
+            got.len()
+        );
+    }
+}
+
 fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -29,6 +29,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use rustix::net::SendFlags;
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -191,6 +192,16 @@ pub trait Endpoint {
     fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// The socket, when the bytes on it are the payload itself (splice is possible).
     fn raw(&self) -> Option<&TcpStream>;
+    /// The peer's FIN has been seen (the reactor's read-closed bit, which stays set): what
+    /// is read from now on is the last data. Only a plain socket can tell.
+    fn peer_closed(&mut self, _cx: &mut Context<'_>) -> bool {
+        false
+    }
+    /// Writes the last data before this side is half-closed: a plain socket holds back a
+    /// partial segment (`MSG_MORE`) so that the shutdown sends it with the FIN.
+    fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write(cx, buf)
+    }
     /// A read (or a splice from `raw()`) failed with `e`: `Ok(())` makes it end of stream
     /// (a kTLS socket meeting the peer's close_notify), `Err` ends the session.
     fn read_failed(&mut self, e: io::Error) -> io::Result<()> {
@@ -228,6 +239,22 @@ impl Endpoint for &TcpStream {
 
     fn poll_shutdown_write(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(SockRef::from(*self).shutdown(Shutdown::Write))
+    }
+
+    fn peer_closed(&mut self, cx: &mut Context<'_>) -> bool {
+        let ready = self.ready(Interest::READABLE);
+        matches!(std::pin::pin!(ready).poll(cx), Poll::Ready(Ok(r)) if r.is_read_closed())
+    }
+
+    fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let stream: &TcpStream = self;
+        let send_more = || Ok(rustix::net::send(stream, buf, SendFlags::MORE | SendFlags::NOSIGNAL)?);
+        loop {
+            match stream.try_io(Interest::WRITABLE, send_more) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(stream.poll_write_ready(cx))?,
+                other => return Poll::Ready(other),
+            }
+        }
     }
 
     fn raw(&self) -> Option<&TcpStream> {
@@ -274,8 +301,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Endpoint for Layered<T> {
 enum PumpState {
     /// Waiting for the source to be readable (no buffer held).
     Reading,
-    /// Holding `buf[pos..len]` still to be written to the destination.
-    Writing { buf: PooledBuffer, pos: usize, len: usize },
+    /// Holding `buf[pos..len]` still to be written to the destination; `last`: the source
+    /// already saw its peer's FIN, so this is the direction's last data.
+    Writing {
+        buf: PooledBuffer,
+        pos: usize,
+        len: usize,
+        last: bool,
+    },
     /// A chunk was written; make the destination's layer send it before reading more.
     Flushing,
     /// splice(2) mode: the pipe is empty (`pending == 0`, fill it from the source) or holds
@@ -375,16 +408,26 @@ impl<'a> Pump<'a> {
                     match src.poll_read(cx, &mut buf) {
                         Poll::Pending => return Ok(false),
                         Poll::Ready(Ok(0)) => self.state = PumpState::ShuttingDown,
-                        Poll::Ready(Ok(len)) => self.state = PumpState::Writing { buf, pos: 0, len },
+                        Poll::Ready(Ok(len)) => {
+                            // A short read drained the socket; if the FIN came with it, the
+                            // write can carry it (one segment instead of data, then FIN).
+                            let last = len < buf.len() && src.peer_closed(cx);
+                            self.state = PumpState::Writing { buf, pos: 0, len, last };
+                        }
                         Poll::Ready(Err(e)) => match src.read_failed(e) {
                             Ok(()) => self.state = PumpState::ShuttingDown,
                             Err(e) => return Err(Error::io(self.from, "read", e)),
                         },
                     }
                 }
-                PumpState::Writing { buf, pos, len } => {
+                PumpState::Writing { buf, pos, len, last } => {
                     let pending = buf.get(*pos..*len).unwrap_or_default();
-                    match dst.poll_write(cx, pending) {
+                    let write = if *last {
+                        dst.poll_write_last(cx, pending)
+                    } else {
+                        dst.poll_write(cx, pending)
+                    };
+                    match write {
                         Poll::Pending => return Ok(false),
                         Poll::Ready(Ok(0)) => {
                             return Err(Error::io(self.to(), "write", io::ErrorKind::WriteZero.into()));
