@@ -11,6 +11,7 @@ use toml::Spanned;
 use super::ConfigError;
 use super::file::{ConfigFile, FrontendSection, ModeName, OffloadSection, RouteSection, ServerSection, TlsSection};
 use super::model::*;
+use super::units::ByteSize;
 use crate::balance;
 use crate::tls::certs;
 use crate::tls::client_hello::SniMatcher;
@@ -38,6 +39,28 @@ impl<'a> Validator<'a> {
             base_dir: None,
             _src: src,
         }
+    }
+
+    /// A size given in the file, if any and within `min..=max` (refused with its position
+    /// otherwise, and then `None` so the caller uses its default).
+    fn byte_size(
+        &mut self,
+        value: &Option<Spanned<ByteSize>>,
+        key: &str,
+        (min, min_text): (u64, &str),
+        (max, max_text): (u64, &str),
+    ) -> Option<usize> {
+        let v = value.as_ref()?;
+        let size = v.get_ref().0;
+        if (min..=max).contains(&size) {
+            return usize::try_from(size).ok();
+        }
+        self.err(
+            v.span(),
+            key.into(),
+            format!("must be between {min_text} and {max_text}"),
+        );
+        None
     }
 
     fn err(&mut self, span: Range<usize>, key: String, msg: String) {
@@ -83,18 +106,14 @@ impl<'a> Validator<'a> {
             Some(m) => *m.get_ref(),
             None => default_maxconn(self.fd_limit),
         };
-        let buffer_size = match &g.buffer_size {
-            Some(s) if !(1024..=16 << 20).contains(&s.get_ref().0) => {
-                self.err(
-                    s.span(),
-                    "global.buffer_size".into(),
-                    "must be between 1KiB and 16MiB".into(),
-                );
-                DEFAULT_BUFFER_SIZE
-            }
-            Some(s) => s.get_ref().0 as usize,
-            None => DEFAULT_BUFFER_SIZE,
-        };
+        let buffer_size = self
+            .byte_size(
+                &g.buffer_size,
+                "global.buffer_size",
+                (1 << 10, "1KiB"),
+                (16 << 20, "16MiB"),
+            )
+            .unwrap_or(DEFAULT_BUFFER_SIZE);
         let buffer_budget = g
             .buffer_budget
             .as_ref()
@@ -110,18 +129,9 @@ impl<'a> Validator<'a> {
                 format!("must hold at least 2 buffers per worker ({floor} bytes)"),
             );
         }
-        let pipe_size = match &g.pipe_size {
-            Some(s) if !(4096..=1 << 20).contains(&s.get_ref().0) => {
-                self.err(
-                    s.span(),
-                    "global.pipe_size".into(),
-                    "must be between 4KiB and 1MiB".into(),
-                );
-                DEFAULT_PIPE_SIZE
-            }
-            Some(s) => s.get_ref().0 as usize,
-            None => DEFAULT_PIPE_SIZE,
-        };
+        let pipe_size = self
+            .byte_size(&g.pipe_size, "global.pipe_size", (4 << 10, "4KiB"), (1 << 20, "1MiB"))
+            .unwrap_or(DEFAULT_PIPE_SIZE);
         Global {
             workers,
             thread_per_core: g.thread_per_core.unwrap_or(true),

@@ -75,10 +75,6 @@ impl LazySocket {
         }
     }
 
-    fn registered_pin(&mut self) -> io::Result<Pin<&mut TcpStream>> {
-        self.registered().map(Pin::new)
-    }
-
     /// Writes all of `buf` as the last bytes before the socket is closed (the caller closes
     /// it right after, which pushes the held-back tail out with the FIN).
     pub async fn write_last(&mut self, mut buf: &[u8]) -> io::Result<()> {
@@ -93,34 +89,42 @@ impl LazySocket {
     }
 
     fn poll_send_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let send_more = |fd: BorrowedFd<'_>| Ok(rustix::net::send(fd, buf, SendFlags::MORE | SendFlags::NOSIGNAL)?);
-        if let State::Direct(s) = &self.state
-            && let Some(r) = attempt(send_more(s.as_fd()))
-        {
-            return Poll::Ready(r);
-        }
-        let s = match self.registered() {
-            Ok(s) => s,
-            Err(e) => return Poll::Ready(Err(e)),
-        };
-        loop {
-            match s.try_io(Interest::WRITABLE, || send_more(s.as_fd())) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Err(e) = ready!(s.poll_write_ready(cx)) {
-                        return Poll::Ready(Err(e));
-                    }
-                }
+        self.poll_io(|s| send_more(s.as_fd(), buf), |s| poll_send_more(&s, cx, buf))
+    }
+
+    /// One I/O operation: straight on the socket while it is not registered, through the
+    /// reactor once it is, or once `direct` would block.
+    fn poll_io<T>(
+        &mut self,
+        direct: impl FnOnce(&std::net::TcpStream) -> io::Result<T>,
+        registered: impl FnOnce(Pin<&mut TcpStream>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if let State::Direct(s) = &self.state {
+            match direct(s) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 other => return Poll::Ready(other),
             }
+        }
+        match self.registered() {
+            Ok(s) => registered(Pin::new(s)),
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 }
 
-/// A direct attempt's result: `None` when it would block (register and wait).
-fn attempt<T>(r: io::Result<T>) -> Option<io::Result<T>> {
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
-        other => Some(other),
+/// `send(2)` with `MSG_MORE`: a partial last segment is held until the next send or a
+/// shutdown/close, which then carries it together with the FIN.
+fn send_more(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    Ok(rustix::net::send(fd, buf, SendFlags::MORE | SendFlags::NOSIGNAL)?)
+}
+
+/// `send_more` on a registered socket, waiting for writability when it would block.
+pub fn poll_send_more(stream: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    loop {
+        match stream.try_io(Interest::WRITABLE, || send_more(stream.as_fd(), buf)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(stream.poll_write_ready(cx))?,
+            other => return Poll::Ready(other),
+        }
     }
 }
 
@@ -129,13 +133,13 @@ impl AsyncRead for LazySocket {
         let this = self.get_mut();
         if let State::Direct(s) = &this.state {
             // The callers read into initialized buffers, so this does not zero anything.
-            let space = buf.initialize_unfilled();
-            if let Some(r) = attempt((&*s).read(space)) {
-                return Poll::Ready(r.map(|n| buf.advance(n)));
+            match (&*s).read(buf.initialize_unfilled()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return Poll::Ready(other.map(|n| buf.advance(n))),
             }
         }
-        match this.registered_pin() {
-            Ok(s) => s.poll_read(cx, buf),
+        match this.registered() {
+            Ok(s) => Pin::new(s).poll_read(cx, buf),
             Err(e) => Poll::Ready(Err(e)),
         }
     }
@@ -143,16 +147,7 @@ impl AsyncRead for LazySocket {
 
 impl AsyncWrite for LazySocket {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let State::Direct(s) = &this.state
-            && let Some(r) = attempt((&*s).write(buf))
-        {
-            return Poll::Ready(r);
-        }
-        match this.registered_pin() {
-            Ok(s) => s.poll_write(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        self.get_mut().poll_io(|s| (&*s).write(buf), |s| s.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -160,16 +155,8 @@ impl AsyncWrite for LazySocket {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let State::Direct(s) = &this.state
-            && let Some(r) = attempt((&*s).write_vectored(bufs))
-        {
-            return Poll::Ready(r);
-        }
-        match this.registered_pin() {
-            Ok(s) => s.poll_write_vectored(cx, bufs),
-            Err(e) => Poll::Ready(Err(e)),
-        }
+        self.get_mut()
+            .poll_io(|s| (&*s).write_vectored(bufs), |s| s.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -29,7 +29,6 @@ use std::rc::Rc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use rustix::net::SendFlags;
 use socket2::SockRef;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
@@ -247,14 +246,7 @@ impl Endpoint for &TcpStream {
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let stream: &TcpStream = self;
-        let send_more = || Ok(rustix::net::send(stream, buf, SendFlags::MORE | SendFlags::NOSIGNAL)?);
-        loop {
-            match stream.try_io(Interest::WRITABLE, send_more) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(stream.poll_write_ready(cx))?,
-                other => return Poll::Ready(other),
-            }
-        }
+        super::lazy::poll_send_more(self, cx, buf)
     }
 
     fn raw(&self) -> Option<&TcpStream> {
