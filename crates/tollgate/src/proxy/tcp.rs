@@ -191,10 +191,12 @@ pub trait Endpoint {
     fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// The socket, when the bytes on it are the payload itself (splice is possible).
     fn raw(&self) -> Option<&TcpStream>;
-    /// The peer's FIN has been seen (the reactor's read-closed bit, which stays set): what
-    /// is read from now on is the last data. Only a plain socket can tell.
-    fn peer_closed(&mut self, _cx: &mut Context<'_>) -> bool {
-        false
+    /// Asked right after a read that drained the socket. `Ready(true)`: the peer's FIN has
+    /// been seen (the reactor's read-closed bit, which stays set), so what was read is the
+    /// last data. `Pending`: nothing is waiting and a wakeup is registered. `Ready(false)`:
+    /// data is waiting, or this endpoint cannot tell (only a plain socket can).
+    fn poll_peer_closed(&mut self, _cx: &mut Context<'_>) -> Poll<bool> {
+        Poll::Ready(false)
     }
     /// Writes the last data before this side is half-closed: a plain socket holds back a
     /// partial segment (`MSG_MORE`) so that the shutdown sends it with the FIN.
@@ -240,9 +242,12 @@ impl Endpoint for &TcpStream {
         Poll::Ready(SockRef::from(*self).shutdown(Shutdown::Write))
     }
 
-    fn peer_closed(&mut self, cx: &mut Context<'_>) -> bool {
+    fn poll_peer_closed(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        // The cheap check first: usually nothing is waiting, and the wakeup it registers is
+        // the one the next read needs anyway.
+        ready!(TcpStream::poll_read_ready(self, cx)).ok();
         let ready = self.ready(Interest::READABLE);
-        matches!(std::pin::pin!(ready).poll(cx), Poll::Ready(Ok(r)) if r.is_read_closed())
+        Poll::Ready(matches!(std::pin::pin!(ready).poll(cx), Poll::Ready(Ok(r)) if r.is_read_closed()))
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -372,6 +377,9 @@ impl<'a> Pump<'a> {
         other_holds_buffer: bool,
         progress: &mut u64,
     ) -> Result<bool, Error> {
+        // Set once this poll registered for the source's next readiness and found nothing:
+        // readiness cannot change before this poll returns (one thread), so no need to ask again.
+        let mut src_armed = false;
         loop {
             match &mut self.state {
                 PumpState::Done => return Ok(true),
@@ -389,6 +397,9 @@ impl<'a> Pump<'a> {
                         self.state = PumpState::Splicing(pipe);
                         continue;
                     }
+                    if src_armed {
+                        return Ok(false);
+                    }
                     match src.poll_read_ready(cx) {
                         Poll::Pending => return Ok(false),
                         Poll::Ready(Err(e)) => return Err(Error::io(self.from, "wait readable", e)),
@@ -403,7 +414,14 @@ impl<'a> Pump<'a> {
                         Poll::Ready(Ok(len)) => {
                             // A short read drained the socket; if the FIN came with it, the
                             // write can carry it (one segment instead of data, then FIN).
-                            let last = len < buf.len() && src.peer_closed(cx);
+                            let last = len < buf.len()
+                                && match src.poll_peer_closed(cx) {
+                                    Poll::Pending => {
+                                        src_armed = true;
+                                        false
+                                    }
+                                    Poll::Ready(closed) => closed,
+                                };
                             self.state = PumpState::Writing { buf, pos: 0, len, last };
                         }
                         Poll::Ready(Err(e)) => match src.read_failed(e) {
