@@ -54,6 +54,24 @@ fn pipelined_requests_are_answered_in_order() {
     }
 }
 
+/// A client that keeps sending after a `Connection: close` request still gets the whole
+/// response. The proxy closes with those bytes unread, which makes the kernel reset the
+/// connection (and drop anything not yet sent), so the response must have left first.
+#[test]
+fn close_response_survives_unread_bytes_after_the_request() {
+    let origin = http_origin(|_| ok("closing"));
+    let proxy = Proxy::start(&http_config("[global]\nbuffer_size = \"16KiB\"", origin.addr));
+    for _ in 0..20 {
+        let (mut c, mut r) = connect(&proxy);
+        let mut bytes = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".to_vec();
+        // More than one 16 KiB read takes: some stays unread in the kernel at close.
+        bytes.resize(bytes.len() + 64 * 1024, b'x');
+        let _ = c.write_all(&bytes); // the reset may cut this write short
+        let (status, _, body) = read_response(&mut r).expect("a whole response before the reset");
+        assert_eq!((status, body), (200, b"closing".to_vec()));
+    }
+}
+
 #[test]
 fn http10_client_gets_a_response_it_can_frame() {
     let origin = http_origin(|r| {

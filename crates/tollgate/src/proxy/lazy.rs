@@ -8,8 +8,8 @@
 //! then is it registered, and from then on everything goes through tokio's readiness.
 //!
 //! A response after which the connection closes is written with `MSG_MORE` (`write_last`):
-//! the kernel holds its last partial segment, and the close() that follows sends it with the
-//! FIN, one packet (and one ACK from the client) instead of two.
+//! the kernel holds its last partial segment, and the shutdown(Write) that follows sends it
+//! with the FIN, one packet (and one ACK from the client) instead of two.
 //!
 //! Invariants: the socket is non-blocking from accept on (accept4 with `SOCK_NONBLOCK`), so a
 //! direct read or write never blocks the worker. Registering after a WouldBlock loses no
@@ -75,8 +75,9 @@ impl LazySocket {
         }
     }
 
-    /// Writes all of `buf` as the last bytes before the socket is closed (the caller closes
-    /// it right after, which pushes the held-back tail out with the FIN).
+    /// Writes all of `buf` as the last bytes of this side, then half-closes: the held-back
+    /// tail leaves with the FIN. The half-close must not be left to close(): closing with
+    /// unread bytes from the client makes the kernel send a reset and drop unsent data.
     pub async fn write_last(&mut self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
             let n = std::future::poll_fn(|cx| self.poll_send_more(cx, buf)).await?;
@@ -85,6 +86,12 @@ impl LazySocket {
             }
             buf = buf.get(n..).unwrap_or_default();
         }
+        // Everything is written; a failure here only means the client is already gone.
+        let _ = match &self.state {
+            State::Direct(s) => s.shutdown(Shutdown::Write),
+            State::Registered(s) => socket2::SockRef::from(s).shutdown(Shutdown::Write),
+            State::Broken => Ok(()),
+        };
         Ok(())
     }
 
