@@ -1,11 +1,13 @@
 //! A client socket that joins the reactor only when it first has to wait.
 //!
-//! Most short connections never wait on the client: the request is already in the socket
-//! when accept() returns, and the response fits in the socket's send buffer. Registering such
-//! a socket with epoll and removing it again costs two syscalls and a reactor slot for
-//! nothing; HAProxy skips them the same way (it subscribes to a file descriptor only after
-//! EAGAIN). So reads and writes go straight to the socket until one returns WouldBlock; only
-//! then is it registered, and from then on everything goes through tokio's readiness.
+//! A short connection need not wait on the client at all when its request is already in the
+//! socket at accept() (a busy accept loop, a client that writes right after connecting) and
+//! the response fits in the send buffer. Registering such a socket with epoll and removing
+//! it again costs two syscalls and a reactor slot for nothing; HAProxy skips them the same
+//! way (it subscribes to a file descriptor only after EAGAIN). So reads and writes go
+//! straight to the socket until one returns WouldBlock; only then is it registered, and from
+//! then on everything goes through tokio's readiness. (Under peerbench's wrk the request
+//! usually comes a moment after accept(), so most sessions there do register.)
 //!
 //! A response after which the connection closes is written with `MSG_MORE` (`write_last`):
 //! the kernel holds its last partial segment, and the shutdown(Write) that follows sends it
