@@ -8,11 +8,10 @@ mod common;
 mod master_support;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{origin, tcp_config};
-use master_support::{Master, TempDir, global, read_greeting};
+use master_support::{Master, TempDir, global, logged_addr, read_greeting};
 
 /// An origin that says its name on connect and closes.
 fn named(name: &'static str) -> common::Origin {
@@ -92,15 +91,7 @@ fn binds_added_listen_and_binds_removed_close() {
             Duration::from_secs(5),
         )
         .expect("the new bind is logged");
-    let added: SocketAddr = line
-        .split("addr=")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let added = logged_addr(&line);
     assert_ne!(added, master.addr);
     assert_eq!(read_greeting(added).unwrap(), "A");
     assert_eq!(read_greeting(master.addr).unwrap(), "A");

@@ -51,6 +51,16 @@ pub struct Master {
 }
 
 /// `[global]` with the control socket in `dir`, two workers and `extra` lines.
+/// The address in a `listening ... addr=HOST:PORT` log line.
+pub fn logged_addr(line: &str) -> SocketAddr {
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next());
+    addr.and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no addr= in {line:?}"))
+}
+
 pub fn global(dir: &Path, extra: &str) -> String {
     format!(
         "[global]\nworkers = 2\ncontrol_socket = \"{}\"\n{extra}\n",
@@ -106,15 +116,7 @@ impl Master {
                 Duration::from_secs(20),
             )
             .expect("a `listening ... addr=` line");
-        m.addr = line
-            .split("addr=")
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        m.addr = logged_addr(&line);
         m.wait_log(|l| l.contains("worker serving"), Duration::from_secs(20))
             .expect("first worker serving");
         m

@@ -20,6 +20,13 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// The scheme the client used, for `X-Forwarded-Proto` / `Forwarded: proto=`.
     const PROTO: Proto;
 
+    /// Reads what the client already sent, without waiting: `Some(closed)` when bytes (or
+    /// EOF) were there, `None` when the caller must wait. Only a socket not yet registered
+    /// with the reactor tries; the others say `None`.
+    fn read_now(&mut self, _front: &mut Inbound, _pool: &Rc<BufferPool>) -> io::Result<Option<bool>> {
+        Ok(None)
+    }
+
     /// Waits until the client sent something (or closed). A plain socket only waits for
     /// readiness, so an idle keep-alive connection holds no buffer; a TLS stream must read
     /// (its readiness is not the plaintext's). `Ok(true)` = the client closed.
@@ -50,13 +57,14 @@ impl ClientStream for TcpStream {
 impl ClientStream for LazySocket {
     const PROTO: Proto = Proto::Http;
 
-    async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
-        // Not registered yet: what the client sent may be there already.
-        if let Some(socket) = self.direct()
-            && let Some(n) = front.try_read_now(socket, pool)?
-        {
-            return Ok(n == 0);
+    fn read_now(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<Option<bool>> {
+        match self.direct() {
+            Some(socket) => Ok(front.try_read_now(socket, pool)?.map(|n| n == 0)),
+            None => Ok(None),
         }
+    }
+
+    async fn wait_for_data(&mut self, _front: &mut Inbound, _pool: &Rc<BufferPool>) -> io::Result<bool> {
         self.registered()?.readable().await.map(|()| false)
     }
 

@@ -117,6 +117,14 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let timeouts = self.ctx.shared.config.timeouts;
         let first = self.served == 0;
         if self.front.is_empty() {
+            // What is already there needs no timer (nor a clock read) to be taken.
+            match self.client.read_now(&mut self.front, &self.ctx.buffers) {
+                Ok(Some(true)) => return Ok(HeadOutcome::Closed),
+                Ok(_) => {}
+                Err(e) => return Err(Error::io(Side::Front, "read request", e)),
+            }
+        }
+        if self.front.is_empty() {
             let wait = if first {
                 timeouts.http_request.saturating_sub(self.accepted.elapsed())
             } else {
