@@ -8,7 +8,8 @@
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept budgets.
 //! - [`proxy`]: a client connection's life: pick a server, connect, relay.
 //! - [`balance`]: load-balancing algorithms behind one trait, registered by name.
-//! - [`server`]: per-server live state shared by all workers (connection counts, slots).
+//! - [`live`]: the live model: backends and servers with stable ids and live state
+//!   (admin/operational state, weights, connections, counters) shared by every worker.
 //! - [`buffer`]: the per-worker copy-buffer pool charged against a byte budget.
 //! - [`http`]: the sans-io HTTP/1.1 codec (heads, framing, rewriting).
 //! - [`tls`]: TLS inspection (ClientHello parsing for SNI passthrough routing).
@@ -22,9 +23,9 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod listener;
+pub mod live;
 pub mod master;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;
-pub mod server;
 pub mod tls;

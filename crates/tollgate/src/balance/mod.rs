@@ -1,25 +1,77 @@
 //! Load-balancing algorithms: one small trait, one file per algorithm, one explicit registry.
 //!
-//! A `Balancer` is per worker thread (shared-nothing: no lock, no atomic per pick) and
-//! sans-io: it sees server indexes, weights and a usability predicate, never sockets.
-//! It hears events (weight changed, connection taken/released) so stateful algorithms
-//! (leastconn, bounded-load hashing) can plug in without changing callers.
+//! A `Balancer` is per worker thread (shared-nothing: no lock, no atomic written per pick)
+//! and sans-io: it sees the candidates of one server-set version through a [`PickContext`]
+//! (identity, live load, usability, a hash key when its algorithm wants one), never sockets.
+//! It is rebuilt when the set's version moves, so its indexes are positions in that version.
+//! It hears events — weight changed, connection taken, connection released — so stateful
+//! algorithms (leastconn, bounded-load hashing) plug in without changing callers.
 
 mod roundrobin;
 
+use std::sync::Arc;
+
 pub use roundrobin::RoundRobin;
 
-/// What a balancer knows about a server: its index in the backend and its weight.
+use crate::live::ServerId;
+use crate::live::server::ServerLive;
+
+/// What a balancer is built from: a server's identity and its effective weight.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate {
+    pub id: ServerId,
     pub weight: u32,
 }
 
-pub trait Balancer {
-    /// Chooses one server among those for which `usable(index)` is true.
-    fn pick(&mut self, usable: &dyn Fn(usize) -> bool) -> Option<usize>;
+/// What a pick may look at: the set's servers (their live load, identity and weight) and
+/// which of them the caller will accept now.
+pub struct PickContext<'a> {
+    servers: &'a [Arc<ServerLive>],
+    usable: &'a dyn Fn(usize) -> bool,
+    /// The request's hash key (client address, URI, header), for algorithms that ask for one.
+    pub hash_key: Option<u64>,
+}
 
-    /// A server's weight changed (0 = taken out of rotation).
+impl<'a> PickContext<'a> {
+    pub fn new(servers: &'a [Arc<ServerLive>], usable: &'a dyn Fn(usize) -> bool, hash_key: Option<u64>) -> Self {
+        PickContext {
+            servers,
+            usable,
+            hash_key,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The caller accepts `index` now (state, role, room, not already tried).
+    #[inline]
+    pub fn usable(&self, index: usize) -> bool {
+        (self.usable)(index)
+    }
+
+    pub fn id(&self, index: usize) -> Option<ServerId> {
+        self.servers.get(index).map(|s| s.id)
+    }
+
+    /// Connections open plus requests queued on the server, process-wide.
+    pub fn load(&self, index: usize) -> u32 {
+        self.servers
+            .get(index)
+            .map_or(u32::MAX, |s| s.active().saturating_add(s.queued()))
+    }
+}
+
+pub trait Balancer {
+    /// Chooses one server among the usable ones.
+    fn pick(&mut self, ctx: &PickContext<'_>) -> Option<usize>;
+
+    /// A server's effective weight changed (0 = taken out of rotation).
     fn set_weight(&mut self, index: usize, weight: u32);
 
     /// A connection to `index` was opened / closed. Stateless algorithms ignore these.
@@ -40,4 +92,27 @@ pub fn lookup(name: &str) -> Option<Constructor> {
 
 pub fn names() -> Vec<&'static str> {
     ALGORITHMS.iter().map(|(n, _)| *n).collect()
+}
+
+/// Test support: live servers with these weights, ids 0.., in backend "test".
+#[cfg(test)]
+pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let backend: Arc<str> = Arc::from("test");
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &weight)| {
+            let server = crate::config::Server {
+                id: ServerId(i as u32),
+                name: format!("s{i}"),
+                address: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+                weight,
+                maxconn: 0,
+                backup: false,
+                tls: None,
+            };
+            Arc::new(ServerLive::new(&server, (crate::live::BackendId(0), &backend), 1, Arc::clone(&notify)))
+        })
+        .collect()
 }

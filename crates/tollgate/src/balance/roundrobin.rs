@@ -6,7 +6,7 @@
 //! Each worker owns its own state. Worker `w` starts `w` picks into the cycle, so a client
 //! whose consecutive connections land on different workers still sees the rotation.
 
-use super::{Balancer, Candidate};
+use super::{Balancer, Candidate, PickContext};
 
 pub struct RoundRobin {
     weights: Vec<i64>,
@@ -20,7 +20,7 @@ impl RoundRobin {
             scores: vec![0; servers.len()],
         };
         for _ in 0..worker {
-            rr.pick(&|_| true);
+            rr.advance(|_| true);
         }
         rr
     }
@@ -31,7 +31,23 @@ impl RoundRobin {
 }
 
 impl Balancer for RoundRobin {
-    fn pick(&mut self, usable: &dyn Fn(usize) -> bool) -> Option<usize> {
+    fn pick(&mut self, ctx: &PickContext<'_>) -> Option<usize> {
+        self.advance(|i| ctx.usable(i))
+    }
+
+    fn set_weight(&mut self, index: usize, weight: u32) {
+        if let Some(w) = self.weights.get_mut(index) {
+            *w = i64::from(weight);
+        }
+        if let Some(s) = self.scores.get_mut(index) {
+            *s = 0;
+        }
+    }
+}
+
+impl RoundRobin {
+    /// One step of the smooth rotation over the servers `usable` accepts.
+    fn advance(&mut self, usable: impl Fn(usize) -> bool) -> Option<usize> {
         let mut total = 0;
         let mut best: Option<usize> = None;
         let mut best_score = i64::MIN;
@@ -51,15 +67,6 @@ impl Balancer for RoundRobin {
         }
         best
     }
-
-    fn set_weight(&mut self, index: usize, weight: u32) {
-        if let Some(w) = self.weights.get_mut(index) {
-            *w = i64::from(weight);
-        }
-        if let Some(s) = self.scores.get_mut(index) {
-            *s = 0;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -67,13 +74,20 @@ mod tests {
     use super::*;
 
     fn candidates(weights: &[u32]) -> Vec<Candidate> {
-        weights.iter().map(|&weight| Candidate { weight }).collect()
+        weights
+            .iter()
+            .enumerate()
+            .map(|(i, &weight)| Candidate {
+                id: crate::live::ServerId(i as u32),
+                weight,
+            })
+            .collect()
     }
 
     #[test]
     fn smooth_and_exact_over_a_cycle() {
         let mut rr = RoundRobin::new(&candidates(&[5, 1, 1]), 0);
-        let seq: Vec<usize> = (0..7).filter_map(|_| rr.pick(&|_| true)).collect();
+        let seq: Vec<usize> = (0..7).filter_map(|_| rr.advance(|_| true)).collect();
         assert_eq!(seq, [0, 0, 1, 0, 2, 0, 0]);
     }
 
@@ -83,18 +97,18 @@ mod tests {
         for worker in 0..2 {
             let mut rr = RoundRobin::new(&candidates(&[1, 2, 3]), worker);
             for _ in 0..300 {
-                counts[rr.pick(&|_| true).expect("a server")] += 1;
+                counts[rr.advance(|_| true).expect("a server")] += 1;
             }
         }
         assert_eq!(counts, [100, 200, 300]);
         let mut rr = RoundRobin::new(&candidates(&[1, 1]), 0);
-        assert_eq!(rr.pick(&|i| i == 1), Some(1));
-        assert_eq!(rr.pick(&|_| false), None);
+        assert_eq!(rr.advance(|i| i == 1), Some(1));
+        assert_eq!(rr.advance(|_| false), None);
     }
 
     #[test]
     fn workers_start_at_different_points() {
-        let first = |w| RoundRobin::new(&candidates(&[1, 1]), w).pick(&|_| true);
+        let first = |w| RoundRobin::new(&candidates(&[1, 1]), w).advance(|_| true);
         assert_ne!(first(0), first(1));
     }
 }

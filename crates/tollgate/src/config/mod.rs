@@ -6,6 +6,7 @@
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
 pub mod file;
+pub mod ids;
 pub mod model;
 pub mod units;
 mod validate;
@@ -78,7 +79,12 @@ pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
     let mut validator = validate::Validator::new(src, fd_limit());
     validator.base_dir = Path::new(shown_path).parent().map(Path::to_path_buf);
     match validator.build(file) {
-        Some(config) => Ok(config),
+        Some(mut config) => {
+            // Ids of a process with no master: a fresh table. A master re-assigns them from
+            // its own table (`parse_with_ids`) so they stay stable across reloads.
+            ids::IdTable::default().assign(&mut config);
+            Ok(config)
+        }
         None => Err(ConfigErrors(
             validator
                 .errors
@@ -87,6 +93,14 @@ pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
                 .collect(),
         )),
     }
+}
+
+/// `parse`, then ids from `table` (allocating for new names), as the master and its
+/// workers do so that ids survive reloads.
+pub fn parse_with_ids(src: &str, shown_path: &str, table: &mut ids::IdTable) -> Result<Config, ConfigErrors> {
+    let mut config = parse(src, shown_path)?;
+    table.assign(&mut config);
+    Ok(config)
 }
 
 fn deserialize(src: &str, shown_path: &str) -> Result<file::ConfigFile, ConfigErrors> {

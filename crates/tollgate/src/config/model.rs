@@ -255,6 +255,8 @@ impl HostPattern {
 
 #[derive(Debug, Clone)]
 pub struct Backend {
+    /// Stable across reloads (assigned by `ids::IdTable`).
+    pub id: super::ids::BackendId,
     pub name: String,
     pub mode: Mode,
     /// Name of an algorithm in `balance::ALGORITHMS`.
@@ -266,6 +268,8 @@ pub struct Backend {
 
 #[derive(Debug, Clone)]
 pub struct Server {
+    /// Stable across reloads (assigned by `ids::IdTable`).
+    pub id: super::ids::ServerId,
     pub name: String,
     pub address: SocketAddr,
     pub weight: u32,

@@ -336,6 +336,7 @@ impl<'a> Validator<'a> {
                 };
                 let tls = self.server_tls(s, &skey);
                 servers.push(Server {
+                    id: Default::default(),
                     name: s.name.get_ref().clone(),
                     address,
                     weight,
@@ -345,6 +346,7 @@ impl<'a> Validator<'a> {
                 });
             }
             out.push(Backend {
+                id: Default::default(),
                 name: b.name.get_ref().clone(),
                 mode: b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref()),
                 balance,

@@ -1,42 +1,61 @@
-//! Getting a server connection for a session: ask the backend's balancer for a server with
-//! room, take a slot on it, connect with a timeout; on failure try another server, up to the
-//! backend's `retries`. When every server is at its maxconn, wait (parked, not polling) for a
-//! slot up to `timeouts.queue`.
+//! Getting a server connection for a session: ask the worker's view of the backend for a
+//! usable server with room, take a slot on it, connect with a timeout; on failure try
+//! another server, up to the backend's `retries`. When every usable server is at its
+//! maxconn, wait (parked, not polling) for a slot up to `timeouts.queue`.
+//!
+//! Servers already tried are remembered by id (`Tried`), so a retry never goes back to a
+//! failed server however large the backend, until every server has been tried once.
+
+use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Side};
+use crate::live::ServerId;
+use crate::live::server::{ServerLive, ServerSlot};
+use crate::runtime::backends::{LocalBackend, Tried};
 use crate::runtime::worker::WorkerCtx;
-use crate::server::{BackendState, ServerSlot};
 
-/// Chooses a server with room; backup servers only when no primary server has room.
-fn pick(ctx: &WorkerCtx, backend: usize, state: &BackendState, tried: u64) -> Option<usize> {
-    let servers = &ctx.shared.config.backends.get(backend)?.servers;
-    let mut balancer = ctx.balancers.get(backend)?.borrow_mut();
-    let usable = |backup: bool| {
-        move |i: usize| {
-            let room = state.servers.get(i).is_some_and(|s| s.has_room());
-            let role = servers.get(i).is_some_and(|s| s.backup == backup);
-            room && role && (i >= 64 || tried & (1 << i) == 0)
+/// A slot on a server, as this worker holds it: dropping it releases the slot and tells
+/// this worker's balancer.
+pub struct HeldSlot<'a> {
+    slot: Option<ServerSlot>,
+    backend: &'a LocalBackend,
+}
+
+impl HeldSlot<'_> {
+    pub fn server(&self) -> Option<&Arc<ServerLive>> {
+        self.slot.as_ref().map(ServerSlot::server)
+    }
+}
+
+impl Drop for HeldSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let id = slot.server().id;
+            drop(slot);
+            self.backend.released(id);
         }
-    };
-    balancer.pick(&usable(false)).or_else(|| balancer.pick(&usable(true)))
+    }
 }
 
 /// A server connection ready for a session.
-pub struct Connected {
+pub struct Connected<'a> {
     pub stream: TcpStream,
-    pub slot: ServerSlot,
-    /// Index of the server in its backend.
-    pub server: usize,
+    pub slot: HeldSlot<'a>,
+    pub server: Arc<ServerLive>,
     /// Taken from the idle pool rather than freshly connected.
     pub reused: bool,
 }
 
 /// A fresh connection to a server of `backend` (TCP mode).
-pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected, Error> {
+pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected<'_>, Error> {
     connect_or_reuse(ctx, backend, |_| None).await
+}
+
+fn no_server(context: String) -> Error {
+    Error::new(ErrorKind::NoServer, Side::Back, context)
 }
 
 /// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
@@ -45,107 +64,106 @@ pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected, Error
 pub async fn connect_or_reuse(
     ctx: &WorkerCtx,
     backend: usize,
-    mut reuse: impl FnMut(usize) -> Option<TcpStream>,
-) -> Result<Connected, Error> {
+    mut reuse: impl FnMut(ServerId) -> Option<TcpStream>,
+) -> Result<Connected<'_>, Error> {
     let config = &ctx.shared.config;
-    let no_backend = || Error::new(ErrorKind::NoServer, Side::Internal, "no such backend");
-    let state = ctx.shared.backends.get(backend).ok_or_else(no_backend)?;
-    let spec = config.backends.get(backend).ok_or_else(no_backend)?;
-    if spec.servers.is_empty() {
-        return Err(Error::new(
-            ErrorKind::NoServer,
-            Side::Back,
-            format!("backend {} has no server", spec.name),
-        ));
+    let spec = config
+        .backends
+        .get(backend)
+        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
+    let local = ctx
+        .backends
+        .get(backend)
+        .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
+    if local.is_empty() {
+        return Err(no_server(format!("backend {} has no server", spec.name)));
     }
     let attempts = spec.retries.saturating_add(1);
-    let mut tried: u64 = 0;
-    let mut last_error = None;
+    let mut tried = Tried::default();
+    let mut last_error: Option<Error> = None;
+    let mut previous: Option<Arc<ServerLive>> = None;
     for attempt in 0..attempts {
-        if attempt > 0 {
+        if let Some(failed) = previous.take() {
             ctx.stats.connect_retries.add(1);
+            failed.counters(ctx.id).retries.add(1);
         }
-        let (index, slot) = match take_server(ctx, backend, state, tried).await {
+        let slot = match take_server(ctx, local, &tried).await {
             Ok(found) => found,
             Err(e) => return Err(last_error.unwrap_or(e)),
         };
-        if let Some(stream) = reuse(index) {
+        let Some(server) = slot.server().cloned() else {
+            continue;
+        };
+        if let Some(stream) = reuse(server.id) {
             return Ok(Connected {
                 stream,
                 slot,
-                server: index,
+                server,
                 reused: true,
             });
         }
-        if index < 64 {
-            tried |= 1 << index;
-        }
+        tried.insert(server.id);
         // Every server tried once: start over rather than give up early.
-        if spec.servers.len() < 64 && tried.count_ones() as usize >= spec.servers.len() {
-            tried = 0;
+        if tried.len() >= local.len() {
+            tried.clear();
         }
-        let Some(server) = spec.servers.get(index) else {
-            continue;
-        };
         ctx.stats.connect_attempts.add(1);
-        slot.server()
-            .connects
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let context = || format!("connect {}/{}", spec.name, server.name);
         let error = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
+                server.counters(ctx.id).connections.add(1);
                 return Ok(Connected {
                     stream,
                     slot,
-                    server: index,
+                    server,
                     reused: false,
                 });
             }
-            Ok(Err(e)) => Error::new(
-                ErrorKind::Connect,
-                Side::Back,
-                format!("connect {}/{}", spec.name, server.name),
-            )
-            .with_source(e),
-            Err(_) => Error::new(
-                ErrorKind::ConnectTimeout,
-                Side::Back,
-                format!("connect {}/{}", spec.name, server.name),
-            ),
+            Ok(Err(e)) => Error::new(ErrorKind::Connect, Side::Back, context()).with_source(e),
+            Err(_) => Error::new(ErrorKind::ConnectTimeout, Side::Back, context()),
         };
         ctx.stats.connect_errors.add(1);
-        slot.server()
-            .connect_errors
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        server.counters(ctx.id).connect_failures.add(1);
         tracing::debug!(error = %error, attempt, "connect failed");
         last_error = Some(error.retryable(true));
+        previous = Some(server);
     }
-    Err(last_error.unwrap_or_else(|| Error::new(ErrorKind::NoServer, Side::Back, "no server")))
+    Err(last_error.unwrap_or_else(|| no_server("no server".into())))
 }
 
 /// A server and a slot on it; parks on the backend's slot-released notification when every
-/// usable server is full, until `timeouts.queue`.
-async fn take_server(
-    ctx: &WorkerCtx,
-    backend: usize,
-    state: &BackendState,
-    tried: u64,
-) -> Result<(usize, ServerSlot), Error> {
+/// usable server is full, until `timeouts.queue`. Fails at once when no server is usable at
+/// all (drained, in maintenance or down): waiting cannot help.
+async fn take_server<'a>(ctx: &WorkerCtx, local: &'a LocalBackend, tried: &Tried) -> Result<HeldSlot<'a>, Error> {
     let deadline = Instant::now() + ctx.shared.config.timeouts.queue;
-    let mut queued = false;
+    let mut queued = None;
     loop {
         // Register interest before looking, so a slot freed in between is not missed.
-        let released = state.slot_released();
+        let released = local.live.slot_released();
         tokio::pin!(released);
         released.as_mut().enable();
-        if let Some(index) = pick(ctx, backend, state, tried) {
-            if let Some(slot) = state.servers.get(index).and_then(|s| s.try_take()) {
-                return Ok((index, slot));
+        let fresh = |s: &ServerLive| s.has_room() && !tried.contains(s.id);
+        let room = |s: &ServerLive| s.has_room();
+        // Every server with room already failed once: going back to one beats queueing.
+        let picked = local
+            .pick(&fresh, None)
+            .or_else(|| if tried.is_empty() { None } else { local.pick(&room, None) });
+        if let Some(server) = picked {
+            if let Some(slot) = server.try_take() {
+                local.taken(server.id);
+                return Ok(HeldSlot {
+                    slot: Some(slot),
+                    backend: local,
+                });
             }
             continue; // another worker took the last slot between pick and take
         }
-        if !queued {
-            queued = true;
+        if !local.any_usable() {
+            return Err(no_server(format!("backend {}: no usable server", local.live.name)));
+        }
+        if queued.is_none() {
+            queued = Some(local.live.enqueue());
             ctx.stats.server_queued.add(1);
         }
         if tokio::time::timeout_at(deadline, released).await.is_err() {
@@ -155,7 +173,7 @@ async fn take_server(
                 Side::Back,
                 format!(
                     "backend {}: every server at maxconn for {:?}",
-                    state.name, ctx.shared.config.timeouts.queue
+                    local.live.name, ctx.shared.config.timeouts.queue
                 ),
             ));
         }

@@ -112,12 +112,12 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
     let super::connect::Connected {
         stream: server,
         slot: _slot,
-        server: index,
+        server: live,
         ..
     } = super::connect::connect(ctx, backend).await?;
+    live.counters(ctx.id).requests.add(1);
     let idle = config.timeouts.client.min(config.timeouts.server);
-    let spec = config.backends.get(backend).and_then(|b| b.servers.get(index));
-    match spec.and_then(|s| s.tls.as_ref().map(|t| (t, &s.name))) {
+    match live.tls.as_ref().map(|t| (t, &live.name)) {
         Some((tls, name)) => {
             let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
                 .await

@@ -5,6 +5,7 @@
 //! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
 //! what is in flight), hard stop (drop everything), join.
 
+pub mod backends;
 pub mod limits;
 pub mod stats;
 pub mod watchdog;
@@ -22,7 +23,7 @@ use crate::config::Config;
 use crate::listener::BoundSocket;
 use crate::listener::accept::Dispatcher;
 use crate::listener::budget::AcceptBudgets;
-use crate::server::BackendState;
+use crate::live::backend::BackendLive;
 use stats::{Snapshot, WorkerStats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +38,8 @@ pub enum Phase {
 /// What every worker of one generation shares (read-mostly; atomics touched per connection).
 pub struct Shared {
     pub config: Arc<Config>,
-    pub backends: Vec<BackendState>,
+    /// Live state of every backend, in config order (shared by every worker thread).
+    pub backends: Vec<Arc<BackendLive>>,
     pub budgets: AcceptBudgets,
     pub stats: Vec<Arc<WorkerStats>>,
     /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
@@ -78,7 +80,11 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     };
     let workers = config.global.workers.max(1);
     let shared = Arc::new(Shared {
-        backends: config.backends.iter().map(BackendState::new).collect(),
+        backends: config
+            .backends
+            .iter()
+            .map(|b| Arc::new(BackendLive::new(b, workers)))
+            .collect(),
         budgets: AcceptBudgets::new(&config),
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),

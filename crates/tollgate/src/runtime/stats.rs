@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counter(AtomicU64);
 
 impl Counter {
+    pub const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
     #[inline]
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)

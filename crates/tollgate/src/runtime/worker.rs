@@ -2,7 +2,6 @@
 //! its buffer pool and its balancer state. Nothing here is shared with another worker except
 //! through `Shared` (atomics touched once per connection) and the handoff inbox.
 
-use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -11,7 +10,7 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use super::stats::WorkerStats;
 use super::{Phase, Shared};
-use crate::balance::{self, Balancer, Candidate};
+use super::backends::LocalBackend;
 use crate::buffer::BufferPool;
 use crate::listener::BoundSocket;
 use crate::listener::accept::{self, Dispatcher, Handoff};
@@ -25,8 +24,8 @@ pub struct WorkerCtx {
     pub buffers: Rc<BufferPool>,
     /// splice(2) pipes, this worker's own (`global.max_pipes`).
     pub pipes: Rc<PipePool>,
-    /// One balancer per backend, in config order.
-    pub balancers: Vec<RefCell<Box<dyn Balancer>>>,
+    /// This thread's view of each backend (balancer over the live server set), in config order.
+    pub backends: Vec<LocalBackend>,
     /// Idle HTTP server connections of this worker.
     pub http_pool: crate::proxy::http::pool::ServerPool,
     phase: watch::Receiver<Phase>,
@@ -57,15 +56,12 @@ impl WorkerCtx {
             // Probed (and logged) once per process, before any handshake.
             let _ = crate::tls::ktls::available();
         }
-        let balancers = shared
+        let backends = shared
             .config
             .backends
             .iter()
-            .map(|b| {
-                let candidates: Vec<Candidate> = b.servers.iter().map(|s| Candidate { weight: s.weight }).collect();
-                let build = balance::lookup(&b.balance).unwrap_or(balance::RoundRobin::boxed);
-                RefCell::new(build(&candidates, id))
-            })
+            .zip(&shared.backends)
+            .map(|(spec, live)| LocalBackend::new(spec, Arc::clone(live), id))
             .collect();
         let http_pool = crate::proxy::http::pool::ServerPool::new(&shared.config);
         Rc::new(WorkerCtx {
@@ -74,7 +70,7 @@ impl WorkerCtx {
             stats,
             buffers,
             pipes,
-            balancers,
+            backends,
             http_pool,
             phase,
             drained: Notify::new(),

@@ -49,7 +49,7 @@ pub async fn forward<C: ClientStream>(
     loop {
         let pool = &s.ctx.http_pool;
         let conn = match connect::connect_or_reuse(s.ctx, backend, |server| {
-            if fresh_only { None } else { pool.take(backend, server) }
+            if fresh_only { None } else { pool.take(server) }
         })
         .await
         {
@@ -63,7 +63,7 @@ pub async fn forward<C: ClientStream>(
         if conn.reused {
             s.ctx.stats.http_pool_reused.add(1);
         }
-        match exchange(s, backend, req, conn).await {
+        match exchange(s, req, conn).await {
             Outcome::Done { keep_client } => return Ok(keep_client),
             Outcome::RetryFresh if !fresh_only => {
                 s.ctx.stats.http_retries.add(1);
@@ -84,14 +84,13 @@ pub async fn forward<C: ClientStream>(
 
 async fn exchange<C: ClientStream>(
     s: &mut Session<'_, C>,
-    backend: usize,
     req: &RequestInfo,
-    conn: Connected,
+    conn: Connected<'_>,
 ) -> Outcome {
     let Connected {
         stream: mut server,
         slot,
-        server: index,
+        server: live,
         reused,
     } = conn;
     let timeouts = s.ctx.shared.config.timeouts;
@@ -226,7 +225,7 @@ async fn exchange<C: ClientStream>(
         Ok(()) => {
             if keep_server && back.is_empty() {
                 drop(slot);
-                s.ctx.http_pool.put(backend, index, server);
+                s.ctx.http_pool.put(live.id, server);
             }
             Outcome::Done { keep_client }
         }

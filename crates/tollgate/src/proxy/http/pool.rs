@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::live::{IdMap, ServerId};
 
 struct Idle {
     stream: TcpStream,
@@ -21,8 +22,8 @@ struct Idle {
 }
 
 pub struct ServerPool {
-    /// `[backend][server]`.
-    idle: RefCell<Vec<Vec<Vec<Idle>>>>,
+    /// By server id: a connection outlives the server-set version it was made under.
+    idle: RefCell<IdMap<ServerId, Vec<Idle>>>,
     max_per_server: usize,
     max_age: Duration,
 }
@@ -34,7 +35,7 @@ impl ServerPool {
                 config
                     .backends
                     .iter()
-                    .map(|b| b.servers.iter().map(|_| Vec::new()).collect())
+                    .flat_map(|b| b.servers.iter().map(|s| (s.id, Vec::new())))
                     .collect(),
             ),
             max_per_server: config.http.pool_max_idle,
@@ -42,10 +43,10 @@ impl ServerPool {
         }
     }
 
-    /// A live idle connection to `server` of `backend`, if any.
-    pub fn take(&self, backend: usize, server: usize) -> Option<TcpStream> {
+    /// A live idle connection to `server`, if any.
+    pub fn take(&self, server: ServerId) -> Option<TcpStream> {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(backend)?.get_mut(server)?;
+        let list = idle.get_mut(&server)?;
         let now = Instant::now();
         while let Some(conn) = list.pop() {
             if now.duration_since(conn.since) > self.max_age {
@@ -66,11 +67,9 @@ impl ServerPool {
         None
     }
 
-    pub fn put(&self, backend: usize, server: usize, stream: TcpStream) {
+    pub fn put(&self, server: ServerId, stream: TcpStream) {
         let mut idle = self.idle.borrow_mut();
-        let Some(list) = idle.get_mut(backend).and_then(|b| b.get_mut(server)) else {
-            return;
-        };
+        let list = idle.entry(server).or_default();
         let now = Instant::now();
         list.retain(|c| now.duration_since(c.since) <= self.max_age);
         if list.len() < self.max_per_server {
@@ -80,7 +79,14 @@ impl ServerPool {
 
     /// Idle connections held now (all servers).
     pub fn len(&self) -> usize {
-        self.idle.borrow().iter().flatten().map(Vec::len).sum()
+        self.idle.borrow().values().map(Vec::len).sum()
+    }
+
+    /// Closes every idle connection to `server` (maintenance with `--kill`, removal).
+    pub fn forget(&self, server: ServerId) {
+        if let Some(list) = self.idle.borrow_mut().get_mut(&server) {
+            list.clear();
+        }
     }
 
     pub fn is_empty(&self) -> bool {

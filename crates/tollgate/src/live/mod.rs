@@ -1,0 +1,23 @@
+//! The live model: what every worker thread of a process knows about backends and servers
+//! *now*, as opposed to what the config file said at load.
+//!
+//! - ids (`config::ids`): stable identities. A server or backend keeps its id across reloads
+//!   for as long as its name does; an id is never reused for another server within a
+//!   master's life. The master owns the table and sends it to each generation with the
+//!   config.
+//! - [`server`]: one [`server::ServerLive`] per server, shared by every worker thread of the
+//!   process: admin and operational state, configured and effective weight, active
+//!   connections, queued requests, counters. One writer per field (the command applier for
+//!   states and weights, the owning thread for its counter cell), any number of readers;
+//!   plain atomics, no lock.
+//! - [`backend`]: a backend's server set as a versioned snapshot, swapped whole. A worker
+//!   thread compares one atomic version per pick and rebuilds its balancer only when it moved.
+//!
+//! Invariants: a `ServerLive` is never mutated in its identity (id, backend, name, address,
+//! maxconn); a changed address or a removed server is a new set version. Positions in a set
+//! are not identities: whatever outlives a set version is keyed by [`ServerId`].
+
+pub mod backend;
+pub mod server;
+
+pub use crate::config::ids::{BackendId, IdMap, ServerId};

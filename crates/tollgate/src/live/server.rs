@@ -1,0 +1,403 @@
+//! One server's live state, shared by every worker thread of the process.
+//!
+//! Writers: the command applier (admin state, weights; health checks will write the
+//! operational state), a connection's owner (its slot on `active`, `queued`), and each
+//! worker thread for its own counter cell (single writer: a relaxed load and store, no
+//! `lock` prefix, never a line another core writes). Readers: balancers at pick time (one
+//! relaxed load per candidate), the runtime API (sums the cells).
+//!
+//! A slot ([`ServerSlot`]) is taken before connecting and dropped when the server connection
+//! closes: it is what enforces `maxconn` and what leastconn-style algorithms read.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use super::{BackendId, ServerId};
+use crate::config::Server;
+use crate::config::model::ServerTls;
+use crate::runtime::stats::Counter;
+
+/// What the operator decided (HAProxy's admin state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminState {
+    /// Takes new connections.
+    Ready,
+    /// No new connections; established ones finish.
+    Drain,
+    /// No new connections (established ones may be closed with `--kill`).
+    Maint,
+}
+
+impl AdminState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Ready => "ready",
+            AdminState::Drain => "drain",
+            AdminState::Maint => "maint",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ready" => Some(AdminState::Ready),
+            "drain" => Some(AdminState::Drain),
+            "maint" => Some(AdminState::Maint),
+            _ => None,
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => AdminState::Drain,
+            2 => AdminState::Maint,
+            _ => AdminState::Ready,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            AdminState::Ready => 0,
+            AdminState::Drain => 1,
+            AdminState::Maint => 2,
+        }
+    }
+}
+
+/// What the health checks observed (written by them; `unknown` until a check has run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperState {
+    Unknown,
+    Up,
+    Down,
+}
+
+impl OperState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperState::Unknown => "unknown",
+            OperState::Up => "up",
+            OperState::Down => "down",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => OperState::Up,
+            2 => OperState::Down,
+            _ => OperState::Unknown,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            OperState::Unknown => 0,
+            OperState::Up => 1,
+            OperState::Down => 2,
+        }
+    }
+}
+
+/// Per-server counters of one worker thread (one cache line group per thread).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct ServerCounters {
+    /// Server connections established (fresh, not reused from a pool).
+    pub connections: Counter,
+    /// HTTP requests sent (TCP mode: sessions relayed).
+    pub requests: Counter,
+    pub bytes_to_server: Counter,
+    pub bytes_to_client: Counter,
+    pub connect_failures: Counter,
+    /// Attempts moved to another server after this one failed.
+    pub retries: Counter,
+    /// Responses by status class: 1xx, 2xx, 3xx, 4xx, 5xx, other.
+    pub responses: [Counter; 6],
+}
+
+/// The sum of every thread's `ServerCounters`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterTotals {
+    pub connections: u64,
+    pub requests: u64,
+    pub bytes_to_server: u64,
+    pub bytes_to_client: u64,
+    pub connect_failures: u64,
+    pub retries: u64,
+    pub responses_1xx: u64,
+    pub responses_2xx: u64,
+    pub responses_3xx: u64,
+    pub responses_4xx: u64,
+    pub responses_5xx: u64,
+    pub responses_other: u64,
+}
+
+impl ServerCounters {
+    pub const fn new() -> Self {
+        ServerCounters {
+            connections: Counter::new(),
+            requests: Counter::new(),
+            bytes_to_server: Counter::new(),
+            bytes_to_client: Counter::new(),
+            connect_failures: Counter::new(),
+            retries: Counter::new(),
+            responses: [const { Counter::new() }; 6],
+        }
+    }
+
+    /// Counts one response status in its class.
+    pub fn response(&self, status: u16) {
+        let class = match status {
+            100..=599 => usize::from(status / 100) - 1,
+            _ => 5,
+        };
+        if let Some(c) = self.responses.get(class) {
+            c.add(1);
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ServerLive {
+    pub id: ServerId,
+    pub backend: BackendId,
+    pub backend_name: Arc<str>,
+    pub name: Arc<str>,
+    pub address: SocketAddr,
+    pub maxconn: u32,
+    pub backup: bool,
+    /// TLS to this server (`tls = true`), with its verifier and SNI.
+    pub tls: Option<ServerTls>,
+    admin: AtomicU8,
+    oper: AtomicU8,
+    configured_weight: AtomicU32,
+    effective_weight: AtomicU32,
+    active: AtomicU32,
+    queued: AtomicU32,
+    /// Unix seconds of the last admin or operational state change (0 = never).
+    last_change: AtomicU64,
+    /// One cell per worker thread, indexed by worker id.
+    cells: Box<[ServerCounters]>,
+    /// The backend's notification, shared by its servers: a freed slot on any of them may
+    /// unpark a request waiting for the backend.
+    slot_freed: Arc<Notify>,
+}
+
+/// A point-in-time view of a server for the runtime API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerView {
+    pub id: ServerId,
+    pub backend: String,
+    pub name: String,
+    pub address: SocketAddr,
+    pub admin: AdminState,
+    pub oper: OperState,
+    pub weight: u32,
+    pub effective_weight: u32,
+    pub backup: bool,
+    pub maxconn: u32,
+    pub active: u32,
+    pub queued: u32,
+    pub last_change: u64,
+    pub counters: CounterTotals,
+}
+
+impl ServerLive {
+    pub fn new(
+        server: &Server,
+        backend: (BackendId, &Arc<str>),
+        workers: usize,
+        slot_freed: Arc<Notify>,
+    ) -> Self {
+        ServerLive {
+            id: server.id,
+            backend: backend.0,
+            backend_name: Arc::clone(backend.1),
+            name: Arc::from(server.name.as_str()),
+            address: server.address,
+            maxconn: server.maxconn,
+            backup: server.backup,
+            tls: server.tls.clone(),
+            admin: AtomicU8::new(AdminState::Ready.to_u8()),
+            oper: AtomicU8::new(OperState::Unknown.to_u8()),
+            configured_weight: AtomicU32::new(server.weight),
+            effective_weight: AtomicU32::new(server.weight),
+            active: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
+            last_change: AtomicU64::new(0),
+            cells: (0..workers.max(1)).map(|_| ServerCounters::default()).collect(),
+            slot_freed,
+        }
+    }
+
+    pub fn admin(&self) -> AdminState {
+        AdminState::from_u8(self.admin.load(Ordering::Relaxed))
+    }
+
+    pub fn oper(&self) -> OperState {
+        OperState::from_u8(self.oper.load(Ordering::Relaxed))
+    }
+
+    /// Sets the admin state; true if it changed.
+    pub fn set_admin(&self, state: AdminState) -> bool {
+        let changed = self.admin.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
+        if changed {
+            self.touch();
+        }
+        changed
+    }
+
+    /// Sets the operational state; true if it changed.
+    pub fn set_oper(&self, state: OperState) -> bool {
+        let changed = self.oper.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
+        if changed {
+            self.touch();
+        }
+        changed
+    }
+
+    fn touch(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.last_change.store(now, Ordering::Relaxed);
+    }
+
+    /// The weight the config (or a runtime command) set.
+    pub fn weight(&self) -> u32 {
+        self.configured_weight.load(Ordering::Relaxed)
+    }
+
+    /// The weight balancers use now (slow start and agent checks will scale it).
+    pub fn effective_weight(&self) -> u32 {
+        self.effective_weight.load(Ordering::Relaxed)
+    }
+
+    pub fn set_weight(&self, weight: u32) {
+        self.configured_weight.store(weight, Ordering::Relaxed);
+        self.effective_weight.store(weight, Ordering::Relaxed);
+    }
+
+    /// May take new connections: ready, not seen down, weight above zero.
+    pub fn is_usable(&self) -> bool {
+        self.admin() == AdminState::Ready && self.oper() != OperState::Down && self.effective_weight() > 0
+    }
+
+    pub fn active(&self) -> u32 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    pub fn queued(&self) -> u32 {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    pub fn has_room(&self) -> bool {
+        self.maxconn == 0 || self.active() < self.maxconn
+    }
+
+    /// This worker thread's counter cell (only that thread may write it).
+    pub fn counters(&self, worker: usize) -> &ServerCounters {
+        self.cells.get(worker).unwrap_or(&DISCARDED)
+    }
+
+    pub fn totals(&self) -> CounterTotals {
+        let mut t = CounterTotals::default();
+        for c in self.cells.iter() {
+            t.connections += c.connections.get();
+            t.requests += c.requests.get();
+            t.bytes_to_server += c.bytes_to_server.get();
+            t.bytes_to_client += c.bytes_to_client.get();
+            t.connect_failures += c.connect_failures.get();
+            t.retries += c.retries.get();
+            let r = |i: usize| c.responses.get(i).map_or(0, Counter::get);
+            t.responses_1xx += r(0);
+            t.responses_2xx += r(1);
+            t.responses_3xx += r(2);
+            t.responses_4xx += r(3);
+            t.responses_5xx += r(4);
+            t.responses_other += r(5);
+        }
+        t
+    }
+
+    pub fn view(&self) -> ServerView {
+        ServerView {
+            id: self.id,
+            backend: self.backend_name.to_string(),
+            name: self.name.to_string(),
+            address: self.address,
+            admin: self.admin(),
+            oper: self.oper(),
+            weight: self.weight(),
+            effective_weight: self.effective_weight(),
+            backup: self.backup,
+            maxconn: self.maxconn,
+            active: self.active(),
+            queued: self.queued(),
+            last_change: self.last_change.load(Ordering::Relaxed),
+            counters: self.totals(),
+        }
+    }
+
+    /// Takes a connection slot if the server is below its maxconn.
+    pub fn try_take(self: &Arc<Self>) -> Option<ServerSlot> {
+        if self.maxconn == 0 {
+            self.active.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.active
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                    (n < self.maxconn).then_some(n + 1)
+                })
+                .ok()?;
+        }
+        Some(ServerSlot {
+            server: Arc::clone(self),
+        })
+    }
+
+    /// Counts a request waiting for a slot on this server's backend until the guard drops.
+    pub fn enqueue(self: &Arc<Self>) -> QueuedGuard {
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        QueuedGuard(Arc::clone(self))
+    }
+}
+
+/// Where a worker id past the cells would count (only a misconfigured caller): counted
+/// nowhere rather than panicking.
+static DISCARDED: ServerCounters = ServerCounters::new();
+
+/// A held connection slot; dropping it releases the slot and wakes parked waiters.
+#[derive(Debug)]
+pub struct ServerSlot {
+    server: Arc<ServerLive>,
+}
+
+impl ServerSlot {
+    pub fn server(&self) -> &Arc<ServerLive> {
+        &self.server
+    }
+}
+
+impl Drop for ServerSlot {
+    fn drop(&mut self) {
+        self.server.active.fetch_sub(1, Ordering::AcqRel);
+        if self.server.maxconn != 0 {
+            self.server.slot_freed.notify_waiters();
+        }
+    }
+}
+
+/// A request counted in its server's `queued` while it waits.
+#[derive(Debug)]
+pub struct QueuedGuard(Arc<ServerLive>);
+
+impl Drop for QueuedGuard {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+}
