@@ -31,6 +31,8 @@ pub enum ErrorKind {
     /// A TLS handshake failed (alert, timeout, no certificate) or TLS to a server failed.
     Tls,
     Config,
+    /// An operator closed the session (`ctl set server … state maint --kill`).
+    Killed,
 }
 
 impl ErrorKind {
@@ -46,6 +48,7 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol",
             ErrorKind::Tls => "tls",
             ErrorKind::Config => "config",
+            ErrorKind::Killed => "killed",
         }
     }
 
@@ -111,8 +114,10 @@ impl Error {
 
     /// Routine endings (a peer hanging up, an idle client) are logged at debug, not as errors.
     pub fn is_routine(&self) -> bool {
-        matches!(self.kind, ErrorKind::PeerClosed | ErrorKind::IdleTimeout)
-            || (self.kind == ErrorKind::Tls && self.side == Side::Front)
+        matches!(
+            self.kind,
+            ErrorKind::PeerClosed | ErrorKind::IdleTimeout | ErrorKind::Killed
+        ) || (self.kind == ErrorKind::Tls && self.side == Side::Front)
     }
 }
 

@@ -1,6 +1,7 @@
 //! tollgate: a reverse proxy and load balancer.
 //!
 //! # Layout
+//! - [`admin`]: the operator's client side of the runtime API (`tollgate ctl`).
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors).
 //! - [`runtime`]: one current_thread tokio runtime per worker thread, shutdown, limits.
 //! - [`master`]: the master process (owns the sockets, reloads, supervises) and the worker
@@ -14,11 +15,15 @@
 //! - [`http`]: the sans-io HTTP/1.1 codec (heads, framing, rewriting).
 //! - [`tls`]: TLS inspection (ClientHello parsing for SNI passthrough routing).
 //! - [`origin`]: small built-in HTTP origins for the embedded default config and tests.
+//! - [`command`]: the typed command protocol of the control socket and the master ↔ worker
+//!   channel (JSON in length-prefixed frames).
 //! - [`error`]: the one error type (kind, side, retryable).
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod balance;
 pub mod buffer;
+pub mod command;
 pub mod config;
 pub mod error;
 pub mod http;

@@ -44,6 +44,8 @@ enum Command {
     Reload(ControlArgs),
     /// Show the running master's worker generations.
     Status(ControlArgs),
+    /// Runtime API of the running master: show and change live server state.
+    Ctl(CtlArgs),
     /// Internal: a worker process started by the master (stdin is its socketpair).
     #[command(hide = true)]
     Worker {
@@ -63,6 +65,65 @@ struct ControlArgs {
     config: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct CtlArgs {
+    #[command(flatten)]
+    target: ControlArgs,
+    /// Print the master's answer as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Show live state.
+    Show {
+        #[command(subcommand)]
+        what: CtlShow,
+    },
+    /// Change live state (kept across reloads unless the file changes that server).
+    Set {
+        #[command(subcommand)]
+        what: CtlSet,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlShow {
+    /// Every server (of one backend): state, weight, connections, counters.
+    Servers {
+        /// Only this backend.
+        backend: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlSet {
+    /// Set a server's admin state or weight: `set server app/a state drain`.
+    Server {
+        /// BACKEND/SERVER
+        server: String,
+        #[command(subcommand)]
+        field: CtlServerField,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlServerField {
+    /// ready (takes new connections), drain (no new ones, established ones finish),
+    /// maint (no new ones; with --kill the established ones are closed).
+    State {
+        state: String,
+        /// With maint: close the server's established connections too.
+        #[arg(long)]
+        kill: bool,
+    },
+    /// Weight 0 to 256 (0: no new connections).
+    Weight { weight: u32 },
+}
+
 #[derive(clap::Args, Default)]
 struct RunArgs {
     /// Config file (TOML).
@@ -77,8 +138,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Check { config }) => check(&config),
-        Some(Command::Reload(args)) => control(&args, "reload"),
-        Some(Command::Status(args)) => control(&args, "status"),
+        Some(Command::Reload(args)) => control(&args, tollgate::command::Command::Reload, false),
+        Some(Command::Status(args)) => control(&args, tollgate::command::Command::Status, false),
+        Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Worker { generation }) => report(worker(generation)),
         Some(Command::Run(args)) => report(run(args)),
         None => report(run(RunArgs::default())),
@@ -108,17 +170,47 @@ fn check(path: &Path) -> ExitCode {
     }
 }
 
-fn control(args: &ControlArgs, command: &str) -> ExitCode {
+fn ctl(args: CtlArgs) -> ExitCode {
+    use tollgate::admin::ctl;
+    let command = match args.command {
+        CtlCommand::Show {
+            what: CtlShow::Servers { backend },
+        } => Ok(tollgate::command::Command::ShowServers { backend }),
+        CtlCommand::Set {
+            what: CtlSet::Server { server, field },
+        } => match field {
+            CtlServerField::State { state, kill } => ctl::set_state(&server, &state, kill),
+            CtlServerField::Weight { weight } => ctl::set_weight(&server, weight),
+        },
+    };
+    match command {
+        Ok(command) => control(&args.target, command, args.json),
+        Err(msg) => {
+            eprintln!("tollgate ctl: {msg}");
+            ExitCode::from(64)
+        }
+    }
+}
+
+/// Sends one command to the master: exit 0 done, 2 refused, 1 master unreachable.
+fn control(args: &ControlArgs, command: tollgate::command::Command, json: bool) -> ExitCode {
     let path = tollgate::master::control::client_path(args.socket.clone(), args.config.as_deref());
+    let name = command.name();
     match tollgate::master::control::request(&path, command) {
-        Ok(reply) if reply.ok => {
-            println!("{}", reply.text);
-            ExitCode::SUCCESS
-        }
-        Ok(reply) => {
-            eprintln!("tollgate: {command} refused:\n{}", reply.text);
-            ExitCode::from(2)
-        }
+        Ok(reply) => match tollgate::admin::ctl::render(&reply, json) {
+            (text, true) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            (text, false) if json => {
+                println!("{text}");
+                ExitCode::from(2)
+            }
+            (text, false) => {
+                eprintln!("tollgate: {name} refused:\n{text}");
+                ExitCode::from(2)
+            }
+        },
         Err(e) => {
             eprintln!("tollgate: {e}");
             ExitCode::FAILURE

@@ -112,7 +112,12 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 backup: false,
                 tls: None,
             };
-            Arc::new(ServerLive::new(&server, (crate::live::BackendId(0), &backend), 1, Arc::clone(&notify)))
+            Arc::new(ServerLive::new(
+                &server,
+                (crate::live::BackendId(0), &backend),
+                1,
+                Arc::clone(&notify),
+            ))
         })
         .collect()
 }

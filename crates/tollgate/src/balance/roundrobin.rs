@@ -112,3 +112,42 @@ mod tests {
         assert_ne!(first(0), first(1));
     }
 }
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+    use crate::balance::{PickContext, test_servers};
+
+    #[test]
+    fn a_thousand_servers_share_picks_evenly_through_the_context() {
+        let servers = test_servers(&vec![1; 1000]);
+        let candidates: Vec<Candidate> = servers
+            .iter()
+            .map(|s| Candidate {
+                id: s.id,
+                weight: s.weight(),
+            })
+            .collect();
+        let mut rr = RoundRobin::new(&candidates, 0);
+        let mut counts = vec![0u32; 1000];
+        let all = |_: usize| true;
+        let ctx = PickContext::new(&servers, &all, None);
+        for _ in 0..5000 {
+            counts[rr.pick(&ctx).expect("a server")] += 1;
+        }
+        assert!(counts.iter().all(|&c| c == 5), "uneven: {:?}", &counts[..10]);
+        // Unusable servers are skipped; the rest share their picks.
+        let odd = |i: usize| i % 2 == 1;
+        let ctx = PickContext::new(&servers, &odd, None);
+        let mut counts = vec![0u32; 1000];
+        for _ in 0..1000 {
+            counts[rr.pick(&ctx).expect("a server")] += 1;
+        }
+        assert!(
+            counts
+                .iter()
+                .enumerate()
+                .all(|(i, &c)| if i % 2 == 1 { c == 2 } else { c == 0 })
+        );
+    }
+}

@@ -18,6 +18,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use super::budget::{ConnPermits, Taken};
+use crate::runtime::inbox::Message;
 use crate::runtime::stats::WorkerStats;
 use crate::runtime::worker::WorkerCtx;
 
@@ -34,7 +35,7 @@ pub struct Handoff {
 /// Senders to every worker's inbox, with their load, for a shared socket's accept loop.
 #[derive(Clone)]
 pub struct Dispatcher {
-    pub inboxes: Vec<mpsc::UnboundedSender<Handoff>>,
+    pub inboxes: Vec<crate::runtime::inbox::Sender>,
     pub stats: Vec<Arc<WorkerStats>>,
 }
 
@@ -144,20 +145,14 @@ fn hand_off(
     let Some(inbox) = d.inboxes.get(target) else {
         return;
     };
-    if let Err(mpsc::error::SendError(h)) = inbox.send(Handoff {
+    let handoff = Handoff {
         frontend,
         stream,
         peer,
         permits,
-    }) {
+    };
+    if let Err(mpsc::error::SendError(Message::Connection(h))) = inbox.send(Message::Connection(handoff)) {
         // The target worker is gone (shutting down): serve it here rather than drop it.
-        ctx.spawn_session(h.frontend, h.stream, h.peer, h.permits);
-    }
-}
-
-/// Serves connections other workers handed to this one.
-pub async fn inbox_loop(ctx: Rc<WorkerCtx>, mut inbox: mpsc::UnboundedReceiver<Handoff>) {
-    while let Some(h) = inbox.recv().await {
         ctx.spawn_session(h.frontend, h.stream, h.peer, h.permits);
     }
 }

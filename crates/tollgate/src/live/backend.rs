@@ -81,7 +81,14 @@ impl BackendLive {
         let servers = backend
             .servers
             .iter()
-            .map(|s| Arc::new(ServerLive::new(s, (backend.id, &name), workers, Arc::clone(&slot_freed))))
+            .map(|s| {
+                Arc::new(ServerLive::new(
+                    s,
+                    (backend.id, &name),
+                    workers,
+                    Arc::clone(&slot_freed),
+                ))
+            })
             .collect();
         BackendLive {
             id: backend.id,

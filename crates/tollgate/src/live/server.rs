@@ -179,6 +179,9 @@ pub struct ServerLive {
     effective_weight: AtomicU32,
     active: AtomicU32,
     queued: AtomicU32,
+    /// Moved by `maint --kill`: sessions on this server that connected under an older
+    /// value close.
+    kill_epoch: AtomicU64,
     /// Unix seconds of the last admin or operational state change (0 = never).
     last_change: AtomicU64,
     /// One cell per worker thread, indexed by worker id.
@@ -208,12 +211,7 @@ pub struct ServerView {
 }
 
 impl ServerLive {
-    pub fn new(
-        server: &Server,
-        backend: (BackendId, &Arc<str>),
-        workers: usize,
-        slot_freed: Arc<Notify>,
-    ) -> Self {
+    pub fn new(server: &Server, backend: (BackendId, &Arc<str>), workers: usize, slot_freed: Arc<Notify>) -> Self {
         ServerLive {
             id: server.id,
             backend: backend.0,
@@ -229,6 +227,7 @@ impl ServerLive {
             effective_weight: AtomicU32::new(server.weight),
             active: AtomicU32::new(0),
             queued: AtomicU32::new(0),
+            kill_epoch: AtomicU64::new(0),
             last_change: AtomicU64::new(0),
             cells: (0..workers.max(1)).map(|_| ServerCounters::default()).collect(),
             slot_freed,
@@ -266,6 +265,15 @@ impl ServerLive {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         self.last_change.store(now, Ordering::Relaxed);
+    }
+
+    pub fn kill_epoch(&self) -> u64 {
+        self.kill_epoch.load(Ordering::Acquire)
+    }
+
+    /// Asks every session on this server to close (each worker thread is then told to look).
+    pub fn kill_sessions(&self) {
+        self.kill_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The weight the config (or a runtime command) set.

@@ -1,29 +1,26 @@
 //! The master's control socket (`global.control_socket`, a Unix stream socket) and its client.
 //!
-//! Protocol: the client sends one command line (`reload` or `status`); the master answers
-//! `ok` or `error` on the first line, then free text, and closes. A reload answers only once
-//! it is over (new generation ready and the old one told to stop, or the reason it was
-//! refused), so `tollgate reload` can exit with the outcome.
+//! Protocol: `command` frames. The client sends one `Request` (version, id, command); the
+//! master answers one `Reply` with the same id and closes. A reload answers only once it is
+//! over (new generation ready and the old one told to stop, or the reason it was refused),
+//! so `tollgate reload` can exit with the outcome. A request that cannot be decoded gets an
+//! error reply saying why (id 0), never silence.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
-/// What a control connection asks the master loop to do.
-pub enum Request {
-    Reload(oneshot::Sender<Reply>),
-    Status(oneshot::Sender<Reply>),
-}
+use crate::command::{self, Command, Reply, codec};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub ok: bool,
-    pub text: String,
+/// A command from a control connection, with where its reply goes.
+pub struct Request {
+    pub id: u64,
+    pub command: Command,
+    pub reply: oneshot::Sender<Reply>,
 }
 
 /// Longest a client waits for an answer (a reload waits for the new worker's READY).
@@ -62,54 +59,61 @@ pub async fn serve(listener: UnixListener, requests: mpsc::UnboundedSender<Reque
     }
 }
 
-async fn session(stream: tokio::net::UnixStream, requests: mpsc::UnboundedSender<Request>) -> io::Result<()> {
-    let (rd, mut wr) = stream.into_split();
-    let mut line = String::new();
-    let mut rd = BufReader::new(rd).take(1024);
-    tokio::time::timeout(Duration::from_secs(10), rd.read_line(&mut line))
+async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSender<Request>) -> io::Result<()> {
+    let caller = stream.peer_cred().ok().map(|c| c.uid());
+    let body = tokio::time::timeout(Duration::from_secs(10), codec::read_body_async(&mut stream))
         .await
-        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
-    let (tx, rx) = oneshot::channel();
-    let request = match line.trim() {
-        "reload" => Request::Reload(tx),
-        "status" => Request::Status(tx),
-        other => {
-            let text = format!("error\nunknown command `{other}` (known: reload, status)\n");
-            return wr.write_all(text.as_bytes()).await;
+        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
+    let request = match body {
+        Ok(Some(body)) => codec::decode_request(&body),
+        Ok(None) => return Ok(()),
+        Err(e) => Err(e),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!(uid = ?caller, error = %e, "control: refused a request");
+            return codec::write_async(&mut stream, &Reply::error(0, e.to_string())).await;
         }
     };
-    if requests.send(request).is_err() {
-        return wr.write_all(b"error\nmaster is exiting\n").await;
-    }
-    let reply = rx.await.unwrap_or(Reply {
-        ok: false,
-        text: "master is exiting".into(),
+    tracing::info!(uid = ?caller, id = request.id, command = request.command.name(), "control: command");
+    let (tx, rx) = oneshot::channel();
+    let id = request.id;
+    let forwarded = requests.send(Request {
+        id,
+        command: request.command,
+        reply: tx,
     });
-    let head = if reply.ok { "ok" } else { "error" };
-    wr.write_all(format!("{head}\n{}\n", reply.text.trim_end()).as_bytes())
-        .await?;
-    wr.shutdown().await
+    let reply = match forwarded {
+        Ok(()) => rx.await.unwrap_or_else(|_| Reply::error(id, "master is exiting")),
+        Err(_) => Reply::error(id, "master is exiting"),
+    };
+    codec::write_async(&mut stream, &reply).await
 }
 
 /// Client side: sends `command`, waits for the answer.
-pub fn request(path: &Path, command: &str) -> io::Result<Reply> {
+pub fn request(path: &Path, command: Command) -> io::Result<Reply> {
     let mut s = UnixStream::connect(path)
         .map_err(|e| io::Error::new(e.kind(), format!("connect to the master at {}: {e}", path.display())))?;
     s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
-    s.write_all(format!("{command}\n").as_bytes())?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer)?;
-    let (head, text) = answer.split_once('\n').unwrap_or((answer.as_str(), ""));
-    match head {
-        "ok" | "error" => Ok(Reply {
-            ok: head == "ok",
-            text: text.trim_end().to_string(),
-        }),
-        _ => Err(io::Error::new(
+    let id = u64::from(std::process::id());
+    codec::write(
+        &mut s,
+        &command::Request {
+            v: command::VERSION,
+            id,
+            command,
+        },
+    )?;
+    let reply: Reply = codec::read(&mut s)?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the master closed without answering"))?;
+    if reply.id != id && reply.id != 0 {
+        return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("unexpected answer from the master: {answer:?}"),
-        )),
+            format!("answer to request {} instead of {id}", reply.id),
+        ));
     }
+    Ok(reply)
 }
 
 /// The control socket a client should use: `explicit`, else `global.control_socket` of

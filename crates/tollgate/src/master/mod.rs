@@ -16,13 +16,14 @@
 //! been reaped, and a socket is closed only when no live generation and not the current
 //! config uses it.
 
+pub mod commands;
 pub mod control;
-pub mod ipc;
+pub mod desired;
 pub mod sockets;
 pub mod supervise;
 pub mod worker;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -34,10 +35,13 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::command::{ReloadReport, Reply, ServerChange, ToMaster, ToWorker, codec};
 use crate::config::Config;
+use crate::config::ids::IdTable;
 use crate::error::{Error, ErrorKind, Side};
-use control::{Reply, Request};
-use ipc::{ToMaster, ToWorker};
+use commands::Pending;
+use control::Request;
+use desired::Desired;
 use sockets::{Plan, SocketTable};
 
 /// Longest a new worker may take from spawn to READY.
@@ -85,6 +89,8 @@ enum Event {
     Draining(u64),
     Failed(u64, String),
     Exited(u64, Option<ExitStatus>),
+    /// A worker's answer to a command the master sent it.
+    Reply(u64, Reply),
 }
 
 struct Master {
@@ -102,17 +108,23 @@ struct Master {
     restart_at: Option<Instant>,
     exiting: bool,
     events: mpsc::UnboundedSender<Event>,
+    /// Ids, and the runtime changes every new generation re-applies.
+    desired: Desired,
+    /// Commands sent to workers, waiting for their replies, by master-side request id.
+    pending: HashMap<u64, Pending>,
+    next_request: u64,
 }
 
 fn internal(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
     move |e| Error::io(Side::Internal, context, e)
 }
 
-/// Reads and validates the config file; the error text is `FILE:LINE:COL: message` lines.
-fn load(path: &Path) -> Result<(Config, String), String> {
+/// Reads and validates the config file, ids from `ids`; the error text is
+/// `FILE:LINE:COL: message` lines.
+fn load(path: &Path, ids: &mut IdTable) -> Result<(Config, String), String> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let mut config = crate::config::parse(&text, &shown).map_err(|e| e.to_string())?;
+    let mut config = crate::config::parse_with_ids(&text, &shown, ids).map_err(|e| e.to_string())?;
     config.source = Some(path.to_path_buf());
     Ok((config, text))
 }
@@ -120,7 +132,9 @@ fn load(path: &Path) -> Result<(Config, String), String> {
 /// Runs the master until SIGTERM (graceful) or SIGINT (fast).
 pub fn run(config_path: &Path) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(internal("locate own binary"))?;
-    let (config, text) = load(config_path).map_err(|e| Error::new(ErrorKind::Config, Side::Internal, e))?;
+    let mut desired = Desired::default();
+    let (config, text) =
+        load(config_path, &mut desired.ids).map_err(|e| Error::new(ErrorKind::Config, Side::Internal, e))?;
     let sockets = crate::listener::bind_all(&config).map_err(internal("binding listeners"))?;
     for s in sockets.iter().filter(|s| s.worker.is_none_or(|w| w == 0)) {
         let frontend = config.frontends.get(s.frontend).map_or("", |f| f.name.as_str());
@@ -150,6 +164,9 @@ pub fn run(config_path: &Path) -> Result<(), Error> {
             restart_at: None,
             exiting: false,
             events: events_tx,
+            desired,
+            pending: HashMap::new(),
+            next_request: 1,
         };
         let (requests_tx, mut requests) = mpsc::unbounded_channel();
         let control = match control::bind(&control_path) {
@@ -191,7 +208,7 @@ impl Master {
         let config = Arc::clone(&self.config);
         let text = self.text.clone();
         let first = self
-            .spawn(&config, &text, &plan)
+            .spawn(&config, &text, &plan, Vec::new())
             .map_err(internal("starting the first worker"))?;
         if let Err(msg) = self.wait_ready(first, events).await {
             self.kill_all();
@@ -207,18 +224,10 @@ impl Master {
             let restart_at = self.restart_at;
             tokio::select! {
                 Some(ev) = events.recv() => self.on_event(ev),
-                Some(req) = requests.recv() => match req {
-                    Request::Reload(reply) => {
-                        let r = self.reload(events).await;
-                        let _ = reply.send(r);
-                    }
-                    Request::Status(reply) => {
-                        let _ = reply.send(Reply { ok: true, text: self.status() });
-                    }
-                },
+                Some(req) = requests.recv() => self.on_request(req, events).await,
                 _ = hup.recv() => {
                     tracing::info!("SIGHUP: reloading");
-                    self.reload(events).await;
+                    let _ = self.reload(events).await;
                 }
                 _ = term.recv() => {
                     tracing::info!("SIGTERM: soft-stopping the workers, then exiting");
@@ -233,13 +242,17 @@ impl Master {
                     return Ok(());
                 }
                 _ = sleep_until_opt(restart_at), if restart_at.is_some() => self.restart(),
-                _ = ticker.tick() => self.enforce_deadlines(),
+                _ = ticker.tick() => {
+                    self.enforce_deadlines();
+                    self.expire_pending();
+                }
             }
         }
     }
 
-    /// Starts one worker process on `plan` with `config`; returns its generation id.
-    fn spawn(&mut self, config: &Config, text: &str, plan: &Plan) -> std::io::Result<u64> {
+    /// Starts one worker process on `plan` with `config`, which applies `changes` before it
+    /// says ready; returns its generation id.
+    fn spawn(&mut self, config: &Config, text: &str, plan: &Plan, changes: Vec<ServerChange>) -> std::io::Result<u64> {
         let id = self.next_id;
         self.next_id += 1;
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -261,8 +274,10 @@ impl Master {
             let msg = ToWorker::Config {
                 path,
                 text: text.to_string(),
+                ids: self.desired.ids.clone(),
+                changes,
             };
-            ipc::write_frame(&mut &ours, &msg.encode())?;
+            codec::write(&mut &ours, &msg)?;
             ours.set_nonblocking(true)
         };
         let chan = handoff().and_then(|()| tokio::net::UnixStream::from_std(ours));
@@ -322,13 +337,13 @@ impl Master {
         outcome
     }
 
-    async fn reload(&mut self, events: &mut mpsc::UnboundedReceiver<Event>) -> Reply {
+    async fn reload(&mut self, events: &mut mpsc::UnboundedReceiver<Event>) -> Result<ReloadReport, String> {
         let began = Instant::now();
         let refuse = |text: String| {
             tracing::error!("reload refused, the current generation keeps serving: {text}");
-            Reply { ok: false, text }
+            Err(text)
         };
-        let (config, text) = match load(&self.config_path) {
+        let (config, text) = match load(&self.config_path, &mut self.desired.ids) {
             Ok(x) => x,
             Err(msg) => return refuse(msg),
         };
@@ -344,7 +359,8 @@ impl Master {
                 return refuse(e.to_string());
             }
         };
-        let id = match self.spawn(&config, &text, &plan) {
+        let carried = self.desired.preview(&self.config, &config);
+        let id = match self.spawn(&config, &text, &plan, carried) {
             Ok(id) => id,
             Err(e) => {
                 self.release_sockets();
@@ -356,6 +372,13 @@ impl Master {
             self.check_serving(Duration::ZERO);
             return refuse(msg);
         }
+        let mut report = self.desired.reconcile(&self.config, &config);
+        for line in &report.kept {
+            tracing::info!("reload kept runtime change {line}");
+        }
+        for line in &report.overridden {
+            tracing::warn!("reload dropped runtime change {line}");
+        }
         self.config = Arc::new(config);
         self.text = text;
         self.plan = plan;
@@ -366,13 +389,11 @@ impl Master {
         let pid = self.gens.iter().find(|g| g.id == id).map_or(0, |g| g.pid);
         let took = began.elapsed();
         tracing::info!(generation = id, pid, ?took, stopping, "reload done");
-        Reply {
-            ok: true,
-            text: format!(
-                "reloaded: generation {id} (pid {pid}) serving after {} ms; {stopping} previous generation(s) soft-stopping",
-                took.as_millis()
-            ),
-        }
+        report.text = format!(
+            "reloaded: generation {id} (pid {pid}) serving after {} ms; {stopping} previous generation(s) soft-stopping",
+            took.as_millis()
+        );
+        Ok(report)
     }
 
     /// Handles events until every generation of `ids` said it stopped accepting (or exited),
@@ -404,8 +425,10 @@ impl Master {
             .iter_mut()
             .filter(|g| g.id != keep && g.state != GenState::Stopping)
         {
-            let frame = ToWorker::Stop.encode();
-            let sent = tokio::time::timeout(Duration::from_secs(1), ipc::write_frame_async(&mut g.to_worker, &frame));
+            let sent = tokio::time::timeout(
+                Duration::from_secs(1),
+                codec::write_async(&mut g.to_worker, &ToWorker::Stop),
+            );
             if !matches!(sent.await, Ok(Ok(()))) {
                 tracing::warn!(
                     generation = g.id,
@@ -435,7 +458,9 @@ impl Master {
             }
             Event::Draining(id) => tracing::debug!(generation = id, "stopped accepting"),
             Event::Failed(id, msg) => tracing::error!(generation = id, "worker failed to start: {msg}"),
+            Event::Reply(generation, reply) => self.on_reply(generation, reply),
             Event::Exited(id, status) => {
+                self.forget_generation(id);
                 let Some(pos) = self.gens.iter().position(|g| g.id == id) else {
                     return;
                 };
@@ -472,7 +497,7 @@ impl Master {
     fn restart(&mut self) {
         self.restart_at = None;
         let (config, text, plan) = (Arc::clone(&self.config), self.text.clone(), self.plan.clone());
-        if let Err(e) = self.spawn(&config, &text, &plan) {
+        if let Err(e) = self.spawn(&config, &text, &plan, self.desired.changes()) {
             tracing::error!(error = %e, "restarting a worker failed");
             self.check_serving(Duration::ZERO);
         }
@@ -577,19 +602,18 @@ async fn watch(
     mut from_worker: tokio::net::unix::OwnedReadHalf,
     events: mpsc::UnboundedSender<Event>,
 ) {
-    while let Ok(Some(body)) = ipc::read_frame_async(&mut from_worker).await {
-        match ToMaster::decode(&body) {
-            Ok(ToMaster::Ready) => {
-                let _ = events.send(Event::Ready(id));
+    while let Ok(Some(body)) = codec::read_body_async(&mut from_worker).await {
+        let event = match codec::decode::<ToMaster>(&body) {
+            Ok(ToMaster::Ready) => Event::Ready(id),
+            Ok(ToMaster::Draining) => Event::Draining(id),
+            Ok(ToMaster::Failed { message }) => Event::Failed(id, message),
+            Ok(ToMaster::Reply(reply)) => Event::Reply(id, reply),
+            Err(e) => {
+                tracing::warn!(generation = id, error = %e, "bad message from a worker");
+                continue;
             }
-            Ok(ToMaster::Draining) => {
-                let _ = events.send(Event::Draining(id));
-            }
-            Ok(ToMaster::Failed(msg)) => {
-                let _ = events.send(Event::Failed(id, msg));
-            }
-            Err(e) => tracing::warn!(generation = id, error = %e, "bad message from a worker"),
-        }
+        };
+        let _ = events.send(event);
     }
     let status = child.wait().await.ok();
     let _ = events.send(Event::Exited(id, status));

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::ipc::{self, ToMaster, ToWorker};
+use crate::command::{Answer, Reply, ToMaster, ToWorker, codec};
 use crate::error::{Error, ErrorKind, Result, Side};
 use crate::runtime::{self, Running, StartOptions};
 
@@ -29,17 +29,28 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
     let stdin = io::stdin().as_fd().try_clone_to_owned().map_err(internal("stdin"))?;
     let mut chan = UnixStream::from(stdin);
     let received = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive listeners"))?;
-    let body = ipc::read_frame(&mut chan)
+    let first: ToWorker = codec::read(&mut chan)
         .map_err(internal("read config"))?
         .ok_or_else(|| Error::new(ErrorKind::Io, Side::Internal, "master closed before sending the config"))?;
-    let ToWorker::Config { path, text } = ToWorker::decode(&body).map_err(internal("decode config"))? else {
+    let ToWorker::Config {
+        path,
+        text,
+        mut ids,
+        changes,
+    } = first
+    else {
         return Err(Error::new(ErrorKind::Io, Side::Internal, "expected the config first"));
     };
-    let fail = |chan: &mut UnixStream, msg: String| {
-        let _ = ipc::write_frame(chan, &ToMaster::Failed(msg.clone()).encode());
-        Error::new(ErrorKind::Config, Side::Internal, msg)
+    let fail = |chan: &mut UnixStream, message: String| {
+        let _ = codec::write(
+            chan,
+            &ToMaster::Failed {
+                message: message.clone(),
+            },
+        );
+        Error::new(ErrorKind::Config, Side::Internal, message)
     };
-    let mut config = match crate::config::parse(&text, &path) {
+    let mut config = match crate::config::parse_with_ids(&text, &path, &mut ids) {
         Ok(c) => c,
         Err(e) => return Err(fail(&mut chan, e.to_string())),
     };
@@ -63,7 +74,14 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    ipc::write_frame(&mut chan, &ToMaster::Ready.encode()).map_err(internal("say ready"))?;
+    // Runtime changes made before this generation (the master kept them across the reload)
+    // hold before it serves a single request.
+    for change in &changes {
+        if let Err(e) = running.apply(change) {
+            tracing::warn!("runtime change {} not re-applied: {e}", change.describe());
+        }
+    }
+    codec::write(&mut chan, &ToMaster::Ready).map_err(internal("say ready"))?;
     tracing::info!(generation, pid = std::process::id(), "worker ready");
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -84,8 +102,8 @@ fn master_messages(chan: UnixStream) -> Result<tokio::sync::mpsc::UnboundedRecei
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         loop {
-            match ipc::read_frame_async(&mut chan).await {
-                Ok(Some(body)) => match ToWorker::decode(&body) {
+            match codec::read_body_async(&mut chan).await {
+                Ok(Some(body)) => match codec::decode::<ToWorker>(&body) {
                     Ok(msg) => {
                         let _ = tx.send(Some(msg));
                     }
@@ -116,6 +134,9 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => {
+                    answer(&mut to_master, running, cmd);
+                }
                 Some(other) => tracing::warn!(generation, ?other, "unexpected message from the master"),
                 None => {
                     tracing::warn!(generation, "master gone: soft-stopping");
@@ -144,7 +165,7 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
     while running.accepting() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let _ = ipc::write_frame(&mut to_master, &ToMaster::Draining.encode());
+    let _ = codec::write(&mut to_master, &ToMaster::Draining);
     while !running.is_finished() {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => {
@@ -153,9 +174,36 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
                 break;
             }
             _ = int.recv() => { running.hard_stop(); break; }
-            Some(Some(ToWorker::HardStop)) = from_master.recv() => { running.hard_stop(); break; }
+            msg = from_master.recv() => match msg.flatten() {
+                Some(ToWorker::HardStop) => { running.hard_stop(); break; }
+                // A stopping generation still has sessions: `--kill` must reach them.
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => answer(&mut to_master, running, cmd),
+                Some(_) => {}
+                // The master is gone: keep finishing in-flight sessions until the deadline.
+                None => { tokio::time::sleep_until(deadline).await; }
+            },
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
     Ok(())
+}
+
+/// Carries out a runtime command from the master and answers it.
+fn answer(to_master: &mut UnixStream, running: &Running, cmd: ToWorker) {
+    let reply = match cmd {
+        ToWorker::Apply { id, change } => match running.apply(&change) {
+            Ok(()) => Reply::text(id, change.describe()),
+            Err(e) => Reply::error(id, e),
+        },
+        ToWorker::ShowServers { id, backend } => Reply::ok(
+            id,
+            Answer::Servers {
+                servers: running.show_servers(backend.as_deref()),
+            },
+        ),
+        _ => return,
+    };
+    if let Err(e) = codec::write(to_master, &ToMaster::Reply(reply)) {
+        tracing::warn!(error = %e, "could not answer the master");
+    }
 }

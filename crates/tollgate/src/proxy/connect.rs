@@ -146,9 +146,13 @@ async fn take_server<'a>(ctx: &WorkerCtx, local: &'a LocalBackend, tried: &Tried
         let fresh = |s: &ServerLive| s.has_room() && !tried.contains(s.id);
         let room = |s: &ServerLive| s.has_room();
         // Every server with room already failed once: going back to one beats queueing.
-        let picked = local
-            .pick(&fresh, None)
-            .or_else(|| if tried.is_empty() { None } else { local.pick(&room, None) });
+        let picked = local.pick(&fresh, None).or_else(|| {
+            if tried.is_empty() {
+                None
+            } else {
+                local.pick(&room, None)
+            }
+        });
         if let Some(server) = picked {
             if let Some(slot) = server.try_take() {
                 local.taken(server.id);

@@ -117,14 +117,26 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
     } = super::connect::connect(ctx, backend).await?;
     live.counters(ctx.id).requests.add(1);
     let idle = config.timeouts.client.min(config.timeouts.server);
-    match live.tls.as_ref().map(|t| (t, &live.name)) {
-        Some((tls, name)) => {
-            let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
-                .await
-                .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))?;
-            relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice).await
+    let epoch = live.kill_epoch();
+    let relay = async {
+        match live.tls.as_ref().map(|t| (t, &live.name)) {
+            Some((tls, name)) => {
+                let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
+                    .await
+                    .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))?;
+                relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice).await
+            }
+            None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice).await,
         }
-        None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice).await,
+    };
+    tokio::select! {
+        biased;
+        relayed = relay => relayed,
+        () = ctx.killed(&live, epoch) => Err(Error::new(
+            ErrorKind::Killed,
+            Side::Internal,
+            format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name),
+        )),
     }
 }
 

@@ -6,6 +6,7 @@
 //! what is in flight), hard stop (drop everything), join.
 
 pub mod backends;
+pub mod inbox;
 pub mod limits;
 pub mod stats;
 pub mod watchdog;
@@ -19,11 +20,13 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::command::ServerChange;
 use crate::config::Config;
 use crate::listener::BoundSocket;
 use crate::listener::accept::Dispatcher;
 use crate::listener::budget::AcceptBudgets;
 use crate::live::backend::BackendLive;
+use crate::live::server::ServerView;
 use stats::{Snapshot, WorkerStats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +56,8 @@ pub struct Running {
     bound: Vec<(usize, SocketAddr)>,
     /// Accept loops still running (each drops its listener when it returns).
     accepting: Arc<AtomicUsize>,
+    /// Every worker thread's inbox, for runtime commands.
+    inboxes: Vec<inbox::Sender>,
     /// Dropped after the workers are joined (it stops the watchdog thread).
     _watchdog: Option<watchdog::Handle>,
 }
@@ -94,7 +99,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     let (phase, phase_rx) = watch::channel(Phase::Running);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
     let dispatcher = Dispatcher {
-        inboxes: senders,
+        inboxes: senders.clone(),
         stats: shared.stats.clone(),
     };
 
@@ -135,6 +140,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         threads,
         bound,
         accepting,
+        inboxes: senders,
         _watchdog: watchdog,
     })
 }
@@ -159,6 +165,56 @@ impl Running {
     /// (its duplicates of the listening sockets are closed).
     pub fn accepting(&self) -> usize {
         self.accepting.load(Ordering::SeqCst)
+    }
+
+    /// Applies a runtime change to the live state every thread reads, and tells every
+    /// thread what it must act on itself (its balancer's weights, its sessions to close).
+    pub fn apply(&self, change: &ServerChange) -> Result<(), String> {
+        let config = &self.shared.config;
+        let index = config
+            .backends
+            .iter()
+            .position(|b| b.name == change.backend)
+            .ok_or_else(|| format!("no backend `{}`", change.backend))?;
+        let backend = self.shared.backends.get(index).ok_or("no live state for the backend")?;
+        let set = backend.servers();
+        let server = set
+            .find(&change.server)
+            .ok_or_else(|| format!("no server `{}` in backend `{}`", change.server, change.backend))?;
+        let id = server.id;
+        if let Some(weight) = change.weight {
+            server.set_weight(weight);
+            self.tell_threads(|| inbox::Message::Weight {
+                backend: index,
+                server: id,
+                weight,
+            });
+        }
+        if let Some(state) = change.state {
+            server.set_admin(state);
+        }
+        if change.kill {
+            server.kill_sessions();
+            self.tell_threads(|| inbox::Message::Kill { server: id });
+        }
+        Ok(())
+    }
+
+    fn tell_threads(&self, msg: impl Fn() -> inbox::Message) {
+        for inbox in &self.inboxes {
+            // A thread that has already stopped has nothing left to change.
+            let _ = inbox.send(msg());
+        }
+    }
+
+    /// Every server's live state (of one backend).
+    pub fn show_servers(&self, backend: Option<&str>) -> Vec<ServerView> {
+        self.shared
+            .backends
+            .iter()
+            .filter(|b| backend.is_none_or(|name| *b.name == *name))
+            .flat_map(|b| b.servers().servers.iter().map(|s| s.view()).collect::<Vec<_>>())
+            .collect()
     }
 
     pub fn soft_stop(&self) {

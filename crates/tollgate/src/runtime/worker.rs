@@ -6,14 +6,14 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 
+use super::backends::LocalBackend;
 use super::stats::WorkerStats;
 use super::{Phase, Shared};
-use super::backends::LocalBackend;
 use crate::buffer::BufferPool;
 use crate::listener::BoundSocket;
-use crate::listener::accept::{self, Dispatcher, Handoff};
+use crate::listener::accept::{self, Dispatcher};
 use crate::listener::budget::ConnPermits;
 use crate::proxy::pipes::PipePool;
 
@@ -29,6 +29,8 @@ pub struct WorkerCtx {
     /// Idle HTTP server connections of this worker.
     pub http_pool: crate::proxy::http::pool::ServerPool,
     phase: watch::Receiver<Phase>,
+    /// Woken by a `Kill` in the inbox: sessions on a server whose kill epoch moved close.
+    pub kills: Notify,
     /// Signalled when the last session of a stopping worker ends.
     drained: Notify,
 }
@@ -73,8 +75,21 @@ impl WorkerCtx {
             backends,
             http_pool,
             phase,
+            kills: Notify::new(),
             drained: Notify::new(),
         })
+    }
+
+    /// Resolves once `server`'s sessions are to close (`maint --kill`): its kill epoch moved
+    /// past `epoch`, the one seen when the session connected.
+    pub async fn killed(&self, server: &crate::live::server::ServerLive, epoch: u64) {
+        loop {
+            let woken = self.kills.notified();
+            if server.kill_epoch() != epoch {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// True once the worker was asked to stop: sessions finish what they are doing and a
@@ -131,7 +146,7 @@ pub struct WorkerPlan {
     pub own_sockets: Vec<BoundSocket>,
     /// Shared sockets this worker accepts from on behalf of all (worker 0 only).
     pub shared_sockets: Vec<BoundSocket>,
-    pub inbox: mpsc::UnboundedReceiver<Handoff>,
+    pub inbox: super::inbox::Receiver,
     pub dispatcher: Dispatcher,
     /// Where to register this thread for the watchdog, and the progress tick period.
     pub watchdog: Option<(Arc<super::watchdog::Registry>, std::time::Duration)>,
@@ -213,7 +228,7 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
                 drop(counted);
             });
         }
-        let inbox = tokio::task::spawn_local(accept::inbox_loop(Rc::clone(&ctx), plan.inbox));
+        let inbox = tokio::task::spawn_local(super::inbox::run(Rc::clone(&ctx), plan.inbox));
         ctx.stopping().await;
         ctx.drain().await;
         inbox.abort();

@@ -48,9 +48,13 @@ pub async fn forward<C: ClientStream>(
     let mut fresh_only = false;
     loop {
         let pool = &s.ctx.http_pool;
-        let conn = match connect::connect_or_reuse(s.ctx, backend, |server| {
-            if fresh_only { None } else { pool.take(server) }
-        })
+        let conn = match connect::connect_or_reuse(
+            s.ctx,
+            backend,
+            |server| {
+                if fresh_only { None } else { pool.take(server) }
+            },
+        )
         .await
         {
             Ok(conn) => conn,
@@ -63,7 +67,15 @@ pub async fn forward<C: ClientStream>(
         if conn.reused {
             s.ctx.stats.http_pool_reused.add(1);
         }
-        match exchange(s, req, conn).await {
+        // `maint --kill` on this server closes the connection mid-exchange.
+        let (ctx, live) = (s.ctx, std::sync::Arc::clone(&conn.server));
+        let epoch = live.kill_epoch();
+        let outcome = tokio::select! {
+            biased;
+            outcome = exchange(s, req, conn) => outcome,
+            () = ctx.killed(&live, epoch) => Outcome::Failed(0),
+        };
+        match outcome {
             Outcome::Done { keep_client } => return Ok(keep_client),
             Outcome::RetryFresh if !fresh_only => {
                 s.ctx.stats.http_retries.add(1);
@@ -82,11 +94,7 @@ pub async fn forward<C: ClientStream>(
     }
 }
 
-async fn exchange<C: ClientStream>(
-    s: &mut Session<'_, C>,
-    req: &RequestInfo,
-    conn: Connected<'_>,
-) -> Outcome {
+async fn exchange<C: ClientStream>(s: &mut Session<'_, C>, req: &RequestInfo, conn: Connected<'_>) -> Outcome {
     let Connected {
         stream: mut server,
         slot,

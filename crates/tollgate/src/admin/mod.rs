@@ -1,0 +1,4 @@
+//! The operator's side of the runtime API: `tollgate ctl` turns arguments into commands of
+//! the command protocol and renders the answers (a table for a person, JSON for scripts).
+
+pub mod ctl;

@@ -1,0 +1,211 @@
+//! Frames: `len: u32 LE | body`, the body one JSON message of at most `MAX_FRAME` bytes.
+//! Blocking and async readers and writers for both ends. Decoding never panics: a frame
+//! that is too large, not UTF-8 JSON, or not a known message is an `InvalidData` error
+//! saying what was wrong.
+
+use std::io::{self, Read, Write};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::{Request, VERSION};
+
+/// Largest frame either side accepts (a config file travels in one frame).
+pub const MAX_FRAME: usize = 16 << 20;
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+pub fn encode<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+    let body = serde_json::to_vec(msg).map_err(|e| bad(format!("encode: {e}")))?;
+    if body.len() > MAX_FRAME {
+        return Err(bad("frame too large"));
+    }
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(body).map_err(|e| bad(format!("malformed message: {e}")))
+}
+
+/// A client request, its version checked.
+pub fn decode_request(body: &[u8]) -> io::Result<Request> {
+    // The version first, so a newer client gets "version" rather than a schema error.
+    #[derive(serde::Deserialize)]
+    struct Versioned {
+        v: u32,
+    }
+    let versioned: Versioned = decode(body)?;
+    if versioned.v != VERSION {
+        return Err(bad(format!(
+            "protocol version {} not spoken here (this build speaks {VERSION})",
+            versioned.v
+        )));
+    }
+    decode(body)
+}
+
+fn body_len(header: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_le_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(bad(format!("frame of {len} bytes is over the {MAX_FRAME}-byte limit")));
+    }
+    Ok(len)
+}
+
+pub fn write<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
+    w.write_all(&encode(msg)?)?;
+    w.flush()
+}
+
+/// One frame's body, or `None` at a clean end of stream (between frames).
+pub fn read_body(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut header = [0u8; 4];
+    match r.read_exact(&mut header) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut body = vec![0u8; body_len(header)?];
+    r.read_exact(&mut body)?;
+    Ok(Some(body))
+}
+
+pub fn read<T: DeserializeOwned>(r: &mut impl Read) -> io::Result<Option<T>> {
+    read_body(r)?.map(|b| decode(&b)).transpose()
+}
+
+pub async fn write_async<T: Serialize>(w: &mut (impl AsyncWrite + Unpin), msg: &T) -> io::Result<()> {
+    w.write_all(&encode(msg)?).await?;
+    w.flush().await
+}
+
+/// One frame's body, or `None` at a clean end of stream. Cancel-safe only between frames:
+/// callers keep one read in flight and do not drop it midway.
+pub async fn read_body_async(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Option<Vec<u8>>> {
+    let mut header = [0u8; 4];
+    match r.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let mut body = vec![0u8; body_len(header)?];
+    r.read_exact(&mut body).await?;
+    Ok(Some(body))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::command::{Command, Reply, ServerChange, ToMaster, ToWorker};
+    use crate::live::server::AdminState;
+    use proptest::prelude::*;
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        let msgs = [
+            ToWorker::Config {
+                path: "/etc/t.toml".into(),
+                text: "[global]\nworkers = 2\n".into(),
+                ids: Default::default(),
+                changes: vec![ServerChange {
+                    backend: "app".into(),
+                    server: "a".into(),
+                    state: Some(AdminState::Drain),
+                    weight: Some(3),
+                    kill: false,
+                }],
+            },
+            ToWorker::Stop,
+            ToWorker::HardStop,
+            ToWorker::ShowServers { id: 7, backend: None },
+        ];
+        let mut wire = Vec::new();
+        for m in &msgs {
+            write(&mut wire, m).unwrap();
+        }
+        let mut r = wire.as_slice();
+        for m in &msgs {
+            assert_eq!(&read::<ToWorker>(&mut r).unwrap().unwrap(), m);
+        }
+        assert!(read::<ToWorker>(&mut r).unwrap().is_none());
+        for m in [
+            ToMaster::Ready,
+            ToMaster::Draining,
+            ToMaster::Failed {
+                message: "bind: in use\nline 2".into(),
+            },
+            ToMaster::Reply(Reply::text(3, "done")),
+            ToMaster::Reply(Reply::error(4, "no such server")),
+        ] {
+            assert_eq!(decode::<ToMaster>(&serde_json::to_vec(&m).unwrap()).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn requests_are_checked_and_explained() {
+        let ok = br#"{"v":1,"id":9,"command":{"type":"set_server_weight","backend":"app","server":"a","weight":4}}"#;
+        let req = decode_request(ok).unwrap();
+        assert_eq!(req.id, 9);
+        assert!(matches!(req.command, Command::SetServerWeight { weight: 4, .. }));
+        let err = |body: &[u8]| decode_request(body).unwrap_err().to_string();
+        assert!(err(br#"{"v":1,"id":1,"command":{"type":"explode"}}"#).contains("unknown variant `explode`"));
+        assert!(err(br#"{"v":2,"id":1,"command":{"type":"status"}}"#).contains("version 2"));
+        assert!(
+            err(br#"{"v":1,"id":1,"command":{"type":"set_server_weight","backend":"app"}}"#).contains("missing field")
+        );
+        assert!(
+            err(br#"{"v":1,"id":1,"command":{"type":"set_server_state","backend":"a","server":"b","state":"sleepy"}}"#)
+                .contains("unknown variant `sleepy`")
+        );
+        assert!(err(b"reload\n").contains("malformed"));
+        // Additive schema: an unknown field in the envelope is ignored.
+        assert!(decode_request(br#"{"v":1,"id":1,"later":true,"command":{"type":"status"}}"#).is_ok());
+    }
+
+    #[test]
+    fn truncated_and_oversized_frames_are_errors() {
+        let mut r: &[u8] = &[5, 0, 0, 0, b's'];
+        assert!(read_body(&mut r).is_err());
+        let huge = ((MAX_FRAME + 1) as u32).to_le_bytes();
+        let mut r: &[u8] = &huge;
+        assert_eq!(read_body(&mut r).unwrap_err().kind(), io::ErrorKind::InvalidData);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode_request(&bytes);
+            let _ = decode::<ToWorker>(&bytes);
+            let _ = decode::<ToMaster>(&bytes);
+            let wire = frame(&bytes);
+            let mut r = wire.as_slice();
+            let _ = read::<Request>(&mut r);
+            let mut raw = bytes.as_slice();
+            let _ = read::<Request>(&mut raw);
+        }
+
+        #[test]
+        fn mutated_requests_never_panic(pos in 0usize..200, byte in any::<u8>()) {
+            let mut body = br#"{"v":1,"id":5,"command":{"type":"set_server_state","backend":"app","server":"a","state":"maint","kill":true}}"#.to_vec();
+            if let Some(b) = body.get_mut(pos) {
+                *b = byte;
+            }
+            let _ = decode_request(&body);
+        }
+    }
+}

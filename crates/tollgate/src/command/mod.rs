@@ -1,0 +1,206 @@
+//! The one command protocol, spoken on the master's control socket (`tollgate reload`,
+//! `status`, `ctl`) and on the master ↔ worker channel: typed messages, serde, JSON bodies in
+//! length-prefixed frames (`codec`).
+//!
+//! Schema rules (additive): a message carries the protocol version `v` and a request `id`
+//! that its reply repeats. A new field is optional with a default, so older peers ignore it
+//! and newer peers read an older message; a field is never removed or renamed, a variant
+//! never reused. What a peer cannot understand — an unknown command, a missing field, a
+//! wrong type, a version it does not speak, bytes that are not a frame — is refused with
+//! an error that says which, never a panic.
+
+pub mod codec;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ids::IdTable;
+use crate::live::server::{AdminState, ServerView};
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+
+/// What a client asks the master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Command {
+    /// Re-read the config file and start a new generation on it.
+    Reload,
+    /// Worker generations and their state.
+    Status,
+    /// Live state of every server (of one backend).
+    ShowServers {
+        #[serde(default)]
+        backend: Option<String>,
+    },
+    /// Set a server's admin state; `kill` (with `maint`) closes its established connections.
+    SetServerState {
+        backend: String,
+        server: String,
+        state: AdminState,
+        #[serde(default)]
+        kill: bool,
+    },
+    SetServerWeight {
+        backend: String,
+        server: String,
+        weight: u32,
+    },
+}
+
+impl Command {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Reload => "reload",
+            Command::Status => "status",
+            Command::ShowServers { .. } => "show servers",
+            Command::SetServerState { .. } => "set server state",
+            Command::SetServerWeight { .. } => "set server weight",
+        }
+    }
+}
+
+/// A client's request: version, id, command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub v: u32,
+    pub id: u64,
+    pub command: Command,
+}
+
+/// What a command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Answer {
+    /// Done; a line or a few for a person.
+    Text {
+        text: String,
+    },
+    Servers {
+        servers: Vec<ServerView>,
+    },
+    Reload(ReloadReport),
+}
+
+/// The answer to a request: same id, the answer or why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply {
+    pub v: u32,
+    pub id: u64,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    Ok { answer: Answer },
+    Error { message: String },
+}
+
+impl Reply {
+    pub fn ok(id: u64, answer: Answer) -> Self {
+        Reply {
+            v: VERSION,
+            id,
+            outcome: Outcome::Ok { answer },
+        }
+    }
+
+    pub fn error(id: u64, message: impl Into<String>) -> Self {
+        Reply {
+            v: VERSION,
+            id,
+            outcome: Outcome::Error {
+                message: message.into(),
+            },
+        }
+    }
+
+    pub fn text(id: u64, text: impl Into<String>) -> Self {
+        Reply::ok(id, Answer::Text { text: text.into() })
+    }
+}
+
+/// One runtime change to a server, as the master keeps it and workers apply it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerChange {
+    pub backend: String,
+    pub server: String,
+    #[serde(default)]
+    pub state: Option<AdminState>,
+    #[serde(default)]
+    pub weight: Option<u32>,
+    /// Close the server's established connections (with `state = maint`). Never kept
+    /// across a reload: it is an action, not a state.
+    #[serde(default)]
+    pub kill: bool,
+}
+
+impl ServerChange {
+    /// `app/a state=drain weight=5`, for logs and reload reports.
+    pub fn describe(&self) -> String {
+        let mut out = format!("{}/{}", self.backend, self.server);
+        if let Some(s) = self.state {
+            out.push_str(&format!(" state={}", s.as_str()));
+        }
+        if let Some(w) = self.weight {
+            out.push_str(&format!(" weight={w}"));
+        }
+        out
+    }
+}
+
+/// What a reload did with the runtime changes made before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadReport {
+    pub text: String,
+    /// Re-applied to the new generation.
+    #[serde(default)]
+    pub kept: Vec<String>,
+    /// Dropped because the new config changes (or removes) that server.
+    #[serde(default)]
+    pub overridden: Vec<String>,
+}
+
+/// Master → worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToWorker {
+    /// Once, right after the sockets: the config the master validated, the id table, and
+    /// the runtime changes to apply before saying ready.
+    Config {
+        path: String,
+        text: String,
+        #[serde(default)]
+        ids: IdTable,
+        #[serde(default)]
+        changes: Vec<ServerChange>,
+    },
+    /// Soft stop: stop accepting, finish what is in flight, exit.
+    Stop,
+    /// Close everything, exit.
+    HardStop,
+    Apply {
+        id: u64,
+        change: ServerChange,
+    },
+    ShowServers {
+        id: u64,
+        #[serde(default)]
+        backend: Option<String>,
+    },
+}
+
+/// Worker → master.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToMaster {
+    /// Serving: every accept loop runs.
+    Ready,
+    /// Soft-stopping: no longer accepting.
+    Draining,
+    Failed {
+        message: String,
+    },
+    Reply(Reply),
+}

@@ -1,0 +1,242 @@
+//! The master's side of runtime commands: a control request becomes an answer from the
+//! master itself (reload, status), or messages to worker generations whose replies are
+//! gathered here (`Pending`) and folded into one answer.
+//!
+//! Invariants: a change is validated against the current config and recorded in the
+//! desired state *before* it is sent, so a generation started afterwards gets it too; a
+//! pending request is answered exactly once — when every generation asked has replied or
+//! exited, or at `REPLY_TIMEOUT` naming the ones that did not.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::control::Request;
+use super::desired::Desired;
+use super::{Event, GenState, Master};
+use crate::command::{Answer, Command, Outcome, Reply, ServerChange, ToWorker, codec};
+use crate::live::server::ServerView;
+
+/// Longest the master waits for workers to answer a command.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+enum Gather {
+    /// Servers from one generation.
+    Servers,
+    /// An acknowledgement from every generation.
+    Applied { what: String },
+}
+
+pub struct Pending {
+    client_id: u64,
+    reply: Option<oneshot::Sender<Reply>>,
+    waiting: HashSet<u64>,
+    asked: usize,
+    gather: Gather,
+    servers: Vec<ServerView>,
+    errors: Vec<String>,
+    deadline: Instant,
+}
+
+impl Pending {
+    fn finish(&mut self) {
+        let Some(tx) = self.reply.take() else {
+            return;
+        };
+        let reply = if !self.errors.is_empty() {
+            Reply::error(self.client_id, self.errors.join("; "))
+        } else {
+            match &self.gather {
+                Gather::Servers => Reply::ok(
+                    self.client_id,
+                    Answer::Servers {
+                        servers: std::mem::take(&mut self.servers),
+                    },
+                ),
+                Gather::Applied { what } => Reply::text(
+                    self.client_id,
+                    format!("{what} (applied by {} generation(s))", self.asked),
+                ),
+            }
+        };
+        let _ = tx.send(reply);
+    }
+}
+
+impl Master {
+    pub(super) async fn on_request(&mut self, req: Request, events: &mut mpsc::UnboundedReceiver<Event>) {
+        let Request { id, command, reply } = req;
+        match command {
+            Command::Reload => {
+                let answer = match self.reload(events).await {
+                    Ok(report) => Reply::ok(id, Answer::Reload(report)),
+                    Err(text) => Reply::error(id, text),
+                };
+                let _ = reply.send(answer);
+            }
+            Command::Status => {
+                let _ = reply.send(Reply::text(id, self.status()));
+            }
+            Command::ShowServers { backend } => {
+                if let Some(b) = &backend
+                    && self.config.backend(b).is_none()
+                {
+                    let _ = reply.send(Reply::error(id, format!("no backend `{b}`")));
+                    return;
+                }
+                let newest = self
+                    .gens
+                    .iter()
+                    .filter(|g| g.state == GenState::Serving)
+                    .map(|g| g.id)
+                    .max();
+                let Some(generation) = newest else {
+                    let _ = reply.send(Reply::error(id, "no generation is serving"));
+                    return;
+                };
+                let request = self.next_request_id();
+                let msg = ToWorker::ShowServers { id: request, backend };
+                self.send_and_gather(request, id, reply, Gather::Servers, &[generation], &msg)
+                    .await;
+            }
+            Command::SetServerState {
+                backend,
+                server,
+                state,
+                kill,
+            } => {
+                let change = ServerChange {
+                    backend,
+                    server,
+                    state: Some(state),
+                    weight: None,
+                    kill,
+                };
+                self.apply(id, reply, change).await;
+            }
+            Command::SetServerWeight {
+                backend,
+                server,
+                weight,
+            } => {
+                let change = ServerChange {
+                    backend,
+                    server,
+                    state: None,
+                    weight: Some(weight),
+                    kill: false,
+                };
+                self.apply(id, reply, change).await;
+            }
+        }
+    }
+
+    fn next_request_id(&mut self) -> u64 {
+        let id = self.next_request;
+        self.next_request += 1;
+        id
+    }
+
+    /// Validates and records `change`, then sends it to every live generation.
+    async fn apply(&mut self, client_id: u64, reply: oneshot::Sender<Reply>, change: ServerChange) {
+        if let Err(msg) = Desired::validate(&self.config, &change) {
+            let _ = reply.send(Reply::error(client_id, msg));
+            return;
+        }
+        self.desired.record(&change);
+        let what = change.describe() + if change.kill { " (sessions killed)" } else { "" };
+        tracing::info!("runtime change: {what}");
+        let generations: Vec<u64> = self.gens.iter().map(|g| g.id).collect();
+        let request = self.next_request_id();
+        let msg = ToWorker::Apply { id: request, change };
+        self.send_and_gather(request, client_id, reply, Gather::Applied { what }, &generations, &msg)
+            .await;
+    }
+
+    async fn send_and_gather(
+        &mut self,
+        request: u64,
+        client_id: u64,
+        reply: oneshot::Sender<Reply>,
+        gather: Gather,
+        generations: &[u64],
+        msg: &ToWorker,
+    ) {
+        let mut pending = Pending {
+            client_id,
+            reply: Some(reply),
+            waiting: HashSet::new(),
+            asked: 0,
+            gather,
+            servers: Vec::new(),
+            errors: Vec::new(),
+            deadline: Instant::now() + REPLY_TIMEOUT,
+        };
+        for g in self.gens.iter_mut().filter(|g| generations.contains(&g.id)) {
+            let sent = tokio::time::timeout(Duration::from_secs(1), codec::write_async(&mut g.to_worker, msg)).await;
+            if matches!(sent, Ok(Ok(()))) {
+                pending.waiting.insert(g.id);
+                pending.asked += 1;
+            } else {
+                tracing::warn!(generation = g.id, "could not send a command to a worker");
+            }
+        }
+        if pending.waiting.is_empty() {
+            if pending.asked == 0 && generations.is_empty() {
+                pending.errors.push("no worker generation is running".into());
+            }
+            pending.finish();
+            return;
+        }
+        self.pending.insert(request, pending);
+    }
+
+    pub(super) fn on_reply(&mut self, generation: u64, reply: Reply) {
+        let Some(pending) = self.pending.get_mut(&reply.id) else {
+            tracing::debug!(generation, id = reply.id, "reply to no pending command");
+            return;
+        };
+        if !pending.waiting.remove(&generation) {
+            return;
+        }
+        match reply.outcome {
+            Outcome::Ok {
+                answer: Answer::Servers { servers },
+            } => pending.servers.extend(servers),
+            Outcome::Ok { .. } => {}
+            Outcome::Error { message } => pending.errors.push(format!("generation {generation}: {message}")),
+        }
+        if pending.waiting.is_empty() {
+            pending.finish();
+            self.pending.remove(&reply.id);
+        }
+    }
+
+    /// A generation exited: stop waiting for it.
+    pub(super) fn forget_generation(&mut self, generation: u64) {
+        self.pending.retain(|_, p| {
+            if p.waiting.remove(&generation) && p.waiting.is_empty() {
+                p.finish();
+                return false;
+            }
+            true
+        });
+    }
+
+    /// Answers the requests whose workers did not reply in time.
+    pub(super) fn expire_pending(&mut self) {
+        let now = Instant::now();
+        self.pending.retain(|_, p| {
+            if now < p.deadline {
+                return true;
+            }
+            let late: Vec<String> = p.waiting.iter().map(u64::to_string).collect();
+            p.errors
+                .push(format!("no answer from generation(s) {}", late.join(", ")));
+            p.finish();
+            false
+        });
+    }
+}

@@ -1,0 +1,198 @@
+//! The master's desired state: the config it runs, the id table every generation shares,
+//! and the runtime changes operators made since (weights, admin states).
+//!
+//! Sans-io. A change is recorded only after validation against the current config, so
+//! every recorded change names a real server. On reload, `reconcile` decides per change:
+//! kept (re-applied to the new generation) unless the new file changes that server's
+//! definition or removes it — the file is what the operator edited last, so it wins — and
+//! says which in the reload's answer. A `kill` is an action, never recorded.
+
+use std::collections::BTreeMap;
+
+use crate::command::{ReloadReport, ServerChange};
+use crate::config::ids::IdTable;
+use crate::config::{Config, Server};
+use crate::live::server::AdminState;
+
+#[derive(Debug, Default)]
+pub struct Desired {
+    pub ids: IdTable,
+    /// Keyed `(backend, server)`.
+    changes: BTreeMap<(String, String), ServerChange>,
+}
+
+/// The parts of a server's definition a reload can change.
+fn definition(s: &Server) -> (std::net::SocketAddr, u32, u32, bool, bool) {
+    (s.address, s.weight, s.maxconn, s.backup, s.tls.is_some())
+}
+
+fn find<'a>(config: &'a Config, backend: &str, server: &str) -> Option<&'a Server> {
+    config.backend(backend)?.servers.iter().find(|s| s.name == server)
+}
+
+impl Desired {
+    /// Checks `change` against `config`; the error is for the operator.
+    pub fn validate(config: &Config, change: &ServerChange) -> Result<(), String> {
+        let Some(backend) = config.backend(&change.backend) else {
+            return Err(format!("no backend `{}`", change.backend));
+        };
+        if !backend.servers.iter().any(|s| s.name == change.server) {
+            return Err(format!("no server `{}` in backend `{}`", change.server, change.backend));
+        }
+        if let Some(w) = change.weight
+            && w > 256
+        {
+            return Err(format!("weight {w} is out of range (0 to 256)"));
+        }
+        if change.kill && change.state != Some(AdminState::Maint) {
+            return Err("--kill goes with state maint".into());
+        }
+        if change.state.is_none() && change.weight.is_none() {
+            return Err("nothing to change".into());
+        }
+        Ok(())
+    }
+
+    /// Records a validated change, merged with earlier ones to the same server.
+    pub fn record(&mut self, change: &ServerChange) {
+        let entry = self
+            .changes
+            .entry((change.backend.clone(), change.server.clone()))
+            .or_insert_with(|| ServerChange {
+                backend: change.backend.clone(),
+                server: change.server.clone(),
+                state: None,
+                weight: None,
+                kill: false,
+            });
+        if change.state.is_some() {
+            entry.state = change.state;
+        }
+        if change.weight.is_some() {
+            entry.weight = change.weight;
+        }
+    }
+
+    /// The changes a new generation must apply before it serves.
+    pub fn changes(&self) -> Vec<ServerChange> {
+        self.changes.values().cloned().collect()
+    }
+
+    /// For a reload from `old` to `new`: keeps the changes whose server the new file leaves
+    /// as it was, drops the others, and reports both. Call only once the new generation is
+    /// accepted (a refused reload changes nothing).
+    pub fn reconcile(&mut self, old: &Config, new: &Config) -> ReloadReport {
+        let mut report = ReloadReport::default();
+        self.changes.retain(|(backend, server), change| {
+            let before = find(old, backend, server).map(definition);
+            let after = find(new, backend, server).map(definition);
+            let keep = after.is_some() && before == after;
+            if keep {
+                report.kept.push(change.describe());
+            } else if after.is_none() {
+                report
+                    .overridden
+                    .push(format!("{} (server removed by the file)", change.describe()));
+            } else {
+                report
+                    .overridden
+                    .push(format!("{} (the file changes {backend}/{server})", change.describe()));
+            }
+            keep
+        });
+        report
+    }
+
+    /// What `reconcile` would keep, without changing anything (for the new generation's
+    /// config message, sent before it is known to start).
+    pub fn preview(&self, old: &Config, new: &Config) -> Vec<ServerChange> {
+        self.changes
+            .iter()
+            .filter(|((b, s), _)| {
+                let after = find(new, b, s).map(definition);
+                after.is_some() && find(old, b, s).map(definition) == after
+            })
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn config(weight_b: u32, with_c: bool) -> Config {
+        let c = if with_c {
+            "[[backend.server]]\nname = \"c\"\naddress = \"127.0.0.1:3\"\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"app\"\n\
+             [[backend]]\nname = \"app\"\n\
+             [[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n\
+             [[backend.server]]\nname = \"b\"\naddress = \"127.0.0.1:2\"\nweight = {weight_b}\n{c}"
+        );
+        crate::config::parse(&text, "t.toml").unwrap()
+    }
+
+    fn change(server: &str, state: Option<AdminState>, weight: Option<u32>) -> ServerChange {
+        ServerChange {
+            backend: "app".into(),
+            server: server.into(),
+            state,
+            weight,
+            kill: false,
+        }
+    }
+
+    #[test]
+    fn validation_names_what_is_wrong() {
+        let c = config(1, true);
+        assert!(Desired::validate(&c, &change("a", Some(AdminState::Drain), None)).is_ok());
+        assert!(
+            Desired::validate(&c, &change("zz", None, Some(2)))
+                .unwrap_err()
+                .contains("no server `zz`")
+        );
+        assert!(
+            Desired::validate(&c, &change("a", None, Some(999)))
+                .unwrap_err()
+                .contains("out of range")
+        );
+        let mut kill = change("a", Some(AdminState::Drain), None);
+        kill.kill = true;
+        assert!(Desired::validate(&c, &kill).unwrap_err().contains("maint"));
+        assert!(Desired::validate(&c, &change("a", None, None)).is_err());
+    }
+
+    #[test]
+    fn reload_keeps_untouched_servers_and_the_file_wins_elsewhere() {
+        let old = config(1, true);
+        let mut d = Desired::default();
+        d.record(&change("a", Some(AdminState::Drain), None));
+        d.record(&change("a", None, Some(7)));
+        d.record(&change("b", None, Some(3)));
+        d.record(&change("c", Some(AdminState::Maint), None));
+        // b's weight changes in the file, c is removed, a is untouched.
+        let new = config(5, false);
+        assert_eq!(d.preview(&old, &new).len(), 1);
+        let report = d.reconcile(&old, &new);
+        assert_eq!(report.kept, ["app/a state=drain weight=7"]);
+        assert_eq!(report.overridden.len(), 2, "{report:?}");
+        assert!(
+            report
+                .overridden
+                .iter()
+                .any(|l| l.contains("app/b") && l.contains("file changes"))
+        );
+        assert!(
+            report
+                .overridden
+                .iter()
+                .any(|l| l.contains("app/c") && l.contains("removed"))
+        );
+        assert_eq!(d.changes(), [change("a", Some(AdminState::Drain), Some(7))]);
+    }
+}
