@@ -73,7 +73,8 @@ async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSe
         Ok(r) => r,
         Err(e) => {
             tracing::info!(uid = ?caller, error = %e, "control: refused a request");
-            return codec::write_async(&mut stream, &Reply::error(0, e.to_string())).await;
+            codec::write_async(&mut stream, &Reply::error(0, e.to_string())).await?;
+            return linger(stream).await;
         }
     };
     tracing::info!(uid = ?caller, id = request.id, command = request.command.name(), "control: command");
@@ -89,6 +90,26 @@ async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSe
         Err(_) => Reply::error(id, "master is exiting"),
     };
     codec::write_async(&mut stream, &reply).await
+}
+
+/// After refusing a request whose bytes were not all read: closing with unread input would
+/// reset the connection and could destroy the answer before the client reads it. Half-close,
+/// then discard what the client still sends (bounded in bytes and time).
+async fn linger(mut stream: tokio::net::UnixStream) -> io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.shutdown().await?;
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        let mut left = 1usize << 20;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+    Ok(())
 }
 
 /// Client side: sends `command`, waits for the answer.

@@ -21,13 +21,19 @@ pub enum Message {
         backend: usize,
         server: ServerId,
         weight: u32,
+        done: Ack,
     },
     /// Close this thread's sessions on `server` (its kill epoch moved) and its idle pooled
     /// connections to it.
     Kill {
         server: ServerId,
+        done: Ack,
     },
 }
+
+/// Dropped by the thread once it has acted on a command: the applier waits for every
+/// thread's, so a command's answer means "in effect on every thread".
+pub type Ack = std::sync::mpsc::Sender<()>;
 
 pub type Sender = mpsc::UnboundedSender<Message>;
 pub type Receiver = mpsc::UnboundedReceiver<Message>;
@@ -41,14 +47,17 @@ pub async fn run(ctx: Rc<WorkerCtx>, mut inbox: Receiver) {
                 backend,
                 server,
                 weight,
+                done,
             } => {
                 if let Some(b) = ctx.backends.get(backend) {
                     b.set_weight(server, weight);
                 }
+                drop(done);
             }
-            Message::Kill { server } => {
+            Message::Kill { server, done } => {
                 ctx.http_pool.forget(server);
                 ctx.kills.notify_waiters();
+                drop(done);
             }
         }
     }

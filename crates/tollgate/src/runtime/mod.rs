@@ -49,6 +49,9 @@ pub struct Shared {
     pub handshakes: Arc<tokio::sync::Semaphore>,
 }
 
+/// Longest `Running::apply` waits for every worker thread to act on a command.
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(1);
+
 pub struct Running {
     shared: Arc<Shared>,
     phase: watch::Sender<Phase>,
@@ -182,22 +185,40 @@ impl Running {
             .find(&change.server)
             .ok_or_else(|| format!("no server `{}` in backend `{}`", change.server, change.backend))?;
         let id = server.id;
+        // States are read live at every pick: in effect for every thread once stored.
+        if let Some(state) = change.state {
+            server.set_admin(state);
+        }
+        let (ack, acked) = std::sync::mpsc::channel();
         if let Some(weight) = change.weight {
             server.set_weight(weight);
             self.tell_threads(|| inbox::Message::Weight {
                 backend: index,
                 server: id,
                 weight,
+                done: ack.clone(),
             });
-        }
-        if let Some(state) = change.state {
-            server.set_admin(state);
         }
         if change.kill {
             server.kill_sessions();
-            self.tell_threads(|| inbox::Message::Kill { server: id });
+            self.tell_threads(|| inbox::Message::Kill {
+                server: id,
+                done: ack.clone(),
+            });
         }
-        Ok(())
+        drop(ack);
+        // Every thread drops its ack once it acted (a stopped thread drops it unread).
+        let deadline = std::time::Instant::now() + APPLY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match acked.recv_timeout(left) {
+                Ok(()) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(format!("not every worker thread acted within {APPLY_TIMEOUT:?}"));
+                }
+            }
+        }
     }
 
     fn tell_threads(&self, msg: impl Fn() -> inbox::Message) {

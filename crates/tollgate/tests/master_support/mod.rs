@@ -181,6 +181,28 @@ impl Master {
         )
     }
 
+    /// `tollgate ctl --socket SOCKET ARGS…`: (exit code, stdout, stderr).
+    pub fn ctl(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(BIN)
+            .args(["ctl", "--socket"])
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tollgate ctl");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `ctl` that must succeed; its stdout.
+    pub fn ctl_ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.ctl(args);
+        assert_eq!(code, 0, "ctl {args:?} failed: {out} {err}");
+        out
+    }
+
     /// Reloads and asserts it succeeded.
     pub fn reload_ok(&self) -> String {
         let (code, out, err) = self.reload();
