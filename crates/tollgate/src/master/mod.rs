@@ -18,6 +18,7 @@
 
 pub mod control;
 pub mod ipc;
+pub mod privileges;
 pub mod sockets;
 pub mod supervise;
 pub mod worker;
@@ -36,6 +37,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Side};
+use crate::listener::BoundSocket;
 use control::{Reply, Request};
 use ipc::{ToMaster, ToWorker};
 use sockets::{Plan, SocketTable};
@@ -110,18 +112,16 @@ fn internal(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
 
 /// Reads and validates the config file; the error text is `FILE:LINE:COL: message` lines.
 fn load(path: &Path) -> Result<(Config, String), String> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let mut config = crate::config::parse(&text, &shown).map_err(|e| e.to_string())?;
-    config.source = Some(path.to_path_buf());
-    Ok((config, text))
+    crate::config::load_with_text(path).map_err(|e| e.to_string())
 }
 
-/// Runs the master until SIGTERM (graceful) or SIGINT (fast).
-pub fn run(config_path: &Path) -> Result<(), Error> {
+/// Runs the master until SIGTERM (graceful) or SIGINT (fast), on `config` (read from
+/// `config_path` as `text`, see `config::load_with_text`) and the `sockets` bound for it
+/// (`listener::bind_all`): the caller binds, so a port in use is reported before anything
+/// starts.
+pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundSocket>) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(internal("locate own binary"))?;
-    let (config, text) = load(config_path).map_err(|e| Error::new(ErrorKind::Config, Side::Internal, e))?;
-    let sockets = crate::listener::bind_all(&config).map_err(internal("binding listeners"))?;
+    privileges::warn_if_root(&config.global);
     for s in sockets.iter().filter(|s| s.worker.is_none_or(|w| w == 0)) {
         let frontend = config.frontends.get(s.frontend).map_or("", |f| f.name.as_str());
         tracing::info!(frontend = %frontend, addr = %s.local, "listening");
@@ -337,6 +337,11 @@ impl Master {
         {
             tracing::warn!("global.control_socket and global.master take effect at the next start, not on reload");
         }
+        if config.global.run_as != self.config.global.run_as
+            || config.global.allow_root != self.config.global.allow_root
+        {
+            privileges::warn_if_root(&config.global);
+        }
         let plan = match self.sockets.ensure(&config) {
             Ok(p) => p,
             Err(e) => {
@@ -513,6 +518,12 @@ impl Master {
         }
     }
 
+    /// Closes every listening socket the master holds, whoever uses it (shutdown only).
+    fn release_sockets_now(&mut self) {
+        let closed = self.sockets.retain(&HashSet::new()).len();
+        tracing::debug!(closed, "listening sockets closed");
+    }
+
     fn kill_all(&self) {
         for g in &self.gens {
             kill(g.pid);
@@ -530,11 +541,23 @@ impl Master {
         }
     }
 
-    /// SIGTERM: soft-stop every generation, wait for them (killing the overdue), return.
+    /// SIGTERM: stop accepting at once, soft-stop every generation, wait for them (killing
+    /// the overdue), return.
+    ///
+    /// The master closes its listening sockets first and the workers close theirs as they
+    /// stop, so the sockets are gone within the workers' reaction time: new connections are
+    /// refused (ECONNREFUSED) instead of queued and reset when the last process exits.
     async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<Event>, int: &mut Signal) {
         self.exiting = true;
         self.restart_at = None;
-        self.stop_all_but(0).await;
+        self.plan.clear();
+        self.release_sockets_now();
+        let stopping = self.stop_all_but(0).await;
+        self.await_draining(&stopping, events).await;
+        tracing::info!(
+            generations = self.gens.len(),
+            "stopped accepting: listening sockets closed; finishing the connections in flight"
+        );
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         while !self.gens.is_empty() {
             tokio::select! {
