@@ -134,6 +134,15 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// A process-level failure as an operator reads it: what failed and why, without the
+/// kind/side classification the proxy uses to pick a status.
+fn plain(e: tollgate::error::Error) -> anyhow::Error {
+    match &e.source {
+        Some(source) => anyhow::anyhow!("{}: {}", e.context, config::os_message(source)),
+        None => anyhow::anyhow!("{}", e.context),
+    }
+}
+
 fn check(path: &Path) -> ExitCode {
     match config::load(path) {
         Ok(c) => {
@@ -185,7 +194,7 @@ fn debug_options(generation: u64) -> runtime::StartOptions {
 fn worker(generation: u64) -> anyhow::Result<()> {
     init_logging();
     runtime::limits::nofile_limit();
-    tollgate::master::worker::run(generation, debug_options(generation))?;
+    tollgate::master::worker::run(generation, debug_options(generation)).map_err(plain)?;
     Ok(())
 }
 
@@ -211,7 +220,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             if config.global.master && !args.no_master {
                 // Bound here, so a port in use is one plain line before anything starts.
                 let sockets = tollgate::listener::bind_all(&config)?;
-                tollgate::master::run(&path, config, text, sockets)?;
+                tollgate::master::run(&path, config, text, sockets).map_err(plain)?;
                 return Ok(());
             }
             config
@@ -249,7 +258,7 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
     let sockets = tollgate::listener::bind_all(&config)?;
     tollgate::master::privileges::warn_if_root(&config.global);
     // Sockets bound, config (and certificates) read, no worker thread started yet.
-    tollgate::master::privileges::drop_privileges(&config.global).map_err(|e| anyhow::anyhow!("{}", e.context))?;
+    tollgate::master::privileges::drop_privileges(&config.global).map_err(plain)?;
     let source = config
         .source
         .as_ref()
