@@ -138,7 +138,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 /// kind/side classification the proxy uses to pick a status.
 fn plain(e: tollgate::error::Error) -> anyhow::Error {
     match &e.source {
-        Some(source) => anyhow::anyhow!("{}: {}", e.context, config::os_message(source)),
+        Some(source) => anyhow::anyhow!("{}: {}", e.context, tollgate::error::os_message(source)),
         None => anyhow::anyhow!("{}", e.context),
     }
 }

@@ -8,6 +8,7 @@
 pub mod file;
 pub mod model;
 pub mod units;
+mod users;
 mod validate;
 
 use std::fmt;
@@ -75,21 +76,12 @@ pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigErrors> {
             line: 0,
             column: 0,
             key: String::new(),
-            message: format!("cannot read {shown}: {}", os_message(&e)),
+            message: format!("cannot read {shown}: {}", crate::error::os_message(&e)),
         }])
     })?;
     let mut config = parse(&src, &shown)?;
     config.source = Some(PathBuf::from(path));
     Ok((config, src))
-}
-
-/// An I/O error as a person reads it: `No such file or directory`, without `(os error 2)`.
-pub fn os_message(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" (os error ") {
-        Some(at) if text.ends_with(')') => text.get(..at).unwrap_or(&text).to_string(),
-        _ => text,
-    }
 }
 
 /// Parses and validates config text; `shown_path` is used in error messages only.

@@ -159,85 +159,11 @@ impl<'a> Validator<'a> {
                 Some(m) => *m.get_ref(),
                 None => DEFAULT_MAX_HANDSHAKES,
             },
-            run_as: self.run_as(g),
+            run_as: super::users::run_as(g).unwrap_or_else(|(span, key, msg)| {
+                self.err(span, key.into(), msg);
+                None
+            }),
             allow_root: g.allow_root.unwrap_or(false),
-        }
-    }
-
-    /// `user` / `group`, resolved through the system's user database now, so `check` and a
-    /// reload report an unknown name with its position and the worker only switches ids.
-    fn run_as(&mut self, g: &super::file::GlobalSection) -> Option<RunAs> {
-        let Some(user) = &g.user else {
-            if let Some(group) = &g.group {
-                self.err(group.span(), "global.group".into(), "`group` needs `user`".into());
-            }
-            return None;
-        };
-        let name = user.get_ref();
-        let looked_up = match tollgate_sys::credentials::user_by_name(name) {
-            Ok(ids) => ids,
-            Err(e) => {
-                self.err(
-                    user.span(),
-                    "global.user".into(),
-                    format!("cannot look up user `{name}`: {e}"),
-                );
-                return None;
-            }
-        };
-        let (uid, primary_gid) = match (looked_up, name.parse::<u32>()) {
-            (Some(ids), _) => (ids.uid, Some(ids.gid)),
-            (None, Ok(uid)) => (uid, None),
-            (None, Err(_)) => {
-                self.err(
-                    user.span(),
-                    "global.user".into(),
-                    format!("no user `{name}` on this system"),
-                );
-                return None;
-            }
-        };
-        let gid = match &g.group {
-            Some(group) => self.group_id(group)?,
-            None => match primary_gid {
-                Some(gid) => gid,
-                None => {
-                    self.err(
-                        user.span(),
-                        "global.user".into(),
-                        "a numeric `user` that is not in the user database needs `group`".into(),
-                    );
-                    return None;
-                }
-            },
-        };
-        Some(RunAs {
-            user: name.clone(),
-            uid,
-            gid,
-        })
-    }
-
-    fn group_id(&mut self, group: &Spanned<String>) -> Option<u32> {
-        let name = group.get_ref();
-        match (tollgate_sys::credentials::group_by_name(name), name.parse::<u32>()) {
-            (Ok(Some(gid)), _) | (Ok(None), Ok(gid)) => Some(gid),
-            (Ok(None), Err(_)) => {
-                self.err(
-                    group.span(),
-                    "global.group".into(),
-                    format!("no group `{name}` on this system"),
-                );
-                None
-            }
-            (Err(e), _) => {
-                self.err(
-                    group.span(),
-                    "global.group".into(),
-                    format!("cannot look up group `{name}`: {e}"),
-                );
-                None
-            }
         }
     }
 

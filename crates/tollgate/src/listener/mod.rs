@@ -135,7 +135,7 @@ pub fn cannot_listen(addr: SocketAddr, frontend: &str, e: &io::Error) -> io::Err
         io::ErrorKind::PermissionDenied => {
             "permission denied (a port below 1024 needs root or CAP_NET_BIND_SERVICE)".to_string()
         }
-        _ => crate::config::os_message(e),
+        _ => crate::error::os_message(e),
     };
     io::Error::new(
         e.kind(),

@@ -14,7 +14,8 @@
 //! generations with their state (`starting` → `serving` → `stopping` → gone), the current
 //! config text, and the restart backoff. A generation is removed only when its process has
 //! been reaped, and a socket is closed only when no live generation and not the current
-//! config uses it.
+//! config uses it — or at SIGTERM, when the master closes them all at once so nothing new is
+//! accepted while the generations finish their connections.
 
 pub mod control;
 pub mod ipc;
@@ -518,12 +519,6 @@ impl Master {
         }
     }
 
-    /// Closes every listening socket the master holds, whoever uses it (shutdown only).
-    fn release_sockets_now(&mut self) {
-        let closed = self.sockets.retain(&HashSet::new()).len();
-        tracing::debug!(closed, "listening sockets closed");
-    }
-
     fn kill_all(&self) {
         for g in &self.gens {
             kill(g.pid);
@@ -550,8 +545,8 @@ impl Master {
     async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<Event>, int: &mut Signal) {
         self.exiting = true;
         self.restart_at = None;
-        self.plan.clear();
-        self.release_sockets_now();
+        // Every listening socket the master holds, whoever uses it: nothing accepts any more.
+        self.sockets = SocketTable::default();
         let stopping = self.stop_all_but(0).await;
         self.await_draining(&stopping, events).await;
         tracing::info!(

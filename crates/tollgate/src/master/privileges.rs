@@ -35,7 +35,7 @@ pub fn drop_privileges(global: &Global) -> Result<(), Error> {
                 run_as.user,
                 run_as.uid,
                 run_as.gid,
-                crate::config::os_message(&e)
+                crate::error::os_message(&e)
             ),
         )
     })?;
