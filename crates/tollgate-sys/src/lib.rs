@@ -14,8 +14,9 @@
 //! - [`affinity`]: pinning threads to CPUs.
 //! - [`alloc_count`]: a counting global allocator for allocation-per-request benchmarks.
 //! - [`reactor`]: registering a listening socket with tokio as an `AsyncFd`.
+//! - [`credentials`]: user and group lookups (NSS) and a worker's privilege drop.
 //!
-//! Only [`cputime`], [`sockopt`], [`alloc_count`] and [`reactor`] contain `unsafe` blocks; everything else
+//! Only [`cputime`], [`sockopt`], [`alloc_count`], [`reactor`] and [`credentials`] contain `unsafe` blocks; everything else
 //! goes through rustix's safe API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -23,6 +24,7 @@
 pub mod affinity;
 pub mod alloc_count;
 pub mod cputime;
+pub mod credentials;
 pub mod fdpass;
 pub mod reactor;
 pub mod sockopt;

@@ -132,6 +132,15 @@ pub fn is_peer_reset(e: &io::Error) -> bool {
     )
 }
 
+/// An I/O error as an operator reads it: `No such file or directory`, without `(os error 2)`.
+pub fn os_message(e: &io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" (os error ") {
+        Some(at) if text.ends_with(')') => text.get(..at).unwrap_or(&text).to_string(),
+        _ => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

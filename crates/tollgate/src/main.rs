@@ -1,4 +1,8 @@
 //! The `tollgate` command line.
+//!
+//! Exit status: 0 success; 1 a runtime failure (a port in use, a worker that cannot start);
+//! 2 a config refused (`FILE:LINE:COL: message` lines on stderr, from `run`, `check` and
+//! `reload` alike); 64 a usage error (EX_USAGE: unknown option, missing value).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,13 +11,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use tollgate::config::{self, Config};
+use tollgate::config::{self, Config, ConfigErrors};
 use tollgate::runtime;
+
+/// EX_USAGE from sysexits.h: the command line was wrong.
+const EXIT_USAGE: u8 = 64;
+/// A config file was refused.
+const EXIT_REFUSED: u8 = 2;
 
 const EXAMPLES: &str = "\
 Examples:
   tollgate                                  run the embedded demo (127.0.0.1:8080 -> two built-in origins)
-  tollgate run --config /etc/tollgate/tollgate.toml
+  tollgate run --config /etc/tollgate/tollgate.toml   (or: tollgate -c FILE)
   tollgate check --config tollgate.toml     validate a config; exit 2 with FILE:LINE:COL on error
   tollgate reload --config tollgate.toml    reload a running master (or: kill -HUP <master pid>)
   RUST_LOG=tollgate=debug tollgate run      per-connection events and counters
@@ -21,13 +30,24 @@ Examples:
 Without --config, `run` reads ./tollgate.toml, then /etc/tollgate/tollgate.toml, and
 otherwise runs the embedded default. With a config file, `run` starts a master process that
 owns the sockets and runs the proxy in a worker process it can reload without closing a
-socket; --no-master (or `[global] master = false`) serves from one process.";
+socket; --no-master (or `[global] master = false`) serves from one process.
+
+Exit status: 0 ok, 1 runtime failure, 2 config refused, 64 usage error.";
 
 #[derive(Parser)]
-#[command(name = "tollgate", version, about = "A reverse proxy and load balancer (TCP and HTTP).", after_help = EXAMPLES)]
+#[command(
+    name = "tollgate",
+    version,
+    about = "A reverse proxy and load balancer (TCP and HTTP).",
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Without a command: the options of `run`.
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Subcommand)]
@@ -36,6 +56,7 @@ enum Command {
     Run(RunArgs),
     /// Validate a config file and print a one-line summary.
     Check {
+        /// Config file (TOML) to validate.
         #[arg(long, short)]
         config: PathBuf,
     },
@@ -49,6 +70,7 @@ enum Command {
     /// Internal: a worker process started by the master (stdin is its socketpair).
     #[command(hide = true)]
     Worker {
+        /// The generation number the master gave this worker.
         #[arg(long)]
         generation: u64,
     },
@@ -126,7 +148,8 @@ enum CtlServerField {
 
 #[derive(clap::Args, Default)]
 struct RunArgs {
-    /// Config file (TOML).
+    /// Config file (TOML); default ./tollgate.toml, then /etc/tollgate/tollgate.toml, else the
+    /// embedded demo.
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// Serve from this process, without a master (no reload; for debugging and tests).
@@ -135,7 +158,17 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS // --help, --version
+            };
+        }
+    };
     match cli.command {
         Some(Command::Check { config }) => check(&config),
         Some(Command::Reload(args)) => control(&args, tollgate::command::Command::Reload, false),
@@ -143,17 +176,32 @@ fn main() -> ExitCode {
         Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Worker { generation }) => report(worker(generation)),
         Some(Command::Run(args)) => report(run(args)),
-        None => report(run(RunArgs::default())),
+        None => report(run(cli.run)),
     }
 }
 
+/// Prints a failure as one line (a refused config as its `FILE:LINE:COL` lines) and picks
+/// the exit status.
 fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<ConfigErrors>().is_some() => {
+            eprintln!("{e}");
+            ExitCode::from(EXIT_REFUSED)
+        }
         Err(e) => {
             eprintln!("tollgate: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A process-level failure as an operator reads it: what failed and why, without the
+/// kind/side classification the proxy uses to pick a status.
+fn plain(e: tollgate::error::Error) -> anyhow::Error {
+    match &e.source {
+        Some(source) => anyhow::anyhow!("{}: {}", e.context, tollgate::error::os_message(source)),
+        None => anyhow::anyhow!("{}", e.context),
     }
 }
 
@@ -165,7 +213,7 @@ fn check(path: &Path) -> ExitCode {
         }
         Err(errors) => {
             eprintln!("{errors}");
-            ExitCode::from(2)
+            ExitCode::from(EXIT_REFUSED)
         }
     }
 }
@@ -187,7 +235,7 @@ fn ctl(args: CtlArgs) -> ExitCode {
         Ok(command) => control(&args.target, command, args.json),
         Err(msg) => {
             eprintln!("tollgate ctl: {msg}");
-            ExitCode::from(64)
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }
@@ -204,11 +252,11 @@ fn control(args: &ControlArgs, command: tollgate::command::Command, json: bool) 
             }
             (text, false) if json => {
                 println!("{text}");
-                ExitCode::from(2)
+                ExitCode::from(EXIT_REFUSED)
             }
             (text, false) => {
                 eprintln!("tollgate: {name} refused:\n{text}");
-                ExitCode::from(2)
+                ExitCode::from(EXIT_REFUSED)
             }
         },
         Err(e) => {
@@ -238,7 +286,7 @@ fn debug_options(generation: u64) -> runtime::StartOptions {
 fn worker(generation: u64) -> anyhow::Result<()> {
     init_logging();
     runtime::limits::nofile_limit();
-    tollgate::master::worker::run(generation, debug_options(generation))?;
+    tollgate::master::worker::run(generation, debug_options(generation)).map_err(plain)?;
     Ok(())
 }
 
@@ -260,9 +308,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut _demo_origins = None;
     let config = match find_config(args.config) {
         Some(path) => {
-            let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (config, text) = config::load_with_text(&path)?;
             if config.global.master && !args.no_master {
-                tollgate::master::run(&path)?;
+                // Bound here, so a port in use is one plain line before anything starts.
+                let sockets = tollgate::listener::bind_all(&config)?;
+                tollgate::master::run(&path, config, text, sockets).map_err(plain)?;
                 return Ok(());
             }
             config
@@ -274,7 +324,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 _ => anyhow::bail!("demo origins did not start"),
             };
             let bind = std::env::var("TOLLGATE_DEMO_BIND").unwrap_or_else(|_| config::DEMO_BIND.to_string());
-            let config = config::embedded_default(&bind, a, b).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let config = config::embedded_default(&bind, a, b)?;
             tracing::info!(
                 "no config file found (./tollgate.toml, /etc/tollgate/tollgate.toml): running the embedded default"
             );
@@ -297,7 +347,10 @@ fn find_config(explicit: Option<PathBuf>) -> Option<PathBuf> {
 }
 
 fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
-    let sockets = tollgate::listener::bind_all(&config).context("binding listeners")?;
+    let sockets = tollgate::listener::bind_all(&config)?;
+    tollgate::master::privileges::warn_if_root(&config.global);
+    // Sockets bound, config (and certificates) read, no worker thread started yet.
+    tollgate::master::privileges::drop_privileges(&config.global).map_err(plain)?;
     let source = config
         .source
         .as_ref()

@@ -203,3 +203,126 @@ fn help_and_version() {
     let out = Command::new(BIN).arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("tollgate 0."));
 }
+
+fn tollgate(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().expect("run tollgate");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn usage_errors_exit_64() {
+    for args in [
+        &["--bogus"][..],
+        &["run", "--bogus"],
+        &["check"],
+        &["check", "--config"],
+        &["reload", "extra"],
+        &["frobnicate"],
+    ] {
+        let (code, _, stderr) = tollgate(args);
+        assert_eq!(code, 64, "{args:?}: {stderr}");
+        assert!(stderr.contains("error:"), "{args:?}: {stderr}");
+    }
+    for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+        assert_eq!(tollgate(args).0, 0, "{args:?}");
+    }
+}
+
+#[test]
+fn refused_configs_exit_2_from_run_and_check() {
+    let dir = tempdir("refused");
+    let (missing, empty, bad) = (dir.join("missing.toml"), dir.join("empty.toml"), dir.join("bad.toml"));
+    std::fs::write(&empty, "[global]\nworkers = 1\n").unwrap();
+    std::fs::write(&bad, GOOD.replace("workers = 2", "workers = 0")).unwrap();
+    let shown = |p: &PathBuf| p.display().to_string();
+    // (file, what its one line of stderr starts with)
+    let cases = [
+        (
+            shown(&missing),
+            format!("cannot read {}: No such file or directory\n", shown(&missing)),
+        ),
+        (shown(&empty), format!("{}:1:1: no [[frontend]]", shown(&empty))),
+        (shown(&bad), format!("{}:2:11: must be at least 1", shown(&bad))),
+    ];
+    for (path, start) in &cases {
+        for args in [vec!["check", "-c", path], vec!["run", "-c", path], vec!["-c", path]] {
+            let (code, _, stderr) = tollgate(&args);
+            assert_eq!(code, 2, "{args:?}: {stderr}");
+            assert!(stderr.starts_with(start.as_str()), "{args:?}: {start:?} vs {stderr:?}");
+            assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        }
+    }
+}
+
+/// `tollgate -c FILE` is `tollgate run -c FILE`: it serves.
+#[test]
+fn dash_c_without_a_command_runs() {
+    let origin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_addr = origin.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in origin.incoming() {
+            let Ok(mut s) = s else { continue };
+            let _ = s.write_all(b"hi from origin");
+        }
+    });
+    let dir = tempdir("dash-c");
+    let path = dir.join("run.toml");
+    let text = GOOD
+        .replace("127.0.0.1:18080", "127.0.0.1:0")
+        .replace("127.0.0.1:9001", &origin_addr.to_string());
+    std::fs::write(&path, text).unwrap();
+    let child = Command::new(BIN)
+        .arg("-c")
+        .arg(&path)
+        .arg("--no-master")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let mut child = Killed(child);
+    let stderr = child.0.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut addr = None;
+    while addr.is_none() && Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if line.contains("listening") {
+            addr = line.split("addr=").nth(1).map(|a| a.trim().to_string());
+        }
+    }
+    let addr = addr.expect("a listening line");
+    let mut c = TcpStream::connect(&addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = String::new();
+    c.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "hi from origin");
+}
+
+/// Every option of every command says what it does in `--help`.
+#[test]
+fn every_option_has_a_help_line() {
+    for command in [&[][..], &["run"], &["check"], &["reload"], &["status"]] {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let (code, help, _) = tollgate(&args);
+        assert_eq!(code, 0, "{args:?}");
+        let options: Vec<&str> = help
+            .lines()
+            .skip_while(|l| !l.starts_with("Options:"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .filter(|l| l.trim_start().starts_with('-'))
+            .collect();
+        assert!(options.len() >= 2, "{args:?}: no options found in\n{help}");
+        for line in options {
+            // `  -c, --config <CONFIG>  Config file ...`: the flag, two spaces, the help.
+            let spec_end = line.trim_start().find("  ");
+            let text = spec_end.map(|at| line.trim_start()[at..].trim()).unwrap_or("");
+            assert!(!text.is_empty(), "{args:?}: option without help: {line:?}");
+        }
+    }
+}

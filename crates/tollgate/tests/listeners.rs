@@ -1,9 +1,11 @@
 //! Listener models: SO_REUSEPORT per worker, the shared accept loop (configured or as a
-//! fallback when SO_REUSEPORT cannot bind), and IPv6.
+//! fallback when SO_REUSEPORT cannot bind), IPv6, and an address in use refused (a second
+//! instance must not share the first one's port through SO_REUSEPORT).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
 mod common;
+mod master_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -95,4 +97,59 @@ fn ipv6_loopback_is_served() {
     let proxy = Proxy::start(&tcp_config("", &[("o", origin.addr, 1)]).replace("127.0.0.1:0", "[::1]:0"));
     assert!(proxy.addr.is_ipv6());
     exchange(proxy.addr);
+}
+
+/// A second tollgate on the port of a running one exits non-zero with one line, master mode
+/// and single-process alike, and the first keeps serving every connection.
+#[test]
+fn a_second_instance_on_a_port_in_use_is_refused_and_the_first_keeps_serving() {
+    use master_support::{Master, TempDir, global};
+    let origin = origin(echo);
+    let dir = TempDir::new("port-in-use");
+    let text = tcp_config(&global(&dir.0, ""), &[("o", origin.addr, 1)]);
+    let first = Master::start(dir, &text, &[]);
+    let taken = first.addr;
+    let second_dir = TempDir::new("port-in-use-2");
+    let text =
+        tcp_config(&global(&second_dir.0, ""), &[("o", origin.addr, 1)]).replace("127.0.0.1:0", &taken.to_string());
+    let config = second_dir.0.join("second.toml");
+    std::fs::write(&config, text).unwrap();
+    let want = format!("cannot listen on {taken} (frontend \"fe\"): address already in use");
+    for extra in [&[][..], &["--no-master"][..]] {
+        let mut second = std::process::Command::new(master_support::BIN)
+            .args(["run", "--config"])
+            .arg(&config)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = second.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = second.kill();
+                let _ = second.wait();
+                panic!("{extra:?}: the second instance started on {taken} (it shares the port)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let mut stderr = String::new();
+        second.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        assert_eq!(status.code(), Some(1), "{extra:?}: {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{extra:?}: one line, got {stderr}"
+        );
+        assert!(stderr.contains(&want), "{extra:?}: {want:?} not in {stderr}");
+    }
+    // Every connection still reaches the first instance (none went to a second group).
+    for _ in 0..20 {
+        exchange(taken);
+    }
+    assert_eq!(first.generations().len(), 1);
 }

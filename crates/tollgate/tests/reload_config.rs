@@ -131,3 +131,33 @@ fn reload_without_a_master_says_so_and_a_second_master_is_refused() {
     assert!(String::from_utf8_lossy(&second.stderr).contains("in use by another master"));
     assert_eq!(read_greeting(master.addr).unwrap(), "A");
 }
+
+/// `control_socket = "ctl.sock"` lives next to the config file whatever the master's working
+/// directory, and `tollgate reload --config FILE` run from anywhere finds it.
+#[test]
+fn a_relative_control_socket_is_relative_to_the_config_file() {
+    let a = named("A");
+    let dir = TempDir::new("reload-relative");
+    let elsewhere = TempDir::new("reload-relative-cwd");
+    let config = tcp_config(
+        "[global]\nworkers = 2\ncontrol_socket = \"ctl.sock\"\n",
+        &[("a", a.addr, 1)],
+    );
+    let bin = std::path::Path::new(master_support::BIN);
+    let master = Master::start_in(bin, &elsewhere.0, dir, &config, &[]);
+    assert!(master.socket.exists(), "{} missing", master.socket.display());
+    assert!(
+        !elsewhere.0.join("ctl.sock").exists(),
+        "bound relative to the working directory"
+    );
+    let out = std::process::Command::new(bin)
+        .args(["reload", "--config"])
+        .arg(&master.config)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("reloaded: generation 2"));
+    assert_eq!(read_greeting(master.addr).unwrap(), "A");
+}

@@ -1,6 +1,7 @@
 //! Supervision: a killed worker is restarted and serves within a second; SIGTERM lets a slow
-//! request finish before the master exits 0; twenty reloads leave the master's descriptors
-//! and memory where they were after the first.
+//! request finish before the master exits 0, and refuses new connections from the moment it
+//! arrives; twenty reloads leave the master's descriptors and memory where they were after
+//! the first.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -9,7 +10,8 @@ mod master_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{echo, origin, tcp_config};
@@ -83,6 +85,57 @@ fn sigterm_finishes_a_slow_request_then_the_master_exits_0() {
         TcpStream::connect(master.addr).is_err(),
         "sockets closed with the master"
     );
+}
+
+/// While a slow request finishes after SIGTERM, a new connection is refused (ECONNREFUSED),
+/// not accepted into a queue nobody serves any more and reset when the master exits.
+#[test]
+fn sigterm_refuses_new_connections_at_once_while_a_slow_request_finishes() {
+    let answer = Arc::new(AtomicBool::new(false));
+    let release = Arc::clone(&answer);
+    // Answers once the test lets it (bounded), so the request is in flight for as long as
+    // the test needs.
+    let slow = origin(move |s| {
+        let mut req = [0u8; 4];
+        if s.read_exact(&mut req).is_ok() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !release.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = s.write_all(b"done");
+        }
+    });
+    let dir = TempDir::new("sup-term-refuse");
+    let config = tcp_config(&global(&dir.0, ""), &[("o", slow.addr, 1)]);
+    let mut master = Master::start(dir, &config, &[]);
+    let mut c = TcpStream::connect(master.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(b"slow").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while slow.current.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "request never reached the origin");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let from = master.log_len();
+    master.signal(master.pid(), Signal::TERM);
+    master
+        .wait_log_from(from, |l| l.contains("stopped accepting"), Duration::from_secs(5))
+        .expect("the master says it stopped accepting");
+    for _ in 0..5 {
+        let err = TcpStream::connect(master.addr).expect_err("a new connection after SIGTERM was accepted");
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+    }
+    assert!(
+        master.child.try_wait().unwrap().is_none(),
+        "master still up while the request runs"
+    );
+    answer.store(true, Ordering::SeqCst);
+    let mut got = [0u8; 4];
+    c.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"done", "the request in flight finished");
+    drop(c);
+    let status = master.wait_exit(Duration::from_secs(10)).expect("master exits");
+    assert_eq!(status.code(), Some(0), "{status:?}");
 }
 
 #[test]

@@ -44,6 +44,12 @@ pub struct GlobalSection {
     pub max_pipes: Option<u32>,
     pub pipe_size: Option<Spanned<ByteSize>>,
     pub max_handshakes: Option<Spanned<u32>>,
+    /// Worker processes switch to this user (name, or a numeric uid) after receiving the sockets.
+    pub user: Option<Spanned<String>>,
+    /// ...and this group (default: the user's primary group).
+    pub group: Option<Spanned<String>>,
+    /// Workers may run as root without a warning.
+    pub allow_root: Option<bool>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.
@@ -95,6 +101,16 @@ pub enum ForwardedName {
 pub enum ModeName {
     Tcp,
     Http,
+}
+
+impl ModeName {
+    /// As written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModeName::Tcp => "tcp",
+            ModeName::Http => "http",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

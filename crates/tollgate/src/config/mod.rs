@@ -9,6 +9,7 @@ pub mod file;
 pub mod ids;
 pub mod model;
 pub mod units;
+mod users;
 mod validate;
 
 use std::fmt;
@@ -21,6 +22,8 @@ pub use validate::default_maxconn;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     pub path: String,
+    /// 0 when the problem has no position (the file could not be read): then the message
+    /// names the file itself.
     pub line: usize,
     pub column: usize,
     /// Dotted key path, e.g. `frontend[0].bind[1]`.
@@ -30,6 +33,9 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            return write!(f, "{}", self.message);
+        }
         write!(f, "{}:{}:{}: {}", self.path, self.line, self.column, self.message)?;
         if !self.key.is_empty() {
             write!(f, " (key `{}`)", self.key)?;
@@ -58,6 +64,12 @@ impl std::error::Error for ConfigErrors {}
 
 /// Reads and validates a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    load_with_text(path).map(|(config, _)| config)
+}
+
+/// `load`, also returning the text that was validated (the master hands it to workers, so
+/// they run exactly what was checked even if the file changes meanwhile).
+pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigErrors> {
     let shown = path.display().to_string();
     let src = std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![ConfigError {
@@ -65,12 +77,12 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
             line: 0,
             column: 0,
             key: String::new(),
-            message: format!("cannot read: {e}"),
+            message: format!("cannot read {shown}: {}", crate::error::os_message(&e)),
         }])
     })?;
     let mut config = parse(&src, &shown)?;
     config.source = Some(PathBuf::from(path));
-    Ok(config)
+    Ok((config, src))
 }
 
 /// Parses and validates config text; `shown_path` is used in error messages only.

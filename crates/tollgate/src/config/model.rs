@@ -58,6 +58,19 @@ pub struct Global {
     pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
     pub max_handshakes: u32,
+    /// Who worker processes run as (`user`/`group`); `None` = as started.
+    pub run_as: Option<RunAs>,
+    /// Workers running as root is deliberate: no warning.
+    pub allow_root: bool,
+}
+
+/// The user and group a worker switches to, resolved at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// As written, for logs.
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// Where the master listens for `tollgate reload` unless `global.control_socket` says otherwise.
@@ -109,9 +122,14 @@ pub struct Timeouts {
     pub tls_inspect: Duration,
 }
 
+/// The largest request head HTTP mode accepts unless `http.max_header_size` says otherwise
+/// (never more than `global.buffer_size`: a head is read into one buffer).
+pub const DEFAULT_MAX_HEADER_SIZE: usize = 32 * 1024;
+
 /// Limits of HTTP mode.
 #[derive(Debug, Clone, Copy)]
 pub struct Http {
+    /// At most `global.buffer_size` (checked at load).
     pub max_header_size: usize,
     pub max_request_line: usize,
     pub max_headers: usize,
@@ -124,7 +142,7 @@ pub struct Http {
 impl Default for Http {
     fn default() -> Self {
         Http {
-            max_header_size: 32 * 1024,
+            max_header_size: DEFAULT_MAX_HEADER_SIZE,
             max_request_line: 8 * 1024,
             max_headers: 100,
             max_body_size: 0,

@@ -209,3 +209,113 @@ fn master_and_watchdog_keys() {
     let e = first_error(&format!("{GOOD}[watchdog]\nwarn_aftr = \"1s\"\n"));
     assert!(e.key.contains("warn_aftr"), "{e}");
 }
+
+fn all_errors(src: &str) -> Vec<ConfigError> {
+    match parse(src, "t.toml") {
+        Ok(_) => panic!("config was accepted:\n{src}"),
+        Err(e) => e.0,
+    }
+}
+
+#[test]
+fn max_header_size_cannot_exceed_the_buffer() {
+    // Set explicitly above the buffer: refused at its position.
+    let src = format!("{GOOD}[http]\nmax_header_size = \"32KiB\"\n");
+    let e = first_error(&src);
+    assert_eq!((e.key.as_str(), e.line), ("http.max_header_size", 26), "{e}");
+    assert!(e.message.contains("global.buffer_size (16384 bytes)"), "{e}");
+    // Not set: the default follows a smaller buffer instead of being silently unreachable.
+    assert_eq!(parse(GOOD, "t.toml").expect("valid").http.max_header_size, 16384);
+    let c = parse(&GOOD.replace("buffer_size = \"16KiB\"", ""), "t.toml").expect("valid");
+    assert_eq!(c.http.max_header_size, model::DEFAULT_MAX_HEADER_SIZE);
+    let c = parse(&format!("{GOOD}[http]\nmax_header_size = \"16KiB\"\n"), "t.toml").expect("valid");
+    assert_eq!(c.http.max_header_size, 16384);
+}
+
+#[test]
+fn relative_control_socket_is_relative_to_the_config_file() {
+    let src = GOOD.replace("[global]\n", "[global]\ncontrol_socket = \"run/ctl.sock\"\n");
+    let c = parse(&src, "/etc/tollgate/tollgate.toml").expect("valid");
+    assert_eq!(
+        c.global.control_socket,
+        std::path::PathBuf::from("/etc/tollgate/run/ctl.sock")
+    );
+    let src = GOOD.replace("[global]\n", "[global]\ncontrol_socket = \"/tmp/abs.sock\"\n");
+    let c = parse(&src, "/etc/tollgate/tollgate.toml").expect("valid");
+    assert_eq!(c.global.control_socket, std::path::PathBuf::from("/tmp/abs.sock"));
+    // The length limit applies to the resolved path (what bind(2) gets).
+    let dir = format!("/{}", "d".repeat(100));
+    let src = GOOD.replace("[global]\n", "[global]\ncontrol_socket = \"ctl.sock\"\n");
+    let e = parse(&src, &format!("{dir}/t.toml")).expect_err("too long once resolved");
+    assert_eq!(e.0[0].key, "global.control_socket", "{e}");
+}
+
+#[test]
+fn a_config_without_frontends_is_refused() {
+    for src in ["", "[global]\nworkers = 1\n"] {
+        let errors = all_errors(src);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!((errors[0].key.as_str(), errors[0].line), ("frontend", 1));
+        assert!(errors[0].message.contains("no [[frontend]]"), "{}", errors[0]);
+    }
+}
+
+#[test]
+fn an_unreadable_file_names_itself_without_a_position() {
+    let e = load(std::path::Path::new("/nonexistent/tollgate.toml")).expect_err("missing");
+    assert_eq!(
+        e.to_string(),
+        "cannot read /nonexistent/tollgate.toml: No such file or directory"
+    );
+}
+
+#[test]
+fn mode_mismatch_quotes_the_modes_as_written() {
+    let e = first_error(&GOOD.replace("name = \"app\"\n", "name = \"app\"\nmode = \"http\"\n"));
+    assert!(
+        e.message
+            .contains("frontend mode \"tcp\" does not match backend `app` mode \"http\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_route_with_backend_and_return_is_one_error() {
+    // No default_backend: the refused route must not also count as "no route at all".
+    let src = HTTP_ROUTES.replace("default_backend = \"app\"\n", "").replace(
+        "return = { status = 200, body = \"ok\\n\" }",
+        "backend = \"app\"\nreturn = { status = 204 }",
+    );
+    let errors = all_errors(&src);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].message.contains("exactly one of"), "{}", errors[0]);
+    assert_eq!(errors[0].key, "frontend[0].route[1]");
+    assert_eq!(errors[0].line, 14, "{}", errors[0]);
+    // A route naming a missing backend is likewise one error.
+    let src = HTTP_ROUTES
+        .replace("default_backend = \"app\"\n", "")
+        .replace("backend = \"api\"", "backend = \"nope\"");
+    let errors = all_errors(&src);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+}
+
+#[test]
+fn user_and_group_are_resolved_at_load() {
+    let with = |extra: &str| GOOD.replace("[global]\n", &format!("[global]\n{extra}\n"));
+    let c = parse(&with("user = \"root\""), "t.toml").expect("valid");
+    let run_as = c.global.run_as.expect("run_as");
+    assert_eq!((run_as.uid, run_as.gid), (0, 0));
+    assert!(!c.global.allow_root);
+    let c = parse(&with("user = \"12345\"\ngroup = \"root\"\nallow_root = true"), "t.toml").expect("valid");
+    let run_as = c.global.run_as.expect("run_as");
+    assert_eq!((run_as.uid, run_as.gid), (12345, 0));
+    assert!(c.global.allow_root);
+    let e = first_error(&with("user = \"no-such-user-tollgate\""));
+    assert_eq!((e.key.as_str(), e.line), ("global.user", 3), "{e}");
+    let e = first_error(&with("user = \"12345\""));
+    assert!(e.message.contains("needs `group`"), "{e}");
+    let e = first_error(&with("group = \"root\""));
+    assert_eq!(e.key, "global.group", "{e}");
+    let e = first_error(&with("user = \"root\"\ngroup = \"no-such-group-tollgate\""));
+    assert_eq!((e.key.as_str(), e.line), ("global.group", 4), "{e}");
+}

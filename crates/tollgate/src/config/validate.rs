@@ -70,10 +70,17 @@ impl<'a> Validator<'a> {
     pub fn build(&mut self, file: ConfigFile) -> Option<Config> {
         let global = self.global(&file);
         let timeouts = self.timeouts(&file);
-        let http = self.http(&file);
+        let http = self.http(&file, global.buffer_size);
         let watchdog = self.watchdog(&file);
         let backends = self.backends(&file);
         let frontends = self.frontends(&file, &backends);
+        if file.frontend.is_empty() {
+            self.err(
+                0..0,
+                "frontend".into(),
+                "no [[frontend]]: the config serves nothing (see docs/config.md)".into(),
+            );
+        }
         if !self.errors.is_empty() {
             return None;
         }
@@ -152,6 +159,11 @@ impl<'a> Validator<'a> {
                 Some(m) => *m.get_ref(),
                 None => DEFAULT_MAX_HANDSHAKES,
             },
+            run_as: super::users::run_as(g).unwrap_or_else(|(span, key, msg)| {
+                self.err(span, key.into(), msg);
+                None
+            }),
+            allow_root: g.allow_root.unwrap_or(false),
         }
     }
 
@@ -159,16 +171,19 @@ impl<'a> Validator<'a> {
         let Some(path) = path else {
             return DEFAULT_CONTROL_SOCKET.into();
         };
+        // Relative to the config file, like certificate paths: the master may be started
+        // from any directory, and `tollgate reload --config` resolves it the same way.
+        let resolved = self.path(path.get_ref());
         // sun_path holds 108 bytes including the terminating NUL.
-        let p = path.get_ref();
-        if p.is_empty() || p.len() > 107 {
+        let len = resolved.as_os_str().len();
+        if path.get_ref().is_empty() || len > 107 {
             self.err(
                 path.span(),
                 "global.control_socket".into(),
-                "must be a path of 1 to 107 bytes".into(),
+                format!("must be a path of 1 to 107 bytes (`{}` is {len})", resolved.display()),
             );
         }
-        p.into()
+        resolved
     }
 
     fn watchdog(&mut self, file: &ConfigFile) -> Watchdog {
@@ -233,9 +248,12 @@ impl<'a> Validator<'a> {
         out
     }
 
-    fn http(&mut self, file: &ConfigFile) -> Http {
+    fn http(&mut self, file: &ConfigFile, buffer_size: usize) -> Http {
         let h = &file.http;
-        let mut out = Http::default();
+        let mut out = Http {
+            max_header_size: DEFAULT_MAX_HEADER_SIZE.min(buffer_size),
+            ..Http::default()
+        };
         let sized = [
             (
                 "max_header_size",
@@ -262,6 +280,18 @@ impl<'a> Validator<'a> {
                     );
                 }
             }
+        }
+        // A head is read into one buffer: a larger limit could never be reached.
+        if let Some(v) = &h.max_header_size
+            && v.get_ref().0 > buffer_size as u64
+        {
+            self.err(
+                v.span(),
+                "http.max_header_size".into(),
+                format!(
+                    "must not exceed global.buffer_size ({buffer_size} bytes): a request head is read into one buffer"
+                ),
+            );
         }
         if let Some(n) = &h.max_headers {
             if (1..=crate::http::h1::HEADER_CAP).contains(n.get_ref()) {
@@ -401,7 +431,8 @@ impl<'a> Validator<'a> {
                 .enumerate()
                 .filter_map(|(j, r)| self.route(r, format!("{key}.route[{j}]"), mode, backends))
                 .collect();
-            if f.default_backend.is_none() && routes.is_empty() {
+            // Counted as written: a route refused above must not also cause this error.
+            if f.default_backend.is_none() && f.route.is_empty() {
                 self.err(
                     f.name.span(),
                     format!("{key}.default_backend"),
@@ -647,8 +678,10 @@ impl<'a> Validator<'a> {
                 name.span(),
                 key,
                 format!(
-                    "frontend mode {mode:?} does not match backend `{}` mode {backend_mode:?}",
-                    name.get_ref()
+                    "frontend mode \"{}\" does not match backend `{}` mode \"{}\"",
+                    mode.as_str(),
+                    name.get_ref(),
+                    backend_mode.as_str()
                 ),
             );
         }
@@ -724,7 +757,15 @@ impl<'a> Validator<'a> {
                 }
             }
             _ => {
-                let span = r.backend.as_ref().map_or(0..0, |b| b.span());
+                let span = r
+                    .backend
+                    .as_ref()
+                    .map(|b| b.span())
+                    .or_else(|| r.return_response.as_ref().map(|x| x.span()))
+                    .or_else(|| r.host.as_ref().map(|h| h.span()))
+                    .or_else(|| r.path_prefix.as_ref().map(|p| p.span()))
+                    .or_else(|| r.sni.as_ref().map(|p| p.span()))
+                    .unwrap_or(0..0);
                 self.err(span, key, "a route needs exactly one of `backend` or `return`".into());
                 return None;
             }

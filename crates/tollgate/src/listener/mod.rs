@@ -6,6 +6,13 @@
 //! If SO_REUSEPORT binding fails, the address falls back to one plain socket whose single
 //! accept loop feeds the workers (one warning, and it keeps serving).
 //!
+//! An address another socket already listens on is refused, never shared: SO_REUSEPORT would
+//! let a second tollgate (same user) silently split the traffic with the first. Before a
+//! group is bound, a probe binds the address without SO_REUSEPORT, which the kernel refuses
+//! while any socket listens there. Our own reloads never probe an address they already hold
+//! (`master::sockets` reuses its sockets). A bind error reads
+//! `cannot listen on ADDR (frontend "NAME"): REASON`.
+//!
 //! Sockets are plain `std` listeners keyed by address and index, so a master process can
 //! bind them and pass them to a worker generation unchanged.
 
@@ -56,9 +63,13 @@ pub fn bind_all_with(config: &Config, reuseport: ReusePortBinder) -> io::Result<
     let mut out = Vec::new();
     for (fe, frontend) in config.frontends.iter().enumerate() {
         for &addr in &frontend.binds {
+            let cannot = |e: io::Error| cannot_listen(addr, &frontend.name, &e);
             let per_worker = if config.global.thread_per_core {
+                probe_free(addr).map_err(cannot)?;
                 match reuseport(addr, config.global.workers, config.global.backlog) {
                     Ok(group) => Some(group),
+                    // Taken between the probe and the bind: the same refusal, no fallback.
+                    Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(cannot(e)),
                     Err(e) => {
                         tracing::warn!(
                             frontend = %frontend.name, %addr, error = %e,
@@ -77,8 +88,7 @@ pub fn bind_all_with(config: &Config, reuseport: ReusePortBinder) -> io::Result<
                     }
                 }
                 None => {
-                    let socket = bind_one(addr, false, config.global.backlog)
-                        .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?;
+                    let socket = bind_one(addr, false, config.global.backlog).map_err(cannot)?;
                     out.push(bound(fe, addr, None, socket)?);
                 }
             }
@@ -100,6 +110,37 @@ fn bound(
         worker,
         socket,
     })
+}
+
+/// Fails with `AddrInUse` if a socket listens on `addr` (any process, any user): the probe
+/// binds without SO_REUSEPORT (with SO_REUSEADDR, so TIME_WAIT leftovers do not count) and
+/// is closed at once. Port 0 needs no probe: the kernel picks a port nobody uses.
+pub fn probe_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.bind(&addr.into())
+}
+
+/// The one-line bind error: `cannot listen on ADDR (frontend "NAME"): address already in use`.
+pub fn cannot_listen(addr: SocketAddr, frontend: &str, e: &io::Error) -> io::Error {
+    let reason = match e.kind() {
+        io::ErrorKind::AddrInUse => "address already in use".to_string(),
+        io::ErrorKind::AddrNotAvailable => "address not available on this host".to_string(),
+        io::ErrorKind::PermissionDenied => {
+            "permission denied (a port below 1024 needs root or CAP_NET_BIND_SERVICE)".to_string()
+        }
+        _ => crate::error::os_message(e),
+    };
+    io::Error::new(
+        e.kind(),
+        format!("cannot listen on {addr} (frontend \"{frontend}\"): {reason}"),
+    )
 }
 
 /// `n` SO_REUSEPORT sockets on one address. With port 0 the first socket picks the port

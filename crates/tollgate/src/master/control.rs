@@ -138,14 +138,20 @@ pub fn request(path: &Path, command: Command) -> io::Result<Reply> {
 }
 
 /// The control socket a client should use: `explicit`, else `global.control_socket` of
-/// `config` (read leniently: the file may be the broken config being reloaded), else the default.
+/// `config` (read leniently: the file may be the broken config being reloaded; relative to
+/// the file's directory, as the master resolves it), else the default.
 pub fn client_path(explicit: Option<PathBuf>, config: Option<&Path>) -> PathBuf {
     if let Some(p) = explicit {
         return p;
     }
-    let from_config = config
-        .and_then(|c| std::fs::read_to_string(c).ok())
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .and_then(|t| t.get("global")?.get("control_socket")?.as_str().map(PathBuf::from));
+    let from_config = config.and_then(|c| {
+        let text = std::fs::read_to_string(c).ok()?;
+        let table = text.parse::<toml::Table>().ok()?;
+        let path = PathBuf::from(table.get("global")?.get("control_socket")?.as_str()?);
+        Some(match c.parent() {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path,
+        })
+    });
     from_config.unwrap_or_else(|| PathBuf::from(crate::config::model::DEFAULT_CONTROL_SOCKET))
 }

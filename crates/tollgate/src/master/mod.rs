@@ -3,7 +3,7 @@
 //!
 //! A *generation* is one worker process (the same binary re-executed as `tollgate worker`)
 //! running one config. The master binds every socket once, hands duplicates of them to each
-//! generation over a socketpair (`SCM_RIGHTS`, see `ipc` and `sockets`), and waits for its
+//! generation over a socketpair (`SCM_RIGHTS`, see `sockets`; then `command` frames), and waits for its
 //! READY. A reload (SIGHUP or `tollgate reload` on the control socket) validates the config
 //! file again, binds what is new, starts the next generation on the same sockets, waits for
 //! READY, and only then tells the previous generations to soft-stop. Because the master keeps
@@ -14,11 +14,13 @@
 //! generations with their state (`starting` → `serving` → `stopping` → gone), the current
 //! config text, and the restart backoff. A generation is removed only when its process has
 //! been reaped, and a socket is closed only when no live generation and not the current
-//! config uses it.
+//! config uses it — or at SIGTERM, when the master closes them all at once so nothing new is
+//! accepted while the generations finish their connections.
 
 pub mod commands;
 pub mod control;
 pub mod desired;
+pub mod privileges;
 pub mod sockets;
 pub mod supervise;
 pub mod worker;
@@ -39,6 +41,7 @@ use crate::command::{ReloadReport, Reply, ServerChange, ToMaster, ToWorker, code
 use crate::config::Config;
 use crate::config::ids::IdTable;
 use crate::error::{Error, ErrorKind, Side};
+use crate::listener::BoundSocket;
 use commands::Pending;
 use control::Request;
 use desired::Desired;
@@ -122,20 +125,22 @@ fn internal(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
 /// Reads and validates the config file, ids from `ids`; the error text is
 /// `FILE:LINE:COL: message` lines.
 fn load(path: &Path, ids: &mut IdTable) -> Result<(Config, String), String> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: cannot read: {e}"))?;
-    let mut config = crate::config::parse_with_ids(&text, &shown, ids).map_err(|e| e.to_string())?;
-    config.source = Some(path.to_path_buf());
+    let (mut config, text) = crate::config::load_with_text(path).map_err(|e| e.to_string())?;
+    ids.assign(&mut config);
     Ok((config, text))
 }
 
-/// Runs the master until SIGTERM (graceful) or SIGINT (fast).
-pub fn run(config_path: &Path) -> Result<(), Error> {
+/// Runs the master until SIGTERM (graceful) or SIGINT (fast), on `config` (read from
+/// `config_path` as `text`, see `config::load_with_text`) and the `sockets` bound for it
+/// (`listener::bind_all`): the caller binds, so a port in use is reported before anything
+/// starts.
+pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundSocket>) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(internal("locate own binary"))?;
+    privileges::warn_if_root(&config.global);
+    // The master's id table: the first config's ids, kept for its whole life.
     let mut desired = Desired::default();
-    let (config, text) =
-        load(config_path, &mut desired.ids).map_err(|e| Error::new(ErrorKind::Config, Side::Internal, e))?;
-    let sockets = crate::listener::bind_all(&config).map_err(internal("binding listeners"))?;
+    let mut config = config;
+    desired.ids.assign(&mut config);
     for s in sockets.iter().filter(|s| s.worker.is_none_or(|w| w == 0)) {
         let frontend = config.frontends.get(s.frontend).map_or("", |f| f.name.as_str());
         tracing::info!(frontend = %frontend, addr = %s.local, "listening");
@@ -352,6 +357,11 @@ impl Master {
         {
             tracing::warn!("global.control_socket and global.master take effect at the next start, not on reload");
         }
+        if config.global.run_as != self.config.global.run_as
+            || config.global.allow_root != self.config.global.allow_root
+        {
+            privileges::warn_if_root(&config.global);
+        }
         let plan = match self.sockets.ensure(&config) {
             Ok(p) => p,
             Err(e) => {
@@ -555,11 +565,23 @@ impl Master {
         }
     }
 
-    /// SIGTERM: soft-stop every generation, wait for them (killing the overdue), return.
+    /// SIGTERM: stop accepting at once, soft-stop every generation, wait for them (killing
+    /// the overdue), return.
+    ///
+    /// The master closes its listening sockets first and the workers close theirs as they
+    /// stop, so the sockets are gone within the workers' reaction time: new connections are
+    /// refused (ECONNREFUSED) instead of queued and reset when the last process exits.
     async fn shutdown(&mut self, events: &mut mpsc::UnboundedReceiver<Event>, int: &mut Signal) {
         self.exiting = true;
         self.restart_at = None;
-        self.stop_all_but(0).await;
+        // Every listening socket the master holds, whoever uses it: nothing accepts any more.
+        self.sockets = SocketTable::default();
+        let stopping = self.stop_all_but(0).await;
+        self.await_draining(&stopping, events).await;
+        tracing::info!(
+            generations = self.gens.len(),
+            "stopped accepting: listening sockets closed; finishing the connections in flight"
+        );
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         while !self.gens.is_empty() {
             tokio::select! {

@@ -70,6 +70,7 @@ impl SocketTable {
         let backlog = config.global.backlog;
         for (fe, frontend) in config.frontends.iter().enumerate() {
             for &addr in &frontend.binds {
+                let cannot = |e: io::Error| listener::cannot_listen(addr, &frontend.name, &e);
                 let keys: Vec<String> = (0..workers)
                     .map(|w| dedup(format!("tcp:{addr}#{w}"), &mut seen))
                     .collect();
@@ -77,8 +78,7 @@ impl SocketTable {
                 // An address that fell back to one shared socket stays that way.
                 if !config.global.thread_per_core || self.entries.contains_key(&shared) {
                     if !self.entries.contains_key(&shared) {
-                        let socket = listener::bind_one(addr, false, backlog)
-                            .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?;
+                        let socket = listener::bind_one(addr, false, backlog).map_err(cannot)?;
                         fresh.insert(shared.clone(), entry(socket)?);
                     }
                     plan.push((shared, fe));
@@ -90,31 +90,34 @@ impl SocketTable {
                     Some(local) => {
                         for k in &keys {
                             if !self.entries.contains_key(k) {
-                                let socket = listener::bind_one(local, true, backlog)
-                                    .map_err(|e| io::Error::new(e.kind(), format!("bind {local}: {e}")))?;
+                                let socket = listener::bind_one(local, true, backlog).map_err(cannot)?;
                                 fresh.insert(k.clone(), entry(socket)?);
                             }
                         }
                         plan.extend(keys.into_iter().map(|k| (k, fe)));
                     }
-                    None => match listener::bind_reuseport_group(addr, workers, backlog) {
-                        Ok(group) => {
-                            for (k, socket) in keys.iter().zip(group) {
-                                fresh.insert(k.clone(), entry(socket)?);
+                    // A new address: refused if anyone listens there (see `listener`).
+                    None => {
+                        listener::probe_free(addr).map_err(cannot)?;
+                        match listener::bind_reuseport_group(addr, workers, backlog) {
+                            Ok(group) => {
+                                for (k, socket) in keys.iter().zip(group) {
+                                    fresh.insert(k.clone(), entry(socket)?);
+                                }
+                                plan.extend(keys.into_iter().map(|k| (k, fe)));
                             }
-                            plan.extend(keys.into_iter().map(|k| (k, fe)));
+                            Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(cannot(e)),
+                            Err(e) => {
+                                tracing::warn!(
+                                    frontend = %frontend.name, %addr, error = %e,
+                                    "SO_REUSEPORT bind failed; falling back to one shared accept loop for this address"
+                                );
+                                let socket = listener::bind_one(addr, false, backlog).map_err(cannot)?;
+                                fresh.insert(shared.clone(), entry(socket)?);
+                                plan.push((shared, fe));
+                            }
                         }
-                        Err(e) => {
-                            tracing::warn!(
-                                frontend = %frontend.name, %addr, error = %e,
-                                "SO_REUSEPORT bind failed; falling back to one shared accept loop for this address"
-                            );
-                            let socket = listener::bind_one(addr, false, backlog)
-                                .map_err(|e| io::Error::new(e.kind(), format!("bind {addr}: {e}")))?;
-                            fresh.insert(shared.clone(), entry(socket)?);
-                            plan.push((shared, fe));
-                        }
-                    },
+                    }
                 }
             }
         }

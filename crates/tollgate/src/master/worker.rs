@@ -2,11 +2,12 @@
 //! subcommand) with its end of the socketpair as stdin.
 //!
 //! Boot: receive the listening sockets (`SCM_RIGHTS`), then the config text the master
-//! validated, start the worker threads on those sockets, say `ready`. Then wait: `stop` (or
-//! SIGTERM, or the master vanishing) = soft stop — the accept loops return and drop their
-//! duplicates of the sockets (the master still holds them, so their queues survive), sessions
-//! in flight run to their end, at the latest `timeouts.hard_stop_after`; `hard-stop` (or
-//! SIGINT) = close everything now.
+//! validated, switch to `[global] user` (see `privileges`), start the worker threads on those
+//! sockets, say `ready`. Then wait: `stop` (or SIGTERM, or the master vanishing) = soft stop —
+//! the accept loops return and drop their duplicates of the sockets (after a reload the master
+//! still holds them, so their queues survive; at shutdown it has closed its own, so the
+//! sockets close and new connections are refused), sessions in flight run to their end, at
+//! the latest `timeouts.hard_stop_after`; `hard-stop` (or SIGINT) = close everything now.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -59,6 +60,11 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
         Ok(s) => s,
         Err(e) => return Err(fail(&mut chan, e.to_string())),
     };
+    // Everything root was needed for is done (sockets held, certificates read) and no
+    // thread has started yet: from here on this process parses client traffic.
+    if let Err(e) = super::privileges::drop_privileges(&config.global) {
+        return Err(fail(&mut chan, e.context.into_owned()));
+    }
     let hard_stop_after = config.timeouts.hard_stop_after;
     let listeners = sockets.len();
     let running = match runtime::start_with(Arc::new(config), sockets, options) {

@@ -76,12 +76,18 @@ impl Master {
 
     /// `start` running the master from `bin`.
     pub fn start_bin(bin: &Path, dir: TempDir, config_text: &str, env: &[(&str, &str)]) -> Master {
+        let cwd = dir.0.clone();
+        Master::start_in(bin, &cwd, dir, config_text, env)
+    }
+
+    /// `start_bin` with the master's working directory `cwd` (the config is still in `dir`).
+    pub fn start_in(bin: &Path, cwd: &Path, dir: TempDir, config_text: &str, env: &[(&str, &str)]) -> Master {
         let config = dir.0.join("tollgate.toml");
         std::fs::write(&config, config_text).unwrap();
         let mut cmd = Command::new(bin);
         cmd.args(["run", "--config"])
             .arg(&config)
-            .current_dir(&dir.0)
+            .current_dir(cwd)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
