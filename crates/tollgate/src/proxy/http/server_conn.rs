@@ -238,3 +238,111 @@ impl Endpoint for ServerConn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use socket2::SockRef;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::tls::certs;
+
+    /// Plaintext rustls takes in one write (below its 64 KiB buffer limit) but, with small
+    /// socket buffers and a peer not reading yet, cannot send at once.
+    const REQUEST: usize = 60 * 1024;
+
+    fn server_config() -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["origin.test".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(certs::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        Arc::new(config)
+    }
+
+    async fn tls_conn(addr: SocketAddr) -> ServerConn {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        SockRef::from(&tcp).set_send_buffer_size(4096).unwrap();
+        let tls = ServerTls {
+            client_config: certs::client_config(None, vec![b"http/1.1".to_vec()], certs::provider()).unwrap(),
+            server_name: rustls::pki_types::ServerName::try_from("origin.test").unwrap(),
+        };
+        let stream = crate::tls::backend::connect(&tls, tcp, Duration::from_secs(5), "o")
+            .await
+            .unwrap();
+        ServerConn::Tls(Box::new(stream))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn records_kept_back_by_a_write_go_out_before_the_response_is_read() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        SockRef::from(&listener).set_recv_buffer_size(4096).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(server_config());
+        let (go, go_rx) = oneshot::channel::<()>();
+        let (closed, closed_rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(s).await.unwrap();
+            go_rx.await.unwrap();
+            let mut request = vec![0u8; REQUEST];
+            tls.read_exact(&mut request).await.unwrap();
+            tls.write_all(b"done").await.unwrap();
+            tls.flush().await.unwrap();
+            closed_rx.await.unwrap();
+            tls.shutdown().await.unwrap();
+        });
+        let mut conn = tls_conn(addr).await;
+        conn.write_all(&vec![7u8; REQUEST]).await.unwrap();
+        let ServerConn::Tls(tls) = &conn else { unreachable!() };
+        assert!(
+            tls.get_ref().1.wants_write(),
+            "precondition: the socket was full and rustls kept records back"
+        );
+        go.send(()).unwrap();
+        let mut reply = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply))
+            .await
+            .expect("the request's tail was sent")
+            .unwrap();
+        assert_eq!(&reply, b"done");
+
+        // Idle and open (session tickets taken in by the read): usable.
+        assert!(conn.is_usable_idle());
+        closed.send(()).unwrap();
+        server.await.unwrap();
+        let ServerConn::Tls(tls) = &conn else { unreachable!() };
+        tls.get_ref().0.readable().await.unwrap();
+        assert!(!conn.is_usable_idle(), "close_notify makes it unusable");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_plain_idle_connection_is_probed_only_after_an_event() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut conn = ServerConn::from(TcpStream::connect(addr).await.unwrap());
+        let (mut peer, _) = listener.accept().await.unwrap();
+        assert!(conn.is_usable_idle());
+        peer.write_all(b"x").await.unwrap();
+        let ServerConn::Plain(s) = &conn else { unreachable!() };
+        s.readable().await.unwrap();
+        assert!(!conn.is_usable_idle(), "stray bytes");
+    }
+}
