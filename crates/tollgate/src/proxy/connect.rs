@@ -24,9 +24,10 @@ fn pick(ctx: &WorkerCtx, backend: usize, state: &BackendState, tried: u64) -> Op
     balancer.pick(&usable(false)).or_else(|| balancer.pick(&usable(true)))
 }
 
-/// A server connection ready for a session.
-pub struct Connected {
-    pub stream: TcpStream,
+/// A server connection ready for a session: a socket (TCP mode), or what HTTP mode keeps
+/// (`S`, which a fresh socket becomes).
+pub struct Connected<S = TcpStream> {
+    pub stream: S,
     pub slot: ServerSlot,
     /// Index of the server in its backend.
     pub server: usize,
@@ -42,11 +43,11 @@ pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected, Error
 /// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries`.
-pub async fn connect_or_reuse(
+pub async fn connect_or_reuse<S: From<TcpStream>>(
     ctx: &WorkerCtx,
     backend: usize,
-    mut reuse: impl FnMut(usize) -> Option<TcpStream>,
-) -> Result<Connected, Error> {
+    mut reuse: impl FnMut(usize) -> Option<S>,
+) -> Result<Connected<S>, Error> {
     let config = &ctx.shared.config;
     let no_backend = || Error::new(ErrorKind::NoServer, Side::Internal, "no such backend");
     let state = ctx.shared.backends.get(backend).ok_or_else(no_backend)?;
@@ -95,7 +96,7 @@ pub async fn connect_or_reuse(
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 return Ok(Connected {
-                    stream,
+                    stream: S::from(stream),
                     slot,
                     server: index,
                     reused: false,

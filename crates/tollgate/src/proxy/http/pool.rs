@@ -5,24 +5,31 @@
 //! a connection the server keeps open; it is checked on the way out (a server that closed
 //! it shows EOF) and dropped once older than `timeouts.pool_idle`. LIFO: the most recently
 //! used connection is the warmest and the least likely to have been closed by the server.
+//! A server's list holds only connections of its kind (TLS for a `tls = true` server,
+//! plain otherwise): `put` drops any other.
 
 use std::cell::RefCell;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::server_conn::ServerConn;
 use crate::config::Config;
 
 struct Idle {
-    stream: TcpStream,
+    conn: ServerConn,
     since: Instant,
+}
+
+/// The idle connections to one server.
+struct ServerIdle {
+    tls: bool,
+    conns: Vec<Idle>,
 }
 
 pub struct ServerPool {
     /// `[backend][server]`.
-    idle: RefCell<Vec<Vec<Vec<Idle>>>>,
+    idle: RefCell<Vec<Vec<ServerIdle>>>,
     max_per_server: usize,
     max_age: Duration,
 }
@@ -34,7 +41,15 @@ impl ServerPool {
                 config
                     .backends
                     .iter()
-                    .map(|b| b.servers.iter().map(|_| Vec::new()).collect())
+                    .map(|b| {
+                        b.servers
+                            .iter()
+                            .map(|s| ServerIdle {
+                                tls: s.tls.is_some(),
+                                conns: Vec::new(),
+                            })
+                            .collect()
+                    })
                     .collect(),
             ),
             max_per_server: config.http.pool_max_idle,
@@ -43,44 +58,36 @@ impl ServerPool {
     }
 
     /// A live idle connection to `server` of `backend`, if any.
-    pub fn take(&self, backend: usize, server: usize) -> Option<TcpStream> {
+    pub fn take(&self, backend: usize, server: usize) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(backend)?.get_mut(server)?;
+        let list = &mut idle.get_mut(backend)?.get_mut(server)?.conns;
         let now = Instant::now();
-        while let Some(conn) = list.pop() {
-            if now.duration_since(conn.since) > self.max_age {
-                continue;
-            }
-            // No readiness event since the last response was drained: alive, and no syscall
-            // spent finding out. With one, probe: EOF or stray bytes make it unusable.
-            let mut cx = Context::from_waker(Waker::noop());
-            if conn.stream.poll_read_ready(&mut cx).is_pending() {
-                return Some(conn.stream);
-            }
-            let mut probe = [0u8; 1];
-            match conn.stream.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn.stream),
-                _ => continue,
+        while let Some(mut idle) = list.pop() {
+            if now.duration_since(idle.since) <= self.max_age && idle.conn.is_usable_idle() {
+                return Some(idle.conn);
             }
         }
         None
     }
 
-    pub fn put(&self, backend: usize, server: usize, stream: TcpStream) {
+    pub fn put(&self, backend: usize, server: usize, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
-        let Some(list) = idle.get_mut(backend).and_then(|b| b.get_mut(server)) else {
+        let Some(slot) = idle.get_mut(backend).and_then(|b| b.get_mut(server)) else {
             return;
         };
+        if conn.is_tls() != slot.tls {
+            return;
+        }
         let now = Instant::now();
-        list.retain(|c| now.duration_since(c.since) <= self.max_age);
-        if list.len() < self.max_per_server {
-            list.push(Idle { stream, since: now });
+        slot.conns.retain(|c| now.duration_since(c.since) <= self.max_age);
+        if slot.conns.len() < self.max_per_server {
+            slot.conns.push(Idle { conn, since: now });
         }
     }
 
     /// Idle connections held now (all servers).
     pub fn len(&self) -> usize {
-        self.idle.borrow().iter().flatten().map(Vec::len).sum()
+        self.idle.borrow().iter().flatten().map(|s| s.conns.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
