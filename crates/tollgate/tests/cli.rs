@@ -326,3 +326,39 @@ fn every_option_has_a_help_line() {
         }
     }
 }
+
+/// `h2` offered on an http-mode frontend would be negotiated and then read as HTTP/1
+/// (clients get an empty reply): `check` refuses it at its position; a tcp-mode frontend
+/// relays h2 to a server that speaks it, so there it passes.
+#[test]
+fn check_refuses_h2_alpn_on_http_frontends() {
+    let dir = tempdir("alpn");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["a.example".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (c, k) = (dir.join("a.crt"), dir.join("a.key"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    let config = |mode: &str| {
+        format!(
+            "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:18443\"]\nmode = \"{mode}\"\ndefault_backend = \"app\"\n\
+             [frontend.tls]\nalpn = [\"http/1.1\", \"h2\"]\n[[frontend.tls.cert]]\ncert = \"{}\"\nkey = \"{}\"\n\
+             [[backend]]\nname = \"app\"\nmode = \"{mode}\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n",
+            c.display(),
+            k.display()
+        )
+    };
+    let (code, _, stderr) = check("alpn-http.toml", &config("http"));
+    let (path, msg) = stderr.split_once('|').unwrap();
+    assert_eq!(code, 2, "{msg}");
+    assert!(msg.starts_with(&format!("{path}:7:21:")), "{msg}");
+    assert!(
+        msg.contains("(key `frontend[0].tls.alpn[1]`)") && msg.contains("`h2`"),
+        "{msg}"
+    );
+    let (code, stdout, stderr) = check("alpn-tcp.toml", &config("tcp"));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

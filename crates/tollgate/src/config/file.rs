@@ -122,16 +122,16 @@ pub struct FrontendSection {
     pub maxconn: Option<u32>,
     pub default_backend: Option<Spanned<String>>,
     /// HTTP mode: which forwarding header to add.
-    pub forwarded: Option<ForwardedName>,
+    pub forwarded: Option<Spanned<ForwardedName>>,
     /// Ordered rules; the first that matches decides, else `default_backend`.
     #[serde(default)]
     pub route: Vec<RouteSection>,
     /// TCP mode: close connections whose SNI no `sni` route (or certificate) matches.
-    pub reject_unknown_sni: Option<bool>,
+    pub reject_unknown_sni: Option<Spanned<bool>>,
     /// `[frontend.tls]`: terminate TLS here.
     pub tls: Option<TlsSection>,
     /// `[frontend.splice]`: TCP-mode relays move bytes with splice(2).
-    pub splice: Option<OffloadSection>,
+    pub splice: Option<Spanned<OffloadSection>>,
 }
 
 /// `[frontend.tls]`.
@@ -146,7 +146,7 @@ pub struct TlsSection {
     pub session_tickets: Option<bool>,
     pub session_cache: Option<bool>,
     /// `[frontend.tls.ktls]`.
-    pub ktls: Option<OffloadSection>,
+    pub ktls: Option<Spanned<OffloadSection>>,
 }
 
 #[derive(Debug, Deserialize)]

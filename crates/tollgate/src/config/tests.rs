@@ -319,3 +319,143 @@ fn user_and_group_are_resolved_at_load() {
     let e = first_error(&with("user = \"root\"\ngroup = \"no-such-group-tollgate\""));
     assert_eq!((e.key.as_str(), e.line), ("global.group", 4), "{e}");
 }
+
+/// A self-signed certificate and key written to a fresh directory: `(dir, cert, key)`.
+fn cert_files(tag: &str) -> (std::path::PathBuf, String, String) {
+    let dir = std::env::temp_dir().join(format!("tollgate-config-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["a.example".into()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("cert");
+    let (c, k) = (dir.join("a.crt"), dir.join("a.key"));
+    std::fs::write(&c, cert.pem()).expect("write cert");
+    std::fs::write(&k, key.serialize_pem()).expect("write key");
+    (dir, c.display().to_string(), k.display().to_string())
+}
+
+/// A frontend in `mode` terminating TLS with `tls_extra` in `[frontend.tls]`.
+fn tls_frontend(mode: &str, cert: &str, key: &str, tls_extra: &str) -> String {
+    format!(
+        "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8443\"]\nmode = \"{mode}\"\ndefault_backend = \"app\"\n\
+         [frontend.tls]\n{tls_extra}\n[[frontend.tls.cert]]\ncert = \"{cert}\"\nkey = \"{key}\"\n\
+         [[backend]]\nname = \"app\"\nmode = \"{mode}\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n"
+    )
+}
+
+#[test]
+fn h2_in_alpn_is_refused_on_http_frontends_only() {
+    let (dir, cert, key) = cert_files("alpn");
+    let src = tls_frontend("http", &cert, &key, "alpn = [\"h2\", \"http/1.1\"]");
+    let e = first_error(&src);
+    assert_eq!(
+        (e.line, e.column, e.key.as_str()),
+        (7, 9, "frontend[0].tls.alpn[0]"),
+        "{e}"
+    );
+    assert!(e.message.contains("`h2`") && e.message.contains("HTTP/1"), "{e}");
+    let ok = parse(
+        &tls_frontend("http", &cert, &key, "alpn = [\"http/1.1\", \"http/1.0\"]"),
+        "t.toml",
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    // TCP mode relays whatever the client speaks: h2 is the server's business.
+    let ok = parse(
+        &tls_frontend("tcp", &cert, &key, "alpn = [\"h2\", \"http/1.1\"]"),
+        "t.toml",
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn keys_a_mode_ignores_are_refused() {
+    let (dir, cert, key) = cert_files("modes");
+    // (text, line, key)
+    let cases = [
+        (
+            GOOD.replace(
+                "default_backend = \"app\"",
+                "default_backend = \"app\"\nforwarded = \"none\"",
+            ),
+            15,
+            "frontend[0].forwarded",
+        ),
+        (
+            HTTP_ROUTES.replace(
+                "default_backend = \"app\"\n",
+                "default_backend = \"app\"\n[frontend.splice]\nenabled = true\n",
+            ),
+            7,
+            "frontend[0].splice",
+        ),
+        (
+            tls_frontend("http", &cert, &key, "[frontend.tls.ktls]\nenabled = true"),
+            7,
+            "frontend[0].tls.ktls",
+        ),
+        (
+            GOOD.replace(
+                "default_backend = \"app\"",
+                "default_backend = \"app\"\nreject_unknown_sni = true",
+            ),
+            15,
+            "frontend[0].reject_unknown_sni",
+        ),
+        (
+            HTTP_ROUTES.replace(
+                "default_backend = \"app\"",
+                "default_backend = \"app\"\nreject_unknown_sni = true",
+            ),
+            7,
+            "frontend[0].reject_unknown_sni",
+        ),
+    ];
+    for (src, line, key) in cases {
+        let e = first_error(&src);
+        assert_eq!((e.line, e.key.as_str()), (line, key), "{e}\n{src}");
+    }
+    // Where they do something, they are accepted.
+    let tcp_ok = [
+        tls_frontend("tcp", &cert, &key, "[frontend.tls.ktls]\nenabled = true"),
+        tls_frontend("tcp", &cert, &key, "").replacen(
+            "mode = \"tcp\"\n",
+            "mode = \"tcp\"\nreject_unknown_sni = true\n",
+            1,
+        ),
+        tls_frontend("http", &cert, &key, "").replacen(
+            "mode = \"http\"\n",
+            "mode = \"http\"\nreject_unknown_sni = true\n",
+            1,
+        ),
+        GOOD.replace(
+            "default_backend = \"app\"",
+            "default_backend = \"app\"\n[frontend.splice]\nenabled = true",
+        ),
+    ];
+    for src in tcp_ok {
+        let parsed = parse(&src, "t.toml");
+        assert!(parsed.is_ok(), "{:?}\n{src}", parsed.err());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn tls_to_servers_offers_http11_in_http_mode_only() {
+    let server = "name = \"a\"\naddress = \"127.0.0.1:9001\"\ntls = true\nverify = false\n";
+    let http = parse(
+        &HTTP_ROUTES.replace("name = \"a\"\naddress = \"127.0.0.1:9001\"\n", server),
+        "t.toml",
+    )
+    .expect("valid");
+    let tls = http.backends[0].servers[0].tls.as_ref().expect("tls");
+    assert_eq!(tls.client_config.alpn_protocols, vec![b"http/1.1".to_vec()]);
+    let tcp = parse(
+        &GOOD.replace("name = \"a\"\naddress = \"127.0.0.1:9001\"\n", server),
+        "t.toml",
+    )
+    .expect("valid");
+    let tls = tcp.backends[0].servers[0].tls.as_ref().expect("tls");
+    assert!(tls.client_config.alpn_protocols.is_empty(), "TCP mode relays: no ALPN");
+}

@@ -16,6 +16,9 @@ use crate::balance;
 use crate::tls::certs;
 use crate::tls::client_hello::SniMatcher;
 
+/// ALPN protocols an http-mode frontend may offer: what its HTTP/1 parser speaks.
+const HTTP1_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
+
 /// Connections the process allows when `global.maxconn` is not set: bounded by the fd limit
 /// (two descriptors per proxied connection, a reserve for listeners and logs).
 pub fn default_maxconn(fd_limit: u64) -> u32 {
@@ -344,6 +347,7 @@ impl<'a> Validator<'a> {
                 Some(name) => name.get_ref().clone(),
                 None => balance::DEFAULT.to_string(),
             };
+            let mode = b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref());
             let mut server_names = HashSet::new();
             let mut servers = Vec::new();
             for (j, s) in b.server.iter().enumerate() {
@@ -364,7 +368,7 @@ impl<'a> Validator<'a> {
                     Some(w) => *w.get_ref(),
                     None => 1,
                 };
-                let tls = self.server_tls(s, &skey);
+                let tls = self.server_tls(s, &skey, mode);
                 servers.push(Server {
                     id: Default::default(),
                     name: s.name.get_ref().clone(),
@@ -378,7 +382,7 @@ impl<'a> Validator<'a> {
             out.push(Backend {
                 id: Default::default(),
                 name: b.name.get_ref().clone(),
-                mode: b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref()),
+                mode,
                 balance,
                 retries: b.retries.unwrap_or(DEFAULT_RETRIES),
                 servers,
@@ -440,23 +444,24 @@ impl<'a> Validator<'a> {
                 );
             }
             let sni_routes = self.sni_routes(f, &routes, &key);
-            let reject_unknown_sni = f.reject_unknown_sni.unwrap_or(false);
+            self.mode_keys(f, mode, &key);
+            let reject_unknown_sni = f.reject_unknown_sni.as_ref().is_some_and(|r| *r.get_ref());
             let tls = f
                 .tls
                 .as_ref()
-                .and_then(|t| self.frontend_tls(f, t, &format!("{key}.tls"), reject_unknown_sni));
+                .and_then(|t| self.frontend_tls(f, t, &format!("{key}.tls"), mode, reject_unknown_sni));
             out.push(Frontend {
                 name: f.name.get_ref().clone(),
                 binds,
                 mode,
                 maxconn: f.maxconn.unwrap_or(0),
                 default_backend,
-                forwarded: f.forwarded.unwrap_or(Forwarded::XForwardedFor),
+                forwarded: f.forwarded.as_ref().map_or(Forwarded::XForwardedFor, |v| *v.get_ref()),
                 routes,
                 sni_routes,
                 reject_unknown_sni,
                 tls,
-                splice: offload(f.splice.as_ref()),
+                splice: offload(f.splice.as_ref().map(Spanned::get_ref)),
             });
         }
         out
@@ -512,6 +517,7 @@ impl<'a> Validator<'a> {
         f: &FrontendSection,
         t: &TlsSection,
         key: &str,
+        mode: ModeName,
         reject_unknown_sni: bool,
     ) -> Option<FrontendTls> {
         let provider = certs::provider();
@@ -562,10 +568,21 @@ impl<'a> Validator<'a> {
                     format!("{key}.alpn[{i}]"),
                     "a protocol name is 1 to 255 bytes".into(),
                 );
+            } else if mode == ModeName::Http && !HTTP1_ALPN.contains(&p.get_ref().as_str()) {
+                // A client that gets `h2` sends the HTTP/2 preface, which HTTP mode would
+                // read as a bad HTTP/1 request: the client sees an empty reply.
+                self.err(
+                    p.span(),
+                    format!("{key}.alpn[{i}]"),
+                    format!(
+                        "`{}` is not spoken by an http-mode frontend (HTTP/1.x only): offer \"http/1.1\" (and \"http/1.0\"), or use a tcp-mode frontend to relay it",
+                        p.get_ref()
+                    ),
+                );
             }
             alpn.push(p.get_ref().as_bytes().to_vec());
         }
-        let ktls = offload(t.ktls.as_ref());
+        let ktls = offload(t.ktls.as_ref().map(Spanned::get_ref));
         if loaded.len() != t.cert.len() {
             return None;
         }
@@ -594,7 +611,9 @@ impl<'a> Validator<'a> {
     }
 
     /// `tls = true` on a server: verified against `ca_file` unless `verify = false`.
-    fn server_tls(&mut self, s: &ServerSection, key: &str) -> Option<ServerTls> {
+    /// In HTTP mode the ClientHello offers ALPN `http/1.1`; TCP mode relays bytes it does
+    /// not parse and offers nothing.
+    fn server_tls(&mut self, s: &ServerSection, key: &str, mode: ModeName) -> Option<ServerTls> {
         let enabled = s.tls.as_ref().is_some_and(|t| *t.get_ref());
         if !enabled {
             let extras = [
@@ -647,7 +666,11 @@ impl<'a> Validator<'a> {
                 return None;
             }
         };
-        match certs::client_config(ca_file.as_deref(), certs::provider()) {
+        let alpn = match mode {
+            ModeName::Http => vec![b"http/1.1".to_vec()],
+            ModeName::Tcp => Vec::new(),
+        };
+        match certs::client_config(ca_file.as_deref(), alpn, certs::provider()) {
             Ok(client_config) => Some(ServerTls {
                 client_config,
                 server_name,
@@ -657,6 +680,42 @@ impl<'a> Validator<'a> {
                 self.err(span, format!("{key}.ca_file"), msg);
                 None
             }
+        }
+    }
+
+    /// Frontend keys whose mode (or missing section) gives them no effect: refused rather
+    /// than silently ignored. Route keys are checked per route (`route`).
+    fn mode_keys(&mut self, f: &FrontendSection, mode: ModeName, key: &str) {
+        let tcp_only = [
+            ("splice", f.splice.as_ref().map(Spanned::span)),
+            (
+                "tls.ktls",
+                f.tls.as_ref().and_then(|t| t.ktls.as_ref()).map(Spanned::span),
+            ),
+        ];
+        let http_only = [("forwarded", f.forwarded.as_ref().map(Spanned::span))];
+        let (refused, needs): (&[_], _) = match mode {
+            ModeName::Http => (&tcp_only, "tcp"),
+            ModeName::Tcp => (&http_only, "http"),
+        };
+        for (field, span) in refused {
+            if let Some(span) = span {
+                self.err(
+                    span.clone(),
+                    format!("{key}.{field}"),
+                    format!("`{field}` needs a {needs}-mode frontend"),
+                );
+            }
+        }
+        if let Some(r) = &f.reject_unknown_sni
+            && f.tls.is_none()
+            && f.route.iter().all(|route| route.sni.is_none())
+        {
+            self.err(
+                r.span(),
+                format!("{key}.reject_unknown_sni"),
+                "`reject_unknown_sni` needs `[frontend.tls]` or an `sni` route (no SNI is read otherwise)".into(),
+            );
         }
     }
 

@@ -40,9 +40,10 @@ impl Drop for HeldSlot<'_> {
     }
 }
 
-/// A server connection ready for a session.
-pub struct Connected<'a> {
-    pub stream: TcpStream,
+/// A server connection ready for a session: a socket (TCP mode), or what HTTP mode keeps
+/// (`S`, which a fresh socket becomes).
+pub struct Connected<'a, S = TcpStream> {
+    pub stream: S,
     pub slot: HeldSlot<'a>,
     pub server: Arc<ServerLive>,
     /// Taken from the idle pool rather than freshly connected.
@@ -50,7 +51,7 @@ pub struct Connected<'a> {
 }
 
 /// A fresh connection to a server of `backend` (TCP mode).
-pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected<'_>, Error> {
+pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected<'_, TcpStream>, Error> {
     connect_or_reuse(ctx, backend, |_| None).await
 }
 
@@ -61,11 +62,11 @@ fn no_server(context: String) -> Error {
 /// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries`.
-pub async fn connect_or_reuse(
+pub async fn connect_or_reuse<S: From<TcpStream>>(
     ctx: &WorkerCtx,
     backend: usize,
-    mut reuse: impl FnMut(ServerId) -> Option<TcpStream>,
-) -> Result<Connected<'_>, Error> {
+    mut reuse: impl FnMut(ServerId) -> Option<S>,
+) -> Result<Connected<'_, S>, Error> {
     let config = &ctx.shared.config;
     let spec = config
         .backends
@@ -114,7 +115,7 @@ pub async fn connect_or_reuse(
                 let _ = stream.set_nodelay(true);
                 server.counters(ctx.id).connections.add(1);
                 return Ok(Connected {
-                    stream,
+                    stream: S::from(stream),
                     slot,
                     server,
                     reused: false,

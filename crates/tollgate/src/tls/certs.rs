@@ -135,12 +135,17 @@ pub fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) -> Result
     Ok(Arc::new(config))
 }
 
-/// A client config for TLS to a server: verified against `ca_file`, or not verified at all.
-pub fn client_config(ca_file: Option<&Path>, provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, String> {
+/// A client config for TLS to a server: verified against `ca_file`, or not verified at all;
+/// `alpn` offered in the ClientHello (none: the server picks nothing).
+pub fn client_config(
+    ca_file: Option<&Path>,
+    alpn: Vec<Vec<u8>>,
+    provider: Arc<CryptoProvider>,
+) -> Result<Arc<ClientConfig>, String> {
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
-    let config = match ca_file {
+    let mut config = match ca_file {
         Some(path) => {
             let mut roots = RootCertStore::empty();
             for cert in load_chain(path)? {
@@ -155,6 +160,7 @@ pub fn client_config(ca_file: Option<&Path>, provider: Arc<CryptoProvider>) -> R
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
             .with_no_client_auth(),
     };
+    config.alpn_protocols = alpn;
     Ok(Arc::new(config))
 }
 

@@ -7,12 +7,14 @@ use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::config::model::Offload;
+
 use super::inbound::Inbound;
 use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::http::h1::Proto;
 use crate::proxy::lazy::LazySocket;
-use crate::proxy::tcp::{self, Layered};
+use crate::proxy::tcp::{self, Endpoint, Layered};
 use crate::runtime::worker::WorkerCtx;
 use crate::tls::terminate::ServerTlsStream;
 
@@ -33,7 +35,12 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool>;
 
     /// After a 101: relays both ways until both sides are done.
-    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error>;
+    async fn tunnel<S: Endpoint>(
+        &mut self,
+        ctx: &WorkerCtx,
+        server: &mut S,
+        idle: std::time::Duration,
+    ) -> Result<(), Error>;
 
     /// Writes the last bytes before the connection is closed (a plain socket sends them
     /// with the FIN, see `proxy::lazy`).
@@ -49,8 +56,13 @@ impl ClientStream for TcpStream {
         self.readable().await.map(|()| false)
     }
 
-    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
-        tcp::relay(ctx, self, server, idle).await
+    async fn tunnel<S: Endpoint>(
+        &mut self,
+        ctx: &WorkerCtx,
+        server: &mut S,
+        idle: std::time::Duration,
+    ) -> Result<(), Error> {
+        tcp::relay_endpoints(ctx, &mut &*self, server, idle, Offload::default()).await
     }
 }
 
@@ -68,11 +80,16 @@ impl ClientStream for LazySocket {
         self.registered()?.readable().await.map(|()| false)
     }
 
-    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
+    async fn tunnel<S: Endpoint>(
+        &mut self,
+        ctx: &WorkerCtx,
+        server: &mut S,
+        idle: std::time::Duration,
+    ) -> Result<(), Error> {
         let client = self
             .registered()
             .map_err(|e| Error::io(crate::error::Side::Front, "register", e))?;
-        tcp::relay(ctx, client, server, idle).await
+        tcp::relay_endpoints(ctx, &mut &*client, server, idle, Offload::default()).await
     }
 
     async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
@@ -87,7 +104,12 @@ impl ClientStream for ServerTlsStream {
         front.read_from(self, pool, false).await.map(|n| n == 0)
     }
 
-    async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
-        tcp::relay_endpoints(ctx, &mut Layered(self), &mut &*server, idle, Default::default()).await
+    async fn tunnel<S: Endpoint>(
+        &mut self,
+        ctx: &WorkerCtx,
+        server: &mut S,
+        idle: std::time::Duration,
+    ) -> Result<(), Error> {
+        tcp::relay_endpoints(ctx, &mut Layered(self), server, idle, Offload::default()).await
     }
 }

@@ -16,15 +16,15 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::client::ClientStream;
 use super::inbound::Inbound;
+use super::server_conn::{self, ServerConn};
 use super::stream::{RequestInfo, Session};
 use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
-use crate::proxy::connect::{self, Connected};
+use crate::proxy::connect::Connected;
 use crate::proxy::idle::{self, Progress};
 use crate::runtime::stats::Counter;
 
@@ -47,16 +47,7 @@ pub async fn forward<C: ClientStream>(
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
-        let pool = &s.ctx.http_pool;
-        let conn = match connect::connect_or_reuse(
-            s.ctx,
-            backend,
-            |server| {
-                if fresh_only { None } else { pool.take(server) }
-            },
-        )
-        .await
-        {
+        let conn = match server_conn::open(s.ctx, backend, fresh_only).await {
             Ok(conn) => conn,
             Err(e) => {
                 tracing::debug!(error = %e, "no server connection");
@@ -94,7 +85,11 @@ pub async fn forward<C: ClientStream>(
     }
 }
 
-async fn exchange<C: ClientStream>(s: &mut Session<'_, C>, req: &RequestInfo, conn: Connected<'_>) -> Outcome {
+async fn exchange<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    req: &RequestInfo,
+    conn: Connected<'_, ServerConn>,
+) -> Outcome {
     let Connected {
         stream: mut server,
         slot,
@@ -233,7 +228,7 @@ async fn exchange<C: ClientStream>(s: &mut Session<'_, C>, req: &RequestInfo, co
         Ok(()) => {
             if keep_server && back.is_empty() {
                 drop(slot);
-                s.ctx.http_pool.put(live.id, server);
+                s.ctx.http_pool.put(&live, server);
             }
             Outcome::Done { keep_client }
         }
@@ -251,7 +246,7 @@ async fn exchange<C: ClientStream>(s: &mut Session<'_, C>, req: &RequestInfo, co
 /// is closed after the response).
 async fn await_continue<C: ClientStream>(
     s: &mut Session<'_, C>,
-    server: &mut TcpStream,
+    server: &mut ServerConn,
     back: &mut Inbound,
     req: &RequestInfo,
 ) -> Result<bool, Outcome> {
@@ -302,7 +297,7 @@ enum ReadFailure {
 /// Reads the final response head (forwarding interim 1xx responses to the client).
 async fn read_response<C: ClientStream>(
     s: &mut Session<'_, C>,
-    server: &mut TcpStream,
+    server: &mut ServerConn,
     back: &mut Inbound,
     req: &RequestInfo,
 ) -> Result<ResponseHead, ReadFailure> {
@@ -362,7 +357,7 @@ async fn forward_interim<C: ClientStream>(
 }
 
 /// After a 101: pass the bytes already read on, then relay both ways until both close.
-async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: TcpStream, back: Inbound) -> Outcome {
+async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, back: Inbound) -> Outcome {
     let mut head = std::mem::take(&mut s.out);
     head.extend_from_slice(back.data());
     let sent = s.client.write_all(&head).await;
@@ -373,7 +368,8 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: TcpStream, back
     }
     let mut server = server;
     if !s.front.is_empty() {
-        if server.write_all(s.front.data()).await.is_err() {
+        // Flushed: the relay reads a TLS server without pushing out what this left in rustls.
+        if server.write_all(s.front.data()).await.is_err() || server.flush().await.is_err() {
             return Outcome::Failed(0);
         }
         s.front.consume(s.front.data().len());
@@ -382,7 +378,7 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: TcpStream, back
     let timeouts = s.ctx.shared.config.timeouts;
     if let Err(e) = s
         .client
-        .tunnel(s.ctx, &server, timeouts.client.min(timeouts.server))
+        .tunnel(s.ctx, &mut server, timeouts.client.min(timeouts.server))
         .await
     {
         tracing::debug!(error = %e, "tunnel ended");

@@ -14,6 +14,7 @@ mod exchange;
 mod inbound;
 pub mod pool;
 mod route;
+mod server_conn;
 mod stream;
 
 use std::net::SocketAddr;

@@ -5,25 +5,33 @@
 //! a connection the server keeps open; it is checked on the way out (a server that closed
 //! it shows EOF) and dropped once older than `timeouts.pool_idle`. LIFO: the most recently
 //! used connection is the warmest and the least likely to have been closed by the server.
+//! A server's list holds only connections of its kind (TLS for a `tls = true` server,
+//! plain otherwise): `put` drops any other.
 
 use std::cell::RefCell;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::server_conn::ServerConn;
 use crate::config::Config;
+use crate::live::server::ServerLive;
 use crate::live::{IdMap, ServerId};
 
 struct Idle {
-    stream: TcpStream,
+    conn: ServerConn,
     since: Instant,
+}
+
+/// The idle connections to one server.
+struct ServerIdle {
+    tls: bool,
+    conns: Vec<Idle>,
 }
 
 pub struct ServerPool {
     /// By server id: a connection outlives the server-set version it was made under.
-    idle: RefCell<IdMap<ServerId, Vec<Idle>>>,
+    idle: RefCell<IdMap<ServerId, ServerIdle>>,
     max_per_server: usize,
     max_age: Duration,
 }
@@ -35,7 +43,15 @@ impl ServerPool {
                 config
                     .backends
                     .iter()
-                    .flat_map(|b| b.servers.iter().map(|s| (s.id, Vec::new())))
+                    .flat_map(|b| {
+                        b.servers.iter().map(|s| {
+                            let idle = ServerIdle {
+                                tls: s.tls.is_some(),
+                                conns: Vec::new(),
+                            };
+                            (s.id, idle)
+                        })
+                    })
                     .collect(),
             ),
             max_per_server: config.http.pool_max_idle,
@@ -44,48 +60,45 @@ impl ServerPool {
     }
 
     /// A live idle connection to `server`, if any.
-    pub fn take(&self, server: ServerId) -> Option<TcpStream> {
+    pub fn take(&self, server: ServerId) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(&server)?;
+        let list = &mut idle.get_mut(&server)?.conns;
         let now = Instant::now();
-        while let Some(conn) = list.pop() {
-            if now.duration_since(conn.since) > self.max_age {
-                continue;
-            }
-            // No readiness event since the last response was drained: alive, and no syscall
-            // spent finding out. With one, probe: EOF or stray bytes make it unusable.
-            let mut cx = Context::from_waker(Waker::noop());
-            if conn.stream.poll_read_ready(&mut cx).is_pending() {
-                return Some(conn.stream);
-            }
-            let mut probe = [0u8; 1];
-            match conn.stream.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(conn.stream),
-                _ => continue,
+        while let Some(mut idle) = list.pop() {
+            if now.duration_since(idle.since) <= self.max_age && idle.conn.is_usable_idle() {
+                return Some(idle.conn);
             }
         }
         None
     }
 
-    pub fn put(&self, server: ServerId, stream: TcpStream) {
+    /// Keeps `conn` for later requests to `server` (a server this worker has not pooled for
+    /// yet, one added at run time, gets its list here).
+    pub fn put(&self, server: &ServerLive, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(server).or_default();
+        let slot = idle.entry(server.id).or_insert_with(|| ServerIdle {
+            tls: server.tls.is_some(),
+            conns: Vec::new(),
+        });
+        if conn.is_tls() != slot.tls {
+            return;
+        }
         let now = Instant::now();
-        list.retain(|c| now.duration_since(c.since) <= self.max_age);
-        if list.len() < self.max_per_server {
-            list.push(Idle { stream, since: now });
+        slot.conns.retain(|c| now.duration_since(c.since) <= self.max_age);
+        if slot.conns.len() < self.max_per_server {
+            slot.conns.push(Idle { conn, since: now });
         }
     }
 
     /// Idle connections held now (all servers).
     pub fn len(&self) -> usize {
-        self.idle.borrow().values().map(Vec::len).sum()
+        self.idle.borrow().values().map(|s| s.conns.len()).sum()
     }
 
     /// Closes every idle connection to `server` (maintenance with `--kill`, removal).
     pub fn forget(&self, server: ServerId) {
-        if let Some(list) = self.idle.borrow_mut().get_mut(&server) {
-            list.clear();
+        if let Some(slot) = self.idle.borrow_mut().get_mut(&server) {
+            slot.conns.clear();
         }
     }
 
