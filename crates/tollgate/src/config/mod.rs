@@ -16,7 +16,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watchdog};
-pub use validate::default_maxconn;
 
 /// One problem in a config file, positioned at the value (or key) at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +87,7 @@ pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigErrors> {
 /// Parses and validates config text; `shown_path` is used in error messages only.
 pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
     let file = deserialize(src, shown_path)?;
-    let mut validator = validate::Validator::new(src, fd_limit());
+    let mut validator = validate::Validator::new(src);
     validator.base_dir = Path::new(shown_path).parent().map(Path::to_path_buf);
     match validator.build(file) {
         Some(mut config) => {
@@ -152,11 +151,6 @@ fn toml_error(src: &str, shown_path: &str, e: &toml::de::Error, key: String) -> 
     let span = e.span().unwrap_or(0..0);
     let message = e.message().trim().replace('\n', " ");
     ConfigErrors(vec![ConfigError::at(shown_path, src, span, &key, &message)])
-}
-
-/// The fd limit the process runs with (startup raises the soft limit to the hard one).
-fn fd_limit() -> u64 {
-    crate::runtime::limits::nofile_limit()
 }
 
 /// Where the embedded default listens unless `TOLLGATE_DEMO_BIND` says otherwise.

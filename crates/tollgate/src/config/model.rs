@@ -40,7 +40,8 @@ pub struct Config {
 pub struct Global {
     pub workers: usize,
     pub thread_per_core: bool,
-    /// Most client connections the whole process serves at once.
+    /// Most client connections the whole process serves at once; 0 = not set, the runtime
+    /// derives it from the process's descriptor limit (`effective_maxconn`).
     pub maxconn: u32,
     pub buffer_size: usize,
     /// Bytes of copy buffers all workers may hold together (split evenly among workers).
@@ -297,6 +298,17 @@ pub struct Server {
     pub tls: Option<ServerTls>,
 }
 
+impl Global {
+    /// `maxconn`, or when not set, what `fd_limit` descriptors allow: two per proxied
+    /// connection, a reserve for listeners and logs.
+    pub fn effective_maxconn(&self, fd_limit: u64) -> u32 {
+        match self.maxconn {
+            0 => (fd_limit.saturating_sub(256) / 2).clamp(64, 100_000) as u32,
+            m => m,
+        }
+    }
+}
+
 impl Config {
     pub fn backend(&self, name: &str) -> Option<&Backend> {
         self.backends.iter().find(|b| b.name == name)
@@ -311,7 +323,10 @@ impl Config {
             self.backends.len(),
             servers,
             self.global.workers,
-            self.global.maxconn
+            match self.global.maxconn {
+                0 => "auto (from the descriptor limit)".to_string(),
+                m => m.to_string(),
+            }
         )
     }
 }

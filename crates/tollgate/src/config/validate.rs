@@ -19,26 +19,17 @@ use crate::tls::client_hello::SniMatcher;
 /// ALPN protocols an http-mode frontend may offer: what its HTTP/1 parser speaks.
 const HTTP1_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
 
-/// Connections the process allows when `global.maxconn` is not set: bounded by the fd limit
-/// (two descriptors per proxied connection, a reserve for listeners and logs).
-pub fn default_maxconn(fd_limit: u64) -> u32 {
-    let by_fds = fd_limit.saturating_sub(256) / 2;
-    by_fds.clamp(64, 100_000) as u32
-}
-
 pub(super) struct Validator<'a> {
     pub errors: Vec<(Range<usize>, String, String)>,
-    pub fd_limit: u64,
     /// Relative certificate paths are taken from here (the config file's directory).
     pub base_dir: Option<PathBuf>,
     _src: &'a str,
 }
 
 impl<'a> Validator<'a> {
-    pub fn new(src: &'a str, fd_limit: u64) -> Self {
+    pub fn new(src: &'a str) -> Self {
         Validator {
             errors: Vec::new(),
-            fd_limit,
             base_dir: None,
             _src: src,
         }
@@ -114,7 +105,8 @@ impl<'a> Validator<'a> {
                 1
             }
             Some(m) => *m.get_ref(),
-            None => default_maxconn(self.fd_limit),
+            // Resolved by the runtime from the process's descriptor limit.
+            None => 0,
         };
         let buffer_size = self
             .byte_size(

@@ -35,8 +35,8 @@ pub enum Taken {
 }
 
 impl AcceptBudgets {
-    pub fn new(config: &Config) -> Self {
-        let global_max = config.global.maxconn;
+    /// `global_max`: the process's maxconn (`Global::effective_maxconn`).
+    pub fn new(config: &Config, global_max: u32) -> Self {
         AcceptBudgets {
             global: Arc::new(Semaphore::new(global_max as usize)),
             global_max,

@@ -93,7 +93,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
             .iter()
             .map(|b| Arc::new(BackendLive::new(b, workers)))
             .collect(),
-        budgets: AcceptBudgets::new(&config),
+        budgets: AcceptBudgets::new(&config, config.global.effective_maxconn(limits::nofile_limit())),
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
         config,
