@@ -39,10 +39,10 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, pee
 /// warn, with frontend, backend, server and cause, rate-limited per worker.
 fn log_end(ctx: &WorkerCtx, frontend: &str, peer: SocketAddr, e: &Error) {
     if e.is_routine() {
-        tracing::debug!(frontend, %peer, error = %e, "session ended");
+        tracing::debug!(frontend = %frontend, %peer, error = %e, "session ended");
     } else if ctx.may_warn() {
         let (backend, server) = names(&ctx.shared.config, e.backend, e.server);
-        tracing::warn!(frontend, backend, server, %peer, cause = %e, "session failed");
+        tracing::warn!(frontend = %frontend, backend = %backend, server = %server, %peer, cause = %e, "session failed");
     }
 }
 

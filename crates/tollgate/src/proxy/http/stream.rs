@@ -290,8 +290,8 @@ impl<C> Session<'_, C> {
             let (backend, server) = crate::proxy::names(&self.ctx.shared.config, cause.backend, cause.server);
             tracing::warn!(
                 frontend = %self.fe.name,
-                backend,
-                server,
+                backend = %backend,
+                server = %server,
                 status,
                 peer = %self.peer,
                 cause = %cause,
