@@ -159,7 +159,7 @@ mod tests {
             let a = l.admit(at(t0, now));
             logged += u64::from(a.log);
             reported += a.ended_suppressed;
-            if x % 5 == 0 {
+            if x.is_multiple_of(5) {
                 reported += l.flush(at(t0, now)).unwrap_or(0);
             }
         }

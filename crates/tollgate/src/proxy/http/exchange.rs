@@ -481,10 +481,15 @@ impl BodyError {
         }
     }
 
+    /// The error of a response body that failed after its head was sent.
     fn into_error(self, what: &'static str) -> Error {
         match self {
             BodyError::Read(e) => Error::io(Side::Back, what, e),
             BodyError::Write(e) => Error::io(Side::Front, what, e),
+            // The server hanging up mid-body is a hang-up (debug), not a framing fault.
+            BodyError::Framing(e) if e.kind() == h1::ErrorKind::TruncatedBody => {
+                Error::new(ErrorKind::PeerClosed, Side::Back, e.as_str())
+            }
             BodyError::Framing(e) => Error::new(ErrorKind::Protocol, Side::Back, e.as_str()),
             BodyError::Idle => Error::new(ErrorKind::IdleTimeout, Side::Back, what),
         }
