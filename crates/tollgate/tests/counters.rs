@@ -273,6 +273,39 @@ fn server_failures_are_counted_and_the_bytes_sent_still_are() {
     assert_eq!((s.connect_attempts, s.http_pool_reused), (2, 0));
 }
 
+/// Behind TLS termination the byte counters count plaintext: what the client's TLS layer
+/// decrypted, what the origin received.
+#[test]
+fn https_bytes_are_the_plaintext_both_ways() {
+    use common::tls::{Ca, TempDir, cert_entry, client_config, tls_request};
+    let origin = counting_origin(sized_reply);
+    let dir = TempDir::new();
+    let ca = Ca::new("counters-ca");
+    let leaf = ca.leaf(&["web.example"], "web", false).write(&dir, "web");
+    let config = format!(
+        "[global]\nworkers = 1\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [frontend.tls]\n{}\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        cert_entry(&leaf, true),
+        origin.addr
+    );
+    let proxy = Proxy::start(&config);
+    let request = [
+        b"POST /tls HTTP/1.1\r\nHost: web.example\r\nConnection: close\r\nContent-Length: 3000\r\n\r\n".to_vec(),
+        vec![b't'; 3000],
+    ]
+    .concat();
+    let (reply, _) = tls_request(proxy.addr, client_config(&ca), "web.example", &request).unwrap();
+    assert!(
+        reply.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let s = wait_settled(&proxy);
+    assert_eq!(s.bytes_to_client, reply.len() as u64);
+    assert_eq!(s.bytes_to_server, origin.received.load(Ordering::SeqCst));
+    assert_eq!((s.http_requests, s.tls_handshakes_full, s.sessions_active), (1, 1, 0));
+}
+
 /// TCP mode: every byte both ways, sessions in and out.
 #[test]
 fn tcp_bytes_and_sessions_are_exact() {

@@ -44,8 +44,9 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
         Pin::new(self).poll_write(cx, buf)
     }
 
-    /// After the last bytes: the half-close that sends what `poll_write_last` held back.
-    fn end_last(&mut self) {}
+    /// After the last bytes: the half-close that sends what `poll_write_last` held back (a
+    /// TLS stream: close_notify first, so the client sees a clean end).
+    async fn end_last(&mut self) {}
 
     /// Writes the last bytes before the connection is closed (a plain socket sends them
     /// with the FIN).
@@ -57,7 +58,7 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
             }
             buf = buf.get(n..).unwrap_or_default();
         }
-        self.end_last();
+        self.end_last().await;
         Ok(())
     }
 }
@@ -85,8 +86,8 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         written
     }
 
-    fn end_last(&mut self) {
-        self.get_mut().end_last();
+    async fn end_last(&mut self) {
+        self.get_mut().end_last().await;
     }
 }
 
@@ -127,7 +128,7 @@ impl ClientStream for LazySocket {
         self.poll_send_more(cx, buf)
     }
 
-    fn end_last(&mut self) {
+    async fn end_last(&mut self) {
         self.shutdown_write();
     }
 }
@@ -141,5 +142,10 @@ impl ClientStream for ServerTlsStream {
 
     async fn tunnel(&mut self, ctx: &WorkerCtx, server: &TcpStream, idle: std::time::Duration) -> Result<(), Error> {
         tcp::relay_endpoints(ctx, &mut Layered(self), &mut &*server, idle, Default::default()).await
+    }
+
+    async fn end_last(&mut self) {
+        // A client already gone makes this fail; nothing is left to tell it.
+        let _ = tokio::io::AsyncWriteExt::shutdown(self).await;
     }
 }
