@@ -57,19 +57,21 @@ pub async fn connect_or_reuse<S: From<TcpStream>>(
             ErrorKind::NoServer,
             Side::Back,
             format!("backend {} has no server", spec.name),
-        ));
+        )
+        .at(backend, None));
     }
     let attempts = spec.retries.saturating_add(1);
     let mut tried: u64 = 0;
     let mut last_error = None;
     for attempt in 0..attempts {
+        let (index, slot) = match take_server(ctx, backend, state, tried).await {
+            Ok(found) => found,
+            Err(e) => return Err(last_error.unwrap_or(e.at(backend, None))),
+        };
+        // Counted once a server is in hand: a retry that found no server made no attempt.
         if attempt > 0 {
             ctx.stats.connect_retries.add(1);
         }
-        let (index, slot) = match take_server(ctx, backend, state, tried).await {
-            Ok(found) => found,
-            Err(e) => return Err(last_error.unwrap_or(e)),
-        };
         if let Some(stream) = reuse(index) {
             return Ok(Connected {
                 stream,
@@ -119,9 +121,9 @@ pub async fn connect_or_reuse<S: From<TcpStream>>(
             .connect_errors
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(error = %error, attempt, "connect failed");
-        last_error = Some(error.retryable(true));
+        last_error = Some(error.retryable(true).at(backend, Some(index)));
     }
-    Err(last_error.unwrap_or_else(|| Error::new(ErrorKind::NoServer, Side::Back, "no server")))
+    Err(last_error.unwrap_or_else(|| Error::new(ErrorKind::NoServer, Side::Back, "no server").at(backend, None)))
 }
 
 /// A server and a slot on it; parks on the backend's slot-released notification when every

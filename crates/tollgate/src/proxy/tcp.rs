@@ -101,7 +101,13 @@ async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<u
         Ok(info) => route_sni(ctx, fe, info.sni()),
         Err(e) => {
             ctx.stats.sni_inspect_failures.add(1);
-            Err(Error::new(ErrorKind::Tls, Side::Front, format!("SNI inspection: {e}")))
+            // A client that hung up is routine; anything else is a refusal worth a warn line.
+            let kind = match &e {
+                passthrough::InspectError::Truncated => ErrorKind::PeerClosed,
+                passthrough::InspectError::Io(io) if crate::error::is_peer_reset(io) => ErrorKind::PeerClosed,
+                _ => ErrorKind::Tls,
+            };
+            Err(Error::new(kind, Side::Front, format!("SNI inspection: {e}")))
         }
     }
 }
@@ -117,15 +123,17 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
     } = super::connect::connect(ctx, backend).await?;
     let idle = config.timeouts.client.min(config.timeouts.server);
     let spec = config.backends.get(backend).and_then(|b| b.servers.get(index));
-    match spec.and_then(|s| s.tls.as_ref().map(|t| (t, &s.name))) {
+    let relayed = match spec.and_then(|s| s.tls.as_ref().map(|t| (t, &s.name))) {
         Some((tls, name)) => {
             let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
                 .await
-                .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))?;
+                .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
+                .map_err(|e| e.at(backend, Some(index)))?;
             relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice).await
         }
         None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice).await,
-    }
+    };
+    relayed.map_err(|e| e.at(backend, Some(index)))
 }
 
 /// Relays until both directions reached EOF, one failed, or nothing moved for `idle`.
@@ -149,7 +157,7 @@ pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
     let mut progress = 0u64;
     let sleep = tokio::time::sleep(watchdog.tick());
     tokio::pin!(sleep);
-    let result = poll_fn(|cx| {
+    poll_fn(|cx| {
         let down_holds = downstream.holds_buffer();
         let up = upstream.poll(cx, &mut *client, &mut *server, down_holds, &mut progress)?;
         let up_holds = upstream.holds_buffer();
@@ -170,10 +178,7 @@ pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
         }
         Poll::Pending
     })
-    .await;
-    upstream.parked.leave(stats);
-    downstream.parked.leave(stats);
-    result
+    .await
 }
 
 /// One side of a relay: a plain socket, or a stream with a layer (TLS) whose plaintext is
@@ -331,6 +336,13 @@ struct Pump<'a> {
     moved: u64,
     /// Switch to splice once `moved` reaches this (`None`: never).
     splice_at: Option<u64>,
+}
+
+/// A relay dropped while a pump waits for a buffer still counts out of `buffer_waiters`.
+impl Drop for Pump<'_> {
+    fn drop(&mut self) {
+        self.parked.leave(self.pool.stats());
+    }
 }
 
 impl<'a> Pump<'a> {
