@@ -97,10 +97,15 @@ impl BufferPool {
 
     /// A buffer, waiting for one to be returned when the budget is spent.
     pub async fn get(self: &Rc<Self>, second: bool) -> PooledBuffer {
-        let mut parked = Parked::default();
-        let b = std::future::poll_fn(|cx| self.poll_get(cx, &mut parked, second)).await;
-        parked.leave(&self.stats);
-        b
+        // Left on drop too: a caller's timeout may cancel this wait.
+        struct Waiting<'a>(Parked, &'a WorkerStats);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.leave(self.1);
+            }
+        }
+        let mut waiting = Waiting(Parked::default(), &self.stats);
+        std::future::poll_fn(|cx| self.poll_get(cx, &mut waiting.0, second)).await
     }
 
     fn put(&self, data: Box<[u8]>) {
@@ -198,6 +203,18 @@ mod tests {
         assert_eq!(stats.buffer_waits.get(), 1);
         drop(b);
         assert_eq!(stats.buffers_in_use.get(), 0);
+    }
+
+    /// A wait cancelled by the caller (a timeout around a read) leaves `buffer_waiters`.
+    #[tokio::test(flavor = "current_thread")]
+    async fn cancelled_wait_is_counted_out() {
+        let stats = Arc::new(WorkerStats::default());
+        let pool = BufferPool::new(1024, 2048, Arc::clone(&stats));
+        let held = (pool.get(false).await, pool.get(true).await);
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(10), pool.get(true)).await;
+        assert!(waited.is_err(), "the budget is spent");
+        assert_eq!((stats.buffer_waits.get(), stats.buffer_waiters.get()), (1, 0));
+        drop(held);
     }
 
     #[test]

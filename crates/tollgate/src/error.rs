@@ -74,6 +74,10 @@ pub struct Error {
     kind_str: &'static str,
     #[source]
     pub source: Option<io::Error>,
+    /// Where a server was involved: the backend's index in the config, and the server's id
+    /// when one was chosen (for the operator's log line).
+    pub backend: Option<usize>,
+    pub server: Option<crate::ids::ServerId>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -87,6 +91,8 @@ impl Error {
             context: context.into(),
             kind_str: kind.as_str(),
             source: None,
+            backend: None,
+            server: None,
         }
     }
 
@@ -107,17 +113,25 @@ impl Error {
         self
     }
 
+    /// Records the backend (and server, if one was chosen) the failure concerns.
+    pub fn at(mut self, backend: usize, server: Option<crate::ids::ServerId>) -> Self {
+        self.backend = Some(backend);
+        self.server = server;
+        self
+    }
+
     pub fn with_source(mut self, e: io::Error) -> Self {
         self.source = Some(e);
         self
     }
 
-    /// Routine endings (a peer hanging up, an idle client) are logged at debug, not as errors.
+    /// Routine endings (a peer hanging up, an idle connection) are logged at debug; anything
+    /// else is a failure the operator sees at warn (rate-limited, see `runtime::loglimit`).
     pub fn is_routine(&self) -> bool {
         matches!(
             self.kind,
             ErrorKind::PeerClosed | ErrorKind::IdleTimeout | ErrorKind::Killed
-        ) || (self.kind == ErrorKind::Tls && self.side == Side::Front)
+        )
     }
 }
 

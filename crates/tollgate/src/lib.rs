@@ -27,6 +27,7 @@ pub mod command;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod ids;
 pub mod listener;
 pub mod live;
 pub mod master;

@@ -369,7 +369,6 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
-        let mut stats_tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tokio::select! {
                 _ = term.recv() => {
@@ -383,13 +382,6 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
                     break;
                 }
                 _ = hup.recv() => tracing::warn!("SIGHUP ignored: reloading needs the master (run without --no-master)"),
-                _ = stats_tick.tick() => {
-                    if tracing::enabled!(tracing::Level::DEBUG) {
-                        let s = running.stats();
-                        let fields: Vec<String> = s.fields().iter().map(|(k, v)| format!("{k}={v}")).collect();
-                        tracing::debug!(conns = running.shared().budgets.current(), "counters: {}", fields.join(" "));
-                    }
-                }
             }
         }
         let deadline = tokio::time::Instant::now() + hard_stop_after;

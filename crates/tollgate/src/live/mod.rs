@@ -20,4 +20,4 @@
 pub mod backend;
 pub mod server;
 
-pub use crate::config::ids::{BackendId, IdMap, ServerId};
+pub use crate::ids::{BackendId, IdMap, ServerId};

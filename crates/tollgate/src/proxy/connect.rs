@@ -77,21 +77,22 @@ pub async fn connect_or_reuse<S: From<TcpStream>>(
         .get(backend)
         .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such backend"))?;
     if local.is_empty() {
-        return Err(no_server(format!("backend {} has no server", spec.name)));
+        return Err(no_server(format!("backend {} has no server", spec.name)).at(backend, None));
     }
     let attempts = spec.retries.saturating_add(1);
     let mut tried = Tried::default();
     let mut last_error: Option<Error> = None;
     let mut previous: Option<Arc<ServerLive>> = None;
     for attempt in 0..attempts {
+        let slot = match take_server(ctx, local, &tried).await {
+            Ok(found) => found,
+            Err(e) => return Err(last_error.unwrap_or(e.at(backend, None))),
+        };
+        // Counted once a server is in hand: a retry that found no server made no attempt.
         if let Some(failed) = previous.take() {
             ctx.stats.connect_retries.add(1);
             failed.counters(ctx.id).retries.add(1);
         }
-        let slot = match take_server(ctx, local, &tried).await {
-            Ok(found) => found,
-            Err(e) => return Err(last_error.unwrap_or(e)),
-        };
         let Some(server) = slot.server().cloned() else {
             continue;
         };
@@ -127,10 +128,10 @@ pub async fn connect_or_reuse<S: From<TcpStream>>(
         ctx.stats.connect_errors.add(1);
         server.counters(ctx.id).connect_failures.add(1);
         tracing::debug!(error = %error, attempt, "connect failed");
-        last_error = Some(error.retryable(true));
+        last_error = Some(error.retryable(true).at(backend, Some(server.id)));
         previous = Some(server);
     }
-    Err(last_error.unwrap_or_else(|| no_server("no server".into())))
+    Err(last_error.unwrap_or_else(|| no_server("no server".into()).at(backend, None)))
 }
 
 /// A server and a slot on it; parks on the backend's slot-released notification when every

@@ -88,16 +88,22 @@ impl LazySocket {
             }
             buf = buf.get(n..).unwrap_or_default();
         }
+        self.shutdown_write();
+        Ok(())
+    }
+
+    /// Half-closes after the last write, sending what `MSG_MORE` held back with the FIN.
+    pub fn shutdown_write(&self) {
         // Everything is written; a failure here only means the client is already gone.
         let _ = match &self.state {
             State::Direct(s) => s.shutdown(Shutdown::Write),
             State::Registered(s) => socket2::SockRef::from(s).shutdown(Shutdown::Write),
             State::Broken => Ok(()),
         };
-        Ok(())
     }
 
-    fn poll_send_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    /// One `send` with `MSG_MORE` (see `write_last`).
+    pub fn poll_send_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.poll_io(|s| send_more(s.as_fd(), buf), |s| poll_send_more(&s, cx, buf))
     }
 

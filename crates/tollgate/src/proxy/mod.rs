@@ -2,6 +2,7 @@
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
 
 pub mod connect;
+pub mod counted;
 pub mod http;
 pub mod idle;
 pub mod lazy;
@@ -11,7 +12,7 @@ pub mod tcp;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use crate::config::Mode;
+use crate::config::{Config, Mode};
 use crate::error::{Error, Side};
 use crate::runtime::worker::WorkerCtx;
 use lazy::LazySocket;
@@ -30,15 +31,29 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, pee
         Mode::Http => http::serve(ctx, frontend, stream, peer).await,
     };
     if let Err(e) = result {
-        log_end(&fe.name, peer, &e);
+        log_end(ctx, &fe.name, peer, &e);
     }
 }
 
-/// Routine endings at debug; anything the operator should see at warn.
-fn log_end(frontend: &str, peer: SocketAddr, e: &Error) {
+/// Routine endings (peer hang-ups, idle timeouts) at debug; failures tollgate met or made at
+/// warn, with frontend, backend, server and cause, rate-limited per worker.
+fn log_end(ctx: &WorkerCtx, frontend: &str, peer: SocketAddr, e: &Error) {
     if e.is_routine() {
-        tracing::debug!(frontend, %peer, error = %e, "session ended");
-    } else {
-        tracing::warn!(frontend, %peer, error = %e, "session failed");
+        tracing::debug!(frontend = %frontend, %peer, error = %e, "session ended");
+    } else if ctx.may_warn() {
+        let (backend, server) = names(&ctx.shared.config, e.backend, e.server);
+        tracing::warn!(frontend = %frontend, backend = %backend, server = %server, %peer, cause = %e, "session failed");
     }
+}
+
+/// The names of a backend and one of its servers, `-` for none.
+pub fn names(config: &Config, backend: Option<usize>, server: Option<crate::ids::ServerId>) -> (&str, &str) {
+    let spec = backend.and_then(|b| config.backends.get(b));
+    let server = spec
+        .zip(server)
+        .and_then(|(b, id)| b.servers.iter().find(|s| s.id == id));
+    (
+        spec.map_or("-", |b| b.name.as_str()),
+        server.map_or("-", |s| s.name.as_str()),
+    )
 }

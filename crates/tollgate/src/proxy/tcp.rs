@@ -101,7 +101,13 @@ async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<u
         Ok(info) => route_sni(ctx, fe, info.sni()),
         Err(e) => {
             ctx.stats.sni_inspect_failures.add(1);
-            Err(Error::new(ErrorKind::Tls, Side::Front, format!("SNI inspection: {e}")))
+            // A client that hung up is routine; anything else is a refusal worth a warn line.
+            let kind = match &e {
+                passthrough::InspectError::Truncated => ErrorKind::PeerClosed,
+                passthrough::InspectError::Io(io) if crate::error::is_peer_reset(io) => ErrorKind::PeerClosed,
+                _ => ErrorKind::Tls,
+            };
+            Err(Error::new(kind, Side::Front, format!("SNI inspection: {e}")))
         }
     }
 }
@@ -123,13 +129,14 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
             Some((tls, name)) => {
                 let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
                     .await
-                    .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))?;
+                    .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
+                    .map_err(|e| e.at(backend, Some(live.id)))?;
                 relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice).await
             }
             None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice).await,
         }
     };
-    tokio::select! {
+    let relayed = tokio::select! {
         biased;
         relayed = relay => relayed,
         () = ctx.killed(&live, epoch) => Err(Error::new(
@@ -137,7 +144,8 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
             Side::Internal,
             format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name),
         )),
-    }
+    };
+    relayed.map_err(|e| e.at(backend, Some(live.id)))
 }
 
 /// Relays until both directions reached EOF, one failed, or nothing moved for `idle`.
@@ -161,7 +169,7 @@ pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
     let mut progress = 0u64;
     let sleep = tokio::time::sleep(watchdog.tick());
     tokio::pin!(sleep);
-    let result = poll_fn(|cx| {
+    poll_fn(|cx| {
         let down_holds = downstream.holds_buffer();
         let up = upstream.poll(cx, &mut *client, &mut *server, down_holds, &mut progress)?;
         let up_holds = upstream.holds_buffer();
@@ -182,10 +190,7 @@ pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
         }
         Poll::Pending
     })
-    .await;
-    upstream.parked.leave(stats);
-    downstream.parked.leave(stats);
-    result
+    .await
 }
 
 /// One side of a relay: a plain socket, or a stream with a layer (TLS) whose plaintext is
@@ -343,6 +348,13 @@ struct Pump<'a> {
     moved: u64,
     /// Switch to splice once `moved` reaches this (`None`: never).
     splice_at: Option<u64>,
+}
+
+/// A relay dropped while a pump waits for a buffer still counts out of `buffer_waiters`.
+impl Drop for Pump<'_> {
+    fn drop(&mut self) {
+        self.parked.leave(self.pool.stats());
+    }
 }
 
 impl<'a> Pump<'a> {

@@ -8,6 +8,7 @@
 pub mod backends;
 pub mod inbox;
 pub mod limits;
+pub mod loglimit;
 pub mod stats;
 pub mod watchdog;
 pub mod worker;
@@ -63,6 +64,35 @@ pub struct Running {
     inboxes: Vec<inbox::Sender>,
     /// Dropped after the workers are joined (it stops the watchdog thread).
     _watchdog: Option<watchdog::Handle>,
+}
+
+/// How often worker 0 logs the counters of all workers (at debug level).
+pub const COUNTERS_PERIOD: Duration = Duration::from_secs(10);
+
+/// Logs every worker's counters, summed, at debug (`counters: name=value ...`, or
+/// `counters at stop: ...`); nothing, and no formatting, otherwise.
+/// Runs in the process that serves, so with a master it is the worker process that logs.
+pub fn log_counters(shared: &Shared, when: &str) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let snapshot = stats::sum(shared.stats.iter().map(|s| s.as_ref()));
+    let mut line = String::with_capacity(1024);
+    for (name, value) in snapshot.fields() {
+        use std::fmt::Write;
+        let _ = write!(line, " {name}={value}");
+    }
+    tracing::debug!(pid = std::process::id(), "counters{when}:{line}");
+}
+
+/// Worker 0's task: `log_counters` every `period`, the first one `period` after start.
+pub async fn log_counters_every(shared: Arc<Shared>, period: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        log_counters(&shared, "");
+    }
 }
 
 /// Knobs for `start_with` beyond the config.
@@ -246,12 +276,13 @@ impl Running {
         let _ = self.phase.send(Phase::HardStop);
     }
 
-    /// Waits for every worker to return.
+    /// Waits for every worker to return, then logs the final counters (at debug).
     pub fn join(mut self) -> std::io::Result<()> {
         for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| std::io::Error::other("a worker thread panicked"))??;
         }
+        log_counters(&self.shared, " at stop");
         Ok(())
     }
 

@@ -1,6 +1,11 @@
 //! Counters. Each worker owns one `WorkerStats` and is its only writer, so an increment is a
 //! relaxed load and store on a cache line no other core writes (no lock, no `lock` prefix);
 //! readers (the runtime API, tests, the periodic debug line) sum all workers into a `Snapshot`.
+//!
+//! Every counter is exact: each field's doc says what one unit is and where it is counted;
+//! gauges (`*_active`, `*_in_use`, `*_waiters`) are counted out by a drop guard, so a
+//! cancelled wait or a dropped session cannot leave them up. docs/architecture.md
+//! ("Counters") says the same for operators.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -56,25 +61,34 @@ macro_rules! worker_stats {
 }
 
 worker_stats! {
-    /// Client connections accepted.
+    /// Client connections accepted (each becomes one session on one worker).
     sessions_total,
-    /// Client connections open now.
+    /// Sessions open now (counted out when the session's task ends or is dropped). Unlike
+    /// the maxconn budget, an accept loop's permit held while it waits in accept() is not here.
     sessions_active,
     /// Times an accept loop paused because a maxconn budget was full.
     accept_paused,
     accept_errors,
     /// Times an accept was delayed by `max_accept_rate`.
     accept_rate_delayed,
-    /// Bytes relayed client → server and server → client.
+    /// Bytes written to servers and to clients: what the socket accepted (on a TLS side, the
+    /// plaintext the TLS layer accepted; handshakes and record overhead are not counted).
+    /// HTTP mode counts at the write: request and response heads as rewritten, bodies with
+    /// their framing, interim and proxy-made responses, tunnelled bytes; never bytes read
+    /// and dropped (a discarded request body).
     bytes_to_server,
     bytes_to_client,
+    /// New server connections tried (pooled reuses are `http_pool_reused`), and those that
+    /// failed or timed out.
     connect_attempts,
     connect_errors,
-    /// Attempts beyond the first for one client connection.
+    /// Servers tried after a failed connect, for one session or request.
     connect_retries,
     /// Connections that waited for a server slot (server maxconn).
     server_queued,
     queue_timeouts,
+    /// Transfers stopped because nothing moved for the idle timeout: TCP relays and
+    /// tunnels (`min(client, server)`), HTTP bodies (`timeouts.client` / `timeouts.server`).
     idle_timeouts,
     /// Copy buffers allocated by this worker (never more than its budget share).
     buffers_allocated,
@@ -82,8 +96,10 @@ worker_stats! {
     /// Times a connection had to wait for a buffer, and how many wait now.
     buffer_waits,
     buffer_waiters,
-    /// HTTP requests received (complete heads), and responses the proxy made itself.
+    /// HTTP requests received: complete heads, including those then refused (413, no route).
     http_requests,
+    /// Error responses tollgate made itself (400/408/413/431..., 502/503/504), whether or
+    /// not the client was still there to read them; `return` routes are not errors.
     http_proxy_4xx,
     http_proxy_5xx,
     /// HTTP requests sent on a pooled server connection, and requests retried after a

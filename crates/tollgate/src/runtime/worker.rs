@@ -2,13 +2,16 @@
 //! its buffer pool and its balancer state. Nothing here is shared with another worker except
 //! through `Shared` (atomics touched once per connection) and the handoff inbox.
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::{Notify, watch};
 
 use super::backends::LocalBackend;
+use super::loglimit::LogLimiter;
 use super::stats::WorkerStats;
 use super::{Phase, Shared};
 use crate::buffer::BufferPool;
@@ -33,6 +36,10 @@ pub struct WorkerCtx {
     pub kills: Notify,
     /// Signalled when the last session of a stopping worker ends.
     drained: Notify,
+    /// Budget for warn lines about failures (see `may_warn`).
+    warn_limit: RefCell<LogLimiter>,
+    /// Wakes the task that reports a window's suppressed warn lines.
+    warn_flush: Notify,
 }
 
 impl WorkerCtx {
@@ -77,6 +84,8 @@ impl WorkerCtx {
             phase,
             kills: Notify::new(),
             drained: Notify::new(),
+            warn_limit: RefCell::new(LogLimiter::default()),
+            warn_flush: Notify::new(),
         })
     }
 
@@ -89,6 +98,39 @@ impl WorkerCtx {
                 return;
             }
             woken.await;
+        }
+    }
+
+    /// Whether a warn line about a failure may be written now: at most `loglimit::BURST` per
+    /// second per worker; the others are counted and reported in one line per second. Reads
+    /// the clock, so call it only on a failure path, right before the `warn!`.
+    pub fn may_warn(&self) -> bool {
+        if !tracing::enabled!(tracing::Level::WARN) {
+            return false;
+        }
+        let admit = self.warn_limit.borrow_mut().admit(Instant::now());
+        if admit.ended_suppressed > 0 {
+            log_suppressed(self.id, admit.ended_suppressed);
+        }
+        if admit.arm_flush {
+            self.warn_flush.notify_one();
+        }
+        admit.log
+    }
+
+    /// Reports each window's suppressed warn lines once it ends (sleeps unless lines were
+    /// suppressed).
+    async fn flush_suppressed(self: Rc<Self>) {
+        loop {
+            self.warn_flush.notified().await;
+            let Some(due) = self.warn_limit.borrow().flush_due() else {
+                continue;
+            };
+            tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+            let flushed = self.warn_limit.borrow_mut().flush(Instant::now());
+            if let Some(n) = flushed {
+                log_suppressed(self.id, n);
+            }
         }
     }
 
@@ -116,12 +158,10 @@ impl WorkerCtx {
         self.stats.sessions_active.add(1);
         let ctx = Rc::clone(self);
         let fut = async move {
+            // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
+            let _active = ActiveSession(&ctx);
             crate::proxy::serve(&ctx, frontend, crate::proxy::lazy::LazySocket::new(stream), peer).await;
             drop(permits);
-            ctx.stats.sessions_active.sub(1);
-            if ctx.stats.sessions_active.get() == 0 {
-                ctx.drained.notify_one();
-            }
         };
         tokio::task::spawn_local(fut);
     }
@@ -139,6 +179,28 @@ impl WorkerCtx {
             }
         }
     }
+}
+
+/// One open session in `sessions_active`.
+struct ActiveSession<'a>(&'a WorkerCtx);
+
+impl Drop for ActiveSession<'_> {
+    fn drop(&mut self) {
+        let stats = &self.0.stats;
+        stats.sessions_active.sub(1);
+        if stats.sessions_active.get() == 0 {
+            self.0.drained.notify_one();
+        }
+    }
+}
+
+fn log_suppressed(worker: usize, n: u64) {
+    tracing::warn!(
+        worker,
+        suppressed = n,
+        "suppressed {n} similar lines (failures are logged at most {} per second per worker)",
+        super::loglimit::BURST
+    );
 }
 
 pub struct WorkerPlan {
@@ -183,6 +245,13 @@ pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>)
     };
     rt.block_on(async move {
         let ctx = WorkerCtx::new(plan.id, shared, phase);
+        tokio::task::spawn_local(Rc::clone(&ctx).flush_suppressed());
+        if plan.id == 0 {
+            tokio::task::spawn_local(super::log_counters_every(
+                Arc::clone(&ctx.shared),
+                super::COUNTERS_PERIOD,
+            ));
+        }
         if let (Some(reg), Some((_, period))) = (&registration, plan.watchdog) {
             // Progress for the watchdog: this runs only when the scheduler gets back to its
             // run queue, so it stands still while one task hogs the thread.

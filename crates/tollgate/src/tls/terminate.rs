@@ -43,6 +43,15 @@ impl HandshakeFailure {
         }
     }
 
+    fn context(self) -> &'static str {
+        match self {
+            HandshakeFailure::Timeout => "TLS handshake: timeout",
+            HandshakeFailure::Protocol => "TLS handshake: protocol",
+            HandshakeFailure::NoCert => "TLS handshake: no-certificate",
+            HandshakeFailure::Closed => "TLS handshake: closed",
+        }
+    }
+
     fn classify(e: &io::Error) -> Self {
         match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
             Some(rustls::Error::General(msg)) if msg.contains("no server certificate") => HandshakeFailure::NoCert,
@@ -85,11 +94,12 @@ pub async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
     let deadline = Instant::now() + limit;
     let fail = |reason: HandshakeFailure, source: Option<io::Error>| {
         reason.counter(stats).add(1);
-        let e = Error::new(
-            ErrorKind::Tls,
-            Side::Front,
-            format!("TLS handshake: {}", reason.as_str()),
-        );
+        // A client hanging up mid-handshake is routine (debug); the rest is logged at warn.
+        let kind = match reason {
+            HandshakeFailure::Closed => ErrorKind::PeerClosed,
+            _ => ErrorKind::Tls,
+        };
+        let e = Error::new(kind, Side::Front, reason.context());
         match source {
             Some(s) => e.with_source(s),
             None => e,

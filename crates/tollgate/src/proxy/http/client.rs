@@ -2,9 +2,11 @@
 //! generic over it; this trait holds the few things that differ.
 
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::config::model::Offload;
@@ -13,6 +15,7 @@ use super::inbound::Inbound;
 use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::http::h1::Proto;
+use crate::proxy::counted::Counted;
 use crate::proxy::lazy::LazySocket;
 use crate::proxy::tcp::{self, Endpoint, Layered};
 use crate::runtime::worker::WorkerCtx;
@@ -42,10 +45,61 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
         idle: std::time::Duration,
     ) -> Result<(), Error>;
 
+    /// One write of the last bytes before the connection is closed: a plain socket holds
+    /// back a partial segment (`MSG_MORE`) for the FIN that `end_last` sends (`proxy::lazy`).
+    fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(self).poll_write(cx, buf)
+    }
+
+    /// After the last bytes: the half-close that sends what `poll_write_last` held back (a
+    /// TLS stream: close_notify first, so the client sees a clean end).
+    async fn end_last(&mut self) {}
+
     /// Writes the last bytes before the connection is closed (a plain socket sends them
-    /// with the FIN, see `proxy::lazy`).
-    async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.write_all(buf).await
+    /// with the FIN).
+    async fn write_last(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = std::future::poll_fn(|cx| self.poll_write_last(cx, buf)).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = buf.get(n..).unwrap_or_default();
+        }
+        self.end_last().await;
+        Ok(())
+    }
+}
+
+/// The session's client: every byte written to it, by any path, is in `bytes_to_client`.
+impl<C: ClientStream> ClientStream for Counted<'_, C> {
+    const PROTO: Proto = C::PROTO;
+
+    fn read_now(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<Option<bool>> {
+        self.get_mut().read_now(front, pool)
+    }
+
+    async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
+        self.get_mut().wait_for_data(front, pool).await
+    }
+
+    /// The relay counts the tunnelled bytes itself.
+    async fn tunnel<S: Endpoint>(
+        &mut self,
+        ctx: &WorkerCtx,
+        server: &mut S,
+        idle: std::time::Duration,
+    ) -> Result<(), Error> {
+        self.get_mut().tunnel(ctx, server, idle).await
+    }
+
+    fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let written = self.get_mut().poll_write_last(cx, buf);
+        self.count(&written);
+        written
+    }
+
+    async fn end_last(&mut self) {
+        self.get_mut().end_last().await;
     }
 }
 
@@ -92,8 +146,12 @@ impl ClientStream for LazySocket {
         tcp::relay_endpoints(ctx, &mut &*client, server, idle, Offload::default()).await
     }
 
-    async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
-        LazySocket::write_last(self, buf).await
+    fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_send_more(cx, buf)
+    }
+
+    async fn end_last(&mut self) {
+        self.shutdown_write();
     }
 }
 
@@ -111,5 +169,10 @@ impl ClientStream for ServerTlsStream {
         idle: std::time::Duration,
     ) -> Result<(), Error> {
         tcp::relay_endpoints(ctx, &mut Layered(self), server, idle, Offload::default()).await
+    }
+
+    async fn end_last(&mut self) {
+        // A client already gone makes this fail; nothing is left to tell it.
+        let _ = tokio::io::AsyncWriteExt::shutdown(self).await;
     }
 }

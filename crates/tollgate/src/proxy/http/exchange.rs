@@ -22,11 +22,12 @@ use super::inbound::Inbound;
 use super::server_conn::{self, ServerConn};
 use super::stream::{RequestInfo, Session};
 use crate::buffer::BufferPool;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
 use crate::proxy::connect::Connected;
+use crate::proxy::counted::Counted;
 use crate::proxy::idle::{self, Progress};
-use crate::runtime::stats::Counter;
+use crate::runtime::stats::WorkerStats;
 
 /// Bodies up to this size are written together with their head.
 const COALESCE: usize = 16 * 1024;
@@ -36,8 +37,9 @@ enum Outcome {
     Done { keep_client: bool },
     /// Failed on a reused connection in a way that is safe to replay on a fresh one.
     RetryFresh,
-    /// Failed: answer this status (0 = the client is gone or the response already started).
-    Failed(u16),
+    /// Failed: answer this status (0 = the client is gone or the response already started),
+    /// and why.
+    Failed(u16, Error),
 }
 
 pub async fn forward<C: ClientStream>(
@@ -50,8 +52,7 @@ pub async fn forward<C: ClientStream>(
         let conn = match server_conn::open(s.ctx, backend, fresh_only).await {
             Ok(conn) => conn,
             Err(e) => {
-                tracing::debug!(error = %e, "no server connection");
-                s.refuse(e.kind.http_status()).await?;
+                s.refuse(e.kind.http_status(), &e).await?;
                 return Ok(false);
             }
         };
@@ -63,8 +64,11 @@ pub async fn forward<C: ClientStream>(
         let epoch = live.kill_epoch();
         let outcome = tokio::select! {
             biased;
-            outcome = exchange(s, req, conn) => outcome,
-            () = ctx.killed(&live, epoch) => Outcome::Failed(0),
+            outcome = exchange(s, backend, req, conn) => outcome,
+            () = ctx.killed(&live, epoch) => {
+                let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
+                Outcome::Failed(0, Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+            }
         };
         match outcome {
             Outcome::Done { keep_client } => return Ok(keep_client),
@@ -73,12 +77,16 @@ pub async fn forward<C: ClientStream>(
                 fresh_only = true;
             }
             Outcome::RetryFresh => {
-                s.refuse(502).await?;
+                let e = Error::new(ErrorKind::Io, Side::Back, "a fresh connection failed like a reused one");
+                s.refuse(502, &e.at(backend, None)).await?;
                 return Ok(false);
             }
-            Outcome::Failed(0) => return Ok(false),
-            Outcome::Failed(status) => {
-                s.refuse(status).await?;
+            Outcome::Failed(0, e) => {
+                s.log_failure(0, &e);
+                return Ok(false);
+            }
+            Outcome::Failed(status, e) => {
+                s.refuse(status, &e).await?;
                 return Ok(false);
             }
         }
@@ -87,6 +95,7 @@ pub async fn forward<C: ClientStream>(
 
 async fn exchange<C: ClientStream>(
     s: &mut Session<'_, C>,
+    backend: usize,
     req: &RequestInfo,
     conn: Connected<'_, ServerConn>,
 ) -> Outcome {
@@ -97,13 +106,18 @@ async fn exchange<C: ClientStream>(
         reused,
     } = conn;
     let timeouts = s.ctx.shared.config.timeouts;
+    let at = |e: Error| e.at(backend, Some(live.id));
+    let failed = |status, kind, side, what: &'static str| Outcome::Failed(status, at(Error::new(kind, side, what)));
     // The head is still in `s.out`: a failure here means the server cannot have acted on it.
-    if let Err(e) = server.write_all(&s.out).await {
+    if let Err(e) = Counted::new(&mut server, &s.ctx.stats.bytes_to_server)
+        .write_all(&s.out)
+        .await
+    {
         tracing::debug!(error = %e, reused, "sending request head failed");
         return if reused {
             Outcome::RetryFresh
         } else {
-            Outcome::Failed(502)
+            Outcome::Failed(502, at(Error::io(Side::Back, "send request head", e)))
         };
     }
     let mut back = Inbound::default();
@@ -113,6 +127,7 @@ async fn exchange<C: ClientStream>(
         match await_continue(s, &mut server, &mut back, req).await {
             Ok(true) => {}
             Ok(false) => body_skipped = true,
+            Err(Outcome::Failed(status, e)) => return Outcome::Failed(status, at(e)),
             Err(outcome) => return outcome,
         }
     }
@@ -125,26 +140,28 @@ async fn exchange<C: ClientStream>(
                 &mut request_body,
                 &mut s.front,
                 &mut s.client,
-                &mut server,
+                &mut Counted::new(&mut server, &ctx.stats.bytes_to_server),
                 &mut prefix,
                 &ctx.buffers,
                 false,
                 false,
                 &progress,
-                &ctx.stats.bytes_to_server,
             ),
             &progress,
             timeouts.client,
         )
         .await;
         if let Err(e) = &sent {
-            e.log("request body");
+            e.log("request body", &ctx.stats);
         }
         match sent {
             Ok(()) => {}
-            Err(BodyError::Framing(e)) => return Outcome::Failed(e.status()),
-            Err(BodyError::Read(_)) | Err(BodyError::Idle) => return Outcome::Failed(0),
-            Err(BodyError::Write(_)) => return Outcome::Failed(502),
+            Err(BodyError::Framing(e)) => {
+                return failed(e.status(), ErrorKind::Protocol, Side::Front, e.as_str());
+            }
+            Err(BodyError::Read(e)) => return Outcome::Failed(0, Error::io(Side::Front, "read request body", e)),
+            Err(BodyError::Idle) => return failed(0, ErrorKind::IdleTimeout, Side::Front, "request body idle"),
+            Err(BodyError::Write(e)) => return Outcome::Failed(502, at(Error::io(Side::Back, "send request body", e))),
         }
     }
 
@@ -153,9 +170,24 @@ async fn exchange<C: ClientStream>(
         Err(ReadFailure::NothingReceived) if reused && req.idempotent() && req.body == BodyFraming::None => {
             return Outcome::RetryFresh;
         }
-        Err(ReadFailure::NothingReceived) | Err(ReadFailure::Bad) => return Outcome::Failed(502),
-        Err(ReadFailure::Timeout) => return Outcome::Failed(504),
-        Err(ReadFailure::ClientGone) => return Outcome::Failed(0),
+        Err(ReadFailure::NothingReceived) => {
+            return failed(
+                502,
+                ErrorKind::PeerClosed,
+                Side::Back,
+                "server closed before responding",
+            );
+        }
+        Err(ReadFailure::Bad) => return failed(502, ErrorKind::Protocol, Side::Back, "bad response head"),
+        Err(ReadFailure::Timeout) => {
+            return failed(
+                504,
+                ErrorKind::IdleTimeout,
+                Side::Back,
+                "no response head within timeouts.server",
+            );
+        }
+        Err(ReadFailure::ClientGone) => return failed(0, ErrorKind::PeerClosed, Side::Front, "client gone"),
     };
 
     let switching = response.switching_protocols && req.upgrade;
@@ -208,7 +240,6 @@ async fn exchange<C: ClientStream>(
             front_holds,
             !keep_client,
             &progress,
-            &ctx.stats.bytes_to_client,
         ),
         &progress,
         timeouts.server,
@@ -234,8 +265,8 @@ async fn exchange<C: ClientStream>(
         }
         // The response has started: nothing sensible can be sent any more, just close.
         Err(e) => {
-            e.log("response body");
-            Outcome::Failed(0)
+            e.log("response body", &ctx.stats);
+            Outcome::Failed(0, at(e.into_error("response body")))
         }
     }
 }
@@ -260,7 +291,10 @@ async fn await_continue<C: ClientStream>(
                     return if forward_interim(s, head, back, req).await {
                         Ok(true)
                     } else {
-                        Err(Outcome::Failed(0))
+                        Err(Outcome::Failed(
+                            0,
+                            Error::new(ErrorKind::PeerClosed, Side::Front, "client gone"),
+                        ))
                     };
                 }
                 Ok(Some(head)) => {
@@ -269,19 +303,32 @@ async fn await_continue<C: ClientStream>(
                     return Ok(!final_response);
                 }
                 Ok(None) => {}
-                Err(_) => return Err(Outcome::Failed(502)),
+                Err(e) => {
+                    return Err(Outcome::Failed(
+                        502,
+                        Error::new(ErrorKind::Protocol, Side::Back, e.as_str()),
+                    ));
+                }
             }
         }
         tokio::select! {
             biased;
             r = back.read_from(server, &s.ctx.buffers, true) => match r {
-                Ok(0) | Err(_) => return Err(Outcome::Failed(502)),
+                Ok(0) => return Err(Outcome::Failed(502, Error::new(ErrorKind::PeerClosed, Side::Back, "server closed before 100-continue"))),
+                Err(e) => return Err(Outcome::Failed(502, Error::io(Side::Back, "read 100-continue", e))),
                 Ok(_) => {}
             },
             r = s.client.wait_for_data(&mut s.front, &s.ctx.buffers) => {
-                return if matches!(r, Ok(false)) { Ok(true) } else { Err(Outcome::Failed(0)) };
+                return if matches!(r, Ok(false)) {
+                    Ok(true)
+                } else {
+                    Err(Outcome::Failed(0, Error::new(ErrorKind::PeerClosed, Side::Front, "client gone")))
+                };
             }
-            _ = &mut deadline => return Err(Outcome::Failed(504)),
+            _ = &mut deadline => {
+                let e = Error::new(ErrorKind::IdleTimeout, Side::Back, "no 100-continue within timeouts.server");
+                return Err(Outcome::Failed(504, e));
+            }
         }
     }
 }
@@ -363,14 +410,20 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, bac
     let sent = s.client.write_all(&head).await;
     head.clear();
     s.out = head;
-    if sent.is_err() {
-        return Outcome::Failed(0);
+    if let Err(e) = sent {
+        return Outcome::Failed(0, Error::io(Side::Front, "write 101 response", e));
     }
     let mut server = server;
     if !s.front.is_empty() {
         // Flushed: the relay reads a TLS server without pushing out what this left in rustls.
-        if server.write_all(s.front.data()).await.is_err() || server.flush().await.is_err() {
-            return Outcome::Failed(0);
+        let to_server = &s.ctx.stats.bytes_to_server;
+        let mut counted = Counted::new(&mut server, to_server);
+        let sent = match counted.write_all(s.front.data()).await {
+            Ok(()) => counted.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            return Outcome::Failed(0, Error::io(Side::Back, "write to tunnel", e));
         }
         s.front.consume(s.front.data().len());
     }
@@ -408,12 +461,14 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
             false,
             false,
             &progress,
-            &ctx.stats.bytes_to_server,
         ),
         &progress,
         ctx.shared.config.timeouts.client,
     )
     .await;
+    if let Err(e) = &done {
+        e.log("discarded request body", &ctx.stats);
+    }
     done.is_ok()
 }
 
@@ -425,12 +480,30 @@ enum BodyError {
 }
 
 impl BodyError {
-    fn log(&self, what: &str) {
+    /// Logs at debug (the caller decides what the operator sees) and counts idle timeouts.
+    fn log(&self, what: &str, stats: &WorkerStats) {
         match self {
             BodyError::Read(e) => tracing::debug!(error = %e, "{what}: read failed"),
             BodyError::Write(e) => tracing::debug!(error = %e, "{what}: write failed"),
             BodyError::Framing(e) => tracing::debug!(error = %e, "{what}: bad framing"),
-            BodyError::Idle => tracing::debug!("{what}: idle timeout"),
+            BodyError::Idle => {
+                stats.idle_timeouts.add(1);
+                tracing::debug!("{what}: idle timeout")
+            }
+        }
+    }
+
+    /// The error of a response body that failed after its head was sent.
+    fn into_error(self, what: &'static str) -> Error {
+        match self {
+            BodyError::Read(e) => Error::io(Side::Back, what, e),
+            BodyError::Write(e) => Error::io(Side::Front, what, e),
+            // The server hanging up mid-body is a hang-up (debug), not a framing fault.
+            BodyError::Framing(e) if e.kind() == h1::ErrorKind::TruncatedBody => {
+                Error::new(ErrorKind::PeerClosed, Side::Back, e.as_str())
+            }
+            BodyError::Framing(e) => Error::new(ErrorKind::Protocol, Side::Back, e.as_str()),
+            BodyError::Idle => Error::new(ErrorKind::IdleTimeout, Side::Back, what),
         }
     }
 }
@@ -457,6 +530,7 @@ async fn transfer(
 /// preceded by `prefix` (a head), coalesced into one write when the body start is small.
 /// Leaves any bytes after the body (a pipelined request) in `inbound`. With `hold_last`,
 /// the final coalesced bytes stay in `prefix` for the caller to write (see `write_last`).
+/// Counting is the writer's business (`Counted`): this counts nothing.
 #[allow(clippy::too_many_arguments)]
 async fn forward_body<R, W>(
     tracker: &mut BodyTracker,
@@ -468,7 +542,6 @@ async fn forward_body<R, W>(
     second: bool,
     hold_last: bool,
     progress: &Progress,
-    counter: &Counter,
 ) -> Result<(), BodyError>
 where
     R: AsyncRead + Unpin,
@@ -485,7 +558,6 @@ where
                 dst.write_all(chunk).await.map_err(BodyError::Write)?;
             }
             progress.moved(p.consumed);
-            counter.add(p.consumed as u64);
             inbound.consume(p.consumed);
         }
         if tracker.is_done() {

@@ -13,8 +13,9 @@ use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{Forwarded, Frontend};
-use crate::error::{Error, Side};
+use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{self, BodyFraming, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version};
+use crate::proxy::counted::Counted;
 use crate::runtime::worker::WorkerCtx;
 
 /// What the proxy needs to remember of a request once its head bytes are consumed.
@@ -53,14 +54,15 @@ enum HeadOutcome {
     Head(RequestHead),
     /// The client closed, or stayed idle past its keep-alive timeout: close quietly.
     Closed,
-    /// Answer with this status and close.
-    Refuse(u16),
+    /// Answer with this status and close; the cause is for the warn line.
+    Refuse(u16, &'static str),
 }
 
 pub struct Session<'a, C> {
     pub(super) ctx: &'a Rc<WorkerCtx>,
     pub(super) fe: &'a Frontend,
-    pub(super) client: C,
+    /// Counted into `bytes_to_client` whichever path writes to it.
+    pub(super) client: Counted<'a, C>,
     pub(super) peer: SocketAddr,
     pub(super) front: Inbound,
     pub(super) scratch: HeadScratch,
@@ -76,7 +78,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         Some(Session {
             ctx,
             fe,
-            client,
+            client: Counted::new(client, &ctx.stats.bytes_to_client),
             peer,
             front: Inbound::default(),
             scratch: HeadScratch::new(),
@@ -100,7 +102,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let head = match self.read_head().await? {
                 HeadOutcome::Head(head) => head,
                 HeadOutcome::Closed => return Ok(()),
-                HeadOutcome::Refuse(status) => return self.refuse(status).await,
+                HeadOutcome::Refuse(status, cause) => {
+                    let e = Error::new(ErrorKind::Protocol, Side::Front, cause);
+                    return self.refuse(status, &e).await;
+                }
             };
             self.served += 1;
             if !self.serve_request(head).await? {
@@ -131,7 +136,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 timeouts.http_keep_alive
             };
             match tokio::time::timeout(wait, self.client.wait_for_data(&mut self.front, &self.ctx.buffers)).await {
-                Err(_) if first => return Ok(HeadOutcome::Refuse(408)),
+                Err(_) if first => return Ok(HeadOutcome::Refuse(408, REQUEST_TIMEOUT)),
                 Err(_) => return Ok(HeadOutcome::Closed),
                 Ok(Err(e)) => return Err(Error::io(Side::Front, "wait for request", e)),
                 Ok(Ok(true)) => return Ok(HeadOutcome::Closed),
@@ -150,7 +155,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let read = tokio::select! {
                 biased;
                 r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
-                _ = &mut deadline => return Ok(HeadOutcome::Refuse(408)),
+                _ = &mut deadline => return Ok(HeadOutcome::Refuse(408, REQUEST_TIMEOUT)),
             };
             match read {
                 Ok(0) => return Ok(HeadOutcome::Closed),
@@ -170,12 +175,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
         match h1::parse_request_head(self.front.data(), limits, &mut self.scratch) {
             Ok(Some(head)) => Some(HeadOutcome::Head(head)),
-            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(431)),
+            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(431, "request head larger than the buffer")),
             Ok(None) => None,
-            Err(e) => {
-                tracing::debug!(peer = %self.peer, error = %e, "bad request");
-                Some(HeadOutcome::Refuse(e.status()))
-            }
+            Err(e) => Some(HeadOutcome::Refuse(e.status(), e.as_str())),
         }
     }
 
@@ -189,13 +191,19 @@ impl<'a, C: ClientStream> Session<'a, C> {
             && n > max_body
         {
             head.reclaim(&mut self.scratch);
-            self.refuse(413).await?;
+            let e = Error::new(
+                ErrorKind::Protocol,
+                Side::Front,
+                "Content-Length over http.max_body_size",
+            );
+            self.refuse(413, &e).await?;
             return Ok(false);
         }
         match route::decide(self.fe, &head, self.front.data()) {
             Decision::NoRoute => {
                 head.reclaim(&mut self.scratch);
-                self.refuse(503).await?;
+                let e = Error::new(ErrorKind::NoServer, Side::Front, "no route and no default_backend");
+                self.refuse(503, &e).await?;
                 Ok(false)
             }
             Decision::Return {
@@ -253,8 +261,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
         edits
     }
 
-    /// Sends a proxy-made error response, then closes without resetting it away.
-    pub(super) async fn refuse(&mut self, status: u16) -> Result<(), Error> {
+    /// Sends a proxy-made error response, then closes without resetting it away; `cause`
+    /// goes into the warn line (`log_failure`).
+    pub(super) async fn refuse(&mut self, status: u16, cause: &Error) -> Result<(), Error> {
+        self.log_failure(status, cause);
         if status >= 500 {
             self.ctx.stats.http_proxy_5xx.add(1);
         } else {
@@ -268,6 +278,30 @@ impl<'a, C: ClientStream> Session<'a, C> {
         Ok(())
     }
 }
+
+impl<C> Session<'_, C> {
+    /// A request tollgate failed or refused: warn (rate-limited per worker) with frontend,
+    /// backend, server and cause. `status` 0: no response could be sent; a peer hang-up or an
+    /// idle timeout then stays at debug.
+    pub(super) fn log_failure(&self, status: u16, cause: &Error) {
+        if status == 0 && cause.is_routine() {
+            tracing::debug!(frontend = %self.fe.name, peer = %self.peer, error = %cause, "request ended");
+        } else if self.ctx.may_warn() {
+            let (backend, server) = crate::proxy::names(&self.ctx.shared.config, cause.backend, cause.server);
+            tracing::warn!(
+                frontend = %self.fe.name,
+                backend = %backend,
+                server = %server,
+                status,
+                peer = %self.peer,
+                cause = %cause,
+                "request failed"
+            );
+        }
+    }
+}
+
+const REQUEST_TIMEOUT: &str = "no complete request head within timeouts.http_request";
 
 /// Half-closes, then reads and discards what the client still sends for a short while:
 /// closing with unread bytes would make the kernel send a reset that can destroy the
