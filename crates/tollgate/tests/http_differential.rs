@@ -7,8 +7,8 @@
 //! is allowed (stricter) and counted.
 //!
 //! The regression corpus (tests/data/differential/) is replayed before the generated cases.
-//! Knobs (see README): TOLLGATE_DIFF_CASES, TOLLGATE_DIFF_SEED, TOLLGATE_DIFF_SECS,
-//! TOLLGATE_DIFF_SAVE (a directory to write each failing class's minimal input to).
+//! Knobs (docs/http-conformance.md): TOLLGATE_DIFF_CASES, _SEED, _SECS, _SAVE (write each
+//! failing class's reproducer there), _REPLAY (run one file), _HAPROXY (another binary).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -51,7 +51,7 @@ const DELIBERATE: &[Deliberate] = &[Deliberate {
     reason: "HAProxy refuses an `Upgrade: websocket` request without `Sec-WebSocket-Key` (400); \
              tollgate does not validate WebSocket handshakes: the request is framed like any \
              other and tollgate tunnels only after the server answers 101, so the server decides",
-    applies: |req| header_lines(req).any(|l| is_websocket_upgrade(l)) && !has_header(req, b"sec-websocket-key"),
+    applies: |req| header_lines(req).any(is_websocket_upgrade) && !has_header(req, b"sec-websocket-key"),
     neutralize: |req| {
         let mut out = Vec::with_capacity(req.len() + 64);
         for line in req.split_inclusive(|&b| b == b'\n') {
@@ -102,11 +102,7 @@ enum Outcome {
     Documented(&'static Deliberate),
     /// Differed on the fast pass but not when re-run with more patience.
     Settled,
-    Fails {
-        class: String,
-        haproxy: Side,
-        tollgate: Side,
-    },
+    Fails(Box<(String, Side, Side)>),
 }
 
 #[test]
@@ -161,11 +157,8 @@ fn mutated_requests_are_framed_as_haproxy_frames_them() {
                 "documented difference"
             }
             Outcome::Settled => "fast-pass difference gone when re-run slowly",
-            Outcome::Fails {
-                class,
-                haproxy,
-                tollgate,
-            } => {
+            Outcome::Fails(f) => {
+                let (class, haproxy, tollgate) = *f;
                 classes.entry(class).or_default().push((i, haproxy, tollgate));
                 "DIFFERS"
             }
@@ -173,10 +166,11 @@ fn mutated_requests_are_framed_as_haproxy_frames_them() {
         *tally.entry(key).or_default() += 1;
     }
     println!(
-        "differential: {ran} of {} cases ({from_corpus} from the corpus, seed {seed:#x}) against {} in {:.1?}: {tally:?}",
+        "differential: {ran} of {} cases ({from_corpus} from the corpus, seed {seed:#x}) against {} in {:.1?}: {tally:?}; {} stray origin connection(s) set aside",
         cases.len(),
         haproxy::version(&bin),
-        started.elapsed()
+        started.elapsed(),
+        differential_support::strays()
     );
     for (name, (n, reason)) in &documented {
         println!("  documented difference, {n} case(s): {name}: {reason}");
@@ -310,6 +304,7 @@ fn run_case(lane: &Lane, req: &[u8]) -> Outcome {
         Verdict::Stricter => return Outcome::Stricter,
         Verdict::Differs(class) => class,
     };
+    lane.settle();
     let (h2, t2) = lane.run(req, SLOW);
     let (class, h, t) = match judge(&h2, &t2) {
         Verdict::Differs(class) => (class, h2, t2),
@@ -318,11 +313,7 @@ fn run_case(lane: &Lane, req: &[u8]) -> Outcome {
     };
     match deliberate(lane, req) {
         Some(d) => Outcome::Documented(d),
-        None => Outcome::Fails {
-            class,
-            haproxy: h,
-            tollgate: t,
-        },
+        None => Outcome::Fails(Box::new((class, h, t))),
     }
 }
 
@@ -331,7 +322,8 @@ fn run_case(lane: &Lane, req: &[u8]) -> Outcome {
 fn report(lanes: &[Lane], cases: &[Case], classes: &BTreeMap<String, Vec<(usize, Side, Side)>>) -> String {
     let save = std::env::var_os("TOLLGATE_DIFF_SAVE").map(PathBuf::from);
     let work: Vec<(&String, usize)> = classes.iter().map(|(c, v)| (c, v[0].0)).collect();
-    let shrunk: Vec<Mutex<Option<Vec<u8>>>> = work.iter().map(|_| Mutex::new(None)).collect();
+    type Shrunk = Option<(Vec<u8>, Side, Side)>;
+    let done: Vec<Mutex<Shrunk>> = work.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for lane in lanes {
@@ -339,28 +331,32 @@ fn report(lanes: &[Lane], cases: &[Case], classes: &BTreeMap<String, Vec<(usize,
                 loop {
                     let k = next.fetch_add(1, Ordering::SeqCst);
                     let Some((class, i)) = work.get(k) else { return };
-                    *shrunk[k].lock().unwrap() = Some(shrink(lane, &cases[*i].bytes, class));
+                    let min = shrink(lane, &cases[*i].bytes, class);
+                    let (h, t) = lane.run(&min, SLOW);
+                    let still = matches!(judge(&h, &t), Verdict::Differs(ref c) if c == *class);
+                    *done[k].lock().unwrap() = still.then_some((min, h, t));
                 }
             });
         }
     });
     let mut out = String::new();
     for (k, (class, i)) in work.iter().enumerate() {
-        let min = shrunk[k].lock().unwrap().take().unwrap();
-        let (h, t) = lanes[0].run(&min, SLOW);
-        let still = matches!(judge(&h, &t), Verdict::Differs(ref c) if c == *class);
-        let (h, t, shown) = if still {
-            (h, t, &min)
-        } else {
-            let (_, h, t) = &classes[*class][0];
-            (h.clone(), t.clone(), &cases[*i].bytes)
+        // The shrunk request if it still fails the same way when re-run slowly, else the
+        // request as generated with its recorded outcomes.
+        let shrunk = done[k].lock().unwrap().take();
+        let (shown, h, t) = match &shrunk {
+            Some((min, h, t)) => (min, h, t),
+            None => {
+                let (_, h, t) = &classes[*class][0];
+                (&cases[*i].bytes, h, t)
+            }
         };
         out.push_str(&format!(
             "\n== {class}\n   {} case(s), first: #{i} {}\n   request ({} bytes{}):\n{}\n   HAProxy:  {}\n   tollgate: {}\n",
             classes[*class].len(),
             cases[*i].label,
             shown.len(),
-            if still { ", shrunk" } else { ", as generated" },
+            if shrunk.is_some() { ", shrunk" } else { ", as generated" },
             indent(&escape(shown), 6),
             h.describe(),
             t.describe()
@@ -428,4 +424,58 @@ fn slug(class: &str) -> String {
         }
     }
     s.trim_matches('-').chars().take(90).collect()
+}
+
+/// The origin's parser is what every verdict rests on: it frames the valid bases completely and
+/// reads the syntax the differences are about as no message.
+#[test]
+fn origin_parser_frames_valid_requests_and_refuses_ambiguous_ones() {
+    use differential_support::frame::{Tail, frame};
+    for (name, base) in BASES {
+        let (msgs, tail) = frame(base);
+        assert_eq!(tail, Tail::Clean, "{name}");
+        let expect = if name.starts_with("pipelined") { 2 } else { 1 };
+        assert_eq!(msgs.len(), expect, "{name}");
+    }
+    let (msgs, _) = frame(
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2;a=\"b c\"\r\nhi\r\n0\r\nX: y\r\n\r\n",
+    );
+    assert_eq!(msgs[0].body, b"hi");
+    let (msgs, tail) = frame(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!((msgs.len(), tail), (1, Tail::Clean), "identical Content-Length repeats");
+    let te = "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let invalid: &[(&str, String)] = &[
+        ("whitespace after chunk size", format!("{te}2 \r\nhi\r\n0\r\n\r\n")),
+        ("chunk ext name", format!("{te}2;\r\nhi\r\n0\r\n\r\n")),
+        ("chunk size followed by junk", format!("{te}2\r\nhi\r\n0;a b\r\n\r\n")),
+        (
+            "chunk size over 16 hex digits",
+            format!("{te}00000000000000002\r\nhi\r\n0\r\n\r\n"),
+        ),
+        ("chunk data not followed by CRLF", format!("{te}2\r\nhi\n0\r\n\r\n")),
+        ("chunk size line without CR", format!("{te}2\nhi\r\n0\r\n\r\n")),
+        (
+            "final coding not chunked",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n0\r\n\r\n".into(),
+        ),
+        (
+            "transfer-encoding with content-length",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n0\r\n\r\n".into(),
+        ),
+        (
+            "content-length values differ",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\nhi".into(),
+        ),
+        ("bare CR or LF in head", "GET / HTTP/1.1\nHost: a\r\n\r\n".into()),
+        ("request head", "GET / HTTP/1.1\r\nHost : a\r\n\r\n".into()),
+        (
+            "empty line before a request",
+            "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n".into(),
+        ),
+    ];
+    for (why, req) in invalid {
+        assert_eq!(frame(req.as_bytes()).1, Tail::Invalid(why), "{req:?}");
+    }
+    let (msgs, tail) = frame(format!("{te}5\r\nhe").as_bytes());
+    assert_eq!((msgs.len(), tail), (0, Tail::Incomplete));
 }

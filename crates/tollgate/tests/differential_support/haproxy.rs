@@ -8,8 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `haproxy` binary: on PATH, or where Debian puts it (not on a non-root PATH).
+/// The `haproxy` binary: `TOLLGATE_DIFF_HAPROXY` if set (another build to compare with),
+/// else on PATH, or where Debian puts it (not on a non-root PATH).
 pub fn find() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TOLLGATE_DIFF_HAPROXY") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from))

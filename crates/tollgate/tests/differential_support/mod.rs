@@ -40,6 +40,8 @@ pub struct Side {
     pub tails: Vec<Tail>,
     /// What each origin connection received, for the reproducer.
     pub raw: Vec<Vec<u8>>,
+    /// Origin connections set aside as strays of an earlier case (see `belongs`).
+    pub strays: usize,
 }
 
 impl Side {
@@ -83,6 +85,9 @@ impl Side {
             self.bytes,
             self.shape()
         );
+        if self.strays > 0 {
+            let _ = write!(s, " ({} stray connection(s) of an earlier case set aside)", self.strays);
+        }
         for m in &self.msgs {
             let _ = write!(
                 s,
@@ -180,6 +185,12 @@ pub struct Lane {
 }
 
 static CASE_ID: AtomicU64 = AtomicU64::new(1);
+static STRAYS: AtomicU64 = AtomicU64::new(0);
+
+/// Origin connections set aside as strays so far (see `belongs`), for the summary.
+pub fn strays() -> u64 {
+    STRAYS.load(Ordering::SeqCst)
+}
 
 /// How long to wait for things to settle: the client for more response bytes, the origin
 /// for its connections to close once the client is gone.
@@ -201,6 +212,13 @@ pub const SLOW: Patience = Patience {
 };
 
 impl Lane {
+    /// Lets both origins go quiet before a run that must not see an earlier run's stragglers.
+    pub fn settle(&self) {
+        let (quiet, limit) = (Duration::from_millis(300), Duration::from_secs(3));
+        self.haproxy_origin.settle(quiet, limit);
+        self.tollgate_origin.settle(quiet, limit);
+    }
+
     /// Sends `req` through both proxies at once.
     pub fn run(&self, req: &[u8], p: Patience) -> (Side, Side) {
         std::thread::scope(|s| {
@@ -233,8 +251,12 @@ fn side<S: Read + Write>(mut c: S, origin: &Recorder, req: &[u8], p: Patience) -
         }
     };
     drop(c);
-    let conns = origin.finish(case, p.drain);
+    let mut conns = origin.finish(case, p.drain);
+    let before = conns.len();
+    conns.retain(|c| belongs(c, req));
+    STRAYS.fetch_add((before - conns.len()) as u64, Ordering::SeqCst);
     let mut out = Side {
+        strays: before - conns.len(),
         statuses: statuses(&got),
         closed,
         conns: conns.len(),
@@ -252,15 +274,37 @@ fn side<S: Read + Write>(mut c: S, origin: &Recorder, req: &[u8], p: Patience) -
     out
 }
 
+/// Whether an origin connection carries this case's request: its method and target occur in
+/// the bytes the client sent. A proxy still forwarding a pipelined request of an earlier case
+/// after that case's client gave up connects during a later case; such a connection is set
+/// aside rather than counted against the later case. (A target common to both, like `/`,
+/// cannot be told apart; the patient re-run of a difference, after `settle`, covers that.)
+fn belongs(conn: &[u8], req: &[u8]) -> bool {
+    let line = conn.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    match (parts.next(), parts.next()) {
+        (Some(method), Some(target)) if !method.is_empty() && !target.is_empty() => {
+            contains(req, method) && contains(req, target)
+        }
+        _ => true,
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
 /// Status codes of the responses in `got` (status lines at the start of a line).
 fn statuses(got: &[u8]) -> Vec<u16> {
     let mut out = Vec::new();
     for (i, w) in got.windows(13).enumerate() {
         let at_line_start = i == 0 || got[i - 1] == b'\n';
-        if at_line_start && w.starts_with(b"HTTP/1.") && w[8] == b' ' {
-            if let Some(code) = std::str::from_utf8(&w[9..12]).ok().and_then(|s| s.parse().ok()) {
-                out.push(code);
-            }
+        if at_line_start
+            && w.starts_with(b"HTTP/1.")
+            && w[8] == b' '
+            && let Some(code) = std::str::from_utf8(&w[9..12]).ok().and_then(|s| s.parse().ok())
+        {
+            out.push(code);
         }
     }
     out

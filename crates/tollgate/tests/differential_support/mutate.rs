@@ -162,6 +162,7 @@ const VERSIONS: &[&str] = &[
 
 const LINE_ENDS: &[&[u8]] = &[b"\n", b"\r", b"\r\r\n", b"\n\r", b"\r\n\r\n", b""];
 
+/// Every operator has this one signature (some grow or shrink the input, so `Vec`).
 type Op = fn(&mut Rng, &mut Vec<u8>) -> bool;
 
 /// Every operator: its name (shown in a reproducer) and what it does; it returns false when
@@ -260,6 +261,7 @@ fn delete_byte(rng: &mut Rng, b: &mut Vec<u8>) -> bool {
     true
 }
 
+#[allow(clippy::ptr_arg)] // the shared `Op` signature
 fn replace_byte(rng: &mut Rng, b: &mut Vec<u8>) -> bool {
     if b.is_empty() {
         return false;
@@ -278,6 +280,7 @@ fn duplicate_header(rng: &mut Rng, b: &mut Vec<u8>) -> bool {
     true
 }
 
+#[allow(clippy::ptr_arg)] // the shared `Op` signature
 fn change_case(rng: &mut Rng, b: &mut Vec<u8>) -> bool {
     if b.is_empty() {
         return false;

@@ -25,10 +25,11 @@ struct Conn {
     open: bool,
 }
 
-#[derive(Default)]
 struct State {
     case: u64,
     conns: Vec<Conn>,
+    /// Last accept or read, for `settle`.
+    last_activity: Instant,
 }
 
 type Shared = Arc<(Mutex<State>, Condvar)>;
@@ -42,7 +43,14 @@ impl Recorder {
     pub fn start() -> Recorder {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let shared: Shared = Arc::default();
+        let shared: Shared = Arc::new((
+            Mutex::new(State {
+                case: 0,
+                conns: Vec::new(),
+                last_activity: Instant::now(),
+            }),
+            Condvar::new(),
+        ));
         let s = shared.clone();
         thread::spawn(move || {
             for stream in listener.incoming() {
@@ -50,6 +58,7 @@ impl Recorder {
                 let idx = {
                     let mut st = s.0.lock().unwrap();
                     let case = st.case;
+                    st.last_activity = Instant::now();
                     st.conns.push(Conn {
                         case,
                         bytes: Vec::new(),
@@ -91,6 +100,25 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// Waits (at most `limit`) until nothing was accepted or read for `quiet`: a proxy that
+    /// still forwards for an earlier, abandoned run has had its chance to finish first.
+    /// Quiet is an absence of events, so there is no signal to wait on but the clock.
+    pub fn settle(&self, quiet: Duration, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let (lock, cv) = &*self.shared;
+        let mut st = lock.lock().unwrap();
+        loop {
+            let now = Instant::now();
+            let calm_at = st.last_activity + quiet;
+            if now >= calm_at || now >= deadline {
+                return;
+            }
+            st = cv.wait_timeout(st, calm_at.min(deadline) - now).unwrap().0;
+        }
+    }
+}
+
 fn serve(mut stream: TcpStream, idx: usize, shared: &Shared) {
     // A backstop only: proxies close the connection when their client goes.
     let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
@@ -104,7 +132,11 @@ fn serve(mut stream: TcpStream, idx: usize, shared: &Shared) {
             Ok(n) => n,
         };
         seen.extend_from_slice(&buf[..n]);
-        shared.0.lock().unwrap().conns[idx].bytes.extend_from_slice(&buf[..n]);
+        {
+            let mut st = shared.0.lock().unwrap();
+            st.conns[idx].bytes.extend_from_slice(&buf[..n]);
+            st.last_activity = Instant::now();
+        }
         while framing {
             match parse_one(&seen[answered..]) {
                 Step::Complete(_, used) => {
