@@ -116,7 +116,8 @@ impl Side {
 pub enum Verdict {
     /// Both refused, or both forwarded the same framing.
     Same,
-    /// tollgate refused (or forwarded a prefix of) what HAProxy forwarded: stricter, allowed.
+    /// tollgate refused what HAProxy forwarded, or forwarded only its first messages:
+    /// stricter, allowed.
     Stricter,
     /// A failure unless documented; the string names its class.
     Differs(String),
@@ -137,7 +138,10 @@ pub fn judge(h: &Side, t: &Side) -> Verdict {
             if h.msgs == t.msgs && h.tails == t.tails {
                 return Verdict::Same;
             }
-            if t.tails.is_empty() && t.msgs.len() < h.msgs.len() && h.msgs.starts_with(&t.msgs) {
+            // tollgate's origin saw a proper prefix of what HAProxy's saw: the same first
+            // messages, then nothing where HAProxy forwarded more (complete or not).
+            let prefix = h.msgs.starts_with(&t.msgs) && (t.msgs.len() < h.msgs.len() || !h.tails.is_empty());
+            if t.tails.is_empty() && prefix {
                 return Verdict::Stricter;
             }
             let what = if h.tails != t.tails {
@@ -242,7 +246,12 @@ fn side<S: Read + Write>(mut c: S, origin: &Recorder, req: &[u8], p: Patience) -
     let _ = c.write_all(req);
     let mut got = Vec::new();
     let mut buf = [0u8; 8192];
+    // Bounded even against a proxy that never stops sending.
+    let deadline = std::time::Instant::now() + p.idle * 20;
     let closed = loop {
+        if got.len() > 1 << 20 || std::time::Instant::now() > deadline {
+            break false;
+        }
         match c.read(&mut buf) {
             Ok(0) => break true,
             Ok(n) => got.extend_from_slice(&buf[..n]),

@@ -98,9 +98,7 @@ impl Recorder {
             .map(|c| std::mem::take(&mut c.bytes))
             .collect()
     }
-}
 
-impl Recorder {
     /// Waits (at most `limit`) until nothing was accepted or read for `quiet`: a proxy that
     /// still forwards for an earlier, abandoned run has had its chance to finish first.
     /// Quiet is an absence of events, so there is no signal to wait on but the clock.
