@@ -8,7 +8,8 @@
 //!
 //! The regression corpus (tests/data/differential/) is replayed before the generated cases.
 //! Knobs (docs/http-conformance.md): TOLLGATE_DIFF_CASES, _SEED, _SECS, _SAVE (write each
-//! failing class's reproducer there), _REPLAY (run one file), _HAPROXY (another binary).
+//! failing class's reproducer there), _REPLAY (run one file), _HAPROXY (another binary),
+//! _AGAINST_HAPROXY (a second HAProxy in tollgate's place: the harness's own check).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -25,7 +26,7 @@ use common::Proxy;
 use differential_support::haproxy::{self, Haproxy};
 use differential_support::mutate::{BASES, Rng, mutate};
 use differential_support::origin::Recorder;
-use differential_support::{FAST, Lane, SLOW, Side, Verdict, escape, indent, judge};
+use differential_support::{Endpoint, FAST, Lane, SLOW, Side, Verdict, escape, indent, judge};
 
 const LANES: usize = 12;
 const DEFAULT_CASES: usize = 2000;
@@ -123,7 +124,11 @@ fn mutated_requests_are_framed_as_haproxy_frames_them() {
     let h_origins: Vec<Recorder> = (0..LANES).map(|_| Recorder::start()).collect();
     let t_origins: Vec<Recorder> = (0..LANES).map(|_| Recorder::start()).collect();
     let hap = Haproxy::start(&bin, &h_origins.iter().map(|o| o.addr).collect::<Vec<_>>());
-    let proxy = Proxy::start(&tollgate_config(&t_origins));
+    // The harness's own check: a second HAProxy in tollgate's place must differ in nothing.
+    let against_itself = std::env::var_os("TOLLGATE_DIFF_AGAINST_HAPROXY").is_some();
+    let t_addrs: Vec<_> = t_origins.iter().map(|o| o.addr).collect();
+    let twin = against_itself.then(|| Haproxy::start(&bin, &t_addrs));
+    let proxy = (!against_itself).then(|| Proxy::start(&tollgate_config(&t_origins)));
     let lanes: Vec<Lane> = h_origins
         .into_iter()
         .zip(t_origins)
@@ -131,7 +136,11 @@ fn mutated_requests_are_framed_as_haproxy_frames_them() {
         .map(|(i, (h, t))| Lane {
             haproxy: hap.sockets[i].clone(),
             haproxy_origin: h,
-            tollgate: proxy.running().local_addr(&format!("fe{i}")).unwrap(),
+            tollgate: match (&twin, &proxy) {
+                (Some(twin), _) => Endpoint::Unix(twin.sockets[i].clone()),
+                (_, Some(p)) => Endpoint::Tcp(p.running().local_addr(&format!("fe{i}")).unwrap()),
+                _ => unreachable!(),
+            },
             tollgate_origin: t,
         })
         .collect();

@@ -184,8 +184,15 @@ fn tails(s: &Side) -> String {
 pub struct Lane {
     pub haproxy: PathBuf,
     pub haproxy_origin: Recorder,
-    pub tollgate: SocketAddr,
+    /// tollgate's frontend; a unix socket only when a second HAProxy stands in for tollgate
+    /// (the harness's own check, `TOLLGATE_DIFF_AGAINST_HAPROXY`).
+    pub tollgate: Endpoint,
     pub tollgate_origin: Recorder,
+}
+
+pub enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
 }
 
 static CASE_ID: AtomicU64 = AtomicU64::new(1);
@@ -231,9 +238,18 @@ impl Lane {
                 c.set_read_timeout(Some(p.idle)).unwrap();
                 side(c, &self.haproxy_origin, req, p)
             });
-            let c = TcpStream::connect(self.tollgate).unwrap();
-            c.set_read_timeout(Some(p.idle)).unwrap();
-            let t = side(c, &self.tollgate_origin, req, p);
+            let t = match &self.tollgate {
+                Endpoint::Tcp(addr) => {
+                    let c = TcpStream::connect(addr).unwrap();
+                    c.set_read_timeout(Some(p.idle)).unwrap();
+                    side(c, &self.tollgate_origin, req, p)
+                }
+                Endpoint::Unix(path) => {
+                    let c = UnixStream::connect(path).unwrap();
+                    c.set_read_timeout(Some(p.idle)).unwrap();
+                    side(c, &self.tollgate_origin, req, p)
+                }
+            };
             (h.join().unwrap(), t)
         })
     }
