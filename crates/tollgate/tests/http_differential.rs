@@ -254,6 +254,7 @@ fn corpus() -> Vec<Case> {
         .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     files.retain(|p| p.extension().is_some_and(|e| e == "http"));
+    assert!(!files.is_empty(), "no *.http in {}", corpus_dir().display());
     files.sort();
     files
         .into_iter()
