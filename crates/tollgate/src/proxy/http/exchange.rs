@@ -20,7 +20,8 @@ use tokio::net::TcpStream;
 
 use super::client::ClientStream;
 use super::inbound::Inbound;
-use super::stream::{RequestInfo, Session};
+use super::stream::{RequestInfo, Session, lingering_close};
+use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
@@ -105,8 +106,10 @@ async fn exchange<C: ClientStream>(
         };
     }
     let mut back = Inbound::default();
-    let mut request_body = BodyTracker::new(req.body, h1::Side::Request);
+    let mut request_body = s.request_tracker(req.body);
+    // The body will not be sent whole: close both connections after the response.
     let mut body_skipped = false;
+    let mut server_first = false;
     if !request_body.is_done() && req.expect_continue {
         match await_continue(s, &mut server, &mut back, req).await {
             Ok(true) => {}
@@ -116,30 +119,17 @@ async fn exchange<C: ClientStream>(
     }
     if !request_body.is_done() && !body_skipped {
         let progress = Progress::default();
-        let mut prefix = Vec::new();
-        let ctx = s.ctx;
-        let sent = transfer(
-            forward_body(
-                &mut request_body,
-                &mut s.front,
-                &mut s.client,
-                &mut server,
-                &mut prefix,
-                &ctx.buffers,
-                false,
-                false,
-                &progress,
-                &ctx.stats.bytes_to_server,
-            ),
-            &progress,
-            timeouts.client,
-        )
-        .await;
+        let upload = upload::send_body(s, &mut server, &mut back, &mut request_body, req, &progress);
+        let sent = transfer(upload, &progress, timeouts.client).await;
         if let Err(e) = &sent {
             e.log("request body");
         }
         match sent {
-            Ok(()) => {}
+            Ok(Upload::Complete) => {}
+            Ok(Upload::ServerFirst) => {
+                tracing::debug!("server answered before the request body was complete");
+                (body_skipped, server_first) = (true, true);
+            }
             Err(BodyError::Framing(e)) => return Outcome::Failed(e.status()),
             Err(BodyError::Read(_)) | Err(BodyError::Idle) => return Outcome::Failed(0),
             Err(BodyError::Write(_)) => return Outcome::Failed(502),
@@ -227,6 +217,11 @@ async fn exchange<C: ClientStream>(
             if keep_server && back.is_empty() {
                 drop(slot);
                 s.ctx.http_pool.put(backend, index, server);
+            }
+            if server_first {
+                // The client may still be sending the body: closing with it unread would
+                // reset the connection and could destroy the response before it is read.
+                lingering_close(&mut s.client, &mut s.out).await;
             }
             Outcome::Done { keep_client }
         }
@@ -337,7 +332,7 @@ async fn read_response<C: ClientStream>(
 
 /// Passes an interim (1xx) response on to an HTTP/1.1 client (an HTTP/1.0 client would not
 /// understand it) and consumes it. False if the client is gone.
-async fn forward_interim<C: ClientStream>(
+pub(super) async fn forward_interim<C: ClientStream>(
     s: &mut Session<'_, C>,
     head: ResponseHead,
     back: &mut Inbound,
@@ -383,12 +378,13 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: TcpStream, back
     Outcome::Done { keep_client: false }
 }
 
-/// Reads and drops a request body the proxy answers itself. False if the connection
-/// cannot continue (bad framing, client gone).
-pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> bool {
-    let mut tracker = BodyTracker::new(framing, h1::Side::Request);
+/// Reads and drops a request body the proxy answers itself. `Err(status)` if the
+/// connection cannot continue: answer `status` (bad framing, too large), or close quietly
+/// for 0 (client gone or idle).
+pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), u16> {
+    let mut tracker = s.request_tracker(framing);
     if tracker.is_done() {
-        return true;
+        return Ok(());
     }
     let progress = Progress::default();
     let ctx = s.ctx;
@@ -411,10 +407,14 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
         ctx.shared.config.timeouts.client,
     )
     .await;
-    done.is_ok()
+    match done {
+        Ok(()) => Ok(()),
+        Err(BodyError::Framing(e)) => Err(e.status()),
+        Err(_) => Err(0),
+    }
 }
 
-enum BodyError {
+pub(super) enum BodyError {
     Read(std::io::Error),
     Write(std::io::Error),
     Framing(H1Error),
@@ -434,11 +434,11 @@ impl BodyError {
 
 /// Runs a body transfer under one idle watchdog (no timer per read or write). Most bodies
 /// complete without ever waiting: those are polled once and never arm a timer at all.
-async fn transfer(
-    body: impl Future<Output = Result<(), BodyError>>,
+async fn transfer<T>(
+    body: impl Future<Output = Result<T, BodyError>>,
     progress: &Progress,
     idle: Duration,
-) -> Result<(), BodyError> {
+) -> Result<T, BodyError> {
     tokio::pin!(body);
     if let Poll::Ready(done) = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
         return done;
@@ -451,7 +451,8 @@ async fn transfer(
 }
 
 /// Forwards one body from `src` (starting with the bytes already in `inbound`) to `dst`,
-/// preceded by `prefix` (a head), coalesced into one write when the body start is small.
+/// re-framed (see `BodyTracker::reframe`), preceded by `prefix` (a head), coalesced into one
+/// write when the body start is small.
 /// Leaves any bytes after the body (a pipelined request) in `inbound`. With `hold_last`,
 /// the final coalesced bytes stay in `prefix` for the caller to write (see `write_last`).
 #[allow(clippy::too_many_arguments)]
@@ -473,17 +474,22 @@ where
 {
     loop {
         if !inbound.is_empty() && !tracker.is_done() {
-            let p = tracker.advance(inbound.data()).map_err(BodyError::Framing)?;
-            let chunk = inbound.data().get(..p.consumed).unwrap_or_default();
-            if !prefix.is_empty() && prefix.len() + chunk.len() <= COALESCE {
+            // Re-framed in place: the peer reads the framing the tracker decided.
+            let r = tracker.reframe(inbound.data_mut()).map_err(BodyError::Framing)?;
+            let (lead, chunk) = (r.lead(), inbound.data().get(..r.out).unwrap_or_default());
+            if !prefix.is_empty() && prefix.len() + lead.len() + chunk.len() <= COALESCE {
+                prefix.extend_from_slice(lead);
                 prefix.extend_from_slice(chunk);
             } else {
                 flush(dst, prefix).await?;
+                if !lead.is_empty() {
+                    dst.write_all(lead).await.map_err(BodyError::Write)?;
+                }
                 dst.write_all(chunk).await.map_err(BodyError::Write)?;
             }
-            progress.moved(p.consumed);
-            counter.add(p.consumed as u64);
-            inbound.consume(p.consumed);
+            progress.moved(r.consumed);
+            counter.add((lead.len() + chunk.len()) as u64);
+            inbound.consume(r.consumed);
         }
         if tracker.is_done() {
             return if hold_last { Ok(()) } else { flush(dst, prefix).await };

@@ -15,6 +15,7 @@ mod inbound;
 pub mod pool;
 mod route;
 mod stream;
+mod upload;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
