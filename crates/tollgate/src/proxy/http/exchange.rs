@@ -11,6 +11,7 @@
 //! may have reached the server gets a 502 and is never replayed.
 
 use std::future::Future;
+use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
@@ -120,7 +121,7 @@ async fn exchange<C: ClientStream>(
     if !request_body.is_done() && !body_skipped {
         let progress = Progress::default();
         let upload = upload::send_body(s, &mut server, &mut back, &mut request_body, req, &progress);
-        let sent = transfer(upload, &progress, timeouts.client).await;
+        let sent = transfer(pin!(upload), &progress, timeouts.client).await;
         if let Err(e) = &sent {
             e.log("request body");
         }
@@ -186,7 +187,7 @@ async fn exchange<C: ClientStream>(
     let mut prefix = std::mem::take(&mut s.out);
     let front_holds = s.front.holds_buffer();
     let sent = transfer(
-        forward_body(
+        pin!(forward_body(
             &mut response_body,
             &mut back,
             &mut server,
@@ -197,7 +198,7 @@ async fn exchange<C: ClientStream>(
             !keep_client,
             &progress,
             &ctx.stats.bytes_to_client,
-        ),
+        )),
         &progress,
         timeouts.server,
     )
@@ -206,7 +207,7 @@ async fn exchange<C: ClientStream>(
     let sent = match sent {
         Ok(()) if !prefix.is_empty() => {
             let last = async { s.client.write_last(&prefix).await.map_err(BodyError::Write) };
-            transfer(last, &progress, timeouts.client).await
+            transfer(pin!(last), &progress, timeouts.client).await
         }
         other => other,
     };
@@ -391,7 +392,7 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
     let mut prefix = Vec::new();
     let mut sink = tokio::io::sink();
     let done = transfer(
-        forward_body(
+        pin!(forward_body(
             &mut tracker,
             &mut s.front,
             &mut s.client,
@@ -402,7 +403,7 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
             false,
             &progress,
             &ctx.stats.bytes_to_server,
-        ),
+        )),
         &progress,
         ctx.shared.config.timeouts.client,
     )
@@ -434,12 +435,13 @@ impl BodyError {
 
 /// Runs a body transfer under one idle watchdog (no timer per read or write). Most bodies
 /// complete without ever waiting: those are polled once and never arm a timer at all.
-async fn transfer<T>(
-    body: impl Future<Output = Result<T, BodyError>>,
+/// The caller pins `body` in its own state: a future taken by value and pinned here would be
+/// stored twice in this one's (the argument and the pinned local).
+async fn transfer<T, F: Future<Output = Result<T, BodyError>>>(
+    mut body: Pin<&mut F>,
     progress: &Progress,
     idle: Duration,
 ) -> Result<T, BodyError> {
-    tokio::pin!(body);
     if let Poll::Ready(done) = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
         return done;
     }

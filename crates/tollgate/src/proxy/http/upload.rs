@@ -203,7 +203,8 @@ async fn interim_passed<C: ClientStream>(
     while !back.is_empty() {
         match h1::parse_response_head(back.data(), &limits, req.method, &mut s.scratch) {
             Ok(Some(head)) if head.informational => {
-                if !forward_interim(s, head, back, req).await {
+                // Boxed: rare, and its state would otherwise grow every session's future.
+                if !Box::pin(forward_interim(s, head, back, req)).await {
                     return Err(BodyError::Read(std::io::ErrorKind::BrokenPipe.into()));
                 }
             }
