@@ -1,9 +1,12 @@
 //! Forwarding one request to a server and its response back.
 //!
 //! Order of events: get a server connection (pooled or new, via the balancer), send the
-//! rewritten head and the request body, read the response head (interim 1xx forwarded),
-//! send the response head and body to the client, then return the server connection to
-//! the pool only if its response was read to its end and the server keeps it open.
+//! rewritten head and the request body (`upload.rs`: a server that answers before the body
+//! is complete is heard, its response forwarded, and both connections closed), read the
+//! response head (interim 1xx forwarded), send the response head and body to the client,
+//! then return the server connection to the pool only if its response was read to its end
+//! and the server keeps it open. Bodies go out re-framed (`BodyTracker::reframe`): each peer
+//! reads exactly the framing the proxy decided.
 //!
 //! Retry rule: a request that failed on a *reused* connection before any response byte
 //! arrived is sent once more on a fresh connection if its head never fully left (nothing
