@@ -65,11 +65,12 @@ pub enum ErrorKind {
     ConflictingContentLength,
     /// Both Transfer-Encoding and Content-Length.
     TransferEncodingWithContentLength,
-    /// Transfer-Encoding whose final coding is not `chunked`, `chunked` twice, or empty.
+    /// Transfer-Encoding whose final coding is not `chunked` (known or not), `chunked` twice,
+    /// `chunked` with parameters, or empty.
     BadTransferEncoding,
-    /// A transfer coding we do not know (501 on a request).
+    /// A transfer coding we do not know before a final `chunked` (501 on a request).
     UnknownTransferCoding,
-    /// Chunk size not hex, missing, or overflowing u64.
+    /// Chunk size not hex, missing, or above `body::MAX_CHUNK_SIZE`.
     BadChunkSize,
     /// Chunk extension with forbidden bytes, or a chunk-size line that is too long.
     BadChunkExtension,
@@ -83,6 +84,8 @@ pub enum ErrorKind {
     TrailersTooLarge,
     /// The connection closed before the body ended.
     TruncatedBody,
+    /// A chunked body larger than the configured limit (413).
+    BodyTooLarge,
 }
 
 impl ErrorKind {
@@ -117,6 +120,7 @@ impl ErrorKind {
             BadTrailer => "bad trailer field",
             TrailersTooLarge => "trailers too large",
             TruncatedBody => "truncated body",
+            BodyTooLarge => "body too large",
         }
     }
 
@@ -126,6 +130,7 @@ impl ErrorKind {
         match self {
             RequestLineTooLong => 414,
             HeadTooLarge | TooManyHeaders | TrailersTooLarge => 431,
+            BodyTooLarge => 413,
             UnsupportedVersion => 505,
             UnknownTransferCoding => 501,
             _ => 400,
