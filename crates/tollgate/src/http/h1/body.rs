@@ -115,6 +115,8 @@ pub struct BodyTracker {
     line_len: usize,
     trailer_len: usize,
     trailer_limit: usize,
+    /// The trailer field name being read, matched against `FORBIDDEN_TRAILERS`.
+    trailer_name: NameMatch,
     /// Sum of the chunk sizes announced so far (chunked bodies).
     decoded: u64,
     max_body: u64,
@@ -135,6 +137,7 @@ impl BodyTracker {
             line_len: 0,
             trailer_len: 0,
             trailer_limit: DEFAULT_TRAILER_LIMIT,
+            trailer_name: NameMatch::default(),
             decoded: 0,
             max_body: u64::MAX,
         }
@@ -467,12 +470,20 @@ impl BodyTracker {
                 b'\r' => State::FinalLf,
                 b'\n' => return Err(BareLf),
                 b' ' | b'\t' => return Err(ObsFold),
-                _ if is_tchar(b) => State::TrailerName,
+                _ if is_tchar(b) => {
+                    self.trailer_name = NameMatch::default();
+                    self.trailer_name.push(b);
+                    State::TrailerName
+                }
                 _ => return Err(BadTrailer),
             },
             State::TrailerName => match b {
+                b':' if self.trailer_name.is_forbidden() => return Err(ForbiddenTrailer),
                 b':' => State::TrailerValue,
-                _ if is_tchar(b) => State::TrailerName,
+                _ if is_tchar(b) => {
+                    self.trailer_name.push(b);
+                    State::TrailerName
+                }
                 _ => return Err(BadTrailer),
             },
             State::TrailerValue => match b {
@@ -493,6 +504,37 @@ impl BodyTracker {
             s @ (State::Length { .. } | State::Close | State::Data { .. } | State::Done) => s,
         };
         Ok(())
+    }
+}
+
+/// Trailer fields refused wherever they appear (RFC 9110 6.5.1: a trailer must not carry what
+/// frames or routes the message).
+const FORBIDDEN_TRAILERS: [&[u8]; 3] = [b"transfer-encoding", b"content-length", b"host"];
+
+/// Matches a field name, byte by byte, against `FORBIDDEN_TRAILERS` (case-insensitive) with
+/// no buffer: one bit per name still matching.
+#[derive(Clone, Copy, Debug, Default)]
+struct NameMatch {
+    len: usize,
+    /// Bit `i` clear: the name differs from `FORBIDDEN_TRAILERS[i]`.
+    mismatch: u8,
+}
+
+impl NameMatch {
+    fn push(&mut self, b: u8) {
+        for (i, name) in FORBIDDEN_TRAILERS.iter().enumerate() {
+            if name.get(self.len).is_none_or(|&c| c != b.to_ascii_lowercase()) {
+                self.mismatch |= 1 << i;
+            }
+        }
+        self.len += 1;
+    }
+
+    fn is_forbidden(&self) -> bool {
+        FORBIDDEN_TRAILERS
+            .iter()
+            .enumerate()
+            .any(|(i, name)| self.mismatch & (1 << i) == 0 && name.len() == self.len)
     }
 }
 

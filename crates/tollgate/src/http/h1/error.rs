@@ -68,8 +68,12 @@ pub enum ErrorKind {
     /// Transfer-Encoding whose final coding is not `chunked` (known or not), `chunked` twice,
     /// `chunked` with parameters, or empty.
     BadTransferEncoding,
-    /// A transfer coding we do not know before a final `chunked` (501 on a request).
+    /// A transfer coding we do not know before a final `chunked`, or any coding before it on
+    /// a request (501 on a request).
     UnknownTransferCoding,
+    /// A trailer field that frames or routes a message (Transfer-Encoding, Content-Length,
+    /// Host): a recipient that merged trailers into the head would read another message.
+    ForbiddenTrailer,
     /// Chunk size not hex, missing, or above `body::MAX_CHUNK_SIZE`.
     BadChunkSize,
     /// Chunk extension with forbidden bytes, or a chunk-size line that is too long.
@@ -112,7 +116,8 @@ impl ErrorKind {
             ConflictingContentLength => "conflicting content-length",
             TransferEncodingWithContentLength => "transfer-encoding with content-length",
             BadTransferEncoding => "bad transfer-encoding",
-            UnknownTransferCoding => "unknown transfer coding",
+            UnknownTransferCoding => "unsupported transfer coding",
+            ForbiddenTrailer => "framing field in trailers",
             BadChunkSize => "bad chunk size",
             BadChunkExtension => "bad chunk extension",
             MissingChunkCrlf => "missing CRLF after chunk data",

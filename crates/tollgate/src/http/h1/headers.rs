@@ -212,6 +212,9 @@ pub struct Analysis {
     pub content_length: Option<u64>,
     /// A Transfer-Encoding field was present (and valid, ending in `chunked`).
     pub chunked: bool,
+    /// A (known) coding comes before the final `chunked`: fine in a response, refused in a
+    /// request (tollgate decodes no coding, and a server behind it may frame it otherwise).
+    pub coded: bool,
     /// First Host field value.
     pub host: Option<Span>,
     /// Number of Host fields.
@@ -273,6 +276,7 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
                         return Err(ErrorKind::BadTransferEncoding);
                     }
                     te_ends_chunked = name.eq_ignore_ascii_case(b"chunked");
+                    a.coded |= !te_ends_chunked;
                     // RFC 9112 7: chunked defines no parameters; a peer may take
                     // `chunked;q=1` for another coding, so it frames nothing.
                     if te_ends_chunked && has_params {

@@ -47,7 +47,8 @@
 //! | Transfer-Encoding with Content-Length (we reject rather than let TE win) | 400 (502 response) |
 //! | Transfer-Encoding final coding not `chunked` (`gzip`, `identity`, `xchunked`: RFC 9112 6.3), `chunked` twice, empty TE | 400 |
 //! | `chunked` with parameters (`chunked; q=1`: RFC 9112 7 defines none) | 400 |
-//! | Transfer-Encoding with an unknown coding (not chunked/gzip/deflate/compress/x-*) before a final `chunked` | 501 |
+//! | Transfer-Encoding with any coding before a final `chunked` on a request (`gzip, chunked`; HAProxy: 422); in a response, an unknown one (not gzip/deflate/compress/x-*) | 501 / 502 |
+//! | A trailer field named Transfer-Encoding, Content-Length or Host (RFC 9110 6.5.1) | 400 / 502 |
 //! | Transfer-Encoding on an HTTP/1.0 message | accepted (chunked), `close_after_response` / no keep-alive |
 //! | `Upgrade` + `Connection: upgrade` on a request with a body | upgrade dropped (`upgrade` false, `Upgrade` not forwarded), as HAProxy |
 //! | chunk size not hex / missing / above [`body::MAX_CHUNK_SIZE`] (2^52 - 1, HAProxy's bound) | 400 |

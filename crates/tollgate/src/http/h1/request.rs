@@ -200,6 +200,11 @@ fn derive(version: Version, a: &headers::Analysis) -> Result<(BodyFraming, bool)
         if a.content_length.is_some() {
             return Err(ErrorKind::TransferEncodingWithContentLength);
         }
+        // `gzip, chunked` on a request: HAProxy refuses it too (one coding a server may
+        // decode and another may not is a framing disagreement waiting to happen).
+        if a.coded {
+            return Err(ErrorKind::UnknownTransferCoding);
+        }
         return Ok((BodyFraming::Chunked, version == Version::Http10));
     }
     Ok(match a.content_length {

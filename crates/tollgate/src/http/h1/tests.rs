@@ -107,11 +107,18 @@ fn transfer_encoding_rules() {
     for f in [
         "Transfer-Encoding: chunked\r\n",
         "Transfer-Encoding: Chunked\r\n",
+        "Transfer-Encoding: , chunked\r\n",
+    ] {
+        assert_eq!(req_ok(&with_headers(f)).body, BodyFraming::Chunked, "{f}");
+    }
+    // Any coding before `chunked` is refused on a request (HAProxy: 422), known or not.
+    for f in [
         "Transfer-Encoding: gzip, chunked\r\n",
         "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
         "Transfer-Encoding: gzip;q=1, chunked\r\n",
     ] {
-        assert_eq!(req_ok(&with_headers(f)).body, BodyFraming::Chunked, "{f}");
+        let e = req_err(&with_headers(f));
+        assert_eq!((e.kind(), e.status()), (ErrorKind::UnknownTransferCoding, 501), "{f}");
     }
     let bad: &[(&str, ErrorKind, u16)] = &[
         (
@@ -722,6 +729,9 @@ fn chunked_invalid() {
         (b"0\r\n: a\r\n\r\n", ErrorKind::BadTrailer),
         (b"0\r\nX: a\x00\r\n\r\n", ErrorKind::BadTrailer),
         (b"0\r\nX: a\r\n b\r\n\r\n", ErrorKind::ObsFold),
+        (b"0\r\nTransfer-Encoding: gzip\r\n\r\n", ErrorKind::ForbiddenTrailer),
+        (b"0\r\ncontent-LENGTH: 5\r\n\r\n", ErrorKind::ForbiddenTrailer),
+        (b"0\r\nX: a\r\nHost: b\r\n\r\n", ErrorKind::ForbiddenTrailer),
     ];
     for (c, k) in cases {
         let e = track_all(BodyFraming::Chunked, c).map_err(|e| (e.kind(), e.status()));
