@@ -4,7 +4,9 @@
 //! responses, the request method. For each input: the head parsed from the whole buffer equals the
 //! head parsed incrementally (grown buffer, re-parsed after each piece), body tracking agrees
 //! whatever the split, nothing panics, and a rewritten HTTP/1.1 head parses back with the same
-//! framing. A chunked tracker is also run over the raw bytes to exercise the chunk parser.
+//! framing. A chunked tracker is also run over the raw bytes to exercise the chunk parser, and
+//! so is the re-framer: whole vs split give the same output (or the same error), and a finished
+//! re-framed body is canonical (re-framing it again changes nothing).
 
 use tollgate::http::h1::{
     BodyFraming, BodyTracker, ErrorKind, HeadEdits, HeadScratch, Limits, Method, Side, Version, parse_request_head,
@@ -128,4 +130,33 @@ pub fn check(data: &[u8], target: Target) {
     let a = track(BodyFraming::Chunked, side, data, data.len());
     let b = track(BodyFraming::Chunked, side, data, step);
     assert_eq!(a, b, "chunked: whole vs split");
+
+    // The re-framer on raw bytes, whole vs split, and canonical output is a fixed point.
+    let a = reframe(side, data, data.len());
+    let b = reframe(side, data, step);
+    assert_eq!(a, b, "reframe: whole vs split");
+    if let Ok((out, consumed, true)) = &a {
+        assert!(out.len() <= *consumed, "re-framed body grew");
+        assert_eq!(reframe(side, out, out.len()), Ok((out.clone(), out.len(), true)), "reframe: not canonical");
+    }
+}
+
+/// Re-frame a chunked body over `data` cut into pieces of `step` bytes: (output, consumed,
+/// done) or the error kind.
+fn reframe(side: Side, data: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ErrorKind> {
+    let mut t = BodyTracker::new(BodyFraming::Chunked, side).with_trailer_limit(256);
+    let (mut out, mut consumed) = (Vec::new(), 0);
+    for piece in data.chunks(step.max(1)) {
+        let mut buf = piece.to_vec();
+        let r = t.reframe(&mut buf).map_err(|e| e.kind())?;
+        assert!(r.out <= r.consumed && r.consumed <= piece.len());
+        assert!(r.done || r.consumed == piece.len());
+        out.extend_from_slice(r.lead());
+        out.extend_from_slice(buf.get(..r.out).unwrap_or_default());
+        consumed += r.consumed;
+        if r.done {
+            return Ok((out, consumed, true));
+        }
+    }
+    Ok((out, consumed, false))
 }

@@ -1,5 +1,6 @@
 //! Heap allocations per keep-alive HTTP request through the whole proxy, in steady state,
-//! and per short connection (one request with `Connection: close`, origin connection pooled).
+//! per keep-alive chunked upload (non-canonical chunk framing, so the body is re-framed), and
+//! per short connection (one request with `Connection: close`, origin connection pooled).
 //!
 //! A counting global allocator wraps the system one. The origin and the client are written
 //! to allocate nothing per request (fixed buffers, blocking std sockets), so whatever the
@@ -17,8 +18,15 @@ static GLOBAL: tollgate_sys::alloc_count::CountingAlloc = tollgate_sys::alloc_co
 const RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
 const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: bench\r\nUser-Agent: proxy_allocs\r\nAccept: */*\r\n\r\n";
 const CLOSE_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+const CHUNKED_REQUEST: &[u8] =
+    b"POST /up HTTP/1.1\r\nHost: bench\r\nTransfer-Encoding: chunked\r\n\r\n05;x=1 \r\nhello\r\n000\r\n\r\n";
 
 fn origin() -> std::net::SocketAddr {
+    origin_answering_after(b"\r\n\r\n")
+}
+
+/// An origin that answers once per `end` seen (the end of a head, or of a chunked body).
+fn origin_answering_after(end: &'static [u8]) -> std::net::SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     std::thread::spawn(move || {
@@ -33,12 +41,12 @@ fn origin() -> std::net::SocketAddr {
                         return;
                     }
                     pending += n;
-                    while let Some(end) = buf[..pending].windows(4).position(|w| w == b"\r\n\r\n") {
+                    while let Some(at) = buf[..pending].windows(end.len()).position(|w| w == end) {
                         if s.write_all(RESPONSE).is_err() {
                             return;
                         }
-                        buf.copy_within(end + 4..pending, 0);
-                        pending -= end + 4;
+                        buf.copy_within(at + end.len()..pending, 0);
+                        pending -= at + end.len();
                     }
                 }
             });
@@ -49,8 +57,11 @@ fn origin() -> std::net::SocketAddr {
 
 fn main() {
     let origin = origin();
+    // The re-framed body ends in the only `0\r\n\r\n` of a request.
+    let chunked_origin = origin_answering_after(b"0\r\n\r\n");
     let toml = format!(
-        "[global]\nworkers = 1\nbuffer_size = \"16KiB\"\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be\"\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n"
+        "[global]\nworkers = 1\nbuffer_size = \"16KiB\"\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be\"\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n\
+         [[frontend]]\nname = \"fe2\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be2\"\n[[backend]]\nname = \"be2\"\nmode = \"http\"\n[[backend.server]]\nname = \"o2\"\naddress = \"{chunked_origin}\"\n"
     );
     let config = tollgate::config::parse(&toml, "bench").expect("config");
     let sockets = tollgate::listener::bind_all(&config).expect("bind");
@@ -78,6 +89,28 @@ fn main() {
         "heap allocations per keep-alive request (proxy, steady state): {:.3} ({allocs} in {N} requests)",
         allocs as f64 / N as f64
     );
+
+    let mut c2 = TcpStream::connect(running.local_addr("fe2").expect("addr")).expect("connect");
+    let mut upload = |c: &mut TcpStream| {
+        c.write_all(CHUNKED_REQUEST).expect("write");
+        let mut got = 0;
+        while got < RESPONSE.len() {
+            got += c.read(&mut buf[got..]).expect("read");
+        }
+    };
+    for _ in 0..2_000 {
+        upload(&mut c2);
+    }
+    let before = tollgate_sys::alloc_count::allocations();
+    for _ in 0..N {
+        upload(&mut c2);
+    }
+    let allocs = tollgate_sys::alloc_count::allocations() - before;
+    println!(
+        "heap allocations per keep-alive chunked upload (re-framed): {:.3} ({allocs} in {N} requests)",
+        allocs as f64 / N as f64
+    );
+    drop(c2);
 
     let mut one_connection = || {
         let mut c = TcpStream::connect(addr).expect("connect");

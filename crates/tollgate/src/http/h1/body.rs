@@ -1,13 +1,26 @@
-//! Body framing tracker: validates and delimits a message body, sans-io.
+//! Body framing tracker: validates, delimits and re-frames a message body, sans-io.
 //!
-//! Owns: [`BodyTracker`] and [`Progress`]. The proxy forwards body bytes verbatim (chunk-size
-//! lines, extensions and trailers included); the tracker only says how many of the bytes it is
-//! shown belong to the body and whether the body ended. It never copies or allocates.
+//! Owns: [`BodyTracker`], [`Progress`] and [`Reframed`]. [`BodyTracker::advance`] only says how
+//! many of the bytes it is shown belong to the body and whether the body ended.
+//! [`BodyTracker::reframe`] does the same and rewrites the bytes in place into the framing the
+//! proxy forwards: for a chunked body every chunk-size line becomes canonical (`{hex}\r\n`:
+//! lowercase, no leading zeros, no whitespace, no extensions); chunk data, the CRLF after it
+//! and the trailer section (validated as today) are kept byte for byte. A peer behind the proxy
+//! can then only read the framing the tracker decided. Neither method allocates.
+//!
+//! Chunk sizes are bounded by [`MAX_CHUNK_SIZE`] (2^52 - 1, as HAProxy: languages whose integers
+//! are doubles cannot misread anything below it); leading zeros are accepted (the line length
+//! bound, [`MAX_CHUNK_LINE`], still applies) and never forwarded. An optional decoded-size limit
+//! ([`BodyTracker::with_max_body`]) refuses a chunked body as soon as a chunk-size line would
+//! take it past the limit (413), before any of that chunk's data is forwarded.
 //!
 //! Invariants: the state only moves forward within a chunk (size line -> data -> CRLF -> next
 //! size line, or trailers -> done); the result does not depend on how the input is split, since
-//! all state lives in `self`; after `done`, `advance` consumes nothing. Chunked framing requires
-//! CRLF everywhere: a bare LF is an error (as in HAProxy).
+//! all state lives in `self` (for `reframe`: the concatenation of every call's output is the
+//! same); after `done`, both methods consume nothing. Chunked framing requires CRLF everywhere:
+//! a bare LF is an error (as in HAProxy). A canonical size line is never longer than the line it
+//! replaces, so `reframe` writes behind its read position; the one exception, a line that began
+//! in an earlier call, is returned on the side ([`Reframed::lead`]).
 
 use super::BodyFraming;
 use super::error::{ErrorKind, H1Error, Side};
@@ -15,6 +28,12 @@ use super::headers::{is_field_value_byte, is_tchar};
 
 /// Longest chunk-size line (size + extensions) we accept.
 pub const MAX_CHUNK_LINE: usize = 4096;
+
+/// Largest chunk size we accept: 2^52 - 1 (13 hex digits), HAProxy's bound.
+pub const MAX_CHUNK_SIZE: u64 = (1 << 52) - 1;
+
+/// Longest canonical chunk-size line: 13 hex digits and CRLF.
+pub const MAX_SIZE_LINE: usize = 15;
 
 /// Default limit for a trailer section (same as the default head limit).
 pub const DEFAULT_TRAILER_LIMIT: usize = 32 * 1024;
@@ -27,6 +46,27 @@ pub struct Progress {
     pub consumed: usize,
     /// The body ended; bytes after `consumed` belong to the next message.
     pub done: bool,
+}
+
+/// Result of one [`BodyTracker::reframe`] call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reframed {
+    /// How many bytes at the start of the input belong to this body, as [`Progress::consumed`].
+    pub consumed: usize,
+    /// The bytes to forward are `lead()` followed by `input[..out]` (`out <= consumed`).
+    pub out: usize,
+    /// The body ended.
+    pub done: bool,
+    lead: [u8; MAX_SIZE_LINE],
+    lead_len: u8,
+}
+
+impl Reframed {
+    /// A canonical size line to forward before `input[..out]`: only when that line began in an
+    /// earlier call and there was no room for it in this call's input. Usually empty.
+    pub fn lead(&self) -> &[u8] {
+        self.lead.get(..usize::from(self.lead_len)).unwrap_or_default()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +115,11 @@ pub struct BodyTracker {
     line_len: usize,
     trailer_len: usize,
     trailer_limit: usize,
+    /// The trailer field name being read, matched against `FORBIDDEN_TRAILERS`.
+    trailer_name: NameMatch,
+    /// Sum of the chunk sizes announced so far (chunked bodies).
+    decoded: u64,
+    max_body: u64,
 }
 
 impl BodyTracker {
@@ -92,7 +137,18 @@ impl BodyTracker {
             line_len: 0,
             trailer_len: 0,
             trailer_limit: DEFAULT_TRAILER_LIMIT,
+            trailer_name: NameMatch::default(),
+            decoded: 0,
+            max_body: u64::MAX,
         }
+    }
+
+    /// Refuse a chunked body whose decoded size would exceed `limit` bytes
+    /// ([`ErrorKind::BodyTooLarge`]), checked at each chunk-size line. A Content-Length body is
+    /// judged from its head by the caller.
+    pub fn with_max_body(mut self, limit: u64) -> Self {
+        self.max_body = limit;
+        self
     }
 
     /// Set the trailer section limit (default [`DEFAULT_TRAILER_LIMIT`]).
@@ -155,18 +211,10 @@ impl BodyTracker {
                         done: false,
                     });
                 }
-                State::Length { remaining } | State::Data { remaining } => {
-                    let avail = input.len().saturating_sub(i);
-                    let take = usize::try_from(remaining).map_or(avail, |r| r.min(avail));
+                State::Length { .. } | State::Data { .. } => {
+                    let (take, more) = self.take_data(input.len().saturating_sub(i));
                     i += take;
-                    let left = remaining - take as u64;
-                    self.state = match (self.state, left) {
-                        (State::Length { .. }, 0) => State::Done,
-                        (State::Length { .. }, _) => State::Length { remaining: left },
-                        (_, 0) => State::DataCr,
-                        _ => State::Data { remaining: left },
-                    };
-                    if left != 0 {
+                    if more {
                         return Ok(Progress {
                             consumed: i,
                             done: false,
@@ -185,6 +233,108 @@ impl BodyTracker {
                 }
             }
         }
+    }
+
+    /// Like [`Self::advance`], and rewrites `input[..consumed]` in place into the framing to
+    /// forward (see the module doc): forward [`Reframed::lead`] then `input[..out]`. Any split
+    /// of the same bytes gives the same concatenated output. After an error the contents of
+    /// `input` are unspecified.
+    pub fn reframe(&mut self, input: &mut [u8]) -> Result<Reframed, H1Error> {
+        let mut done = Reframed {
+            consumed: 0,
+            out: 0,
+            done: false,
+            lead: [0; MAX_SIZE_LINE],
+            lead_len: 0,
+        };
+        self.reframe_into(input, &mut done)
+            .map_err(|k| H1Error::new(k, self.side))?;
+        Ok(done)
+    }
+
+    fn reframe_into(&mut self, input: &mut [u8], res: &mut Reframed) -> Result<(), ErrorKind> {
+        // Read position `r`, write position `w`; `w <= r` throughout.
+        let (mut r, mut w) = (0usize, 0usize);
+        let len = input.len();
+        loop {
+            match self.state {
+                State::Done => {
+                    res.done = true;
+                    break;
+                }
+                State::Close => {
+                    input.copy_within(r..len, w);
+                    w += len - r;
+                    r = len;
+                    break;
+                }
+                State::Length { .. } | State::Data { .. } => {
+                    let (take, more) = self.take_data(len - r);
+                    if w != r {
+                        input.copy_within(r..r + take, w);
+                    }
+                    r += take;
+                    w += take;
+                    if more {
+                        break;
+                    }
+                }
+                before => {
+                    let Some(&b) = input.get(r) else { break };
+                    r += 1;
+                    self.byte(b)?;
+                    match before {
+                        // The size line just ended (`byte` accepted its LF).
+                        State::SizeLf { size } => {
+                            let (line, n) = size_line(size);
+                            let line = line.get(..n).unwrap_or_default();
+                            match input.get_mut(w..w + n) {
+                                Some(slot) if w + n <= r => {
+                                    slot.copy_from_slice(line);
+                                    w += n;
+                                }
+                                // Only a line begun in an earlier call (then `w == 0`).
+                                _ => {
+                                    debug_assert!(w == 0 && res.lead_len == 0);
+                                    if let Some(lead) = res.lead.get_mut(..n) {
+                                        lead.copy_from_slice(line);
+                                    }
+                                    res.lead_len = n as u8;
+                                }
+                            }
+                        }
+                        // Size digits, whitespace and extensions: replaced by the line above.
+                        State::Size { .. } | State::SizeWs { .. } | State::Ext { .. } => {}
+                        // CRLF after data, trailers, final CRLF: validated, kept as they are.
+                        _ => {
+                            if let Some(slot) = input.get_mut(w) {
+                                *slot = b;
+                            }
+                            w += 1;
+                        }
+                    }
+                }
+            }
+        }
+        res.consumed = r;
+        res.out = w;
+        Ok(())
+    }
+
+    /// Takes up to `avail` bytes of body data (Length or Data state): (taken, more expected).
+    fn take_data(&mut self, avail: usize) -> (usize, bool) {
+        let (State::Length { remaining } | State::Data { remaining }) = self.state else {
+            return (0, false);
+        };
+        let take = usize::try_from(remaining).map_or(avail, |r| r.min(avail));
+        let left = remaining - take as u64;
+        self.state = match (self.state, left) {
+            (State::Length { .. }, 0) => State::Done,
+            (State::Length { .. }, _) => State::Length { remaining: left },
+            (_, 0) => State::DataCr,
+            _ => State::Data { remaining: left },
+        };
+        (take, left != 0)
     }
 
     /// One byte of chunked framing outside chunk data.
@@ -212,10 +362,10 @@ impl BodyTracker {
             State::Size { size, digits } => match b {
                 b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
                     let d = (b as char).to_digit(16).map_or(0, u64::from);
-                    let size = size
-                        .checked_mul(16)
-                        .and_then(|s| s.checked_add(d))
-                        .ok_or(BadChunkSize)?;
+                    let size = size * 16 + d;
+                    if size > MAX_CHUNK_SIZE {
+                        return Err(BadChunkSize);
+                    }
                     State::Size {
                         size,
                         digits: digits.saturating_add(1),
@@ -295,6 +445,10 @@ impl BodyTracker {
             State::SizeLf { size } => match b {
                 b'\n' => {
                     self.line_len = 0;
+                    if size > self.max_body.saturating_sub(self.decoded) {
+                        return Err(BodyTooLarge);
+                    }
+                    self.decoded += size;
                     if size == 0 {
                         State::TrailerStart
                     } else {
@@ -316,12 +470,20 @@ impl BodyTracker {
                 b'\r' => State::FinalLf,
                 b'\n' => return Err(BareLf),
                 b' ' | b'\t' => return Err(ObsFold),
-                _ if is_tchar(b) => State::TrailerName,
+                _ if is_tchar(b) => {
+                    self.trailer_name = NameMatch::default();
+                    self.trailer_name.push(b);
+                    State::TrailerName
+                }
                 _ => return Err(BadTrailer),
             },
             State::TrailerName => match b {
+                b':' if self.trailer_name.is_forbidden() => return Err(ForbiddenTrailer),
                 b':' => State::TrailerValue,
-                _ if is_tchar(b) => State::TrailerName,
+                _ if is_tchar(b) => {
+                    self.trailer_name.push(b);
+                    State::TrailerName
+                }
                 _ => return Err(BadTrailer),
             },
             State::TrailerValue => match b {
@@ -343,4 +505,50 @@ impl BodyTracker {
         };
         Ok(())
     }
+}
+
+/// Trailer fields refused wherever they appear (RFC 9110 6.5.1: a trailer must not carry what
+/// frames or routes the message).
+const FORBIDDEN_TRAILERS: [&[u8]; 3] = [b"transfer-encoding", b"content-length", b"host"];
+
+/// Matches a field name, byte by byte, against `FORBIDDEN_TRAILERS` (case-insensitive) with
+/// no buffer: one bit per name still matching.
+#[derive(Clone, Copy, Debug, Default)]
+struct NameMatch {
+    len: usize,
+    /// Bit `i` clear: the name differs from `FORBIDDEN_TRAILERS[i]`.
+    mismatch: u8,
+}
+
+impl NameMatch {
+    fn push(&mut self, b: u8) {
+        for (i, name) in FORBIDDEN_TRAILERS.iter().enumerate() {
+            if name.get(self.len).is_none_or(|&c| c != b.to_ascii_lowercase()) {
+                self.mismatch |= 1 << i;
+            }
+        }
+        self.len += 1;
+    }
+
+    fn is_forbidden(&self) -> bool {
+        FORBIDDEN_TRAILERS
+            .iter()
+            .enumerate()
+            .any(|(i, name)| self.mismatch & (1 << i) == 0 && name.len() == self.len)
+    }
+}
+
+/// The canonical chunk-size line for `size` (at most [`MAX_CHUNK_SIZE`]): lowercase hex without
+/// leading zeros, then CRLF. Returns the bytes and how many of them are used.
+fn size_line(size: u64) -> ([u8; MAX_SIZE_LINE], usize) {
+    let mut line = [0u8; MAX_SIZE_LINE];
+    let digits = (((64 - size.leading_zeros()) as usize).div_ceil(4)).clamp(1, MAX_SIZE_LINE - 2);
+    for (i, slot) in line.iter_mut().take(digits).enumerate() {
+        let nibble = (size >> (4 * (digits - 1 - i))) & 0xf;
+        *slot = b"0123456789abcdef".get(nibble as usize).copied().unwrap_or(b'0');
+    }
+    if let Some(crlf) = line.get_mut(digits..digits + 2) {
+        crlf.copy_from_slice(b"\r\n");
+    }
+    (line, digits + 2)
 }

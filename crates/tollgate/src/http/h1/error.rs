@@ -65,11 +65,16 @@ pub enum ErrorKind {
     ConflictingContentLength,
     /// Both Transfer-Encoding and Content-Length.
     TransferEncodingWithContentLength,
-    /// Transfer-Encoding whose final coding is not `chunked`, `chunked` twice, or empty.
+    /// Transfer-Encoding whose final coding is not `chunked` (known or not), `chunked` twice,
+    /// `chunked` with parameters, or empty.
     BadTransferEncoding,
-    /// A transfer coding we do not know (501 on a request).
+    /// A transfer coding we do not know before a final `chunked`, or any coding before it on
+    /// a request (501 on a request).
     UnknownTransferCoding,
-    /// Chunk size not hex, missing, or overflowing u64.
+    /// A trailer field that frames or routes a message (Transfer-Encoding, Content-Length,
+    /// Host): a recipient that merged trailers into the head would read another message.
+    ForbiddenTrailer,
+    /// Chunk size not hex, missing, or above `body::MAX_CHUNK_SIZE`.
     BadChunkSize,
     /// Chunk extension with forbidden bytes, or a chunk-size line that is too long.
     BadChunkExtension,
@@ -83,6 +88,8 @@ pub enum ErrorKind {
     TrailersTooLarge,
     /// The connection closed before the body ended.
     TruncatedBody,
+    /// A chunked body larger than the configured limit (413).
+    BodyTooLarge,
 }
 
 impl ErrorKind {
@@ -109,7 +116,8 @@ impl ErrorKind {
             ConflictingContentLength => "conflicting content-length",
             TransferEncodingWithContentLength => "transfer-encoding with content-length",
             BadTransferEncoding => "bad transfer-encoding",
-            UnknownTransferCoding => "unknown transfer coding",
+            UnknownTransferCoding => "unsupported transfer coding",
+            ForbiddenTrailer => "framing field in trailers",
             BadChunkSize => "bad chunk size",
             BadChunkExtension => "bad chunk extension",
             MissingChunkCrlf => "missing CRLF after chunk data",
@@ -117,6 +125,7 @@ impl ErrorKind {
             BadTrailer => "bad trailer field",
             TrailersTooLarge => "trailers too large",
             TruncatedBody => "truncated body",
+            BodyTooLarge => "body too large",
         }
     }
 
@@ -126,6 +135,7 @@ impl ErrorKind {
         match self {
             RequestLineTooLong => 414,
             HeadTooLarge | TooManyHeaders | TrailersTooLarge => 431,
+            BodyTooLarge => 413,
             UnsupportedVersion => 505,
             UnknownTransferCoding => 501,
             _ => 400,

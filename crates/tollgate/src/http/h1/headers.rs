@@ -198,7 +198,8 @@ pub fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(trim_ows)
 }
 
-/// Transfer codings we know. Anything else is "unknown" (501 on a request).
+/// Transfer codings we know. Anything else before a final `chunked` is "unknown" (501 on a
+/// request).
 fn is_known_coding(name: &[u8]) -> bool {
     const KNOWN: [&[u8]; 6] = [b"chunked", b"gzip", b"x-gzip", b"deflate", b"compress", b"x-compress"];
     KNOWN.iter().any(|k| k.eq_ignore_ascii_case(name))
@@ -211,6 +212,9 @@ pub struct Analysis {
     pub content_length: Option<u64>,
     /// A Transfer-Encoding field was present (and valid, ending in `chunked`).
     pub chunked: bool,
+    /// A (known) coding comes before the final `chunked`: fine in a response, refused in a
+    /// request (tollgate decodes no coding, and a server behind it may frame it otherwise).
+    pub coded: bool,
     /// First Host field value.
     pub host: Option<Span>,
     /// Number of Host fields.
@@ -232,6 +236,7 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
     let mut a = Analysis::default();
     let mut has_te = false;
     let mut te_ends_chunked = false;
+    let mut unknown_coding = false;
     let mut has_connection = false;
     for e in entries.iter() {
         let value = e.value.of(buf);
@@ -260,7 +265,9 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
                     if el.is_empty() {
                         continue;
                     }
-                    let name = trim_ows(el.split(|&b| b == b';').next().unwrap_or_default());
+                    let mut parts = el.split(|&b| b == b';');
+                    let name = trim_ows(parts.next().unwrap_or_default());
+                    let has_params = parts.next().is_some();
                     if !is_token(name) {
                         return Err(ErrorKind::BadTransferEncoding);
                     }
@@ -268,10 +275,14 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
                         // Something after `chunked` (including a second `chunked`).
                         return Err(ErrorKind::BadTransferEncoding);
                     }
-                    if !is_known_coding(name) {
-                        return Err(ErrorKind::UnknownTransferCoding);
-                    }
                     te_ends_chunked = name.eq_ignore_ascii_case(b"chunked");
+                    a.coded |= !te_ends_chunked;
+                    // RFC 9112 7: chunked defines no parameters; a peer may take
+                    // `chunked;q=1` for another coding, so it frames nothing.
+                    if te_ends_chunked && has_params {
+                        return Err(ErrorKind::BadTransferEncoding);
+                    }
+                    unknown_coding |= !is_known_coding(name);
                 }
             }
             HeaderKind::Connection => {
@@ -295,8 +306,13 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
         }
     }
     if has_te {
+        // RFC 9112 6.3: a final coding other than chunked is a 400, known coding or not; an
+        // unknown coding before a final chunked is a 501 (RFC 9112 6.1).
         if !te_ends_chunked {
             return Err(ErrorKind::BadTransferEncoding);
+        }
+        if unknown_coding {
+            return Err(ErrorKind::UnknownTransferCoding);
         }
         a.chunked = true;
     }

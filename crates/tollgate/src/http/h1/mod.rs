@@ -16,6 +16,8 @@
 //!   into a stack array of `MaybeUninit` headers.
 //! - [`BodyTracker`]`::new(framing, side)`, `.advance(bytes) -> Result<Progress, H1Error>`,
 //!   `.on_eof()`: delimits a body without de-chunking it; split-invariant.
+//!   `.reframe(&mut bytes) -> Result<Reframed, H1Error>`: the same, rewriting chunk-size lines
+//!   in place into canonical ones (what the proxy forwards; see [`body`]).
 //! - [`write_request_head`] / [`write_response_head`]`(head, buf, &HeadEdits, &mut out)`: drop
 //!   hop-by-hop fields, add `X-Forwarded-For` / `X-Forwarded-Proto` / `Forwarded`, set
 //!   `Connection`; [`write_error_response`]`(status, &mut out)`.
@@ -43,11 +45,16 @@
 //! | Content-Length not 1*DIGIT (sign, empty, non-digit, u64 overflow) | 400 |
 //! | several *different* Content-Length values (identical repeats, `5, 5` or two fields, are accepted as one) | 400 |
 //! | Transfer-Encoding with Content-Length (we reject rather than let TE win) | 400 (502 response) |
-//! | Transfer-Encoding final coding not `chunked`, `chunked` twice, empty TE | 400 |
-//! | Transfer-Encoding with an unknown coding (not chunked/gzip/deflate/compress/x-*) | 501 |
+//! | Transfer-Encoding final coding not `chunked` (`gzip`, `identity`, `xchunked`: RFC 9112 6.3), `chunked` twice, empty TE | 400 |
+//! | `chunked` with parameters (`chunked; q=1`: RFC 9112 7 defines none) | 400 |
+//! | Transfer-Encoding with any coding before a final `chunked` on a request (`gzip, chunked`; HAProxy: 422); in a response, an unknown one (not gzip/deflate/compress/x-*) | 501 / 502 |
+//! | A trailer field named Transfer-Encoding, Content-Length or Host (RFC 9110 6.5.1) | 400 / 502 |
 //! | Transfer-Encoding on an HTTP/1.0 message | accepted (chunked), `close_after_response` / no keep-alive |
-//! | chunk size not hex / missing / overflowing u64 | 400 |
+//! | `Upgrade` + `Connection: upgrade` on a request with a body | upgrade dropped (`upgrade` false, `Upgrade` not forwarded), as HAProxy |
+//! | chunk size not hex / missing / above [`body::MAX_CHUNK_SIZE`] (2^52 - 1, HAProxy's bound) | 400 |
 //! | chunk-size line with CTL bytes in extensions, or longer than [`body::MAX_CHUNK_LINE`] | 400 |
+//! | whitespace between chunk size and `;`/CRLF, chunk extensions | accepted, dropped when re-framed |
+//! | chunked body past [`BodyTracker::with_max_body`] (checked at each size line) | 413 |
 //! | chunk data not followed by CRLF; bare LF anywhere in chunked framing | 400 |
 //! | malformed trailer field (as for heads) | 400; trailers over the limit 431 |
 //! | response status outside 100..=599, malformed status line | (502) |
@@ -70,7 +77,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
-pub use body::{BodyTracker, Progress};
+pub use body::{BodyTracker, Progress, Reframed};
 pub use error::{ErrorKind, H1Error, Side};
 pub use headers::{HeadScratch, HeaderEntry, HeaderKind, MessageHead, Span};
 pub use request::{Method, RequestHead, TargetForm, parse_request_head};
@@ -117,7 +124,7 @@ pub enum BodyFraming {
     None,
     /// Exactly this many bytes.
     ContentLength(u64),
-    /// Chunked coding (forwarded as is).
+    /// Chunked coding (forwarded re-framed: canonical size lines, no extensions).
     Chunked,
     /// Until the server closes (responses only).
     CloseDelimited,

@@ -173,8 +173,87 @@ fn run_response(bytes: &[u8], cuts: &[usize]) -> (String, Vec<u8>, usize, bool) 
     run(bytes, cuts, &parse, &info, Side::Response)
 }
 
+/// One chunk as a sender may write it: data, leading zeros, uppercase hex, whitespace before
+/// the line end, an extension.
+type LooseChunk = (Vec<u8>, usize, bool, usize, bool);
+
+fn loose_chunk() -> impl Strategy<Value = LooseChunk> {
+    (
+        proptest::collection::vec(any::<u8>(), 1..300),
+        0..4usize,
+        any::<bool>(),
+        0..3usize,
+        any::<bool>(),
+    )
+}
+
+/// (the body as sent, the body as it must be forwarded).
+fn loose_and_canonical(chunks: &[LooseChunk], last: &LooseChunk, trailers: &[(String, String)]) -> (Vec<u8>, Vec<u8>) {
+    let (mut sent, mut canon) = (Vec::new(), Vec::new());
+    let line = |size: usize, (_, zeros, upper, ws, ext): &LooseChunk| {
+        let hex = if *upper {
+            format!("{size:X}")
+        } else {
+            format!("{size:x}")
+        };
+        let ext = if *ext { ";n=\"v;x\";flag" } else { "" };
+        format!("{}{hex}{}{ext}\r\n", "0".repeat(*zeros), " \t".get(..*ws).unwrap_or(""))
+    };
+    for c in chunks {
+        sent.extend_from_slice(line(c.0.len(), c).as_bytes());
+        canon.extend_from_slice(format!("{:x}\r\n", c.0.len()).as_bytes());
+        for out in [&mut sent, &mut canon] {
+            out.extend_from_slice(&c.0);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    sent.extend_from_slice(line(0, last).as_bytes());
+    canon.extend_from_slice(b"0\r\n");
+    for out in [&mut sent, &mut canon] {
+        for (n, v) in trailers {
+            out.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    (sent, canon)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reframe_is_canonical_whatever_the_split(
+        chunks in proptest::collection::vec(loose_chunk(), 0..5),
+        last in loose_chunk(),
+        trailers in proptest::collection::vec(field(), 0..3),
+        cuts in proptest::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let (sent, canon) = loose_and_canonical(&chunks, &last, &trailers);
+        let mut input = sent.clone();
+        input.extend_from_slice(b"GET /next HTTP/1.1\r\n");
+        let mut ends: Vec<usize> = cuts.iter().map(|c| c % (input.len() + 1)).collect();
+        ends.push(input.len());
+        ends.sort_unstable();
+        ends.dedup();
+        let mut t = BodyTracker::new(BodyFraming::Chunked, Side::Request);
+        let (mut out, mut consumed, mut done, mut start) = (Vec::new(), 0, false, 0);
+        for end in ends {
+            let mut piece = input[start..end].to_vec();
+            start = end;
+            let r = t.reframe(&mut piece).unwrap();
+            prop_assert!(r.out <= r.consumed);
+            out.extend_from_slice(r.lead());
+            out.extend_from_slice(&piece[..r.out]);
+            consumed += r.consumed;
+            if r.done {
+                done = true;
+                break;
+            }
+        }
+        prop_assert!(done);
+        prop_assert_eq!(consumed, sent.len());
+        prop_assert_eq!(out, canon);
+    }
 
     #[test]
     fn request_split_invariant((bytes, msg_len) in request(), cuts in proptest::collection::vec(any::<usize>(), 0..12)) {

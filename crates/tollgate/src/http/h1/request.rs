@@ -82,7 +82,8 @@ pub struct RequestHead {
     pub close_after_response: bool,
     /// `Expect: 100-continue` on an HTTP/1.1 request.
     pub expect_continue: bool,
-    /// HTTP/1.1 request with an `Upgrade` field and `Connection: upgrade`.
+    /// HTTP/1.1 request with an `Upgrade` field and `Connection: upgrade`, and no body (an
+    /// upgrade on a request with a body is dropped: the request is forwarded as a plain one).
     pub upgrade: bool,
     /// Value of the (single) Host field, if any.
     pub host: Option<Span>,
@@ -174,10 +175,17 @@ fn parse(buf: &[u8], limits: &Limits, scratch: &mut HeadScratch) -> Result<Optio
         keep_alive,
         close_after_response,
         expect_continue: http11 && a.expect_continue,
-        upgrade: http11 && a.has_upgrade && a.conn_upgrade,
+        // With a body, the bytes after the head are that body and the upgraded protocol
+        // would start at a point only our framing knows: drop the upgrade (HAProxy does too;
+        // the `Upgrade` field is then not forwarded, as any hop-by-hop field).
+        upgrade: http11 && a.has_upgrade && a.conn_upgrade && !has_body(body),
         host: a.host,
         headers: entries,
     }))
+}
+
+fn has_body(framing: BodyFraming) -> bool {
+    !matches!(framing, BodyFraming::None | BodyFraming::ContentLength(0))
 }
 
 /// Framing and the "close after response" flag from the analysed fields.
@@ -191,6 +199,11 @@ fn derive(version: Version, a: &headers::Analysis) -> Result<(BodyFraming, bool)
     if a.chunked {
         if a.content_length.is_some() {
             return Err(ErrorKind::TransferEncodingWithContentLength);
+        }
+        // `gzip, chunked` on a request: HAProxy refuses it too (one coding a server may
+        // decode and another may not is a framing disagreement waiting to happen).
+        if a.coded {
+            return Err(ErrorKind::UnknownTransferCoding);
         }
         return Ok((BodyFraming::Chunked, version == Version::Http10));
     }

@@ -107,10 +107,18 @@ fn transfer_encoding_rules() {
     for f in [
         "Transfer-Encoding: chunked\r\n",
         "Transfer-Encoding: Chunked\r\n",
-        "Transfer-Encoding: gzip, chunked\r\n",
-        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: , chunked\r\n",
     ] {
         assert_eq!(req_ok(&with_headers(f)).body, BodyFraming::Chunked, "{f}");
+    }
+    // Any coding before `chunked` is refused on a request (HAProxy: 422), known or not.
+    for f in [
+        "Transfer-Encoding: gzip, chunked\r\n",
+        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: gzip;q=1, chunked\r\n",
+    ] {
+        let e = req_err(&with_headers(f));
+        assert_eq!((e.kind(), e.status()), (ErrorKind::UnknownTransferCoding, 501), "{f}");
     }
     let bad: &[(&str, ErrorKind, u16)] = &[
         (
@@ -146,7 +154,37 @@ fn transfer_encoding_rules() {
             ErrorKind::UnknownTransferCoding,
             501,
         ),
-        ("Transfer-Encoding: identity\r\n", ErrorKind::UnknownTransferCoding, 501),
+        // RFC 9112 6.3: a final coding other than chunked is a 400, known or not.
+        ("Transfer-Encoding: identity\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: xchunked\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: foo\r\n", ErrorKind::BadTransferEncoding, 400),
+        (
+            "Transfer-Encoding: foo\r\nTransfer-Encoding: gzip\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
+        (
+            "Transfer-Encoding: chunked, foo\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
+        // chunked has no parameters (RFC 9112 7).
+        (
+            "Transfer-Encoding: chunked; q=1\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
+        (
+            "Transfer-Encoding: chunked;q=1\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
+        ("Transfer-Encoding: chunked;\r\n", ErrorKind::BadTransferEncoding, 400),
+        (
+            "Transfer-Encoding: gzip, chunked ; x\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
         (
             "Transfer-Encoding: \"chunked\"\r\n",
             ErrorKind::BadTransferEncoding,
@@ -375,6 +413,26 @@ fn connection_semantics() {
     let up = b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
     assert!(req_ok(up).upgrade);
     assert!(!req_ok(b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\n\r\n").upgrade);
+    assert!(
+        req_ok(b"POST /ws HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: x\r\nContent-Length: 0\r\n\r\n")
+            .upgrade
+    );
+}
+
+#[test]
+fn upgrade_with_a_body_is_dropped() {
+    for framing in ["Content-Length: 5\r\n", "Transfer-Encoding: chunked\r\n"] {
+        let buf = format!("POST /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n{framing}\r\n");
+        let h = req_ok(buf.as_bytes());
+        assert!(!h.upgrade, "{framing}");
+        // Forwarded as a plain request: neither `Upgrade` nor `Connection: upgrade`.
+        let edits = HeadEdits {
+            connection: ConnectionOut::Omit,
+            ..HeadEdits::default()
+        };
+        let out = out_req(buf.as_bytes(), &edits);
+        assert_eq!(out, format!("POST /ws HTTP/1.1\r\nHost: h\r\n{framing}\r\n"));
+    }
 }
 
 #[test]
@@ -646,6 +704,9 @@ fn chunked_valid() {
 fn chunked_invalid() {
     let cases: &[(&[u8], ErrorKind)] = &[
         (b"fffffffffffffffff\r\n", ErrorKind::BadChunkSize),
+        (b"ffffffffffffffff\r\n", ErrorKind::BadChunkSize),
+        (b"10000000000000\r\n", ErrorKind::BadChunkSize),
+        (b"5 ;\x01\r\n", ErrorKind::BadChunkExtension),
         (b"g\r\n", ErrorKind::BadChunkSize),
         (b"\r\n", ErrorKind::BadChunkSize),
         (b";ext\r\n", ErrorKind::BadChunkSize),
@@ -668,6 +729,9 @@ fn chunked_invalid() {
         (b"0\r\n: a\r\n\r\n", ErrorKind::BadTrailer),
         (b"0\r\nX: a\x00\r\n\r\n", ErrorKind::BadTrailer),
         (b"0\r\nX: a\r\n b\r\n\r\n", ErrorKind::ObsFold),
+        (b"0\r\nTransfer-Encoding: gzip\r\n\r\n", ErrorKind::ForbiddenTrailer),
+        (b"0\r\ncontent-LENGTH: 5\r\n\r\n", ErrorKind::ForbiddenTrailer),
+        (b"0\r\nX: a\r\nHost: b\r\n\r\n", ErrorKind::ForbiddenTrailer),
     ];
     for (c, k) in cases {
         let e = track_all(BodyFraming::Chunked, c).map_err(|e| (e.kind(), e.status()));
@@ -691,15 +755,142 @@ fn chunk_limits() {
         .advance(b"0\r\nX-Long: 0123456789\r\n\r\n")
         .map_err(|e| (e.kind(), e.status()));
     assert_eq!(e, Err((ErrorKind::TrailersTooLarge, 431)));
-    // u64::MAX is a valid (if unlikely) size.
-    let p = track_all(BodyFraming::Chunked, b"ffffffffffffffff\r\nabc");
+    // 2^52 - 1 is the largest size (HAProxy's bound); leading zeros do not count.
+    let p = track_all(BodyFraming::Chunked, b"fffffffffffff\r\nabc");
     assert_eq!(
         p,
         Ok(Progress {
-            consumed: 21,
+            consumed: 18,
             done: false
         })
     );
+    assert_eq!(body::MAX_CHUNK_SIZE, 0xf_ffff_ffff_ffff);
+    let p = track_all(BodyFraming::Chunked, b"00000000000000000001\r\nx\r\n0\r\n\r\n");
+    assert_eq!(p.map(|p| p.done), Ok(true));
+    for big in [
+        &b"10000000000000\r\n"[..],
+        b"ffffffffffffffff\r\n",
+        b"0010000000000000\r\n",
+    ] {
+        assert_eq!(
+            track_all(BodyFraming::Chunked, big).map_err(|e| (e.kind(), e.status())),
+            Err((ErrorKind::BadChunkSize, 400)),
+            "{:?}",
+            String::from_utf8_lossy(big)
+        );
+    }
+}
+
+#[test]
+fn chunked_max_body() {
+    let tracker = || BodyTracker::new(BodyFraming::Chunked, Side::Request).with_max_body(10);
+    let ok = b"5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n";
+    assert_eq!(tracker().advance(ok).map(|p| p.done), Ok(true));
+    // Refused at the size line that goes past the limit, before its data.
+    let over = b"5\r\nhello\r\n6\r\n";
+    let e = tracker().advance(over).map_err(|e| (e.kind(), e.status()));
+    assert_eq!(e, Err((ErrorKind::BodyTooLarge, 413)));
+    let mut t = tracker();
+    assert!(t.advance(b"b\r").is_ok());
+    assert_eq!(t.advance(b"\n").map_err(|e| e.kind()), Err(ErrorKind::BodyTooLarge));
+    // Content-Length bodies are judged from the head, not here.
+    let mut t = BodyTracker::new(BodyFraming::ContentLength(20), Side::Request).with_max_body(10);
+    assert_eq!(t.advance(&[b'x'; 20]).map(|p| p.done), Ok(true));
+}
+
+/// Re-frames `input` cut into `step`-byte pieces (each re-framed in its own buffer); the
+/// concatenated output and whether the body ended.
+fn reframe_split(input: &[u8], step: usize) -> Result<(Vec<u8>, usize, bool), ErrorKind> {
+    let mut t = BodyTracker::new(BodyFraming::Chunked, Side::Request);
+    let mut out = Vec::new();
+    let mut consumed = 0;
+    for piece in input.chunks(step) {
+        let mut buf = piece.to_vec();
+        let r = t.reframe(&mut buf).map_err(|e| e.kind())?;
+        assert!(r.out <= r.consumed && r.consumed <= piece.len());
+        out.extend_from_slice(r.lead());
+        out.extend_from_slice(&buf[..r.out]);
+        consumed += r.consumed;
+        if r.done {
+            return Ok((out, consumed, true));
+        }
+    }
+    Ok((out, consumed, false))
+}
+
+#[test]
+fn reframe_makes_size_lines_canonical() {
+    let cases: &[(&[u8], &[u8])] = &[
+        (b"5\r\nhello\r\n0\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"),
+        (b"5 \r\nhello\r\n0\t\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"),
+        (b"5;a=b;c=\"d e\"\r\nhello\r\n0;z\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"),
+        (b"0005\r\nhello\r\n000\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"),
+        (b"A\r\n0123456789\r\n0\r\n\r\n", b"a\r\n0123456789\r\n0\r\n\r\n"),
+        (
+            b"1b ; x\r\n0123456789abcdef0123456789a\r\n0\r\nT: v\r\nU:\r\n\r\n",
+            b"1b\r\n0123456789abcdef0123456789a\r\n0\r\nT: v\r\nU:\r\n\r\n",
+        ),
+        (b"fffffffffffff \r\nab", b"fffffffffffff\r\nab"),
+    ];
+    for (input, want) in cases {
+        let mut with_next = input.to_vec();
+        let complete = want.ends_with(b"\r\n\r\n");
+        if complete {
+            with_next.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        }
+        for step in 1..=with_next.len() {
+            let (out, consumed, done) = reframe_split(&with_next, step).unwrap();
+            assert_eq!(done, complete);
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(want),
+                "step {step} of {:?}",
+                String::from_utf8_lossy(input)
+            );
+            assert_eq!(consumed, input.len(), "step {step}");
+        }
+        // Canonical framing is a fixed point, and agrees with `advance`.
+        let (again, _, _) = reframe_split(want, want.len()).unwrap();
+        assert_eq!(&again[..], *want);
+        let p = track_all(BodyFraming::Chunked, &with_next).unwrap();
+        assert_eq!(p.consumed, input.len());
+    }
+}
+
+#[test]
+fn reframe_lead_only_for_a_line_split_across_calls() {
+    let mut t = BodyTracker::new(BodyFraming::Chunked, Side::Request);
+    let mut a = b"1".to_vec();
+    let r = t.reframe(&mut a).unwrap();
+    assert_eq!((r.consumed, r.out, r.lead()), (1, 0, &b""[..]));
+    // "a\r\n" completes "1a\r\n": 4 bytes of output from 3 of input.
+    let mut b = b"a\r\nxy".to_vec();
+    let r = t.reframe(&mut b).unwrap();
+    assert_eq!(r.lead(), b"1a\r\n");
+    assert_eq!((r.consumed, r.out, &b[..r.out]), (5, 2, &b"xy"[..]));
+    // Room enough: written in place.
+    let mut t = BodyTracker::new(BodyFraming::Chunked, Side::Request);
+    let mut a = b"0".to_vec();
+    t.reframe(&mut a).unwrap();
+    let mut b = b"01;ext=1\r\nz".to_vec();
+    let r = t.reframe(&mut b).unwrap();
+    assert_eq!((r.lead(), &b[..r.out]), (&b""[..], &b"1\r\nz"[..]));
+}
+
+#[test]
+fn reframe_other_framings_copy_through() {
+    let mut t = BodyTracker::new(BodyFraming::ContentLength(3), Side::Request);
+    let mut buf = b"abcdef".to_vec();
+    let r = t.reframe(&mut buf).unwrap();
+    assert_eq!((r.consumed, r.out, r.done), (3, 3, true));
+    let mut t = BodyTracker::new(BodyFraming::CloseDelimited, Side::Response);
+    let mut buf = b"abcdef".to_vec();
+    let r = t.reframe(&mut buf).unwrap();
+    assert_eq!((r.consumed, r.out, r.done), (6, 6, false));
+    // Errors are the tracker's.
+    let mut t = BodyTracker::new(BodyFraming::Chunked, Side::Request);
+    let e = t.reframe(&mut b"5\nhello".to_vec()).map_err(|e| e.kind());
+    assert_eq!(e, Err(ErrorKind::BareLf));
 }
 
 #[test]

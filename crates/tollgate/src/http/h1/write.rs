@@ -7,9 +7,10 @@
 //! Invariants: hop-by-hop fields (`Connection` and every field it names, `Keep-Alive`, `TE`,
 //! `Proxy-Connection`, and `Upgrade` unless the message is an upgrade forwarded with
 //! [`ConnectionOut::Upgrade`]) are never forwarded; `Host`, `Content-Length` and
-//! `Transfer-Encoding` are always forwarded as received (the body is forwarded verbatim, so its
-//! framing fields must be too). `Proxy-Authorization`/`Proxy-Authenticate` are kept: whether they
-//! are meant for us is the proxy's policy, not the codec's. Lines always end in CRLF. Every head
+//! `Transfer-Encoding` are always forwarded as received (the body keeps the framing they
+//! announce: a chunked body is only re-framed canonically, see [`super::body`]).
+//! `Proxy-Authorization`/`Proxy-Authenticate` are kept: whether they are meant for us is the
+//! proxy's policy, not the codec's. Lines always end in CRLF. Every head
 //! is written as HTTP/1.1 (a 1.0 request goes upstream as 1.1; its `BodyFraming` and
 //! `keep_alive` already say what 1.0 means, and the caller picks `Connection` accordingly).
 

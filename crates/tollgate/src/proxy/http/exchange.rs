@@ -1,9 +1,12 @@
 //! Forwarding one request to a server and its response back.
 //!
 //! Order of events: get a server connection (pooled or new, via the balancer), send the
-//! rewritten head and the request body, read the response head (interim 1xx forwarded),
-//! send the response head and body to the client, then return the server connection to
-//! the pool only if its response was read to its end and the server keeps it open.
+//! rewritten head and the request body (`upload.rs`: a server that answers before the body
+//! is complete is heard, its response forwarded, and both connections closed), read the
+//! response head (interim 1xx forwarded), send the response head and body to the client,
+//! then return the server connection to the pool only if its response was read to its end
+//! and the server keeps it open. Bodies go out re-framed (`BodyTracker::reframe`): each peer
+//! reads exactly the framing the proxy decided.
 //!
 //! Retry rule: a request that failed on a *reused* connection before any response byte
 //! arrived is sent once more on a fresh connection if its head never fully left (nothing
@@ -11,6 +14,7 @@
 //! may have reached the server gets a 502 and is never replayed.
 
 use std::future::Future;
+use std::pin::{Pin, pin};
 use std::rc::Rc;
 use std::task::Poll;
 use std::time::Duration;
@@ -20,7 +24,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::server_conn::{self, ServerConn};
-use super::stream::{RequestInfo, Session};
+use super::stream::{RequestInfo, Session, lingering_close};
+use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
@@ -121,8 +126,10 @@ async fn exchange<C: ClientStream>(
         };
     }
     let mut back = Inbound::default();
-    let mut request_body = BodyTracker::new(req.body, h1::Side::Request);
+    let mut request_body = s.request_tracker(req.body);
+    // The body will not be sent whole: close both connections after the response.
     let mut body_skipped = false;
+    let mut server_first = false;
     if !request_body.is_done() && req.expect_continue {
         match await_continue(s, &mut server, &mut back, req).await {
             Ok(true) => {}
@@ -133,29 +140,18 @@ async fn exchange<C: ClientStream>(
     }
     if !request_body.is_done() && !body_skipped {
         let progress = Progress::default();
-        let mut prefix = Vec::new();
         let ctx = s.ctx;
-        let sent = transfer(
-            forward_body(
-                &mut request_body,
-                &mut s.front,
-                &mut s.client,
-                &mut Counted::new(&mut server, &ctx.stats.bytes_to_server),
-                &mut prefix,
-                &ctx.buffers,
-                false,
-                false,
-                &progress,
-            ),
-            &progress,
-            timeouts.client,
-        )
-        .await;
+        let upload = upload::send_body(s, &mut server, &mut back, &mut request_body, req, &progress);
+        let sent = transfer(pin!(upload), &progress, timeouts.client).await;
         if let Err(e) = &sent {
             e.log("request body", &ctx.stats);
         }
         match sent {
-            Ok(()) => {}
+            Ok(Upload::Complete) => {}
+            Ok(Upload::ServerFirst) => {
+                tracing::debug!("server answered before the request body was complete");
+                (body_skipped, server_first) = (true, true);
+            }
             Err(BodyError::Framing(e)) => {
                 return failed(e.status(), ErrorKind::Protocol, Side::Front, e.as_str());
             }
@@ -230,7 +226,7 @@ async fn exchange<C: ClientStream>(
     let mut prefix = std::mem::take(&mut s.out);
     let front_holds = s.front.holds_buffer();
     let sent = transfer(
-        forward_body(
+        pin!(forward_body(
             &mut response_body,
             &mut back,
             &mut server,
@@ -240,7 +236,7 @@ async fn exchange<C: ClientStream>(
             front_holds,
             !keep_client,
             &progress,
-        ),
+        )),
         &progress,
         timeouts.server,
     )
@@ -249,7 +245,7 @@ async fn exchange<C: ClientStream>(
     let sent = match sent {
         Ok(()) if !prefix.is_empty() => {
             let last = async { s.client.write_last(&prefix).await.map_err(BodyError::Write) };
-            transfer(last, &progress, timeouts.client).await
+            transfer(pin!(last), &progress, timeouts.client).await
         }
         other => other,
     };
@@ -260,6 +256,11 @@ async fn exchange<C: ClientStream>(
             if keep_server && back.is_empty() {
                 drop(slot);
                 s.ctx.http_pool.put(&live, server);
+            }
+            if server_first {
+                // The client may still be sending the body: closing with it unread would
+                // reset the connection and could destroy the response before it is read.
+                lingering_close(&mut s.client, &mut s.out).await;
             }
             Outcome::Done { keep_client }
         }
@@ -386,7 +387,7 @@ async fn read_response<C: ClientStream>(
 
 /// Passes an interim (1xx) response on to an HTTP/1.1 client (an HTTP/1.0 client would not
 /// understand it) and consumes it. False if the client is gone.
-async fn forward_interim<C: ClientStream>(
+pub(super) async fn forward_interim<C: ClientStream>(
     s: &mut Session<'_, C>,
     head: ResponseHead,
     back: &mut Inbound,
@@ -439,19 +440,20 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, bac
     Outcome::Done { keep_client: false }
 }
 
-/// Reads and drops a request body the proxy answers itself. False if the connection
-/// cannot continue (bad framing, client gone).
-pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> bool {
-    let mut tracker = BodyTracker::new(framing, h1::Side::Request);
+/// Reads and drops a request body the proxy answers itself. `Err(status)` if the
+/// connection cannot continue: answer `status` (bad framing, too large), or close quietly
+/// for 0 (client gone or idle).
+pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), u16> {
+    let mut tracker = s.request_tracker(framing);
     if tracker.is_done() {
-        return true;
+        return Ok(());
     }
     let progress = Progress::default();
     let ctx = s.ctx;
     let mut prefix = Vec::new();
     let mut sink = tokio::io::sink();
     let done = transfer(
-        forward_body(
+        pin!(forward_body(
             &mut tracker,
             &mut s.front,
             &mut s.client,
@@ -461,7 +463,7 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
             false,
             false,
             &progress,
-        ),
+        )),
         &progress,
         ctx.shared.config.timeouts.client,
     )
@@ -469,10 +471,14 @@ pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: Body
     if let Err(e) = &done {
         e.log("discarded request body", &ctx.stats);
     }
-    done.is_ok()
+    match done {
+        Ok(()) => Ok(()),
+        Err(BodyError::Framing(e)) => Err(e.status()),
+        Err(_) => Err(0),
+    }
 }
 
-enum BodyError {
+pub(super) enum BodyError {
     Read(std::io::Error),
     Write(std::io::Error),
     Framing(H1Error),
@@ -510,12 +516,13 @@ impl BodyError {
 
 /// Runs a body transfer under one idle watchdog (no timer per read or write). Most bodies
 /// complete without ever waiting: those are polled once and never arm a timer at all.
-async fn transfer(
-    body: impl Future<Output = Result<(), BodyError>>,
+/// The caller pins `body` in its own state: a future taken by value and pinned here would be
+/// stored twice in this one's (the argument and the pinned local).
+async fn transfer<T, F: Future<Output = Result<T, BodyError>>>(
+    mut body: Pin<&mut F>,
     progress: &Progress,
     idle: Duration,
-) -> Result<(), BodyError> {
-    tokio::pin!(body);
+) -> Result<T, BodyError> {
     if let Poll::Ready(done) = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
         return done;
     }
@@ -527,7 +534,8 @@ async fn transfer(
 }
 
 /// Forwards one body from `src` (starting with the bytes already in `inbound`) to `dst`,
-/// preceded by `prefix` (a head), coalesced into one write when the body start is small.
+/// re-framed (see `BodyTracker::reframe`), preceded by `prefix` (a head), coalesced into one
+/// write when the body start is small.
 /// Leaves any bytes after the body (a pipelined request) in `inbound`. With `hold_last`,
 /// the final coalesced bytes stay in `prefix` for the caller to write (see `write_last`).
 /// Counting is the writer's business (`Counted`): this counts nothing.
@@ -549,16 +557,21 @@ where
 {
     loop {
         if !inbound.is_empty() && !tracker.is_done() {
-            let p = tracker.advance(inbound.data()).map_err(BodyError::Framing)?;
-            let chunk = inbound.data().get(..p.consumed).unwrap_or_default();
-            if !prefix.is_empty() && prefix.len() + chunk.len() <= COALESCE {
+            // Re-framed in place: the peer reads the framing the tracker decided.
+            let r = tracker.reframe(inbound.data_mut()).map_err(BodyError::Framing)?;
+            let (lead, chunk) = (r.lead(), inbound.data().get(..r.out).unwrap_or_default());
+            if !prefix.is_empty() && prefix.len() + lead.len() + chunk.len() <= COALESCE {
+                prefix.extend_from_slice(lead);
                 prefix.extend_from_slice(chunk);
             } else {
                 flush(dst, prefix).await?;
+                if !lead.is_empty() {
+                    dst.write_all(lead).await.map_err(BodyError::Write)?;
+                }
                 dst.write_all(chunk).await.map_err(BodyError::Write)?;
             }
-            progress.moved(p.consumed);
-            inbound.consume(p.consumed);
+            progress.moved(r.consumed);
+            inbound.consume(r.consumed);
         }
         if tracker.is_done() {
             return if hold_last { Ok(()) } else { flush(dst, prefix).await };

@@ -6,11 +6,13 @@
 //! is refused (431), a body is forwarded in buffer-sized pieces.
 
 use std::io::{self, Read};
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, ready};
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
-use crate::buffer::{BufferPool, PooledBuffer};
+use crate::buffer::{BufferPool, Parked, PooledBuffer};
 
 #[derive(Default)]
 pub struct Inbound {
@@ -24,6 +26,14 @@ impl Inbound {
         self.buf
             .as_ref()
             .and_then(|b| b.get(self.start..self.end))
+            .unwrap_or_default()
+    }
+
+    /// The pending bytes, for a body to be re-framed in place before it is forwarded.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.buf
+            .as_mut()
+            .and_then(|b| b.get_mut(self.start..self.end))
             .unwrap_or_default()
     }
 
@@ -93,20 +103,45 @@ impl Inbound {
         if self.buf.is_none() {
             self.buf = Some(pool.get(second).await);
         }
-        let Some(buf) = self.buf.as_mut() else { return Ok(0) };
+        let space = self.space()?;
+        let n = io.read(space).await?;
+        self.end += n;
+        Ok(n)
+    }
+
+    /// `read_from` as a poll, for a read that watches a connection while another operation
+    /// on it (a write) is pending. `parked` as in `BufferPool::poll_get`.
+    pub fn poll_read_from<R: AsyncRead + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut R,
+        pool: &Rc<BufferPool>,
+        parked: &mut Parked,
+        second: bool,
+    ) -> Poll<io::Result<usize>> {
+        if self.buf.is_none() {
+            self.buf = Some(ready!(pool.poll_get(cx, parked, second)));
+        }
+        let mut space = ReadBuf::new(self.space()?);
+        ready!(Pin::new(io).poll_read(cx, &mut space))?;
+        let n = space.filled().len();
+        self.end += n;
+        Poll::Ready(Ok(n))
+    }
+
+    /// The free space after the data (moving the data to the front when it reached the end).
+    fn space(&mut self) -> io::Result<&mut [u8]> {
+        let Some(buf) = self.buf.as_mut() else {
+            return Ok(&mut []);
+        };
         if self.end == buf.len() && self.start > 0 {
             buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
         }
-        let Some(space) = buf.get_mut(self.end..) else {
-            return Ok(0);
-        };
-        if space.is_empty() {
-            return Err(io::Error::other("inbound buffer full"));
+        match buf.get_mut(self.end..) {
+            Some(space) if !space.is_empty() => Ok(space),
+            _ => Err(io::Error::other("inbound buffer full")),
         }
-        let n = io.read(space).await?;
-        self.end += n;
-        Ok(n)
     }
 }

@@ -16,6 +16,7 @@ pub mod pool;
 mod route;
 mod server_conn;
 mod stream;
+mod upload;
 
 use std::net::SocketAddr;
 use std::pin::Pin;

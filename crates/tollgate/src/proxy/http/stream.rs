@@ -14,7 +14,9 @@ use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{Forwarded, Frontend};
 use crate::error::{Error, ErrorKind, Side};
-use crate::http::h1::{self, BodyFraming, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version};
+use crate::http::h1::{
+    self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
+};
 use crate::proxy::counted::Counted;
 use crate::runtime::worker::WorkerCtx;
 
@@ -199,6 +201,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
             self.refuse(413, &e).await?;
             return Ok(false);
         }
+        // What came with the head is judged before anything is decided or connected: a
+        // request refused for bytes already here never reaches a server, not even its head.
+        let early = self.front.data().get(head.head_len..).unwrap_or_default();
+        if let Err(e) = self.request_tracker(head.body).advance(early) {
+            head.reclaim(&mut self.scratch);
+            let cause = Error::new(ErrorKind::Protocol, Side::Front, format!("bad request body: {e}"));
+            self.refuse(e.status(), &cause).await?;
+            return Ok(false);
+        }
         match route::decide(self.fe, &head, self.front.data()) {
             Decision::NoRoute => {
                 head.reclaim(&mut self.scratch);
@@ -213,8 +224,14 @@ impl<'a, C: ClientStream> Session<'a, C> {
             } => {
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
-                if !super::exchange::discard_body(self, req.body).await {
-                    return Ok(false);
+                match super::exchange::discard_body(self, req.body).await {
+                    Ok(()) => {}
+                    Err(0) => return Ok(false),
+                    Err(status) => {
+                        let e = Error::new(ErrorKind::Protocol, Side::Front, "bad request body");
+                        self.refuse(status, &e).await?;
+                        return Ok(false);
+                    }
                 }
                 let keep = req.keep_alive && !self.ctx.is_stopping();
                 fixed_response(status, content_type, body, keep, &mut self.out);
@@ -235,6 +252,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 super::exchange::forward(self, backend, &req).await
             }
         }
+    }
+
+    /// A tracker for a request body, with `http.max_body_size` applied to chunked bodies.
+    pub(super) fn request_tracker(&self, framing: BodyFraming) -> BodyTracker {
+        let max = self.ctx.shared.config.http.max_body_size;
+        BodyTracker::new(framing, h1::Side::Request).with_max_body(if max > 0 { max } else { u64::MAX })
     }
 
     fn request_edits(&self, req: &RequestInfo) -> HeadEdits {
@@ -307,7 +330,7 @@ const REQUEST_TIMEOUT: &str = "no complete request head within timeouts.http_req
 /// closing with unread bytes would make the kernel send a reset that can destroy the
 /// response before the client reads it. `sink` is scratch space on the heap: an array here
 /// would grow every session's future by its size.
-async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &mut C, sink: &mut Vec<u8>) {
+pub(super) async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &mut C, sink: &mut Vec<u8>) {
     let _ = client.shutdown().await;
     sink.clear();
     sink.resize(4096, 0);
