@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use std::task::{Context, Poll, Waker};
 
-use crate::runtime::stats::WorkerStats;
+use crate::stats::WorkerStats;
 
 pub struct BufferPool {
     size: usize,

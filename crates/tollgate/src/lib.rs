@@ -22,6 +22,7 @@
 
 pub mod admin;
 pub mod balance;
+pub mod budget;
 pub mod buffer;
 pub mod command;
 pub mod config;
@@ -34,4 +35,5 @@ pub mod master;
 pub mod origin;
 pub mod proxy;
 pub mod runtime;
+pub mod stats;
 pub mod tls;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::http::{Req, Response, http_config, read_request, read_response};
 use common::*;
-use tollgate::runtime::stats::Snapshot;
+use tollgate::stats::Snapshot;
 
 /// A reader that adds every byte it returns to a shared tally.
 struct Tally<R> {
@@ -356,7 +356,7 @@ fn hard_stop_counts_open_sessions_out() {
     let shared = Arc::clone(running.shared());
     running.hard_stop();
     running.join().unwrap();
-    let after = tollgate::runtime::stats::sum(shared.stats.iter().map(|s| s.as_ref()));
+    let after = tollgate::stats::sum(shared.stats.iter().map(|s| s.as_ref()));
     assert_eq!((after.sessions_total, after.sessions_active), (4, 0));
     drop(clients);
 }

@@ -17,10 +17,10 @@ use rustix::net::SocketFlags;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
-use super::budget::{ConnPermits, Taken};
+use crate::budget::{ConnPermits, Taken};
 use crate::runtime::inbox::Message;
-use crate::runtime::stats::WorkerStats;
 use crate::runtime::worker::WorkerCtx;
+use crate::stats::WorkerStats;
 
 /// A connection accepted on one worker and served by another.
 pub struct Handoff {

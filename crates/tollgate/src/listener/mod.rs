@@ -17,7 +17,6 @@
 //! bind them and pass them to a worker generation unchanged.
 
 pub mod accept;
-pub mod budget;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use super::{BackendId, ServerId};
 use crate::config::Server;
 use crate::config::model::ServerTls;
-use crate::runtime::stats::Counter;
+use crate::stats::Counter;
 
 /// What the operator decided (HAProxy's admin state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::runtime::stats::Counter;
+use crate::stats::Counter;
 
 pub struct Counted<'c, W> {
     inner: W,

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::runtime::stats::WorkerStats;
+use crate::stats::WorkerStats;
 
 pub struct PipePool {
     cap: usize,

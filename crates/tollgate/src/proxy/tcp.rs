@@ -39,8 +39,8 @@ use super::pipes::{PipePool, PooledPipe};
 use crate::buffer::{BufferPool, Parked, PooledBuffer};
 use crate::config::model::{Frontend, Offload};
 use crate::error::{Error, ErrorKind, Side};
-use crate::runtime::stats::Counter;
 use crate::runtime::worker::WorkerCtx;
+use crate::stats::Counter;
 use crate::tls::{ktls, passthrough};
 
 pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {

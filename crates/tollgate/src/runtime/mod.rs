@@ -9,7 +9,6 @@ pub mod backends;
 pub mod inbox;
 pub mod limits;
 pub mod loglimit;
-pub mod stats;
 pub mod watchdog;
 pub mod worker;
 
@@ -21,14 +20,14 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::budget::AcceptBudgets;
 use crate::command::ServerChange;
 use crate::config::Config;
 use crate::listener::BoundSocket;
 use crate::listener::accept::Dispatcher;
-use crate::listener::budget::AcceptBudgets;
 use crate::live::backend::BackendLive;
 use crate::live::server::ServerView;
-use stats::{Snapshot, WorkerStats};
+use crate::stats::{self, Snapshot, WorkerStats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {

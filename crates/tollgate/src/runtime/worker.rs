@@ -12,13 +12,13 @@ use tokio::sync::{Notify, watch};
 
 use super::backends::LocalBackend;
 use super::loglimit::LogLimiter;
-use super::stats::WorkerStats;
 use super::{Phase, Shared};
+use crate::budget::ConnPermits;
 use crate::buffer::BufferPool;
 use crate::listener::BoundSocket;
 use crate::listener::accept::{self, Dispatcher};
-use crate::listener::budget::ConnPermits;
 use crate::proxy::pipes::PipePool;
+use crate::stats::WorkerStats;
 
 pub struct WorkerCtx {
     pub id: usize,

@@ -51,7 +51,7 @@ use tokio::net::TcpStream;
 use tollgate_sys::sockopt::{self, KtlsCipher, KtlsDirection, KtlsSecrets, TlsVersion};
 
 use crate::proxy::tcp::Endpoint;
-use crate::runtime::stats::WorkerStats;
+use crate::stats::WorkerStats;
 
 /// `Ok` if kTLS can be used; the reason otherwise. Probes and logs only the first time.
 pub fn available() -> Result<(), &'static str> {

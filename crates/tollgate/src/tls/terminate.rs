@@ -15,8 +15,8 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::model::FrontendTls;
 use crate::error::{Error, ErrorKind, Side};
-use crate::runtime::stats::{Counter, WorkerStats};
 use crate::runtime::worker::WorkerCtx;
+use crate::stats::{Counter, WorkerStats};
 
 /// A terminated client connection.
 pub type ServerTlsStream = tokio_rustls::server::TlsStream<TcpStream>;

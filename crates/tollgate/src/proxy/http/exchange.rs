@@ -32,7 +32,7 @@ use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, He
 use crate::proxy::connect::Connected;
 use crate::proxy::counted::Counted;
 use crate::proxy::idle::{self, Progress};
-use crate::runtime::stats::WorkerStats;
+use crate::stats::WorkerStats;
 
 /// Bodies up to this size are written together with their head.
 const COALESCE: usize = 16 * 1024;
