@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::http::{Reply, http_origin};
 use master_support::{Master, TempDir, global};
 
-/// Lines admitted per second per worker (`runtime::loglimit::BURST`), and the test's workers.
+/// Lines admitted per second per worker (`ctx::loglimit::BURST`), and the test's workers.
 const BURST: u64 = 10;
 const WORKERS: u64 = 2;
 

@@ -2,7 +2,7 @@
 //! to a session on this worker, or, for a shared socket, to the least loaded worker.
 //!
 //! Accepted sockets are non-blocking and *not* registered with the reactor: a session
-//! registers its client socket only when it first has to wait (`proxy::lazy`), and a
+//! registers its client socket only when it first has to wait (`relay::lazy`), and a
 //! handed-off socket crosses workers without a deregistration. TCP_NODELAY is set once on
 //! the listening socket; Linux copies it into every accepted one, which saves a setsockopt
 //! per connection.
@@ -17,25 +17,16 @@ use rustix::net::SocketFlags;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
+use super::spawn_session;
 use crate::budget::{ConnPermits, Taken};
-use crate::runtime::inbox::Message;
-use crate::runtime::worker::WorkerCtx;
+use crate::ctx::WorkerCtx;
+use crate::ctx::inbox::{Handoff, Message};
 use crate::stats::WorkerStats;
-
-/// A connection accepted on one worker and served by another.
-pub struct Handoff {
-    pub frontend: usize,
-    /// Never registered with the accepting worker's reactor; the serving worker's session
-    /// registers it if it has to wait, so its events are not routed through the acceptor.
-    pub stream: std::net::TcpStream,
-    pub peer: SocketAddr,
-    pub permits: ConnPermits,
-}
 
 /// Senders to every worker's inbox, with their load, for a shared socket's accept loop.
 #[derive(Clone)]
 pub struct Dispatcher {
-    pub inboxes: Vec<crate::runtime::inbox::Sender>,
+    pub inboxes: Vec<crate::ctx::inbox::Sender>,
     pub stats: Vec<Arc<WorkerStats>>,
 }
 
@@ -119,7 +110,7 @@ pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: Listener
         match accepted {
             Ok((stream, peer)) => match &dispatch {
                 Some(d) => hand_off(&ctx, d, frontend, stream, peer, permits),
-                None => ctx.spawn_session(frontend, stream, peer, permits),
+                None => spawn_session(&ctx, frontend, stream, peer, permits),
             },
             Err(e) => {
                 drop(permits);
@@ -140,7 +131,7 @@ fn hand_off(
 ) {
     let target = d.least_loaded(ctx.id);
     if target == ctx.id {
-        return ctx.spawn_session(frontend, stream, peer, permits);
+        return spawn_session(ctx, frontend, stream, peer, permits);
     }
     let Some(inbox) = d.inboxes.get(target) else {
         return;
@@ -153,7 +144,7 @@ fn hand_off(
     };
     if let Err(mpsc::error::SendError(Message::Connection(h))) = inbox.send(Message::Connection(handoff)) {
         // The target worker is gone (shutting down): serve it here rather than drop it.
-        ctx.spawn_session(h.frontend, h.stream, h.peer, h.permits);
+        spawn_session(ctx, h.frontend, h.stream, h.peer, h.permits);
     }
 }
 

@@ -1,4 +1,5 @@
-//! Listening sockets: binding them, and the budgets that gate accepting from them.
+//! Listening sockets: binding them, accepting from them (`accept`, under the budgets of
+//! `crate::budget`), and starting a session for each connection (`spawn_session`).
 //!
 //! With `thread_per_core`, every bind address gets one SO_REUSEPORT socket per worker, all
 //! bound up front (so group order is ours) and handed to worker `i` as socket `i`; the kernel
@@ -20,10 +21,15 @@ pub mod accept;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
+use std::rc::Rc;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
+use crate::budget::ConnPermits;
 use crate::config::Config;
+use crate::ctx::WorkerCtx;
+use crate::ctx::worker::ActiveSession;
+use crate::relay::lazy::LazySocket;
 
 /// One bound listening socket.
 #[derive(Debug)]
@@ -169,4 +175,25 @@ pub fn bind_one(addr: SocketAddr, reuse_port: bool, backlog: u32) -> io::Result<
     socket.bind(&addr.into())?;
     socket.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
     Ok(socket.into())
+}
+
+/// Starts a session on this worker for `stream`: an accepted, non-blocking socket, not
+/// registered with the reactor. `permits` are held until the session ends.
+pub fn spawn_session(
+    ctx: &Rc<WorkerCtx>,
+    frontend: usize,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    permits: ConnPermits,
+) {
+    ctx.stats.sessions_total.add(1);
+    ctx.stats.sessions_active.add(1);
+    let ctx = Rc::clone(ctx);
+    let fut = async move {
+        // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
+        let _active = ActiveSession::new(&ctx);
+        crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer).await;
+        drop(permits);
+    };
+    tokio::task::spawn_local(fut);
 }

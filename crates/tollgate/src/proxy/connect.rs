@@ -11,11 +11,11 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::ctx::WorkerCtx;
+use crate::ctx::backends::{LocalBackend, Tried};
 use crate::error::{Error, ErrorKind, Side};
 use crate::live::ServerId;
 use crate::live::server::{ServerLive, ServerSlot};
-use crate::runtime::backends::{LocalBackend, Tried};
-use crate::runtime::worker::WorkerCtx;
 
 /// A slot on a server, as this worker holds it: dropping it releases the slot and tells
 /// this worker's balancer.

@@ -2,20 +2,16 @@
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
 
 pub mod connect;
-pub mod counted;
 pub mod http;
-pub mod idle;
-pub mod lazy;
-pub mod pipes;
 pub mod tcp;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 
 use crate::config::{Config, Mode};
+use crate::ctx::WorkerCtx;
 use crate::error::{Error, Side};
-use crate::runtime::worker::WorkerCtx;
-use lazy::LazySocket;
+use crate::relay::lazy::LazySocket;
 
 /// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`).
 pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, peer: SocketAddr) {

@@ -5,10 +5,8 @@
 //! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
 //! what is in flight), hard stop (drop everything), join.
 
-pub mod backends;
 pub mod inbox;
 pub mod limits;
-pub mod loglimit;
 pub mod watchdog;
 pub mod worker;
 
@@ -23,31 +21,14 @@ use tokio::sync::{mpsc, watch};
 use crate::budget::AcceptBudgets;
 use crate::command::ServerChange;
 use crate::config::Config;
+use crate::ctx::Phase;
+pub use crate::ctx::Shared;
+use crate::ctx::inbox::Message;
 use crate::listener::BoundSocket;
 use crate::listener::accept::Dispatcher;
 use crate::live::backend::BackendLive;
 use crate::live::server::ServerView;
 use crate::stats::{self, Snapshot, WorkerStats};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Running,
-    /// Stop accepting; sessions in flight run to their end.
-    SoftStop,
-    /// Close everything now.
-    HardStop,
-}
-
-/// What every worker of one generation shares (read-mostly; atomics touched per connection).
-pub struct Shared {
-    pub config: Arc<Config>,
-    /// Live state of every backend, in config order (shared by every worker thread).
-    pub backends: Vec<Arc<BackendLive>>,
-    pub budgets: AcceptBudgets,
-    pub stats: Vec<Arc<WorkerStats>>,
-    /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
-    pub handshakes: Arc<tokio::sync::Semaphore>,
-}
 
 /// Longest `Running::apply` waits for every worker thread to act on a command.
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -60,7 +41,7 @@ pub struct Running {
     /// Accept loops still running (each drops its listener when it returns).
     accepting: Arc<AtomicUsize>,
     /// Every worker thread's inbox, for runtime commands.
-    inboxes: Vec<inbox::Sender>,
+    inboxes: Vec<crate::ctx::inbox::Sender>,
     /// Dropped after the workers are joined (it stops the watchdog thread).
     _watchdog: Option<watchdog::Handle>,
 }
@@ -221,7 +202,7 @@ impl Running {
         let (ack, acked) = std::sync::mpsc::channel();
         if let Some(weight) = change.weight {
             server.set_weight(weight);
-            self.tell_threads(|| inbox::Message::Weight {
+            self.tell_threads(|| Message::Weight {
                 backend: index,
                 server: id,
                 weight,
@@ -230,7 +211,7 @@ impl Running {
         }
         if change.kill {
             server.kill_sessions();
-            self.tell_threads(|| inbox::Message::Kill {
+            self.tell_threads(|| Message::Kill {
                 server: id,
                 done: ack.clone(),
             });
@@ -250,7 +231,7 @@ impl Running {
         }
     }
 
-    fn tell_threads(&self, msg: impl Fn() -> inbox::Message) {
+    fn tell_threads(&self, msg: impl Fn() -> Message) {
         for inbox in &self.inboxes {
             // A thread that has already stopped has nothing left to change.
             let _ = inbox.send(msg());

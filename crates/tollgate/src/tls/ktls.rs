@@ -50,7 +50,7 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tollgate_sys::sockopt::{self, KtlsCipher, KtlsDirection, KtlsSecrets, TlsVersion};
 
-use crate::proxy::tcp::Endpoint;
+use crate::relay::Endpoint;
 use crate::stats::WorkerStats;
 
 /// `Ok` if kTLS can be used; the reason otherwise. Probes and logs only the first time.

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::model::FrontendTls;
+use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
-use crate::runtime::worker::WorkerCtx;
 use crate::stats::{Counter, WorkerStats};
 
 /// A terminated client connection.

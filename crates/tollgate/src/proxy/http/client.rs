@@ -13,12 +13,12 @@ use crate::config::model::Offload;
 
 use super::inbound::Inbound;
 use crate::buffer::BufferPool;
+use crate::ctx::WorkerCtx;
 use crate::error::Error;
 use crate::http::h1::Proto;
-use crate::proxy::counted::Counted;
-use crate::proxy::lazy::LazySocket;
-use crate::proxy::tcp::{self, Endpoint, Layered};
-use crate::runtime::worker::WorkerCtx;
+use crate::relay::counted::Counted;
+use crate::relay::lazy::LazySocket;
+use crate::relay::{Endpoint, Layered, relay_endpoints};
 use crate::tls::terminate::ServerTlsStream;
 
 pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
@@ -46,7 +46,7 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     ) -> Result<(), Error>;
 
     /// One write of the last bytes before the connection is closed: a plain socket holds
-    /// back a partial segment (`MSG_MORE`) for the FIN that `end_last` sends (`proxy::lazy`).
+    /// back a partial segment (`MSG_MORE`) for the FIN that `end_last` sends (`relay::lazy`).
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(self).poll_write(cx, buf)
     }
@@ -116,7 +116,7 @@ impl ClientStream for TcpStream {
         server: &mut S,
         idle: std::time::Duration,
     ) -> Result<(), Error> {
-        tcp::relay_endpoints(ctx, &mut &*self, server, idle, Offload::default()).await
+        relay_endpoints(ctx.relay(), &mut &*self, server, idle, Offload::default()).await
     }
 }
 
@@ -143,7 +143,7 @@ impl ClientStream for LazySocket {
         let client = self
             .registered()
             .map_err(|e| Error::io(crate::error::Side::Front, "register", e))?;
-        tcp::relay_endpoints(ctx, &mut &*client, server, idle, Offload::default()).await
+        relay_endpoints(ctx.relay(), &mut &*client, server, idle, Offload::default()).await
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -168,7 +168,7 @@ impl ClientStream for ServerTlsStream {
         server: &mut S,
         idle: std::time::Duration,
     ) -> Result<(), Error> {
-        tcp::relay_endpoints(ctx, &mut Layered(self), server, idle, Offload::default()).await
+        relay_endpoints(ctx.relay(), &mut Layered(self), server, idle, Offload::default()).await
     }
 
     async fn end_last(&mut self) {

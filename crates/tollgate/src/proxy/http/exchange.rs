@@ -23,15 +23,16 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::client::ClientStream;
 use super::inbound::Inbound;
-use super::server_conn::{self, ServerConn};
+use super::server_conn;
 use super::stream::{RequestInfo, Session, lingering_close};
 use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
 use crate::proxy::connect::Connected;
-use crate::proxy::counted::Counted;
-use crate::proxy::idle::{self, Progress};
+use crate::relay::ServerConn;
+use crate::relay::counted::Counted;
+use crate::relay::idle::{self, Progress};
 use crate::stats::WorkerStats;
 
 /// Bodies up to this size are written together with their head.

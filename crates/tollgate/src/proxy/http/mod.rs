@@ -12,7 +12,6 @@
 mod client;
 mod exchange;
 mod inbound;
-pub mod pool;
 mod route;
 mod server_conn;
 mod stream;
@@ -23,9 +22,9 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use crate::config::model::FrontendTls;
+use crate::ctx::WorkerCtx;
 use crate::error::{Error, Side};
-use crate::proxy::lazy::LazySocket;
-use crate::runtime::worker::WorkerCtx;
+use crate::relay::lazy::LazySocket;
 
 pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: LazySocket, peer: SocketAddr) -> Result<(), Error> {
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());

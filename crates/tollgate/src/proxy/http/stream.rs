@@ -13,12 +13,12 @@ use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{Forwarded, Frontend};
+use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
-use crate::proxy::counted::Counted;
-use crate::runtime::worker::WorkerCtx;
+use crate::relay::counted::Counted;
 
 /// What the proxy needs to remember of a request once its head bytes are consumed.
 #[derive(Debug, Clone, Copy)]

@@ -26,7 +26,7 @@ use super::inbound::Inbound;
 use super::stream::{RequestInfo, Session};
 use crate::buffer::{BufferPool, Parked};
 use crate::http::h1::{self, BodyTracker};
-use crate::proxy::idle::Progress;
+use crate::relay::idle::Progress;
 
 /// How an upload ended.
 pub enum Upload {

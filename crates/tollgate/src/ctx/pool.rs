@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::server_conn::ServerConn;
 use crate::config::Config;
 use crate::live::server::ServerLive;
 use crate::live::{IdMap, ServerId};
+use crate::relay::ServerConn;
 
 struct Idle {
     conn: ServerConn,

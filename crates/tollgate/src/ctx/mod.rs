@@ -1,0 +1,51 @@
+//! What a session works with: the context of its worker thread and of the worker
+//! generation it belongs to. `proxy`, `tls` and `listener` read it; `runtime` builds it.
+//!
+//! - [`Shared`]: what every worker thread of one generation shares — the config, the live
+//!   state of every backend, the accept budgets, every worker's counters, the handshake
+//!   budget. Read-mostly: atomics touched once per connection, no lock per request.
+//! - [`worker::WorkerCtx`]: one worker thread's own state (buffer pool, splice pipes,
+//!   balancers, HTTP server pool, stop and kill signals, warn-line budget).
+//! - [`backends`]: a thread's view of one backend (its balancer over the live server set).
+//! - [`pool`]: the thread's idle HTTP server connections.
+//! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
+//! - [`loglimit`]: the warn-line budget (sans-io).
+//!
+//! Invariant: nothing here imports `runtime`, `listener`, `proxy` or `tls`; a worker's
+//! context is plain state plus the few methods sessions need, built once per thread.
+
+pub mod backends;
+pub mod inbox;
+pub mod loglimit;
+pub mod pool;
+pub mod worker;
+
+use std::sync::Arc;
+
+pub use worker::WorkerCtx;
+
+use crate::budget::AcceptBudgets;
+use crate::config::Config;
+use crate::live::backend::BackendLive;
+use crate::stats::WorkerStats;
+
+/// Where a worker generation is in its life; every worker thread watches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    /// Stop accepting; sessions in flight run to their end.
+    SoftStop,
+    /// Close everything now.
+    HardStop,
+}
+
+/// What every worker of one generation shares (read-mostly; atomics touched per connection).
+pub struct Shared {
+    pub config: Arc<Config>,
+    /// Live state of every backend, in config order (shared by every worker thread).
+    pub backends: Vec<Arc<BackendLive>>,
+    pub budgets: AcceptBudgets,
+    pub stats: Vec<Arc<WorkerStats>>,
+    /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
+    pub handshakes: Arc<tokio::sync::Semaphore>,
+}

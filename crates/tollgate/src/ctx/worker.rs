@@ -1,0 +1,195 @@
+//! A worker thread's context (`WorkerCtx`): what every session on the thread reaches through
+//! one `Rc` — its buffer pool, splice pipes, balancers, HTTP server pool, counters, kill and
+//! stop signals, and the warn-line budget. Nothing here is shared with another worker except
+//! through `Shared` (atomics touched once per connection) and the thread's inbox.
+//!
+//! Invariants: built once per worker thread, on that thread, and never sent to another;
+//! `sessions_active` is counted out by a drop guard (`ActiveSession`), so a stopping worker
+//! learns when its last session ended (`drain`) even when sessions are dropped.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::{Notify, watch};
+
+use super::backends::LocalBackend;
+use super::loglimit::LogLimiter;
+use super::pool::ServerPool;
+use super::{Phase, Shared};
+use crate::buffer::BufferPool;
+use crate::relay::Resources;
+use crate::relay::pipes::PipePool;
+use crate::stats::WorkerStats;
+
+pub struct WorkerCtx {
+    pub id: usize,
+    pub shared: Arc<Shared>,
+    pub stats: Arc<WorkerStats>,
+    pub buffers: Rc<BufferPool>,
+    /// splice(2) pipes, this worker's own (`global.max_pipes`).
+    pub pipes: Rc<PipePool>,
+    /// This thread's view of each backend (balancer over the live server set), in config order.
+    pub backends: Vec<LocalBackend>,
+    /// Idle HTTP server connections of this worker.
+    pub http_pool: ServerPool,
+    phase: watch::Receiver<Phase>,
+    /// Woken by a `Kill` in the inbox: sessions on a server whose kill epoch moved close.
+    pub kills: Notify,
+    /// Signalled when the last session of a stopping worker ends.
+    drained: Notify,
+    /// Budget for warn lines about failures (see `may_warn`).
+    warn_limit: RefCell<LogLimiter>,
+    /// Wakes the task that reports a window's suppressed warn lines.
+    warn_flush: Notify,
+}
+
+impl WorkerCtx {
+    pub fn new(id: usize, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> Rc<Self> {
+        let stats = shared.stats.get(id).cloned().unwrap_or_default();
+        let workers = shared.config.global.workers.max(1) as u64;
+        let buffers = BufferPool::new(
+            shared.config.global.buffer_size,
+            shared.config.global.buffer_budget / workers,
+            Arc::clone(&stats),
+        );
+        let pipes = PipePool::new(
+            shared.config.global.max_pipes as usize,
+            shared.config.global.pipe_size,
+            Arc::clone(&stats),
+        );
+        let backends = shared
+            .config
+            .backends
+            .iter()
+            .zip(&shared.backends)
+            .map(|(spec, live)| LocalBackend::new(spec, Arc::clone(live), id))
+            .collect();
+        let http_pool = ServerPool::new(&shared.config);
+        Rc::new(WorkerCtx {
+            id,
+            shared,
+            stats,
+            buffers,
+            pipes,
+            backends,
+            http_pool,
+            phase,
+            kills: Notify::new(),
+            drained: Notify::new(),
+            warn_limit: RefCell::new(LogLimiter::default()),
+            warn_flush: Notify::new(),
+        })
+    }
+
+    /// Resolves once `server`'s sessions are to close (`maint --kill`): its kill epoch moved
+    /// past `epoch`, the one seen when the session connected.
+    pub async fn killed(&self, server: &crate::live::server::ServerLive, epoch: u64) {
+        loop {
+            let woken = self.kills.notified();
+            if server.kill_epoch() != epoch {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Whether a warn line about a failure may be written now: at most `loglimit::BURST` per
+    /// second per worker; the others are counted and reported in one line per second. Reads
+    /// the clock, so call it only on a failure path, right before the `warn!`.
+    pub fn may_warn(&self) -> bool {
+        if !tracing::enabled!(tracing::Level::WARN) {
+            return false;
+        }
+        let admit = self.warn_limit.borrow_mut().admit(Instant::now());
+        if admit.ended_suppressed > 0 {
+            log_suppressed(self.id, admit.ended_suppressed);
+        }
+        if admit.arm_flush {
+            self.warn_flush.notify_one();
+        }
+        admit.log
+    }
+
+    /// Reports each window's suppressed warn lines once it ends (sleeps unless lines were
+    /// suppressed).
+    pub async fn flush_suppressed(self: Rc<Self>) {
+        loop {
+            self.warn_flush.notified().await;
+            let Some(due) = self.warn_limit.borrow().flush_due() else {
+                continue;
+            };
+            tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+            let flushed = self.warn_limit.borrow_mut().flush(Instant::now());
+            if let Some(n) = flushed {
+                log_suppressed(self.id, n);
+            }
+        }
+    }
+
+    /// True once the worker was asked to stop: sessions finish what they are doing and a
+    /// keep-alive connection closes after its current response.
+    pub fn is_stopping(&self) -> bool {
+        *self.phase.borrow() != Phase::Running
+    }
+
+    /// Resolves once the worker is asked to stop accepting.
+    pub async fn stopping(&self) {
+        let mut phase = self.phase.clone();
+        let _ = phase.wait_for(|p| *p != Phase::Running).await;
+    }
+
+    /// What a relay borrows from this worker.
+    pub fn relay(&self) -> Resources<'_> {
+        Resources {
+            buffers: &self.buffers,
+            pipes: &self.pipes,
+            stats: &self.stats,
+        }
+    }
+
+    /// Resolves once no session is left, or at a hard stop.
+    pub async fn drain(&self) {
+        let mut phase = self.phase.clone();
+        loop {
+            let drained = self.drained.notified();
+            if self.stats.sessions_active.get() == 0 {
+                return;
+            }
+            tokio::select! {
+                _ = drained => {}
+                _ = phase.wait_for(|p| *p == Phase::HardStop) => return,
+            }
+        }
+    }
+}
+
+/// One open session in `sessions_active` (counted in by the code that spawns the session,
+/// out when this is dropped).
+pub struct ActiveSession<'a>(&'a WorkerCtx);
+
+impl<'a> ActiveSession<'a> {
+    pub fn new(ctx: &'a WorkerCtx) -> Self {
+        ActiveSession(ctx)
+    }
+}
+
+impl Drop for ActiveSession<'_> {
+    fn drop(&mut self) {
+        let stats = &self.0.stats;
+        stats.sessions_active.sub(1);
+        if stats.sessions_active.get() == 0 {
+            self.0.drained.notify_one();
+        }
+    }
+}
+
+fn log_suppressed(worker: usize, n: u64) {
+    tracing::warn!(
+        worker,
+        suppressed = n,
+        "suppressed {n} similar lines (failures are logged at most {} per second per worker)",
+        super::loglimit::BURST
+    );
+}

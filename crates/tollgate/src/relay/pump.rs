@@ -1,0 +1,329 @@
+//! The relay: one future driving two `Pump` state machines (client → server and server →
+//! client) and the idle watchdog, with no inner tasks, joins or per-operation timers.
+//!
+//! A pump borrows a pooled buffer only while data is in flight: wait until the source is
+//! readable, take a buffer, read, write it all, give it back. A read shorter than the buffer
+//! means the socket was drained, so readiness is cleared right there and no extra recv()
+//! is spent discovering EAGAIN (HAProxy's trick). EOF in one direction becomes
+//! shutdown(Write) on the other (half-close; on a TLS side, close_notify first); the relay
+//! ends when both directions are done, on the first error, or when the watchdog fires.
+//!
+//! When both sides are plain sockets and splice is on (`[frontend.splice]`), a pump switches
+//! to splice(2) through a pooled pipe once `after_bytes` moved in its direction; the pipe is
+//! drained fully before the next splice from the source, so WouldBlock on the source always
+//! means "socket empty". Splicing moves the same progress counter, so the idle watchdog
+//! keeps working.
+
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::AsFd;
+use std::rc::Rc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use super::Resources;
+use super::endpoint::Endpoint;
+use super::idle::Watchdog;
+use super::pipes::{PipePool, PooledPipe};
+use crate::buffer::{BufferPool, Parked, PooledBuffer};
+use crate::config::model::Offload;
+use crate::error::{Error, ErrorKind, Side};
+use crate::stats::Counter;
+
+/// Relays between two endpoints until both directions reached EOF, one failed, or nothing
+/// moved for `idle`; `splice` applies when both are plain sockets.
+pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
+    res: Resources<'_>,
+    client: &mut C,
+    server: &mut S,
+    idle: Duration,
+    splice: Offload,
+) -> Result<(), Error> {
+    let stats = res.stats;
+    let splice_at = splice.enabled.then_some(splice.after_bytes);
+    let mut upstream = Pump::new(Side::Front, res, &stats.bytes_to_server, splice_at);
+    let mut downstream = Pump::new(Side::Back, res, &stats.bytes_to_client, splice_at);
+    let mut watchdog = Watchdog::new(idle);
+    let mut progress = 0u64;
+    let sleep = tokio::time::sleep(watchdog.tick());
+    tokio::pin!(sleep);
+    poll_fn(|cx| {
+        let down_holds = downstream.holds_buffer();
+        let up = upstream.poll(cx, &mut *client, &mut *server, down_holds, &mut progress)?;
+        let up_holds = upstream.holds_buffer();
+        let down = downstream.poll(cx, &mut *server, &mut *client, up_holds, &mut progress)?;
+        if up && down {
+            return Poll::Ready(Ok(()));
+        }
+        while sleep.as_mut().poll(cx).is_ready() {
+            if watchdog.on_tick(progress) {
+                stats.idle_timeouts.add(1);
+                return Poll::Ready(Err(Error::new(
+                    ErrorKind::IdleTimeout,
+                    Side::Front,
+                    format!("no data either way for {idle:?}"),
+                )));
+            }
+            sleep.as_mut().reset(tokio::time::Instant::now() + watchdog.tick());
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+enum PumpState {
+    /// Waiting for the source to be readable (no buffer held).
+    Reading,
+    /// Holding `buf[pos..len]` still to be written to the destination; `last`: the source
+    /// already saw its peer's FIN, so this is the direction's last data.
+    Writing {
+        buf: PooledBuffer,
+        pos: usize,
+        len: usize,
+        last: bool,
+    },
+    /// A chunk was written; make the destination's layer send it before reading more.
+    Flushing,
+    /// splice(2) mode: the pipe is empty (`pending == 0`, fill it from the source) or holds
+    /// `pending` bytes (drain it into the destination).
+    Splicing(PooledPipe),
+    /// EOF seen; half-closing the destination.
+    ShuttingDown,
+    /// EOF seen and the destination half-closed.
+    Done,
+}
+
+/// One direction of a relay: bytes from the source (on side `from`) to the destination.
+struct Pump<'a> {
+    state: PumpState,
+    from: Side,
+    pool: &'a Rc<BufferPool>,
+    pipes: &'a Rc<PipePool>,
+    /// Bytes moved in this direction, worker-wide.
+    counter: &'a Counter,
+    spliced: &'a Counter,
+    parked: Parked,
+    /// Bytes this pump moved.
+    moved: u64,
+    /// Switch to splice once `moved` reaches this (`None`: never).
+    splice_at: Option<u64>,
+}
+
+/// A relay dropped while a pump waits for a buffer still counts out of `buffer_waiters`.
+impl Drop for Pump<'_> {
+    fn drop(&mut self) {
+        self.parked.leave(self.pool.stats());
+    }
+}
+
+impl<'a> Pump<'a> {
+    fn new(from: Side, res: Resources<'a>, counter: &'a Counter, splice_at: Option<u64>) -> Self {
+        Pump {
+            state: PumpState::Reading,
+            from,
+            pool: res.buffers,
+            pipes: res.pipes,
+            counter,
+            spliced: &res.stats.bytes_spliced,
+            parked: Parked::default(),
+            moved: 0,
+            splice_at,
+        }
+    }
+
+    fn holds_buffer(&self) -> bool {
+        matches!(self.state, PumpState::Writing { .. })
+    }
+
+    fn to(&self) -> Side {
+        if self.from == Side::Front {
+            Side::Back
+        } else {
+            Side::Front
+        }
+    }
+
+    fn count(&mut self, n: usize, progress: &mut u64) {
+        *progress += n as u64;
+        self.moved += n as u64;
+        self.counter.add(n as u64);
+    }
+
+    /// Moves as much as possible without blocking; `Ok(true)` once the direction is done.
+    /// `other_holds_buffer`: the opposite direction holds a buffer, so this one may take
+    /// the pool's reserve (see `buffer`).
+    fn poll<S: Endpoint, D: Endpoint>(
+        &mut self,
+        cx: &mut Context<'_>,
+        src: &mut S,
+        dst: &mut D,
+        other_holds_buffer: bool,
+        progress: &mut u64,
+    ) -> Result<bool, Error> {
+        // Set once this poll registered for the source's next readiness and found nothing:
+        // readiness cannot change before this poll returns (one thread), so no need to ask again.
+        let mut src_armed = false;
+        loop {
+            match &mut self.state {
+                PumpState::Done => return Ok(true),
+                PumpState::ShuttingDown => match dst.poll_shutdown_write(cx) {
+                    Poll::Pending => return Ok(false),
+                    // The peer may already be gone; its own direction reports that.
+                    Poll::Ready(_) => self.state = PumpState::Done,
+                },
+                PumpState::Reading => {
+                    if self.splice_at.is_some_and(|at| self.moved >= at)
+                        && src.raw().is_some()
+                        && dst.raw().is_some()
+                        && let Some(pipe) = self.pipes.try_get()
+                    {
+                        self.state = PumpState::Splicing(pipe);
+                        continue;
+                    }
+                    if src_armed {
+                        return Ok(false);
+                    }
+                    match src.poll_read_ready(cx) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Err(e)) => return Err(Error::io(self.from, "wait readable", e)),
+                        Poll::Ready(Ok(())) => {}
+                    }
+                    let Poll::Ready(mut buf) = self.pool.poll_get(cx, &mut self.parked, other_holds_buffer) else {
+                        return Ok(false);
+                    };
+                    match src.poll_read(cx, &mut buf) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(0)) => self.state = PumpState::ShuttingDown,
+                        Poll::Ready(Ok(len)) => {
+                            // A short read drained the socket; if the FIN came with it, the
+                            // write can carry it (one segment instead of data, then FIN).
+                            let last = len < buf.len()
+                                && match src.poll_peer_closed(cx) {
+                                    Poll::Pending => {
+                                        src_armed = true;
+                                        false
+                                    }
+                                    Poll::Ready(closed) => closed,
+                                };
+                            self.state = PumpState::Writing { buf, pos: 0, len, last };
+                        }
+                        Poll::Ready(Err(e)) => match src.read_failed(e) {
+                            Ok(()) => self.state = PumpState::ShuttingDown,
+                            Err(e) => return Err(Error::io(self.from, "read", e)),
+                        },
+                    }
+                }
+                PumpState::Writing { buf, pos, len, last } => {
+                    let pending = buf.get(*pos..*len).unwrap_or_default();
+                    let write = if *last {
+                        dst.poll_write_last(cx, pending)
+                    } else {
+                        dst.poll_write(cx, pending)
+                    };
+                    match write {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(0)) => {
+                            return Err(Error::io(self.to(), "write", io::ErrorKind::WriteZero.into()));
+                        }
+                        Poll::Ready(Ok(written)) => {
+                            *pos += written;
+                            let done = *pos >= *len;
+                            self.count(written, progress);
+                            if done {
+                                self.state = PumpState::Flushing;
+                            }
+                        }
+                        Poll::Ready(Err(e)) => return Err(Error::io(self.to(), "write", e)),
+                    }
+                }
+                PumpState::Flushing => match dst.poll_flush(cx) {
+                    Poll::Pending => return Ok(false),
+                    Poll::Ready(Ok(())) => self.state = PumpState::Reading,
+                    Poll::Ready(Err(e)) => return Err(Error::io(self.to(), "flush", e)),
+                },
+                PumpState::Splicing(pipe) => {
+                    let (Some(s), Some(d)) = (src.raw(), dst.raw()) else {
+                        return Err(Error::new(ErrorKind::Io, Side::Internal, "splice needs two sockets"));
+                    };
+                    match splice_step(cx, s, d, pipe) {
+                        Poll::Pending => return Ok(false),
+                        Poll::Ready(Ok(Spliced::Eof)) => self.state = PumpState::ShuttingDown,
+                        Poll::Ready(Ok(Spliced::In)) => {}
+                        Poll::Ready(Ok(Spliced::Out(n))) => {
+                            self.spliced.add(n as u64);
+                            self.count(n, progress);
+                        }
+                        Poll::Ready(Err((true, e))) => match src.read_failed(e) {
+                            // Only with the pipe empty: a source error happens while filling it.
+                            Ok(()) => self.state = PumpState::ShuttingDown,
+                            Err(e) => return Err(Error::io(self.from, "splice", e)),
+                        },
+                        Poll::Ready(Err((false, e))) => return Err(Error::io(self.to(), "splice", e)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Spliced {
+    /// Source bytes now sit in the pipe.
+    In,
+    /// This many bytes left the pipe for the destination.
+    Out(usize),
+    /// The source reached EOF with the pipe empty.
+    Eof,
+}
+
+/// One splice step: fill the empty pipe from `src`, or drain it into `dst`. Errors say
+/// whether the source (`true`) or the destination failed.
+fn splice_step(
+    cx: &mut Context<'_>,
+    src: &TcpStream,
+    dst: &TcpStream,
+    pipe: &mut PooledPipe,
+) -> Poll<Result<Spliced, (bool, io::Error)>> {
+    let (Some(r), Some(w)) = (pipe.read_end(), pipe.write_end()) else {
+        return Poll::Ready(Err((true, io::ErrorKind::BrokenPipe.into())));
+    };
+    if pipe.pending == 0 {
+        loop {
+            let moved = src.try_io(Interest::READABLE, || {
+                tollgate_sys::splice::splice_move(src.as_fd(), w, pipe.capacity)
+            });
+            match moved {
+                Ok(0) => return Poll::Ready(Ok(Spliced::Eof)),
+                Ok(n) => {
+                    pipe.pending = n;
+                    return Poll::Ready(Ok(Spliced::In));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Err(e) = ready!(src.poll_read_ready(cx)) {
+                        return Poll::Ready(Err((true, e)));
+                    }
+                }
+                Err(e) => return Poll::Ready(Err((true, e))),
+            }
+        }
+    }
+    loop {
+        let moved = dst.try_io(Interest::WRITABLE, || {
+            tollgate_sys::splice::splice_move(r, dst.as_fd(), pipe.pending)
+        });
+        match moved {
+            Ok(n) => {
+                pipe.pending = pipe.pending.saturating_sub(n);
+                return Poll::Ready(Ok(Spliced::Out(n)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Err(e) = ready!(dst.poll_write_ready(cx)) {
+                    return Poll::Ready(Err((false, e)));
+                }
+            }
+            Err(e) => return Poll::Ready(Err((false, e))),
+        }
+    }
+}
