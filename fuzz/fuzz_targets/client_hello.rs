@@ -4,7 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tollgate::tls::client_hello::{DEFAULT_MAX_LEN, SniMatcher, peek_client_hello};
+use tollgate::config::sni::SniMatcher;
+use tollgate::tls::client_hello::{DEFAULT_MAX_LEN, peek_client_hello};
 
 fuzz_target!(|data: &[u8]| {
     let whole = peek_client_hello(data, DEFAULT_MAX_LEN);

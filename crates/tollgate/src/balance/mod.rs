@@ -81,17 +81,12 @@ pub trait Balancer {
 
 pub type Constructor = fn(servers: &[Candidate], worker: usize) -> Box<dyn Balancer>;
 
-/// Every algorithm, by the name used in `backend.balance`.
+/// Every algorithm, by the name used in `backend.balance`. Config validation checks names
+/// against `config::BALANCE_ALGORITHMS`, which must list the same names (tested below).
 pub const ALGORITHMS: &[(&str, Constructor)] = &[("roundrobin", RoundRobin::boxed)];
-
-pub const DEFAULT: &str = "roundrobin";
 
 pub fn lookup(name: &str) -> Option<Constructor> {
     ALGORITHMS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
-}
-
-pub fn names() -> Vec<&'static str> {
-    ALGORITHMS.iter().map(|(n, _)| *n).collect()
 }
 
 /// Test support: live servers with these weights, ids 0.., in backend "test".
@@ -120,4 +115,19 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config names algorithms from `config::BALANCE_ALGORITHMS` (config sits below
+    /// balance): it must list exactly the registry's names, so that every name a config
+    /// accepts has an algorithm and every algorithm can be named.
+    #[test]
+    fn config_lists_exactly_the_registered_algorithms() {
+        let registered: Vec<&str> = ALGORITHMS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(registered, crate::config::BALANCE_ALGORITHMS);
+        assert!(lookup(crate::config::DEFAULT_BALANCE).is_some());
+    }
 }

@@ -2,12 +2,20 @@
 //!
 //! `file` holds the strict serde structs (unknown keys refused), `validate` applies defaults,
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
+//! `tls` reads certificate files and builds the rustls configs (loading them is part of
+//! loading the config), `sni` validates host names and matches them.
+//!
+//! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
+//! feature and reads no process limit; what depends on the machine is decided at run time
+//! (`runtime`, the session).
 //! Every error names the file, line, column and key path of the value at fault, so
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
 pub mod file;
 pub mod ids;
 pub mod model;
+pub mod sni;
+pub mod tls;
 pub mod units;
 mod users;
 mod validate;
@@ -16,6 +24,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watchdog};
+
+/// The names `backend.balance` accepts: the algorithms of `balance::ALGORITHMS`, listed
+/// here so that loading a config needs nothing above it (a test in `balance` keeps the two
+/// lists equal).
+pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin"];
+
+/// `backend.balance` when the key is absent.
+pub(crate) const DEFAULT_BALANCE: &str = "roundrobin";
 
 /// One problem in a config file, positioned at the value (or key) at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]

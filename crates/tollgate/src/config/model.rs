@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use super::file::ForwardedName as Forwarded;
-use crate::tls::client_hello::SniMatcher;
+use super::sni::SniMatcher;
 
 pub use super::file::ModeName as Mode;
 
@@ -278,7 +278,7 @@ pub struct Backend {
     pub id: super::ids::BackendId,
     pub name: String,
     pub mode: Mode,
-    /// Name of an algorithm in `balance::ALGORITHMS`.
+    /// Name of an algorithm in `balance::ALGORITHMS` (one of `config::BALANCE_ALGORITHMS`).
     pub balance: String,
     /// Connection attempts after the first one fails.
     pub retries: u32,

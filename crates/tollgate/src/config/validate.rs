@@ -11,10 +11,9 @@ use toml::Spanned;
 use super::ConfigError;
 use super::file::{ConfigFile, FrontendSection, ModeName, OffloadSection, RouteSection, ServerSection, TlsSection};
 use super::model::*;
+use super::sni::SniMatcher;
+use super::tls as certs;
 use super::units::ByteSize;
-use crate::balance;
-use crate::tls::certs;
-use crate::tls::client_hello::SniMatcher;
 
 /// ALPN protocols an http-mode frontend may offer: what its HTTP/1 parser speaks.
 const HTTP1_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
@@ -324,20 +323,20 @@ impl<'a> Validator<'a> {
             let key = format!("backend[{i}]");
             self.unique_name(&mut seen, &b.name, format!("{key}.name"));
             let balance = match &b.balance {
-                Some(name) if balance::lookup(name.get_ref()).is_none() => {
+                Some(name) if !super::BALANCE_ALGORITHMS.contains(&name.get_ref().as_str()) => {
                     self.err(
                         name.span(),
                         format!("{key}.balance"),
                         format!(
                             "unknown algorithm `{}` (known: {})",
                             name.get_ref(),
-                            balance::names().join(", ")
+                            super::BALANCE_ALGORITHMS.join(", ")
                         ),
                     );
                     String::new()
                 }
                 Some(name) => name.get_ref().clone(),
-                None => balance::DEFAULT.to_string(),
+                None => super::DEFAULT_BALANCE.to_string(),
             };
             let mode = b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref());
             let mut server_names = HashSet::new();
@@ -589,9 +588,9 @@ impl<'a> Validator<'a> {
             alpn,
             session_tickets: t.session_tickets.unwrap_or(true),
             session_cache: t.session_cache.unwrap_or(true),
-            // Only where the kernel has the ULP (probed once per process, before any
-            // handshake): without it no connection may ever give its keys away.
-            secret_extraction: ktls.enabled && crate::tls::ktls::available().is_ok(),
+            // Wherever kTLS is enabled; a session hands its keys over only where the kernel
+            // has the ULP (probed once per process at run time, see `proxy::tcp`).
+            secret_extraction: ktls.enabled,
         };
         match certs::server_config(settings, provider) {
             Ok(server_config) => Some(FrontendTls { server_config, ktls }),

@@ -46,9 +46,10 @@ async fn serve_tls(
     tls: &crate::config::model::FrontendTls,
     client: TcpStream,
 ) -> Result<(), Error> {
-    if tls.ktls.enabled && tls.server_config.enable_secret_extraction {
-        // Eligible for kTLS (decided at config load, after the probe): rustls over a
-        // CorkStream, handed to the kernel after `after_bytes` (tls::ktls).
+    if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
+        // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
+        // per process at startup, cached): rustls over a CorkStream, handed to the kernel
+        // after `after_bytes` (tls::ktls).
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
         let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);

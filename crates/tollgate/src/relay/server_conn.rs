@@ -200,7 +200,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
-    use crate::tls::certs;
+    use crate::config::tls as certs;
 
     /// Plaintext rustls takes in one write (below its 64 KiB buffer limit) but, with small
     /// socket buffers and a peer not reading yet, cannot send at once.

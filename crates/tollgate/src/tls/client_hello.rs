@@ -1,4 +1,5 @@
-//! A small, sans-io TLS ClientHello parser for SNI passthrough routing, and the SNI matcher.
+//! A small, sans-io TLS ClientHello parser for SNI passthrough routing (the SNI matcher that
+//! routes on its result is `config::sni`).
 //!
 //! Owns: recognising the first flight of a TLS client in bytes *peeked* from a socket,
 //! reassembling the ClientHello handshake message when it is split over several TLS records
@@ -25,8 +26,9 @@
 //!                | compression_methods<1..> | [extensions<..2^16-1>]
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
+
+use crate::config::sni::{MAX_SNI_LEN, normalise_host_name};
 
 /// Length of a TLS record header.
 pub const RECORD_HEADER_LEN: usize = 5;
@@ -35,8 +37,6 @@ pub const RECORD_HEADER_LEN: usize = 5;
 pub const DEFAULT_MAX_LEN: usize = 16 * 1024 + 64;
 /// Longest record we accept (2^14 plus the 2048 bytes the RFCs allow for expansion).
 pub const MAX_RECORD_LEN: usize = (1 << 14) + 2048;
-/// Longest host name kept (RFC 1035 limit without the trailing dot).
-pub const MAX_SNI_LEN: usize = 253;
 /// ALPN bytes kept inline (wire format: u8 length + name per protocol); more are dropped and
 /// flagged by [`ClientHelloInfo::alpn_truncated`].
 pub const ALPN_INLINE_LEN: usize = 128;
@@ -534,118 +534,6 @@ fn parse_alpn(data: &mut Reader<'_>, info: &mut ClientHelloInfo) -> Result<(), H
     }
     info.alpn_len = u8::try_from(kept).unwrap_or(0);
     Ok(())
-}
-
-/// Validates `name` as a DNS host name and writes it lowercased into `out`, dropping one
-/// trailing dot. Returns the length written, or `None` if it is not a host name: labels of 1
-/// to 63 ASCII letters, digits and hyphens, not starting or ending with a hyphen, at most
-/// [`MAX_SNI_LEN`] bytes in all.
-fn normalise_host_name(name: &[u8], out: &mut [u8; MAX_SNI_LEN]) -> Option<usize> {
-    let name = name.strip_suffix(b".").unwrap_or(name);
-    if name.is_empty() || name.len() > MAX_SNI_LEN {
-        return None;
-    }
-    for label in name.split(|&b| b == b'.') {
-        let valid = !label.is_empty()
-            && label.len() <= 63
-            && label.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-')
-            && label.first() != Some(&b'-')
-            && label.last() != Some(&b'-');
-        if !valid {
-            return None;
-        }
-    }
-    let dst = out.get_mut(..name.len())?;
-    for (d, s) in dst.iter_mut().zip(name) {
-        *d = s.to_ascii_lowercase();
-    }
-    Some(name.len())
-}
-
-/// Maps an SNI host name to a target index (a route, a backend pool).
-///
-/// Patterns, case-insensitive, a trailing dot ignored:
-/// - exact `a.example`: matches `a.example` only;
-/// - wildcard `*.example`: matches a name with exactly **one** more label: `x.example` yes,
-///   `a.b.example` no, `example` no (as in certificates, RFC 6125 §6.4.3).
-///
-/// An exact pattern wins over a wildcard. Since a wildcard covers exactly one label, at most
-/// one wildcard can match a name: the longest suffix wins trivially (`a.b.example` is matched
-/// by `*.b.example`, never by `*.example`). [`SniMatcher::lookup`] does not allocate.
-#[derive(Clone, Debug, Default)]
-pub struct SniMatcher {
-    exact: HashMap<Box<str>, usize>,
-    /// Keyed by the suffix after `*.`.
-    wildcard: HashMap<Box<str>, usize>,
-}
-
-/// A pattern [`SniMatcher::new`] refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SniPatternError {
-    pub pattern: String,
-    pub reason: &'static str,
-}
-
-impl fmt::Display for SniPatternError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SNI pattern {:?}: {}", self.pattern, self.reason)
-    }
-}
-
-impl std::error::Error for SniPatternError {}
-
-impl SniMatcher {
-    /// Builds the matcher from `(pattern, target)` pairs. Invalid or duplicate patterns
-    /// (after lowercasing) are errors.
-    pub fn new<S: AsRef<str>>(patterns: impl IntoIterator<Item = (S, usize)>) -> Result<SniMatcher, SniPatternError> {
-        let mut matcher = SniMatcher::default();
-        for (pattern, target) in patterns {
-            let pattern = pattern.as_ref();
-            let error = |reason| SniPatternError {
-                pattern: pattern.to_owned(),
-                reason,
-            };
-            let (map, name) = match pattern.strip_prefix("*.") {
-                Some(suffix) => (&mut matcher.wildcard, suffix),
-                None => (&mut matcher.exact, pattern),
-            };
-            let mut buf = [0u8; MAX_SNI_LEN];
-            let len = normalise_host_name(name.as_bytes(), &mut buf)
-                .ok_or_else(|| error("not a DNS name or `*.` followed by one"))?;
-            let key = buf
-                .get(..len)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .ok_or_else(|| error("not a DNS name"))?;
-            if map.insert(key.into(), target).is_some() {
-                return Err(error("duplicate pattern"));
-            }
-        }
-        Ok(matcher)
-    }
-
-    /// The target for `sni`, if any pattern matches.
-    pub fn lookup(&self, sni: &str) -> Option<usize> {
-        let sni = sni.strip_suffix('.').unwrap_or(sni);
-        let mut buf = [0u8; MAX_SNI_LEN];
-        let dst = buf.get_mut(..sni.len())?;
-        for (d, s) in dst.iter_mut().zip(sni.as_bytes()) {
-            *d = s.to_ascii_lowercase();
-        }
-        let name = std::str::from_utf8(dst).ok()?;
-        if let Some(&target) = self.exact.get(name) {
-            return Some(target);
-        }
-        let (first, rest) = name.split_once('.')?;
-        if first.is_empty() || rest.is_empty() {
-            return None;
-        }
-        self.wildcard.get(rest).copied()
-    }
-
-    /// Whether no pattern was given.
-    pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! Kernel TLS: the once-per-process probe, and the mid-connection handover of a terminated
 //! client connection from userspace rustls to the kernel's `tls` ULP.
 //!
-//! The probe runs at startup (when some frontend enables `[frontend.tls.ktls]`), before any
-//! handshake: once a handshake's secrets were extracted there is no way back to userspace,
-//! so the choice must be made first. Without the ULP the frontend serves with userspace
-//! rustls and says so once in the log, and its rustls config does not even allow secret
-//! extraction (see `config::validate`).
+//! The probe runs at startup (when some frontend enables `[frontend.tls.ktls]`, in
+//! `runtime::worker::run`), before any handshake: once a handshake's secrets were extracted
+//! there is no way back to userspace, so the choice must be made first. Without the ULP the
+//! frontend serves with userspace rustls and says so once in the log, and no session ever
+//! extracts secrets: a session takes the kTLS path only when the cached probe said yes
+//! (`proxy::tcp`). The config stays a pure text → model step: it allows secret extraction in
+//! the rustls config wherever kTLS is enabled, and never probes the kernel.
 //!
 //! # The handover
 //!

@@ -1,16 +1,16 @@
 //! TLS: termination, SNI inspection for passthrough, TLS to servers, kTLS.
 //!
-//! - [`client_hello`]: sans-io ClientHello parser (SNI, ALPN, versions) and the SNI matcher,
-//!   used by passthrough routing to pick a backend without terminating TLS.
-//! - [`certs`]: PEM loading, SNI → certificate resolver, rustls server/client configs
-//!   (built at config load, shared by every worker).
+//! - [`client_hello`]: sans-io ClientHello parser (SNI, ALPN, versions), used by passthrough
+//!   routing to pick a backend without terminating TLS.
 //! - [`terminate`]: the handshake with its budget, timeout and counters; `accept` is what
 //!   TCP and HTTP mode call.
 //! - [`passthrough`]: peeking a ClientHello without consuming it and routing on its SNI.
 //! - [`backend`]: TLS to a server.
-//! - [`ktls`]: the once-per-process kernel TLS probe.
+//! - [`ktls`]: the once-per-process kernel TLS probe and the handover to kernel TLS.
+//!
+//! Certificates, the SNI matcher and the rustls configs are built at config load
+//! (`config::tls`, `config::sni`) and shared by every worker.
 pub mod backend;
-pub mod certs;
 pub mod client_hello;
 pub mod ktls;
 pub mod passthrough;

@@ -4,6 +4,8 @@
 use super::*;
 use std::sync::Arc;
 
+use crate::config::sni::SniMatcher;
+
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
@@ -450,56 +452,6 @@ fn corrupted_hellos_never_panic() {
             }
         }
     }
-}
-
-#[test]
-fn matcher_exact_and_wildcards() {
-    let m = SniMatcher::new([
-        ("a.example", 0),
-        ("*.example", 1),
-        ("*.b.example", 2),
-        ("B.Example.", 3),
-        ("example", 4),
-    ])
-    .unwrap();
-    assert_eq!(m.lookup("a.example"), Some(0)); // exact beats wildcard
-    assert_eq!(m.lookup("A.EXAMPLE"), Some(0));
-    assert_eq!(m.lookup("a.example."), Some(0));
-    assert_eq!(m.lookup("x.example"), Some(1));
-    assert_eq!(m.lookup("b.example"), Some(3));
-    assert_eq!(m.lookup("c.b.example"), Some(2)); // the longer suffix
-    assert_eq!(m.lookup("x.y.b.example"), None); // two extra labels
-    assert_eq!(m.lookup("a.b.c.example"), None);
-    assert_eq!(m.lookup("example"), Some(4));
-    assert_eq!(m.lookup(".example"), None);
-    assert_eq!(m.lookup("other"), None);
-    assert_eq!(m.lookup(""), None);
-    assert_eq!(m.lookup(&"x".repeat(300)), None);
-
-    let only_wild = SniMatcher::new([("*.example", 9)]).unwrap();
-    assert_eq!(only_wild.lookup("x.example"), Some(9));
-    assert_eq!(only_wild.lookup("a.b.example"), None);
-    assert_eq!(only_wild.lookup("example"), None);
-    assert!(SniMatcher::new(Vec::<(&str, usize)>::new()).unwrap().is_empty());
-}
-
-#[test]
-fn matcher_rejects_bad_patterns() {
-    for bad in [
-        "",
-        "*",
-        "*.",
-        "a.*.example",
-        "**.example",
-        "*example",
-        "x_y.example",
-        "a..b",
-    ] {
-        let err = SniMatcher::new([(bad, 0)]).unwrap_err();
-        assert_eq!(err.pattern, bad);
-    }
-    let dup = SniMatcher::new([("A.example", 0), ("a.example.", 1)]).unwrap_err();
-    assert_eq!(dup.reason, "duplicate pattern");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert, Se
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
-use super::client_hello::SniMatcher;
+use super::sni::SniMatcher;
 
 /// TLS 1.2 sessions remembered per frontend (shared by all workers; touched once per handshake).
 pub const SESSION_CACHE_ENTRIES: usize = 20_480;
