@@ -14,36 +14,34 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::config::Config;
 
 #[derive(Debug)]
-pub struct AcceptBudgets {
+pub(crate) struct AcceptBudgets {
     global: Arc<Semaphore>,
-    global_max: u32,
-    frontends: Vec<Option<(Arc<Semaphore>, u32)>>,
+    frontends: Vec<Option<Arc<Semaphore>>>,
     pub rate: AcceptRate,
 }
 
 /// Permits held for the life of one client connection.
 #[derive(Debug)]
-pub struct ConnPermits {
+pub(crate) struct ConnPermits {
     _global: OwnedSemaphorePermit,
     _frontend: Option<OwnedSemaphorePermit>,
 }
 
 /// Whether taking permits had to wait (the loop counts pauses).
-pub enum Taken {
+pub(crate) enum Taken {
     Now(ConnPermits),
     AfterWait(ConnPermits),
 }
 
 impl AcceptBudgets {
     /// `global_max`: the process's maxconn (`Global::effective_maxconn`).
-    pub fn new(config: &Config, global_max: u32) -> Self {
+    pub(crate) fn new(config: &Config, global_max: u32) -> Self {
         AcceptBudgets {
             global: Arc::new(Semaphore::new(global_max as usize)),
-            global_max,
             frontends: config
                 .frontends
                 .iter()
-                .map(|f| (f.maxconn > 0).then(|| (Arc::new(Semaphore::new(f.maxconn as usize)), f.maxconn)))
+                .map(|f| (f.maxconn > 0).then(|| Arc::new(Semaphore::new(f.maxconn as usize))))
                 .collect(),
             rate: AcceptRate::new(config.global.max_accept_rate),
         }
@@ -51,10 +49,10 @@ impl AcceptBudgets {
 
     /// Permits for one more connection on `frontend`, waiting while a budget is full.
     /// The frontend's permit is taken first so a full frontend does not sit on a global slot.
-    pub async fn acquire(&self, frontend: usize) -> Taken {
+    pub(crate) async fn acquire(&self, frontend: usize) -> Taken {
         let mut waited = false;
         let fe = match self.frontends.get(frontend).and_then(|f| f.as_ref()) {
-            Some((sem, _)) => Some(take(sem, &mut waited).await),
+            Some(sem) => Some(take(sem, &mut waited).await),
             None => None,
         };
         let global = take(&self.global, &mut waited).await;
@@ -67,16 +65,6 @@ impl AcceptBudgets {
         } else {
             Taken::Now(permits)
         }
-    }
-
-    /// Client connections open (or being accepted) now, process-wide.
-    pub fn current(&self) -> u32 {
-        self.global_max.saturating_sub(self.global.available_permits() as u32)
-    }
-
-    pub fn frontend_current(&self, frontend: usize) -> Option<u32> {
-        let (sem, max) = self.frontends.get(frontend)?.as_ref()?;
-        Some(max.saturating_sub(sem.available_permits() as u32))
     }
 }
 
@@ -96,7 +84,7 @@ async fn take(sem: &Arc<Semaphore>, waited: &mut bool) -> OwnedSemaphorePermit {
 /// the next slot `1/rate` seconds after the previous one; a burst of up to a tenth of a
 /// second's worth is admitted at once, beyond that the accept loop sleeps until its slot.
 #[derive(Debug)]
-pub struct AcceptRate {
+pub(crate) struct AcceptRate {
     interval_ns: u64,
     burst_ns: u64,
     epoch: Instant,
@@ -105,7 +93,7 @@ pub struct AcceptRate {
 }
 
 impl AcceptRate {
-    pub fn new(per_second: u32) -> Self {
+    pub(crate) fn new(per_second: u32) -> Self {
         let interval_ns = if per_second == 0 {
             0
         } else {
@@ -120,7 +108,7 @@ impl AcceptRate {
     }
 
     /// How long the caller must wait before accepting one more connection (zero when unlimited).
-    pub fn reserve(&self) -> Duration {
+    pub(crate) fn reserve(&self) -> Duration {
         if self.interval_ns == 0 {
             return Duration::ZERO;
         }

@@ -22,7 +22,7 @@ use std::task::{Context, Poll, Waker};
 
 use crate::stats::WorkerStats;
 
-pub struct BufferPool {
+pub(crate) struct BufferPool {
     size: usize,
     /// Most buffers this worker may have allocated at once.
     limit: usize,
@@ -33,7 +33,7 @@ pub struct BufferPool {
 }
 
 impl BufferPool {
-    pub fn new(size: usize, budget_bytes: u64, stats: Arc<WorkerStats>) -> Rc<Self> {
+    pub(crate) fn new(size: usize, budget_bytes: u64, stats: Arc<WorkerStats>) -> Rc<Self> {
         let limit = usize::try_from(budget_bytes / size.max(1) as u64)
             .unwrap_or(usize::MAX)
             .max(2);
@@ -47,10 +47,6 @@ impl BufferPool {
         })
     }
 
-    pub fn buffer_size(&self) -> usize {
-        self.size
-    }
-
     /// Buffers that can be handed out now: free ones plus those the budget can still allocate.
     fn available(&self) -> usize {
         self.free.borrow().len() + (self.limit - self.allocated.get())
@@ -58,7 +54,7 @@ impl BufferPool {
 
     /// A buffer now if the budget allows. `second` says the caller's connection already
     /// holds a buffer (the other direction's); a first buffer must leave one in reserve.
-    pub fn try_get(self: &Rc<Self>, second: bool) -> Option<PooledBuffer> {
+    pub(crate) fn try_get(self: &Rc<Self>, second: bool) -> Option<PooledBuffer> {
         let reserve = if second { 0 } else { 1 };
         if self.available() <= reserve {
             return None;
@@ -82,7 +78,12 @@ impl BufferPool {
     /// A buffer, or `Pending` with the task registered to be woken when one is returned.
     /// `parked` is the caller's record of whether it is counted as a waiter; `second` as in
     /// `try_get`.
-    pub fn poll_get(self: &Rc<Self>, cx: &mut Context<'_>, parked: &mut Parked, second: bool) -> Poll<PooledBuffer> {
+    pub(crate) fn poll_get(
+        self: &Rc<Self>,
+        cx: &mut Context<'_>,
+        parked: &mut Parked,
+        second: bool,
+    ) -> Poll<PooledBuffer> {
         if let Some(b) = self.try_get(second) {
             parked.leave(&self.stats);
             return Poll::Ready(b);
@@ -96,7 +97,7 @@ impl BufferPool {
     }
 
     /// A buffer, waiting for one to be returned when the budget is spent.
-    pub async fn get(self: &Rc<Self>, second: bool) -> PooledBuffer {
+    pub(crate) async fn get(self: &Rc<Self>, second: bool) -> PooledBuffer {
         // Left on drop too: a caller's timeout may cancel this wait.
         struct Waiting<'a>(Parked, &'a WorkerStats);
         impl Drop for Waiting<'_> {
@@ -119,7 +120,7 @@ impl BufferPool {
         }
     }
 
-    pub fn stats(&self) -> &WorkerStats {
+    pub(crate) fn stats(&self) -> &WorkerStats {
         &self.stats
     }
 }
@@ -127,7 +128,7 @@ impl BufferPool {
 /// Whether one waiter is counted in `buffer_waiters`; `leave` it (or drop the owner after
 /// calling `leave`) so the gauge returns to zero.
 #[derive(Debug, Default)]
-pub struct Parked(bool);
+pub(crate) struct Parked(bool);
 
 impl Parked {
     fn enter(&mut self, stats: &WorkerStats) {
@@ -138,7 +139,7 @@ impl Parked {
         }
     }
 
-    pub fn leave(&mut self, stats: &WorkerStats) {
+    pub(crate) fn leave(&mut self, stats: &WorkerStats) {
         if self.0 {
             self.0 = false;
             stats.buffer_waiters.sub(1);
@@ -147,7 +148,7 @@ impl Parked {
 }
 
 /// A buffer on loan from a pool; dropping it returns it.
-pub struct PooledBuffer {
+pub(crate) struct PooledBuffer {
     data: Option<Box<[u8]>>,
     pool: Rc<BufferPool>,
 }

@@ -19,23 +19,24 @@
 //!   channel (JSON in length-prefixed frames).
 //! - [`error`]: the one error type (kind, side, retryable).
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod admin;
-pub mod balance;
-pub mod budget;
-pub mod buffer;
+pub(crate) mod balance;
+pub(crate) mod budget;
+pub(crate) mod buffer;
 pub mod command;
 pub mod config;
-pub mod ctx;
+pub(crate) mod ctx;
 pub mod error;
 pub mod http;
-pub mod ids;
+pub(crate) mod ids;
 pub mod listener;
-pub mod live;
+pub(crate) mod live;
 pub mod master;
 pub mod origin;
-pub mod proxy;
-pub mod relay;
+pub(crate) mod proxy;
+pub(crate) mod relay;
 pub mod runtime;
 pub mod stats;
 pub mod tls;

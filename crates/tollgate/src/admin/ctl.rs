@@ -4,7 +4,7 @@ use crate::command::{Answer, Command, Outcome, Reply};
 use crate::live::server::{AdminState, ServerView};
 
 /// `BACKEND/SERVER` → its two names.
-pub fn split_server(name: &str) -> Result<(String, String), String> {
+pub(crate) fn split_server(name: &str) -> Result<(String, String), String> {
     match name.split_once('/') {
         Some((b, s)) if !b.is_empty() && !s.is_empty() && !s.contains('/') => Ok((b.to_string(), s.to_string())),
         _ => Err(format!("`{name}`: expected BACKEND/SERVER")),
@@ -62,7 +62,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
 }
 
 /// One line a server, columns aligned.
-pub fn servers_table(servers: &[ServerView]) -> String {
+pub(crate) fn servers_table(servers: &[ServerView]) -> String {
     let header = [
         "BACKEND", "SERVER", "ID", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS", "FAILS",
         "5XX",

@@ -11,29 +11,41 @@ mod roundrobin;
 
 use std::sync::Arc;
 
-pub use roundrobin::RoundRobin;
+pub(crate) use roundrobin::RoundRobin;
 
 use crate::live::ServerId;
 use crate::live::server::ServerLive;
 
 /// What a balancer is built from: a server's identity and its effective weight.
 #[derive(Debug, Clone, Copy)]
-pub struct Candidate {
+pub(crate) struct Candidate {
+    #[expect(
+        dead_code,
+        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
+    )]
     pub id: ServerId,
     pub weight: u32,
 }
 
 /// What a pick may look at: the set's servers (their live load, identity and weight) and
 /// which of them the caller will accept now.
-pub struct PickContext<'a> {
+pub(crate) struct PickContext<'a> {
     servers: &'a [Arc<ServerLive>],
     usable: &'a dyn Fn(usize) -> bool,
     /// The request's hash key (client address, URI, header), for algorithms that ask for one.
+    #[expect(
+        dead_code,
+        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
+    )]
     pub hash_key: Option<u64>,
 }
 
 impl<'a> PickContext<'a> {
-    pub fn new(servers: &'a [Arc<ServerLive>], usable: &'a dyn Fn(usize) -> bool, hash_key: Option<u64>) -> Self {
+    pub(crate) fn new(
+        servers: &'a [Arc<ServerLive>],
+        usable: &'a dyn Fn(usize) -> bool,
+        hash_key: Option<u64>,
+    ) -> Self {
         PickContext {
             servers,
             usable,
@@ -41,33 +53,49 @@ impl<'a> PickContext<'a> {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[expect(
+        dead_code,
+        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
+    )]
+    pub(crate) fn len(&self) -> usize {
         self.servers.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[expect(
+        dead_code,
+        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
+    )]
+    pub(crate) fn is_empty(&self) -> bool {
         self.servers.is_empty()
     }
 
     /// The caller accepts `index` now (state, role, room, not already tried).
     #[inline]
-    pub fn usable(&self, index: usize) -> bool {
+    pub(crate) fn usable(&self, index: usize) -> bool {
         (self.usable)(index)
     }
 
-    pub fn id(&self, index: usize) -> Option<ServerId> {
+    #[expect(
+        dead_code,
+        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
+    )]
+    pub(crate) fn id(&self, index: usize) -> Option<ServerId> {
         self.servers.get(index).map(|s| s.id)
     }
 
     /// Connections open plus requests queued on the server, process-wide.
-    pub fn load(&self, index: usize) -> u32 {
+    #[expect(
+        dead_code,
+        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
+    )]
+    pub(crate) fn load(&self, index: usize) -> u32 {
         self.servers
             .get(index)
             .map_or(u32::MAX, |s| s.active().saturating_add(s.queued()))
     }
 }
 
-pub trait Balancer {
+pub(crate) trait Balancer {
     /// Chooses one server among the usable ones.
     fn pick(&mut self, ctx: &PickContext<'_>) -> Option<usize>;
 
@@ -79,13 +107,13 @@ pub trait Balancer {
     fn released(&mut self, _index: usize) {}
 }
 
-pub type Constructor = fn(servers: &[Candidate], worker: usize) -> Box<dyn Balancer>;
+pub(crate) type Constructor = fn(servers: &[Candidate], worker: usize) -> Box<dyn Balancer>;
 
 /// Every algorithm, by the name used in `backend.balance`. Config validation checks names
 /// against `config::BALANCE_ALGORITHMS`, which must list the same names (tested below).
-pub const ALGORITHMS: &[(&str, Constructor)] = &[("roundrobin", RoundRobin::boxed)];
+pub(crate) const ALGORITHMS: &[(&str, Constructor)] = &[("roundrobin", RoundRobin::boxed)];
 
-pub fn lookup(name: &str) -> Option<Constructor> {
+pub(crate) fn lookup(name: &str) -> Option<Constructor> {
     ALGORITHMS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
 }
 

@@ -8,13 +8,13 @@
 
 use super::{Balancer, Candidate, PickContext};
 
-pub struct RoundRobin {
+pub(crate) struct RoundRobin {
     weights: Vec<i64>,
     scores: Vec<i64>,
 }
 
 impl RoundRobin {
-    pub fn new(servers: &[Candidate], worker: usize) -> Self {
+    pub(crate) fn new(servers: &[Candidate], worker: usize) -> Self {
         let mut rr = RoundRobin {
             weights: servers.iter().map(|s| i64::from(s.weight)).collect(),
             scores: vec![0; servers.len()],
@@ -25,7 +25,7 @@ impl RoundRobin {
         rr
     }
 
-    pub fn boxed(servers: &[Candidate], worker: usize) -> Box<dyn Balancer> {
+    pub(crate) fn boxed(servers: &[Candidate], worker: usize) -> Box<dyn Balancer> {
         Box::new(Self::new(servers, worker))
     }
 }

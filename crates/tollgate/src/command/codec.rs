@@ -12,13 +12,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::{Request, VERSION};
 
 /// Largest frame either side accepts (a config file travels in one frame).
-pub const MAX_FRAME: usize = 16 << 20;
+pub(crate) const MAX_FRAME: usize = 16 << 20;
 
 fn bad(msg: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.into())
 }
 
-pub fn encode<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
+pub(crate) fn encode<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
     let body = serde_json::to_vec(msg).map_err(|e| bad(format!("encode: {e}")))?;
     if body.len() > MAX_FRAME {
         return Err(bad("frame too large"));
@@ -29,12 +29,12 @@ pub fn encode<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-pub fn decode<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
     serde_json::from_slice(body).map_err(|e| bad(format!("malformed message: {e}")))
 }
 
 /// A client request, its version checked.
-pub fn decode_request(body: &[u8]) -> io::Result<Request> {
+pub(crate) fn decode_request(body: &[u8]) -> io::Result<Request> {
     // The version first, so a newer client gets "version" rather than a schema error.
     #[derive(serde::Deserialize)]
     struct Versioned {
@@ -64,7 +64,7 @@ pub fn write<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
 }
 
 /// One frame's body, or `None` at a clean end of stream (between frames).
-pub fn read_body(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_body(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; 4];
     match r.read_exact(&mut header) {
         Ok(()) => {}
@@ -80,14 +80,14 @@ pub fn read<T: DeserializeOwned>(r: &mut impl Read) -> io::Result<Option<T>> {
     read_body(r)?.map(|b| decode(&b)).transpose()
 }
 
-pub async fn write_async<T: Serialize>(w: &mut (impl AsyncWrite + Unpin), msg: &T) -> io::Result<()> {
+pub(crate) async fn write_async<T: Serialize>(w: &mut (impl AsyncWrite + Unpin), msg: &T) -> io::Result<()> {
     w.write_all(&encode(msg)?).await?;
     w.flush().await
 }
 
 /// One frame's body, or `None` at a clean end of stream. Cancel-safe only between frames:
 /// callers keep one read in flight and do not drop it midway.
-pub async fn read_body_async(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Option<Vec<u8>>> {
+pub(crate) async fn read_body_async(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; 4];
     match r.read_exact(&mut header).await {
         Ok(_) => {}

@@ -165,7 +165,7 @@ pub struct ReloadReport {
 /// Master → worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ToWorker {
+pub(crate) enum ToWorker {
     /// Once, right after the sockets: the config the master validated, the id table, and
     /// the runtime changes to apply before saying ready.
     Config {
@@ -194,7 +194,7 @@ pub enum ToWorker {
 /// Worker → master.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum ToMaster {
+pub(crate) enum ToMaster {
     /// Serving: every accept loop runs.
     Ready,
     /// Soft-stopping: no longer accepting.

@@ -12,7 +12,7 @@ use super::units::{ByteSize, DurationValue};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     #[serde(default)]
     pub global: GlobalSection,
     #[serde(default)]
@@ -29,7 +29,7 @@ pub struct ConfigFile {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GlobalSection {
+pub(crate) struct GlobalSection {
     pub workers: Option<Spanned<usize>>,
     pub thread_per_core: Option<bool>,
     pub maxconn: Option<Spanned<u32>>,
@@ -55,7 +55,7 @@ pub struct GlobalSection {
 /// `[watchdog]`: per-worker-thread stall detection.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WatchdogSection {
+pub(crate) struct WatchdogSection {
     pub enabled: Option<bool>,
     pub warn_after: Option<Spanned<DurationValue>>,
     pub abort_after: Option<Spanned<DurationValue>>,
@@ -64,7 +64,7 @@ pub struct WatchdogSection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TimeoutsSection {
+pub(crate) struct TimeoutsSection {
     pub connect: Option<Spanned<DurationValue>>,
     pub client: Option<Spanned<DurationValue>>,
     pub server: Option<Spanned<DurationValue>>,
@@ -80,7 +80,7 @@ pub struct TimeoutsSection {
 /// `[http]`: limits of HTTP mode, for every http frontend.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HttpSection {
+pub(crate) struct HttpSection {
     pub max_header_size: Option<Spanned<ByteSize>>,
     pub max_request_line: Option<Spanned<ByteSize>>,
     pub max_headers: Option<Spanned<usize>>,
@@ -115,7 +115,7 @@ impl ModeName {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FrontendSection {
+pub(crate) struct FrontendSection {
     pub name: Spanned<String>,
     pub bind: Spanned<Vec<Spanned<String>>>,
     pub mode: Option<Spanned<ModeName>>,
@@ -137,7 +137,7 @@ pub struct FrontendSection {
 /// `[frontend.tls]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TlsSection {
+pub(crate) struct TlsSection {
     /// `[[frontend.tls.cert]]`: one certificate chain and its key per entry.
     #[serde(default)]
     pub cert: Vec<CertSection>,
@@ -151,7 +151,7 @@ pub struct TlsSection {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CertSection {
+pub(crate) struct CertSection {
     /// PEM file: the certificate chain, leaf first.
     pub cert: Spanned<String>,
     /// PEM file: the private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
@@ -163,7 +163,7 @@ pub struct CertSection {
 /// `[frontend.splice]` and `[frontend.tls.ktls]`: an offload switched on after a byte count.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OffloadSection {
+pub(crate) struct OffloadSection {
     pub enabled: Option<bool>,
     pub after_bytes: Option<ByteSize>,
 }
@@ -171,7 +171,7 @@ pub struct OffloadSection {
 /// `[[frontend.route]]`: conditions (all given ones must match) and one action.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RouteSection {
+pub(crate) struct RouteSection {
     /// HTTP mode: the request's host, exact (`a.example`) or one-label wildcard (`*.example`).
     pub host: Option<Spanned<String>>,
     /// HTTP mode: the path starts with this.
@@ -189,14 +189,14 @@ pub struct RouteSection {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HeaderMatchSection {
+pub(crate) struct HeaderMatchSection {
     pub name: Spanned<String>,
     pub value: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReturnSection {
+pub(crate) struct ReturnSection {
     pub status: u16,
     #[serde(default)]
     pub body: String,
@@ -205,7 +205,7 @@ pub struct ReturnSection {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BackendSection {
+pub(crate) struct BackendSection {
     pub name: Spanned<String>,
     pub mode: Option<Spanned<ModeName>>,
     pub balance: Option<Spanned<String>>,
@@ -216,7 +216,7 @@ pub struct BackendSection {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ServerSection {
+pub(crate) struct ServerSection {
     pub name: Spanned<String>,
     pub address: Spanned<String>,
     pub weight: Option<Spanned<u32>>,

@@ -15,7 +15,7 @@ pub use crate::ids::{BackendId, IdHasher, IdMap, ServerId};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IdTable {
+pub(crate) struct IdTable {
     backends: BTreeMap<String, BackendId>,
     /// Keyed `backend/server` (names cannot contain `/`, config validation makes sure).
     servers: BTreeMap<String, ServerId>,
@@ -25,7 +25,7 @@ pub struct IdTable {
 
 impl IdTable {
     /// Ids for every backend and server of `config`, allocating new ones for new names.
-    pub fn assign(&mut self, config: &mut Config) {
+    pub(crate) fn assign(&mut self, config: &mut Config) {
         for backend in &mut config.backends {
             backend.id = self.backend(&backend.name);
             for server in &mut backend.servers {
@@ -34,7 +34,7 @@ impl IdTable {
         }
     }
 
-    pub fn backend(&mut self, name: &str) -> BackendId {
+    pub(crate) fn backend(&mut self, name: &str) -> BackendId {
         if let Some(id) = self.backends.get(name) {
             return *id;
         }
@@ -44,7 +44,7 @@ impl IdTable {
         id
     }
 
-    pub fn server(&mut self, backend: &str, name: &str) -> ServerId {
+    pub(crate) fn server(&mut self, backend: &str, name: &str) -> ServerId {
         let key = format!("{backend}/{name}");
         if let Some(id) = self.servers.get(&key) {
             return *id;
@@ -56,7 +56,8 @@ impl IdTable {
     }
 
     /// The id a server has, without allocating one.
-    pub fn find_server(&self, backend: &str, name: &str) -> Option<ServerId> {
+    #[cfg(test)]
+    pub(crate) fn find_server(&self, backend: &str, name: &str) -> Option<ServerId> {
         self.servers.get(&format!("{backend}/{name}")).copied()
     }
 }

@@ -11,12 +11,12 @@
 //! Every error names the file, line, column and key path of the value at fault, so
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
-pub mod file;
+pub(crate) mod file;
 pub mod ids;
 pub mod model;
 pub mod sni;
-pub mod tls;
-pub mod units;
+pub(crate) mod tls;
+pub(crate) mod units;
 mod users;
 mod validate;
 
@@ -124,7 +124,7 @@ pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
 
 /// `parse`, then ids from `table` (allocating for new names), as the master and its
 /// workers do so that ids survive reloads.
-pub fn parse_with_ids(src: &str, shown_path: &str, table: &mut ids::IdTable) -> Result<Config, ConfigErrors> {
+pub(crate) fn parse_with_ids(src: &str, shown_path: &str, table: &mut ids::IdTable) -> Result<Config, ConfigErrors> {
     let mut config = parse(src, shown_path)?;
     table.assign(&mut config);
     Ok(config)

@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::fmt;
 
 /// Longest host name kept (RFC 1035 limit without the trailing dot).
-pub const MAX_SNI_LEN: usize = 253;
+pub(crate) const MAX_SNI_LEN: usize = 253;
 
 /// Validates `name` as a DNS host name and writes it lowercased into `out`, dropping one
 /// trailing dot. Returns the length written, or `None` if it is not a host name: labels of 1
 /// to 63 ASCII letters, digits and hyphens, not starting or ending with a hyphen, at most
 /// [`MAX_SNI_LEN`] bytes in all.
-pub fn normalise_host_name(name: &[u8], out: &mut [u8; MAX_SNI_LEN]) -> Option<usize> {
+pub(crate) fn normalise_host_name(name: &[u8], out: &mut [u8; MAX_SNI_LEN]) -> Option<usize> {
     let name = name.strip_suffix(b".").unwrap_or(name);
     if name.is_empty() || name.len() > MAX_SNI_LEN {
         return None;

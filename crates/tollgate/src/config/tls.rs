@@ -18,20 +18,20 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, S
 use super::sni::SniMatcher;
 
 /// TLS 1.2 sessions remembered per frontend (shared by all workers; touched once per handshake).
-pub const SESSION_CACHE_ENTRIES: usize = 20_480;
+pub(crate) const SESSION_CACHE_ENTRIES: usize = 20_480;
 
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// One certificate chain with its key, and the names it serves.
-pub struct LoadedCert {
+pub(crate) struct LoadedCert {
     pub key: Arc<CertifiedKey>,
     pub names: Vec<String>,
 }
 
 /// Reads a PEM chain and key and checks that they belong together.
-pub fn load_cert(cert_path: &Path, key_path: &Path, provider: &CryptoProvider) -> Result<LoadedCert, String> {
+pub(crate) fn load_cert(cert_path: &Path, key_path: &Path, provider: &CryptoProvider) -> Result<LoadedCert, String> {
     let chain = load_chain(cert_path)?;
     let key_pem = std::fs::read(key_path).map_err(|e| format!("cannot read {}: {e}", key_path.display()))?;
     let key = PrivateKeyDer::from_pem_slice(&key_pem)
@@ -59,7 +59,7 @@ fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 /// Chooses the certificate by SNI: exact name, then `*.domain` wildcard, then the default
 /// (none when unknown names must be refused: the handshake then fails).
 #[derive(Debug)]
-pub struct CertResolver {
+pub(crate) struct CertResolver {
     matcher: SniMatcher,
     keys: Vec<Arc<CertifiedKey>>,
     default: Option<usize>,
@@ -67,7 +67,7 @@ pub struct CertResolver {
 
 impl CertResolver {
     /// `certs` in config order; names listed by several certificates go to the first.
-    pub fn new(certs: Vec<LoadedCert>, default: Option<usize>) -> Result<Self, String> {
+    pub(crate) fn new(certs: Vec<LoadedCert>, default: Option<usize>) -> Result<Self, String> {
         let mut seen = std::collections::HashSet::new();
         let mut patterns = Vec::new();
         let mut keys = Vec::with_capacity(certs.len());
@@ -97,7 +97,7 @@ impl ResolvesServerCert for CertResolver {
 }
 
 /// What `[frontend.tls]` asks for, already checked.
-pub struct ServerSettings {
+pub(crate) struct ServerSettings {
     pub certs: Vec<LoadedCert>,
     pub default: Option<usize>,
     pub tls13_only: bool,
@@ -107,7 +107,7 @@ pub struct ServerSettings {
     pub secret_extraction: bool,
 }
 
-pub fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) -> Result<Arc<ServerConfig>, String> {
+pub(crate) fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) -> Result<Arc<ServerConfig>, String> {
     let versions: &[&rustls::SupportedProtocolVersion] = if s.tls13_only {
         &[&rustls::version::TLS13]
     } else {
@@ -137,7 +137,7 @@ pub fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) -> Result
 
 /// A client config for TLS to a server: verified against `ca_file`, or not verified at all;
 /// `alpn` offered in the ClientHello (none: the server picks nothing).
-pub fn client_config(
+pub(crate) fn client_config(
     ca_file: Option<&Path>,
     alpn: Vec<Vec<u8>>,
     provider: Arc<CryptoProvider>,
@@ -205,7 +205,7 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 
 /// The DNS names a certificate serves: its subjectAltName dNSNames, else its subject CN.
 /// Anything unexpected in the DER yields no names (the certificate can still be a default).
-pub fn dns_names(cert: &[u8]) -> Vec<String> {
+pub(crate) fn dns_names(cert: &[u8]) -> Vec<String> {
     let mut names = Vec::new();
     let mut cn = None;
     let _ = walk_certificate(cert, &mut names, &mut cn);

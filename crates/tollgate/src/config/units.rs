@@ -11,13 +11,13 @@ use serde::de::{self, Deserializer, Visitor};
 
 /// A duration written with a unit: `us`, `ms`, `s`, `m`, `h`, `d`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DurationValue(pub Duration);
+pub(crate) struct DurationValue(pub Duration);
 
 /// A size in bytes: an integer, or a number with `B`, `K`/`KiB`, `M`/`MiB`, `G`/`GiB` (powers of 1024).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ByteSize(pub u64);
+pub(crate) struct ByteSize(pub u64);
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -47,7 +47,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("duration `{text}` is out of range"))
 }
 
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
     let (digits, unit) = text.split_at(split);

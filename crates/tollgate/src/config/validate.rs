@@ -26,7 +26,7 @@ pub(super) struct Validator<'a> {
 }
 
 impl<'a> Validator<'a> {
-    pub fn new(src: &'a str) -> Self {
+    pub(super) fn new(src: &'a str) -> Self {
         Validator {
             errors: Vec::new(),
             base_dir: None,
@@ -60,7 +60,7 @@ impl<'a> Validator<'a> {
         self.errors.push((span, key, msg));
     }
 
-    pub fn build(&mut self, file: ConfigFile) -> Option<Config> {
+    pub(super) fn build(&mut self, file: ConfigFile) -> Option<Config> {
         let global = self.global(&file);
         let timeouts = self.timeouts(&file);
         let http = self.http(&file, global.buffer_size);

@@ -22,7 +22,7 @@ struct View {
     balancer: Box<dyn Balancer>,
 }
 
-pub struct LocalBackend {
+pub(crate) struct LocalBackend {
     pub live: Arc<BackendLive>,
     build: Constructor,
     worker: usize,
@@ -46,7 +46,7 @@ fn build_view(live: &BackendLive, build: Constructor, worker: usize) -> View {
 }
 
 impl LocalBackend {
-    pub fn new(spec: &Backend, live: Arc<BackendLive>, worker: usize) -> Self {
+    pub(crate) fn new(spec: &Backend, live: Arc<BackendLive>, worker: usize) -> Self {
         let build = balance::lookup(&spec.balance).unwrap_or(balance::RoundRobin::boxed);
         let view = RefCell::new(build_view(&live, build, worker));
         LocalBackend {
@@ -65,13 +65,8 @@ impl LocalBackend {
         view
     }
 
-    /// The current set (for lookups by id outside a pick).
-    pub fn servers(&self) -> Arc<ServerSet> {
-        Arc::clone(&self.refreshed().set)
-    }
-
     /// Picks a server that `accept` allows: a usable primary, else a usable backup.
-    pub fn pick(&self, accept: &dyn Fn(&ServerLive) -> bool, hash_key: Option<u64>) -> Option<Arc<ServerLive>> {
+    pub(crate) fn pick(&self, accept: &dyn Fn(&ServerLive) -> bool, hash_key: Option<u64>) -> Option<Arc<ServerLive>> {
         let mut view = self.refreshed();
         let View { set, balancer } = &mut *view;
         for backup in [false, true] {
@@ -90,15 +85,15 @@ impl LocalBackend {
 
     /// Whether any server of the set could take a connection once it has room (not
     /// drained, not in maintenance, not down): waiting in the queue makes sense only then.
-    pub fn any_usable(&self) -> bool {
+    pub(crate) fn any_usable(&self) -> bool {
         self.refreshed().set.servers.iter().any(|s| s.is_usable())
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.refreshed().set.servers.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -110,11 +105,11 @@ impl LocalBackend {
         }
     }
 
-    pub fn taken(&self, id: ServerId) {
+    pub(crate) fn taken(&self, id: ServerId) {
         self.with_position(id, |b, i| b.taken(i));
     }
 
-    pub fn released(&self, id: ServerId) {
+    pub(crate) fn released(&self, id: ServerId) {
         // `try_borrow_mut`: a slot dropped while a pick holds the view (it cannot happen
         // today, but a panic in a Drop would be the worst way to learn it) is not heard.
         if let Ok(mut view) = self.view.try_borrow_mut() {
@@ -126,7 +121,7 @@ impl LocalBackend {
     }
 
     /// A weight command reached this thread: tell the balancer.
-    pub fn set_weight(&self, id: ServerId, weight: u32) {
+    pub(crate) fn set_weight(&self, id: ServerId, weight: u32) {
         self.with_position(id, |b, i| b.set_weight(i, weight));
     }
 }
@@ -134,14 +129,14 @@ impl LocalBackend {
 /// Servers already tried by one connection attempt sequence, by id. Inline up to 8 (the
 /// common `retries` values), spilling to the heap past that: no bound on backend size.
 #[derive(Debug, Default)]
-pub struct Tried {
+pub(crate) struct Tried {
     inline: [u32; 8],
     len: usize,
     spill: Vec<u32>,
 }
 
 impl Tried {
-    pub fn insert(&mut self, id: ServerId) {
+    pub(crate) fn insert(&mut self, id: ServerId) {
         if self.contains(id) {
             return;
         }
@@ -153,19 +148,19 @@ impl Tried {
         }
     }
 
-    pub fn contains(&self, id: ServerId) -> bool {
+    pub(crate) fn contains(&self, id: ServerId) -> bool {
         self.inline.iter().take(self.len).any(|&x| x == id.0) || self.spill.contains(&id.0)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len + self.spill.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
         self.spill.clear();
     }

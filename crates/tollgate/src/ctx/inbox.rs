@@ -15,7 +15,7 @@ use crate::budget::ConnPermits;
 use crate::live::ServerId;
 
 /// A connection accepted on one worker and served by another.
-pub struct Handoff {
+pub(crate) struct Handoff {
     pub frontend: usize,
     /// Never registered with the accepting worker's reactor; the serving worker's session
     /// registers it if it has to wait, so its events are not routed through the acceptor.
@@ -24,7 +24,7 @@ pub struct Handoff {
     pub permits: ConnPermits,
 }
 
-pub enum Message {
+pub(crate) enum Message {
     Connection(Handoff),
     /// A server's effective weight changed: tell this thread's balancer of `backend`.
     Weight {
@@ -43,7 +43,7 @@ pub enum Message {
 
 /// Dropped by the thread once it has acted on a command: the applier waits for every
 /// thread's, so a command's answer means "in effect on every thread".
-pub type Ack = std::sync::mpsc::Sender<()>;
+pub(crate) type Ack = std::sync::mpsc::Sender<()>;
 
-pub type Sender = mpsc::UnboundedSender<Message>;
-pub type Receiver = mpsc::UnboundedReceiver<Message>;
+pub(crate) type Sender = mpsc::UnboundedSender<Message>;
+pub(crate) type Receiver = mpsc::UnboundedReceiver<Message>;

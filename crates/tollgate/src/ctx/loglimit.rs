@@ -13,12 +13,12 @@
 use std::time::{Duration, Instant};
 
 /// Lines admitted per window, per worker.
-pub const BURST: u32 = 10;
+pub(crate) const BURST: u32 = 10;
 /// The window.
-pub const WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
-pub struct LogLimiter {
+pub(crate) struct LogLimiter {
     burst: u32,
     window: Duration,
     /// Start of the current window (`None` before the first line).
@@ -29,7 +29,7 @@ pub struct LogLimiter {
 
 /// What `admit` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admit {
+pub(crate) struct Admit {
     /// Write the line.
     pub log: bool,
     /// Lines suppressed in a window that ended and was not flushed yet: report them first.
@@ -46,7 +46,7 @@ impl Default for LogLimiter {
 }
 
 impl LogLimiter {
-    pub fn new(burst: u32, window: Duration) -> Self {
+    pub(crate) fn new(burst: u32, window: Duration) -> Self {
         LogLimiter {
             burst,
             window,
@@ -57,7 +57,7 @@ impl LogLimiter {
     }
 
     /// One line asked for at `now`.
-    pub fn admit(&mut self, now: Instant) -> Admit {
+    pub(crate) fn admit(&mut self, now: Instant) -> Admit {
         let mut ended_suppressed = 0;
         if self
             .start
@@ -84,7 +84,7 @@ impl LogLimiter {
     }
 
     /// When the current window ends, if it has suppressed lines to report.
-    pub fn flush_due(&self) -> Option<Instant> {
+    pub(crate) fn flush_due(&self) -> Option<Instant> {
         match self.start {
             Some(start) if self.suppressed > 0 => Some(start + self.window),
             _ => None,
@@ -93,7 +93,7 @@ impl LogLimiter {
 
     /// At or after the end of the window: how many lines it suppressed (then forgotten).
     /// `None` before the window ended or when it suppressed nothing.
-    pub fn flush(&mut self, now: Instant) -> Option<u64> {
+    pub(crate) fn flush(&mut self, now: Instant) -> Option<u64> {
         let due = self.flush_due()?;
         if now < due {
             return None;

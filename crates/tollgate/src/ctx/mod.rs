@@ -14,15 +14,15 @@
 //! Invariant: nothing here imports `runtime`, `listener`, `proxy` or `tls`; a worker's
 //! context is plain state plus the few methods sessions need, built once per thread.
 
-pub mod backends;
-pub mod inbox;
-pub mod loglimit;
-pub mod pool;
-pub mod worker;
+pub(crate) mod backends;
+pub(crate) mod inbox;
+pub(crate) mod loglimit;
+pub(crate) mod pool;
+pub(crate) mod worker;
 
 use std::sync::Arc;
 
-pub use worker::WorkerCtx;
+pub(crate) use worker::WorkerCtx;
 
 use crate::budget::AcceptBudgets;
 use crate::config::Config;
@@ -31,7 +31,7 @@ use crate::stats::WorkerStats;
 
 /// Where a worker generation is in its life; every worker thread watches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Running,
     /// Stop accepting; sessions in flight run to their end.
     SoftStop,
@@ -41,11 +41,12 @@ pub enum Phase {
 
 /// What every worker of one generation shares (read-mostly; atomics touched per connection).
 pub struct Shared {
-    pub config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
     /// Live state of every backend, in config order (shared by every worker thread).
-    pub backends: Vec<Arc<BackendLive>>,
-    pub budgets: AcceptBudgets,
+    pub(crate) backends: Vec<Arc<BackendLive>>,
+    pub(crate) budgets: AcceptBudgets,
+    /// Every worker's counters, by worker id.
     pub stats: Vec<Arc<WorkerStats>>,
     /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
-    pub handshakes: Arc<tokio::sync::Semaphore>,
+    pub(crate) handshakes: Arc<tokio::sync::Semaphore>,
 }

@@ -29,7 +29,7 @@ struct ServerIdle {
     conns: Vec<Idle>,
 }
 
-pub struct ServerPool {
+pub(crate) struct ServerPool {
     /// By server id: a connection outlives the server-set version it was made under.
     idle: RefCell<IdMap<ServerId, ServerIdle>>,
     max_per_server: usize,
@@ -37,7 +37,7 @@ pub struct ServerPool {
 }
 
 impl ServerPool {
-    pub fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Config) -> Self {
         ServerPool {
             idle: RefCell::new(
                 config
@@ -60,7 +60,7 @@ impl ServerPool {
     }
 
     /// A live idle connection to `server`, if any.
-    pub fn take(&self, server: ServerId) -> Option<ServerConn> {
+    pub(crate) fn take(&self, server: ServerId) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
         let list = &mut idle.get_mut(&server)?.conns;
         let now = Instant::now();
@@ -74,7 +74,7 @@ impl ServerPool {
 
     /// Keeps `conn` for later requests to `server` (a server this worker has not pooled for
     /// yet, one added at run time, gets its list here).
-    pub fn put(&self, server: &ServerLive, conn: ServerConn) {
+    pub(crate) fn put(&self, server: &ServerLive, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
         let slot = idle.entry(server.id).or_insert_with(|| ServerIdle {
             tls: server.tls.is_some(),
@@ -90,19 +90,10 @@ impl ServerPool {
         }
     }
 
-    /// Idle connections held now (all servers).
-    pub fn len(&self) -> usize {
-        self.idle.borrow().values().map(|s| s.conns.len()).sum()
-    }
-
     /// Closes every idle connection to `server` (maintenance with `--kill`, removal).
-    pub fn forget(&self, server: ServerId) {
+    pub(crate) fn forget(&self, server: ServerId) {
         if let Some(slot) = self.idle.borrow_mut().get_mut(&server) {
             slot.conns.clear();
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

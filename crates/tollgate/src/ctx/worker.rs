@@ -23,7 +23,7 @@ use crate::relay::Resources;
 use crate::relay::pipes::PipePool;
 use crate::stats::WorkerStats;
 
-pub struct WorkerCtx {
+pub(crate) struct WorkerCtx {
     pub id: usize,
     pub shared: Arc<Shared>,
     pub stats: Arc<WorkerStats>,
@@ -46,7 +46,7 @@ pub struct WorkerCtx {
 }
 
 impl WorkerCtx {
-    pub fn new(id: usize, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> Rc<Self> {
+    pub(crate) fn new(id: usize, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> Rc<Self> {
         let stats = shared.stats.get(id).cloned().unwrap_or_default();
         let workers = shared.config.global.workers.max(1) as u64;
         let buffers = BufferPool::new(
@@ -85,7 +85,7 @@ impl WorkerCtx {
 
     /// Resolves once `server`'s sessions are to close (`maint --kill`): its kill epoch moved
     /// past `epoch`, the one seen when the session connected.
-    pub async fn killed(&self, server: &crate::live::server::ServerLive, epoch: u64) {
+    pub(crate) async fn killed(&self, server: &crate::live::server::ServerLive, epoch: u64) {
         loop {
             let woken = self.kills.notified();
             if server.kill_epoch() != epoch {
@@ -98,7 +98,7 @@ impl WorkerCtx {
     /// Whether a warn line about a failure may be written now: at most `loglimit::BURST` per
     /// second per worker; the others are counted and reported in one line per second. Reads
     /// the clock, so call it only on a failure path, right before the `warn!`.
-    pub fn may_warn(&self) -> bool {
+    pub(crate) fn may_warn(&self) -> bool {
         if !tracing::enabled!(tracing::Level::WARN) {
             return false;
         }
@@ -114,7 +114,7 @@ impl WorkerCtx {
 
     /// Reports each window's suppressed warn lines once it ends (sleeps unless lines were
     /// suppressed).
-    pub async fn flush_suppressed(self: Rc<Self>) {
+    pub(crate) async fn flush_suppressed(self: Rc<Self>) {
         loop {
             self.warn_flush.notified().await;
             let Some(due) = self.warn_limit.borrow().flush_due() else {
@@ -130,18 +130,18 @@ impl WorkerCtx {
 
     /// True once the worker was asked to stop: sessions finish what they are doing and a
     /// keep-alive connection closes after its current response.
-    pub fn is_stopping(&self) -> bool {
+    pub(crate) fn is_stopping(&self) -> bool {
         *self.phase.borrow() != Phase::Running
     }
 
     /// Resolves once the worker is asked to stop accepting.
-    pub async fn stopping(&self) {
+    pub(crate) async fn stopping(&self) {
         let mut phase = self.phase.clone();
         let _ = phase.wait_for(|p| *p != Phase::Running).await;
     }
 
     /// What a relay borrows from this worker.
-    pub fn relay(&self) -> Resources<'_> {
+    pub(crate) fn relay(&self) -> Resources<'_> {
         Resources {
             buffers: &self.buffers,
             pipes: &self.pipes,
@@ -150,7 +150,7 @@ impl WorkerCtx {
     }
 
     /// Resolves once no session is left, or at a hard stop.
-    pub async fn drain(&self) {
+    pub(crate) async fn drain(&self) {
         let mut phase = self.phase.clone();
         loop {
             let drained = self.drained.notified();
@@ -167,10 +167,10 @@ impl WorkerCtx {
 
 /// One open session in `sessions_active` (counted in by the code that spawns the session,
 /// out when this is dropped).
-pub struct ActiveSession<'a>(&'a WorkerCtx);
+pub(crate) struct ActiveSession<'a>(&'a WorkerCtx);
 
 impl<'a> ActiveSession<'a> {
-    pub fn new(ctx: &'a WorkerCtx) -> Self {
+    pub(crate) fn new(ctx: &'a WorkerCtx) -> Self {
         ActiveSession(ctx)
     }
 }

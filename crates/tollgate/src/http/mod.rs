@@ -5,4 +5,4 @@
 //! - [`status`]: reason phrases for the statuses tollgate writes itself.
 
 pub mod h1;
-pub mod status;
+pub(crate) mod status;

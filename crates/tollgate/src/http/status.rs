@@ -6,7 +6,7 @@
 //! this is for people reading logs and `curl -i`.
 
 /// The reason phrase for `status`.
-pub fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     registered(status).unwrap_or_else(|| class(status))
 }
 

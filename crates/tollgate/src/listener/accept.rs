@@ -25,7 +25,7 @@ use crate::stats::WorkerStats;
 
 /// Senders to every worker's inbox, with their load, for a shared socket's accept loop.
 #[derive(Clone)]
-pub struct Dispatcher {
+pub(crate) struct Dispatcher {
     pub inboxes: Vec<crate::ctx::inbox::Sender>,
     pub stats: Vec<Arc<WorkerStats>>,
 }
@@ -45,10 +45,10 @@ impl Dispatcher {
 }
 
 /// A listening socket registered with this worker's reactor.
-pub type Listener = AsyncFd<std::net::TcpListener>;
+pub(crate) type Listener = AsyncFd<std::net::TcpListener>;
 
 /// Prepares a bound, non-blocking listening socket for `accept_loop`.
-pub fn listener(socket: std::net::TcpListener) -> io::Result<Listener> {
+pub(crate) fn listener(socket: std::net::TcpListener) -> io::Result<Listener> {
     // Inherited by accepted sockets (checked by the test below).
     socket2::SockRef::from(&socket).set_tcp_nodelay(true)?;
     tollgate_sys::reactor::register_listener(socket)
@@ -72,7 +72,7 @@ fn accept_nonblocking(listener: &std::net::TcpListener) -> io::Result<(std::net:
     Ok((std::net::TcpStream::from(fd), peer))
 }
 
-pub async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: Listener, dispatch: Option<Dispatcher>) {
+pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: Listener, dispatch: Option<Dispatcher>) {
     let shared = Arc::clone(&ctx.shared);
     // One stop signal for the loop's whole life: made per accept, its waiter would be
     // registered and removed again for every connection.

@@ -17,7 +17,7 @@
 //! Sockets are plain `std` listeners keyed by address and index, so a master process can
 //! bind them and pass them to a worker generation unchanged.
 
-pub mod accept;
+pub(crate) mod accept;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -120,7 +120,7 @@ fn bound(
 /// Fails with `AddrInUse` if a socket listens on `addr` (any process, any user): the probe
 /// binds without SO_REUSEPORT (with SO_REUSEADDR, so TIME_WAIT leftovers do not count) and
 /// is closed at once. Port 0 needs no probe: the kernel picks a port nobody uses.
-pub fn probe_free(addr: SocketAddr) -> io::Result<()> {
+pub(crate) fn probe_free(addr: SocketAddr) -> io::Result<()> {
     if addr.port() == 0 {
         return Ok(());
     }
@@ -133,7 +133,7 @@ pub fn probe_free(addr: SocketAddr) -> io::Result<()> {
 }
 
 /// The one-line bind error: `cannot listen on ADDR (frontend "NAME"): address already in use`.
-pub fn cannot_listen(addr: SocketAddr, frontend: &str, e: &io::Error) -> io::Error {
+pub(crate) fn cannot_listen(addr: SocketAddr, frontend: &str, e: &io::Error) -> io::Error {
     let reason = match e.kind() {
         io::ErrorKind::AddrInUse => "address already in use".to_string(),
         io::ErrorKind::AddrNotAvailable => "address not available on this host".to_string(),
@@ -150,7 +150,7 @@ pub fn cannot_listen(addr: SocketAddr, frontend: &str, e: &io::Error) -> io::Err
 
 /// `n` SO_REUSEPORT sockets on one address. With port 0 the first socket picks the port
 /// and the others join it.
-pub fn bind_reuseport_group(addr: SocketAddr, n: usize, backlog: u32) -> io::Result<Vec<TcpListener>> {
+pub(crate) fn bind_reuseport_group(addr: SocketAddr, n: usize, backlog: u32) -> io::Result<Vec<TcpListener>> {
     let first = bind_one(addr, true, backlog)?;
     let actual = first.local_addr()?;
     let mut group = vec![first];
@@ -162,7 +162,7 @@ pub fn bind_reuseport_group(addr: SocketAddr, n: usize, backlog: u32) -> io::Res
 
 /// One listening socket: nonblocking, SO_REUSEADDR (restart without TIME_WAIT trouble),
 /// optionally SO_REUSEPORT, IPV6_V6ONLY for v6 addresses so v4 and v6 binds can coexist.
-pub fn bind_one(addr: SocketAddr, reuse_port: bool, backlog: u32) -> io::Result<TcpListener> {
+pub(crate) fn bind_one(addr: SocketAddr, reuse_port: bool, backlog: u32) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     if reuse_port {
@@ -179,7 +179,7 @@ pub fn bind_one(addr: SocketAddr, reuse_port: bool, backlog: u32) -> io::Result<
 
 /// Starts a session on this worker for `stream`: an accepted, non-blocking socket, not
 /// registered with the reactor. `permits` are held until the session ends.
-pub fn spawn_session(
+pub(crate) fn spawn_session(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,
     stream: std::net::TcpStream,

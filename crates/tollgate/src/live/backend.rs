@@ -22,7 +22,7 @@ use super::{BackendId, IdMap, ServerId};
 use crate::config::Backend;
 
 #[derive(Debug)]
-pub struct ServerSet {
+pub(crate) struct ServerSet {
     pub version: u64,
     /// Config order (positions mean nothing outside this version).
     pub servers: Vec<Arc<ServerLive>>,
@@ -30,7 +30,7 @@ pub struct ServerSet {
 }
 
 impl ServerSet {
-    pub fn new(version: u64, servers: Vec<Arc<ServerLive>>) -> Self {
+    pub(crate) fn new(version: u64, servers: Vec<Arc<ServerLive>>) -> Self {
         let by_id = servers.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
         ServerSet {
             version,
@@ -39,21 +39,21 @@ impl ServerSet {
         }
     }
 
-    pub fn position(&self, id: ServerId) -> Option<usize> {
+    pub(crate) fn position(&self, id: ServerId) -> Option<usize> {
         self.by_id.get(&id).copied()
     }
 
-    pub fn get(&self, id: ServerId) -> Option<&Arc<ServerLive>> {
+    pub(crate) fn get(&self, id: ServerId) -> Option<&Arc<ServerLive>> {
         self.servers.get(self.position(id)?)
     }
 
-    pub fn find(&self, name: &str) -> Option<&Arc<ServerLive>> {
+    pub(crate) fn find(&self, name: &str) -> Option<&Arc<ServerLive>> {
         self.servers.iter().find(|s| &*s.name == name)
     }
 }
 
 #[derive(Debug)]
-pub struct BackendLive {
+pub(crate) struct BackendLive {
     pub id: BackendId,
     pub name: Arc<str>,
     version: AtomicU64,
@@ -66,7 +66,7 @@ pub struct BackendLive {
 
 /// A request counted in its backend's queue while it waits.
 #[derive(Debug)]
-pub struct QueuedGuard<'a>(&'a AtomicU32);
+pub(crate) struct QueuedGuard<'a>(&'a AtomicU32);
 
 impl Drop for QueuedGuard<'_> {
     fn drop(&mut self) {
@@ -75,7 +75,7 @@ impl Drop for QueuedGuard<'_> {
 }
 
 impl BackendLive {
-    pub fn new(backend: &Backend, workers: usize) -> Self {
+    pub(crate) fn new(backend: &Backend, workers: usize) -> Self {
         let name: Arc<str> = Arc::from(backend.name.as_str());
         let slot_freed = Arc::new(Notify::new());
         let servers = backend
@@ -103,18 +103,21 @@ impl BackendLive {
 
     /// The current set's version: compare before loading the set.
     #[inline]
-    pub fn version(&self) -> u64 {
+    pub(crate) fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
     }
 
-    pub fn servers(&self) -> Arc<ServerSet> {
+    pub(crate) fn servers(&self) -> Arc<ServerSet> {
         self.set.load_full()
     }
 
     /// Publishes a new set built from the current one by `change` (which gets the current
     /// servers and the backend's notify for new `ServerLive`s). Single writer: the command
     /// applier of this process.
-    pub fn update(&self, change: impl FnOnce(&[Arc<ServerLive>], &Arc<Notify>, usize) -> Vec<Arc<ServerLive>>) -> u64 {
+    pub(crate) fn update(
+        &self,
+        change: impl FnOnce(&[Arc<ServerLive>], &Arc<Notify>, usize) -> Vec<Arc<ServerLive>>,
+    ) -> u64 {
         let current = self.set.load_full();
         let version = current.version + 1;
         let servers = change(&current.servers, &self.slot_freed, self.workers);
@@ -124,23 +127,23 @@ impl BackendLive {
     }
 
     /// Bumps the version without changing the set (weights changed: balancers rebuild).
-    pub fn touch(&self) -> u64 {
+    pub(crate) fn touch(&self) -> u64 {
         self.update(|servers, _, _| servers.to_vec())
     }
 
-    pub fn queued(&self) -> u32 {
+    pub(crate) fn queued(&self) -> u32 {
         self.queued.load(Ordering::Relaxed)
     }
 
     /// Counts one request waiting for a slot until the guard drops.
-    pub fn enqueue(&self) -> QueuedGuard<'_> {
+    pub(crate) fn enqueue(&self) -> QueuedGuard<'_> {
         self.queued.fetch_add(1, Ordering::Relaxed);
         QueuedGuard(&self.queued)
     }
 
     /// Completes when a slot on one of this backend's limited servers is released. Call
     /// `enable()` on the pinned future before checking for room, or a release may be missed.
-    pub fn slot_released(&self) -> tokio::sync::futures::Notified<'_> {
+    pub(crate) fn slot_released(&self) -> tokio::sync::futures::Notified<'_> {
         self.slot_freed.notified()
     }
 }

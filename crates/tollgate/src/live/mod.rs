@@ -17,7 +17,7 @@
 //! maxconn); a changed address or a removed server is a new set version. Positions in a set
 //! are not identities: whatever outlives a set version is keyed by [`ServerId`].
 
-pub mod backend;
-pub mod server;
+pub(crate) mod backend;
+pub(crate) mod server;
 
-pub use crate::ids::{BackendId, IdMap, ServerId};
+pub(crate) use crate::ids::{BackendId, IdMap, ServerId};

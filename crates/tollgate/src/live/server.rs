@@ -106,7 +106,7 @@ impl OperState {
 /// Per-server counters of one worker thread (one cache line group per thread).
 #[derive(Debug, Default)]
 #[repr(align(128))]
-pub struct ServerCounters {
+pub(crate) struct ServerCounters {
     /// Server connections established (fresh, not reused from a pool).
     pub connections: Counter,
     /// HTTP requests sent (TCP mode: sessions relayed).
@@ -138,7 +138,7 @@ pub struct CounterTotals {
 }
 
 impl ServerCounters {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         ServerCounters {
             connections: Counter::new(),
             requests: Counter::new(),
@@ -151,7 +151,7 @@ impl ServerCounters {
     }
 
     /// Counts one response status in its class.
-    pub fn response(&self, status: u16) {
+    pub(crate) fn response(&self, status: u16) {
         let class = match status {
             100..=599 => usize::from(status / 100) - 1,
             _ => 5,
@@ -163,7 +163,7 @@ impl ServerCounters {
 }
 
 #[derive(Debug)]
-pub struct ServerLive {
+pub(crate) struct ServerLive {
     pub id: ServerId,
     pub backend: BackendId,
     pub backend_name: Arc<str>,
@@ -211,7 +211,12 @@ pub struct ServerView {
 }
 
 impl ServerLive {
-    pub fn new(server: &Server, backend: (BackendId, &Arc<str>), workers: usize, slot_freed: Arc<Notify>) -> Self {
+    pub(crate) fn new(
+        server: &Server,
+        backend: (BackendId, &Arc<str>),
+        workers: usize,
+        slot_freed: Arc<Notify>,
+    ) -> Self {
         ServerLive {
             id: server.id,
             backend: backend.0,
@@ -234,16 +239,16 @@ impl ServerLive {
         }
     }
 
-    pub fn admin(&self) -> AdminState {
+    pub(crate) fn admin(&self) -> AdminState {
         AdminState::from_u8(self.admin.load(Ordering::Relaxed))
     }
 
-    pub fn oper(&self) -> OperState {
+    pub(crate) fn oper(&self) -> OperState {
         OperState::from_u8(self.oper.load(Ordering::Relaxed))
     }
 
     /// Sets the admin state; true if it changed.
-    pub fn set_admin(&self, state: AdminState) -> bool {
+    pub(crate) fn set_admin(&self, state: AdminState) -> bool {
         let changed = self.admin.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
         if changed {
             self.touch();
@@ -252,7 +257,7 @@ impl ServerLive {
     }
 
     /// Sets the operational state; true if it changed.
-    pub fn set_oper(&self, state: OperState) -> bool {
+    pub(crate) fn set_oper(&self, state: OperState) -> bool {
         let changed = self.oper.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
         if changed {
             self.touch();
@@ -267,53 +272,53 @@ impl ServerLive {
         self.last_change.store(now, Ordering::Relaxed);
     }
 
-    pub fn kill_epoch(&self) -> u64 {
+    pub(crate) fn kill_epoch(&self) -> u64 {
         self.kill_epoch.load(Ordering::Acquire)
     }
 
     /// Asks every session on this server to close (each worker thread is then told to look).
-    pub fn kill_sessions(&self) {
+    pub(crate) fn kill_sessions(&self) {
         self.kill_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The weight the config (or a runtime command) set.
-    pub fn weight(&self) -> u32 {
+    pub(crate) fn weight(&self) -> u32 {
         self.configured_weight.load(Ordering::Relaxed)
     }
 
     /// The weight balancers use now (slow start and agent checks will scale it).
-    pub fn effective_weight(&self) -> u32 {
+    pub(crate) fn effective_weight(&self) -> u32 {
         self.effective_weight.load(Ordering::Relaxed)
     }
 
-    pub fn set_weight(&self, weight: u32) {
+    pub(crate) fn set_weight(&self, weight: u32) {
         self.configured_weight.store(weight, Ordering::Relaxed);
         self.effective_weight.store(weight, Ordering::Relaxed);
     }
 
     /// May take new connections: ready, not seen down, weight above zero.
-    pub fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&self) -> bool {
         self.admin() == AdminState::Ready && self.oper() != OperState::Down && self.effective_weight() > 0
     }
 
-    pub fn active(&self) -> u32 {
+    pub(crate) fn active(&self) -> u32 {
         self.active.load(Ordering::Relaxed)
     }
 
-    pub fn queued(&self) -> u32 {
+    pub(crate) fn queued(&self) -> u32 {
         self.queued.load(Ordering::Relaxed)
     }
 
-    pub fn has_room(&self) -> bool {
+    pub(crate) fn has_room(&self) -> bool {
         self.maxconn == 0 || self.active() < self.maxconn
     }
 
     /// This worker thread's counter cell (only that thread may write it).
-    pub fn counters(&self, worker: usize) -> &ServerCounters {
+    pub(crate) fn counters(&self, worker: usize) -> &ServerCounters {
         self.cells.get(worker).unwrap_or(&DISCARDED)
     }
 
-    pub fn totals(&self) -> CounterTotals {
+    pub(crate) fn totals(&self) -> CounterTotals {
         let mut t = CounterTotals::default();
         for c in self.cells.iter() {
             t.connections += c.connections.get();
@@ -333,7 +338,7 @@ impl ServerLive {
         t
     }
 
-    pub fn view(&self) -> ServerView {
+    pub(crate) fn view(&self) -> ServerView {
         ServerView {
             id: self.id,
             backend: self.backend_name.to_string(),
@@ -353,7 +358,7 @@ impl ServerLive {
     }
 
     /// Takes a connection slot if the server is below its maxconn.
-    pub fn try_take(self: &Arc<Self>) -> Option<ServerSlot> {
+    pub(crate) fn try_take(self: &Arc<Self>) -> Option<ServerSlot> {
         if self.maxconn == 0 {
             self.active.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -369,7 +374,7 @@ impl ServerLive {
     }
 
     /// Counts a request waiting for a slot on this server's backend until the guard drops.
-    pub fn enqueue(self: &Arc<Self>) -> QueuedGuard {
+    pub(crate) fn enqueue(self: &Arc<Self>) -> QueuedGuard {
         self.queued.fetch_add(1, Ordering::Relaxed);
         QueuedGuard(Arc::clone(self))
     }
@@ -381,12 +386,12 @@ static DISCARDED: ServerCounters = ServerCounters::new();
 
 /// A held connection slot; dropping it releases the slot and wakes parked waiters.
 #[derive(Debug)]
-pub struct ServerSlot {
+pub(crate) struct ServerSlot {
     server: Arc<ServerLive>,
 }
 
 impl ServerSlot {
-    pub fn server(&self) -> &Arc<ServerLive> {
+    pub(crate) fn server(&self) -> &Arc<ServerLive> {
         &self.server
     }
 }
@@ -402,7 +407,7 @@ impl Drop for ServerSlot {
 
 /// A request counted in its server's `queued` while it waits.
 #[derive(Debug)]
-pub struct QueuedGuard(Arc<ServerLive>);
+pub(crate) struct QueuedGuard(Arc<ServerLive>);
 
 impl Drop for QueuedGuard {
     fn drop(&mut self) {

@@ -20,7 +20,7 @@ use crate::command::{Answer, Command, Outcome, Reply, ServerChange, ToWorker, co
 use crate::live::server::ServerView;
 
 /// Longest the master waits for workers to answer a command.
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 enum Gather {
     /// Servers from one generation.
@@ -29,7 +29,7 @@ enum Gather {
     Applied { what: String },
 }
 
-pub struct Pending {
+pub(crate) struct Pending {
     client_id: u64,
     reply: Option<oneshot::Sender<Reply>>,
     waiting: HashSet<u64>,

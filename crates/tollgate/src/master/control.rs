@@ -24,7 +24,7 @@ pub struct Request {
 }
 
 /// Longest a client waits for an answer (a reload waits for the new worker's READY).
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Binds the control socket, replacing a stale one (a socket file nobody answers on).
 pub fn bind(path: &Path) -> io::Result<UnixListener> {

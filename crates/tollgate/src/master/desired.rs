@@ -15,7 +15,7 @@ use crate::config::{Config, Server};
 use crate::live::server::AdminState;
 
 #[derive(Debug, Default)]
-pub struct Desired {
+pub(crate) struct Desired {
     pub ids: IdTable,
     /// Keyed `(backend, server)`.
     changes: BTreeMap<(String, String), ServerChange>,
@@ -32,7 +32,7 @@ fn find<'a>(config: &'a Config, backend: &str, server: &str) -> Option<&'a Serve
 
 impl Desired {
     /// Checks `change` against `config`; the error is for the operator.
-    pub fn validate(config: &Config, change: &ServerChange) -> Result<(), String> {
+    pub(crate) fn validate(config: &Config, change: &ServerChange) -> Result<(), String> {
         let Some(backend) = config.backend(&change.backend) else {
             return Err(format!("no backend `{}`", change.backend));
         };
@@ -54,7 +54,7 @@ impl Desired {
     }
 
     /// Records a validated change, merged with earlier ones to the same server.
-    pub fn record(&mut self, change: &ServerChange) {
+    pub(crate) fn record(&mut self, change: &ServerChange) {
         let entry = self
             .changes
             .entry((change.backend.clone(), change.server.clone()))
@@ -74,14 +74,14 @@ impl Desired {
     }
 
     /// The changes a new generation must apply before it serves.
-    pub fn changes(&self) -> Vec<ServerChange> {
+    pub(crate) fn changes(&self) -> Vec<ServerChange> {
         self.changes.values().cloned().collect()
     }
 
     /// For a reload from `old` to `new`: keeps the changes whose server the new file leaves
     /// as it was, drops the others, and reports both. Call only once the new generation is
     /// accepted (a refused reload changes nothing).
-    pub fn reconcile(&mut self, old: &Config, new: &Config) -> ReloadReport {
+    pub(crate) fn reconcile(&mut self, old: &Config, new: &Config) -> ReloadReport {
         let mut report = ReloadReport::default();
         self.changes.retain(|(backend, server), change| {
             let before = find(old, backend, server).map(definition);
@@ -105,7 +105,7 @@ impl Desired {
 
     /// What `reconcile` would keep, without changing anything (for the new generation's
     /// config message, sent before it is known to start).
-    pub fn preview(&self, old: &Config, new: &Config) -> Vec<ServerChange> {
+    pub(crate) fn preview(&self, old: &Config, new: &Config) -> Vec<ServerChange> {
         self.changes
             .iter()
             .filter(|((b, s), _)| {

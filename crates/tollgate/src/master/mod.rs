@@ -17,12 +17,12 @@
 //! config uses it — or at SIGTERM, when the master closes them all at once so nothing new is
 //! accepted while the generations finish their connections.
 
-pub mod commands;
+pub(crate) mod commands;
 pub mod control;
-pub mod desired;
+pub(crate) mod desired;
 pub mod privileges;
-pub mod sockets;
-pub mod supervise;
+pub(crate) mod sockets;
+pub(crate) mod supervise;
 pub mod worker;
 
 use std::collections::{HashMap, HashSet};
@@ -48,11 +48,11 @@ use desired::Desired;
 use sockets::{Plan, SocketTable};
 
 /// Longest a new worker may take from spawn to READY.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long past `hard_stop_after` the master waits for a stopping worker before SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 /// Longest a reload waits for the old generation to confirm it stopped accepting.
-pub const DRAIN_ACK_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GenState {

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::listener::{self, BoundSocket};
 
 /// The sockets one generation uses: key and frontend index, in config order.
-pub type Plan = Vec<(String, usize)>;
+pub(crate) type Plan = Vec<(String, usize)>;
 
 struct Entry {
     socket: TcpListener,
@@ -28,7 +28,7 @@ struct Entry {
 }
 
 #[derive(Default)]
-pub struct SocketTable {
+pub(crate) struct SocketTable {
     entries: BTreeMap<String, Entry>,
 }
 
@@ -42,7 +42,7 @@ fn dedup(base: String, seen: &mut HashMap<String, usize>) -> String {
 
 impl SocketTable {
     /// Takes the sockets `bind_all` bound at start; returns the table and the first plan.
-    pub fn from_bound(sockets: Vec<BoundSocket>) -> (SocketTable, Plan) {
+    pub(crate) fn from_bound(sockets: Vec<BoundSocket>) -> (SocketTable, Plan) {
         let mut table = SocketTable::default();
         let mut plan = Vec::new();
         let mut seen = HashMap::new();
@@ -62,7 +62,7 @@ impl SocketTable {
 
     /// Makes sure every socket `config` needs exists (binding the new ones) and returns the
     /// plan. Nothing is added if any bind fails.
-    pub fn ensure(&mut self, config: &Config) -> io::Result<Plan> {
+    pub(crate) fn ensure(&mut self, config: &Config) -> io::Result<Plan> {
         let mut plan = Vec::new();
         let mut fresh: BTreeMap<String, Entry> = BTreeMap::new();
         let mut seen = HashMap::new();
@@ -132,7 +132,7 @@ impl SocketTable {
     }
 
     /// Closes the sockets whose key is not in `used`; returns their keys.
-    pub fn retain(&mut self, used: &HashSet<&str>) -> Vec<String> {
+    pub(crate) fn retain(&mut self, used: &HashSet<&str>) -> Vec<String> {
         let gone: Vec<String> = self
             .entries
             .keys()
@@ -145,20 +145,17 @@ impl SocketTable {
         gone
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    pub fn local_addr(&self, key: &str) -> Option<SocketAddr> {
+    #[cfg(test)]
+    pub(crate) fn local_addr(&self, key: &str) -> Option<SocketAddr> {
         self.entries.get(key).map(|e| e.local)
     }
 
     /// The labelled fds of `plan`, for `fdpass::send_listeners`.
-    pub fn labelled(&self, plan: &Plan) -> io::Result<Vec<(String, BorrowedFd<'_>)>> {
+    pub(crate) fn labelled(&self, plan: &Plan) -> io::Result<Vec<(String, BorrowedFd<'_>)>> {
         plan.iter()
             .map(|(key, fe)| {
                 let e = self
@@ -180,7 +177,7 @@ fn entry(socket: TcpListener) -> io::Result<Entry> {
 
 /// Worker side: rebuilds `BoundSocket`s from the labelled fds the master sent, checking each
 /// label against `config`.
-pub fn adopt(config: &Config, received: Vec<(String, OwnedFd)>) -> io::Result<Vec<BoundSocket>> {
+pub(crate) fn adopt(config: &Config, received: Vec<(String, OwnedFd)>) -> io::Result<Vec<BoundSocket>> {
     let bad = |label: &str, why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("socket `{label}`: {why}"));
     let mut out = Vec::with_capacity(received.len());
     for (label, fd) in received {

@@ -6,19 +6,19 @@
 use std::time::Duration;
 
 /// A worker that lived this long counts as healthy: its death restarts at once.
-pub const STABLE: Duration = Duration::from_secs(10);
-pub const FIRST_DELAY: Duration = Duration::from_millis(100);
-pub const MAX_DELAY: Duration = Duration::from_secs(10);
+pub(crate) const STABLE: Duration = Duration::from_secs(10);
+pub(crate) const FIRST_DELAY: Duration = Duration::from_millis(100);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// Consecutive deaths of workers that lived less than `STABLE`.
     quick_deaths: u32,
 }
 
 impl Backoff {
     /// A serving worker died after living `lived`: how long to wait before the restart.
-    pub fn on_death(&mut self, lived: Duration) -> Duration {
+    pub(crate) fn on_death(&mut self, lived: Duration) -> Duration {
         if lived >= STABLE {
             self.quick_deaths = 0;
         }

@@ -19,13 +19,13 @@ use crate::live::server::{ServerLive, ServerSlot};
 
 /// A slot on a server, as this worker holds it: dropping it releases the slot and tells
 /// this worker's balancer.
-pub struct HeldSlot<'a> {
+pub(crate) struct HeldSlot<'a> {
     slot: Option<ServerSlot>,
     backend: &'a LocalBackend,
 }
 
 impl HeldSlot<'_> {
-    pub fn server(&self) -> Option<&Arc<ServerLive>> {
+    pub(crate) fn server(&self) -> Option<&Arc<ServerLive>> {
         self.slot.as_ref().map(ServerSlot::server)
     }
 }
@@ -42,7 +42,7 @@ impl Drop for HeldSlot<'_> {
 
 /// A server connection ready for a session: a socket (TCP mode), or what HTTP mode keeps
 /// (`S`, which a fresh socket becomes).
-pub struct Connected<'a, S = TcpStream> {
+pub(crate) struct Connected<'a, S = TcpStream> {
     pub stream: S,
     pub slot: HeldSlot<'a>,
     pub server: Arc<ServerLive>,
@@ -51,7 +51,7 @@ pub struct Connected<'a, S = TcpStream> {
 }
 
 /// A fresh connection to a server of `backend` (TCP mode).
-pub async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected<'_, TcpStream>, Error> {
+pub(crate) async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected<'_, TcpStream>, Error> {
     connect_or_reuse(ctx, backend, |_| None).await
 }
 
@@ -62,7 +62,7 @@ fn no_server(context: String) -> Error {
 /// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries`.
-pub async fn connect_or_reuse<S: From<TcpStream>>(
+pub(crate) async fn connect_or_reuse<S: From<TcpStream>>(
     ctx: &WorkerCtx,
     backend: usize,
     mut reuse: impl FnMut(ServerId) -> Option<S>,

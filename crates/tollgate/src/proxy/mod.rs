@@ -1,9 +1,9 @@
 //! A client connection's life (a *session*): choose a server, connect, relay until both
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
 
-pub mod connect;
-pub mod http;
-pub mod tcp;
+pub(crate) mod connect;
+pub(crate) mod http;
+pub(crate) mod tcp;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -14,7 +14,7 @@ use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
 /// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`).
-pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, peer: SocketAddr) {
+pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, peer: SocketAddr) {
     let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
         return;
     };
@@ -43,7 +43,7 @@ fn log_end(ctx: &WorkerCtx, frontend: &str, peer: SocketAddr, e: &Error) {
 }
 
 /// The names of a backend and one of its servers, `-` for none.
-pub fn names(config: &Config, backend: Option<usize>, server: Option<crate::ids::ServerId>) -> (&str, &str) {
+pub(crate) fn names(config: &Config, backend: Option<usize>, server: Option<crate::ids::ServerId>) -> (&str, &str) {
     let spec = backend.and_then(|b| config.backends.get(b));
     let server = spec
         .zip(server)

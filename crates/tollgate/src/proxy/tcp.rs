@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::relay::{Endpoint, Layered, relay_endpoints};
 use crate::tls::{ktls, passthrough};
 
-pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {
+pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {
     let fe = ctx
         .shared
         .config

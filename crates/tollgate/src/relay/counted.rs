@@ -13,23 +13,23 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::stats::Counter;
 
-pub struct Counted<'c, W> {
+pub(crate) struct Counted<'c, W> {
     inner: W,
     counter: &'c Counter,
 }
 
 impl<'c, W> Counted<'c, W> {
-    pub fn new(inner: W, counter: &'c Counter) -> Self {
+    pub(crate) fn new(inner: W, counter: &'c Counter) -> Self {
         Counted { inner, counter }
     }
 
-    pub fn get_mut(&mut self) -> &mut W {
+    pub(crate) fn get_mut(&mut self) -> &mut W {
         &mut self.inner
     }
 
     /// Counts `written` bytes: for writes made through `get_mut()` with a method this
     /// adapter cannot see (see `ClientStream::poll_write_last`).
-    pub fn count(&self, written: &Poll<io::Result<usize>>) {
+    pub(crate) fn count(&self, written: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = written {
             self.counter.add(*n as u64);
         }

@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 
 /// One side of a relay: a plain socket, or a stream with a layer (TLS) whose plaintext is
 /// relayed. `Pending` always means a waker was registered.
-pub trait Endpoint {
+pub(crate) trait Endpoint {
     /// Cheap readiness check before a buffer is taken (a layered stream says "ready" and
     /// lets the read decide).
     fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
@@ -100,7 +100,7 @@ impl Endpoint for &TcpStream {
 }
 
 /// A stream with a layer (a rustls client or server stream).
-pub struct Layered<T>(pub T);
+pub(crate) struct Layered<T>(pub T);
 
 impl<T: AsyncRead + AsyncWrite + Unpin> Endpoint for Layered<T> {
     fn poll_read_ready(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {

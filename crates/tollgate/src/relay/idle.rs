@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// The sans-io part: fed the progress counter at every tick, says when `idle` has passed.
 #[derive(Debug)]
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     idle: Duration,
     tick: Duration,
     last: u64,
@@ -18,7 +18,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn new(idle: Duration) -> Self {
+    pub(crate) fn new(idle: Duration) -> Self {
         Watchdog {
             idle,
             tick: (idle / 4).max(Duration::from_millis(1)),
@@ -28,12 +28,12 @@ impl Watchdog {
     }
 
     /// How often the owner should call `on_tick`.
-    pub fn tick(&self) -> Duration {
+    pub(crate) fn tick(&self) -> Duration {
         self.tick
     }
 
     /// Called once per tick with the current progress; true once nothing moved for `idle`.
-    pub fn on_tick(&mut self, progress: u64) -> bool {
+    pub(crate) fn on_tick(&mut self, progress: u64) -> bool {
         if progress != self.last {
             self.last = progress;
             self.quiet = Duration::ZERO;
@@ -46,22 +46,22 @@ impl Watchdog {
 
 /// Bytes moved by a connection in either direction, shared with an async `watchdog`.
 #[derive(Debug, Default)]
-pub struct Progress(Cell<u64>);
+pub(crate) struct Progress(Cell<u64>);
 
 impl Progress {
     #[inline]
-    pub fn moved(&self, bytes: usize) {
+    pub(crate) fn moved(&self, bytes: usize) {
         self.0.set(self.0.get().wrapping_add(bytes as u64));
     }
 
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.get()
     }
 }
 
 /// Resolves when `progress` has not changed for `idle`. One timer, re-armed in place (no
 /// allocation).
-pub async fn watchdog(progress: &Progress, idle: Duration) {
+pub(crate) async fn watchdog(progress: &Progress, idle: Duration) {
     let mut dog = Watchdog::new(idle);
     let sleep = tokio::time::sleep(dog.tick());
     tokio::pin!(sleep);

@@ -9,7 +9,7 @@
 //! then on everything goes through tokio's readiness. (Under peerbench's wrk the request
 //! usually comes a moment after accept(), so most sessions there do register.)
 //!
-//! A response after which the connection closes is written with `MSG_MORE` (`write_last`):
+//! A response after which the connection closes is written with `MSG_MORE` (`poll_send_more`):
 //! the kernel holds its last partial segment, and the shutdown(Write) that follows sends it
 //! with the FIN, one packet (and one ACK from the client) instead of two.
 //!
@@ -28,7 +28,7 @@ use rustix::net::SendFlags;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-pub struct LazySocket {
+pub(crate) struct LazySocket {
     state: State,
 }
 
@@ -42,14 +42,14 @@ enum State {
 
 impl LazySocket {
     /// `stream` must be non-blocking.
-    pub fn new(stream: std::net::TcpStream) -> Self {
+    pub(crate) fn new(stream: std::net::TcpStream) -> Self {
         LazySocket {
             state: State::Direct(stream),
         }
     }
 
     /// The socket while it is not registered (reads and writes on it must not block).
-    pub fn direct(&self) -> Option<&std::net::TcpStream> {
+    pub(crate) fn direct(&self) -> Option<&std::net::TcpStream> {
         match &self.state {
             State::Direct(s) => Some(s),
             _ => None,
@@ -57,7 +57,7 @@ impl LazySocket {
     }
 
     /// The registered stream, registering it now if it is not yet.
-    pub fn registered(&mut self) -> io::Result<&mut TcpStream> {
+    pub(crate) fn registered(&mut self) -> io::Result<&mut TcpStream> {
         if matches!(self.state, State::Direct(_))
             && let State::Direct(s) = std::mem::replace(&mut self.state, State::Broken)
         {
@@ -69,7 +69,7 @@ impl LazySocket {
         }
     }
 
-    pub fn into_registered(mut self) -> io::Result<TcpStream> {
+    pub(crate) fn into_registered(mut self) -> io::Result<TcpStream> {
         self.registered()?;
         match self.state {
             State::Registered(s) => Ok(s),
@@ -77,23 +77,8 @@ impl LazySocket {
         }
     }
 
-    /// Writes all of `buf` as the last bytes of this side, then half-closes: the held-back
-    /// tail leaves with the FIN. The half-close must not be left to close(): closing with
-    /// unread bytes from the client makes the kernel send a reset and drop unsent data.
-    pub async fn write_last(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        while !buf.is_empty() {
-            let n = std::future::poll_fn(|cx| self.poll_send_more(cx, buf)).await?;
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            buf = buf.get(n..).unwrap_or_default();
-        }
-        self.shutdown_write();
-        Ok(())
-    }
-
     /// Half-closes after the last write, sending what `MSG_MORE` held back with the FIN.
-    pub fn shutdown_write(&self) {
+    pub(crate) fn shutdown_write(&self) {
         // Everything is written; a failure here only means the client is already gone.
         let _ = match &self.state {
             State::Direct(s) => s.shutdown(Shutdown::Write),
@@ -102,8 +87,8 @@ impl LazySocket {
         };
     }
 
-    /// One `send` with `MSG_MORE` (see `write_last`).
-    pub fn poll_send_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    /// One `send` with `MSG_MORE`: the last writes before `shutdown_write`.
+    pub(crate) fn poll_send_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.poll_io(|s| send_more(s.as_fd(), buf), |s| poll_send_more(&s, cx, buf))
     }
 
@@ -134,7 +119,7 @@ fn send_more(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
 }
 
 /// `send_more` on a registered socket, waiting for writability when it would block.
-pub fn poll_send_more(stream: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+pub(crate) fn poll_send_more(stream: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
     loop {
         match stream.try_io(Interest::WRITABLE, || send_more(stream.as_fd(), buf)) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(stream.poll_write_ready(cx))?,
@@ -252,6 +237,20 @@ mod tests {
         assert!(rest.is_empty());
     }
 
+    /// Writes all of `buf` as the last bytes of this side, then half-closes (what an HTTP
+    /// session does through `ClientStream::write_last`).
+    async fn write_last(lazy: &mut LazySocket, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = std::future::poll_fn(|cx| lazy.poll_send_more(cx, buf)).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buf = buf.get(n..).unwrap_or_default();
+        }
+        lazy.shutdown_write();
+        Ok(())
+    }
+
     /// The last write is held for the FIN, never lost: the peer reads all of it, then EOF,
     /// for a write far larger than one segment too.
     #[tokio::test]
@@ -267,7 +266,7 @@ mod tests {
                 got
             };
             let writer = async {
-                lazy.write_last(&data).await.unwrap();
+                write_last(&mut lazy, &data).await.unwrap();
                 drop(lazy);
             };
             let (got, ()) = tokio::join!(reader, writer);

@@ -15,19 +15,19 @@
 //! relay gets what it uses ([`Resources`]) from its caller. So `tls` (kTLS endpoints),
 //! `ctx` (the pools) and `proxy` (sessions) can all build on it.
 
-pub mod counted;
-pub mod endpoint;
-pub mod idle;
-pub mod lazy;
-pub mod pipes;
-pub mod pump;
-pub mod server_conn;
+pub(crate) mod counted;
+pub(crate) mod endpoint;
+pub(crate) mod idle;
+pub(crate) mod lazy;
+pub(crate) mod pipes;
+pub(crate) mod pump;
+pub(crate) mod server_conn;
 
 use std::rc::Rc;
 
-pub use endpoint::{Endpoint, Layered};
-pub use pump::relay_endpoints;
-pub use server_conn::ServerConn;
+pub(crate) use endpoint::{Endpoint, Layered};
+pub(crate) use pump::relay_endpoints;
+pub(crate) use server_conn::ServerConn;
 
 use crate::buffer::BufferPool;
 use crate::stats::WorkerStats;
@@ -36,7 +36,7 @@ use pipes::PipePool;
 /// What a relay borrows from its worker: copy buffers, splice pipes, and the counters it
 /// moves (bytes each way, bytes spliced, idle timeouts).
 #[derive(Clone, Copy)]
-pub struct Resources<'a> {
+pub(crate) struct Resources<'a> {
     pub buffers: &'a Rc<BufferPool>,
     pub pipes: &'a Rc<PipePool>,
     pub stats: &'a WorkerStats,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::stats::WorkerStats;
 
-pub struct PipePool {
+pub(crate) struct PipePool {
     cap: usize,
     size: usize,
     /// Pipes that exist (lent + pooled).
@@ -24,7 +24,7 @@ pub struct PipePool {
 
 impl PipePool {
     /// `size`: capacity asked of the kernel for each new pipe (best effort).
-    pub fn new(cap: usize, size: usize, stats: Arc<WorkerStats>) -> Rc<Self> {
+    pub(crate) fn new(cap: usize, size: usize, stats: Arc<WorkerStats>) -> Rc<Self> {
         Rc::new(PipePool {
             cap,
             size,
@@ -36,7 +36,7 @@ impl PipePool {
 
     /// A pipe, or `None` when the cap is reached or the kernel refuses one (the caller
     /// keeps copying through buffers).
-    pub fn try_get(self: &Rc<Self>) -> Option<PooledPipe> {
+    pub(crate) fn try_get(self: &Rc<Self>) -> Option<PooledPipe> {
         let pooled = self.free.borrow_mut().pop();
         let (fds, capacity) = match pooled {
             Some(fds) => {
@@ -61,7 +61,8 @@ impl PipePool {
         })
     }
 
-    pub fn open(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
         self.open.get()
     }
 }
@@ -71,7 +72,7 @@ fn pipe_capacity(w: &OwnedFd) -> usize {
 }
 
 /// A pipe on loan; dropping it returns it to the pool if empty, closes it otherwise.
-pub struct PooledPipe {
+pub(crate) struct PooledPipe {
     fds: Option<(OwnedFd, OwnedFd)>,
     /// Bytes the pipe can hold.
     pub capacity: usize,
@@ -81,11 +82,11 @@ pub struct PooledPipe {
 }
 
 impl PooledPipe {
-    pub fn read_end(&self) -> Option<BorrowedFd<'_>> {
+    pub(crate) fn read_end(&self) -> Option<BorrowedFd<'_>> {
         self.fds.as_ref().map(|(r, _)| r.as_fd())
     }
 
-    pub fn write_end(&self) -> Option<BorrowedFd<'_>> {
+    pub(crate) fn write_end(&self) -> Option<BorrowedFd<'_>> {
         self.fds.as_ref().map(|(_, w)| w.as_fd())
     }
 }

@@ -35,7 +35,7 @@ use crate::stats::Counter;
 
 /// Relays between two endpoints until both directions reached EOF, one failed, or nothing
 /// moved for `idle`; `splice` applies when both are plain sockets.
-pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
+pub(crate) async fn relay_endpoints<C: Endpoint, S: Endpoint>(
     res: Resources<'_>,
     client: &mut C,
     server: &mut S,

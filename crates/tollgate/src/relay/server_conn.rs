@@ -21,9 +21,9 @@ use tokio::net::TcpStream;
 use super::endpoint::{Endpoint, Layered};
 
 /// A TLS connection to a server.
-pub type ClientTlsStream = tokio_rustls::client::TlsStream<TcpStream>;
+pub(crate) type ClientTlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
-pub enum ServerConn {
+pub(crate) enum ServerConn {
     Plain(TcpStream),
     Tls(Box<ClientTlsStream>),
 }
@@ -35,7 +35,7 @@ impl From<TcpStream> for ServerConn {
 }
 
 impl ServerConn {
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         matches!(self, ServerConn::Tls(_))
     }
 
@@ -44,7 +44,7 @@ impl ServerConn {
     /// EOF or stray bytes make it unusable. Through TLS the look is a read by rustls: a
     /// close_notify, EOF or application data end it; records without data (a session
     /// ticket, a key update) are taken in and leave it usable.
-    pub fn is_usable_idle(&mut self) -> bool {
+    pub(crate) fn is_usable_idle(&mut self) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         let mut probe = [0u8; 1];
         match self {

@@ -8,7 +8,7 @@ use crate::ctx::WorkerCtx;
 use crate::ctx::inbox::{Message, Receiver};
 
 /// Runs the inbox until the worker stops.
-pub async fn run(ctx: Rc<WorkerCtx>, mut inbox: Receiver) {
+pub(crate) async fn run(ctx: Rc<WorkerCtx>, mut inbox: Receiver) {
     while let Some(msg) = inbox.recv().await {
         match msg {
             Message::Connection(h) => crate::listener::spawn_session(&ctx, h.frontend, h.stream, h.peer, h.permits),

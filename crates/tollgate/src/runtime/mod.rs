@@ -5,10 +5,10 @@
 //! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
 //! what is in flight), hard stop (drop everything), join.
 
-pub mod inbox;
+pub(crate) mod inbox;
 pub mod limits;
-pub mod watchdog;
-pub mod worker;
+pub(crate) mod watchdog;
+pub(crate) mod worker;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use crate::live::server::ServerView;
 use crate::stats::{self, Snapshot, WorkerStats};
 
 /// Longest `Running::apply` waits for every worker thread to act on a command.
-pub const APPLY_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const APPLY_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub struct Running {
     shared: Arc<Shared>,
@@ -47,12 +47,12 @@ pub struct Running {
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
-pub const COUNTERS_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const COUNTERS_PERIOD: Duration = Duration::from_secs(10);
 
 /// Logs every worker's counters, summed, at debug (`counters: name=value ...`, or
 /// `counters at stop: ...`); nothing, and no formatting, otherwise.
 /// Runs in the process that serves, so with a master it is the worker process that logs.
-pub fn log_counters(shared: &Shared, when: &str) {
+pub(crate) fn log_counters(shared: &Shared, when: &str) {
     if !tracing::enabled!(tracing::Level::DEBUG) {
         return;
     }
@@ -66,7 +66,7 @@ pub fn log_counters(shared: &Shared, when: &str) {
 }
 
 /// Worker 0's task: `log_counters` every `period`, the first one `period` after start.
-pub async fn log_counters_every(shared: Arc<Shared>, period: Duration) {
+pub(crate) async fn log_counters_every(shared: Arc<Shared>, period: Duration) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -182,7 +182,7 @@ impl Running {
 
     /// Applies a runtime change to the live state every thread reads, and tells every
     /// thread what it must act on itself (its balancer's weights, its sessions to close).
-    pub fn apply(&self, change: &ServerChange) -> Result<(), String> {
+    pub(crate) fn apply(&self, change: &ServerChange) -> Result<(), String> {
         let config = &self.shared.config;
         let index = config
             .backends

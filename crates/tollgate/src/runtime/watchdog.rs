@@ -29,12 +29,12 @@ use tollgate_sys::cputime::ThreadCpuClock;
 use crate::config::Watchdog as Config;
 
 /// The tick-task period for `config`.
-pub fn tick(config: &Config) -> Duration {
+pub(crate) fn tick(config: &Config) -> Duration {
     (config.warn_after / 4).clamp(Duration::from_millis(5), Duration::from_millis(50))
 }
 
 /// One watched thread.
-pub struct Watched {
+pub(crate) struct Watched {
     pub worker: usize,
     pub name: String,
     pub tid: i32,
@@ -45,18 +45,18 @@ pub struct Watched {
 impl Watched {
     /// Called by the tick task on the watched thread.
     #[inline]
-    pub fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.progress.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 #[derive(Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     threads: Mutex<Vec<Arc<Watched>>>,
 }
 
 /// Keeps a thread registered; unregisters on drop (on the thread, before it exits).
-pub struct Registration {
+pub(crate) struct Registration {
     registry: Arc<Registry>,
     pub watched: Arc<Watched>,
 }
@@ -71,7 +71,7 @@ impl Drop for Registration {
 
 impl Registry {
     /// Registers the calling thread as `worker`.
-    pub fn register(self: &Arc<Self>, worker: usize) -> std::io::Result<Registration> {
+    pub(crate) fn register(self: &Arc<Self>, worker: usize) -> std::io::Result<Registration> {
         let watched = Arc::new(Watched {
             worker,
             name: std::thread::current().name().unwrap_or("?").to_string(),
@@ -91,7 +91,7 @@ impl Registry {
 
 /// What `Watch::observe` concluded for one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Fine,
     /// Burned this much CPU without progress (reported once per stall).
     Stalled(Duration),
@@ -103,7 +103,7 @@ pub enum Verdict {
 
 /// The sans-io watch over one thread: fed (progress, CPU time, now) at every sample.
 #[derive(Debug)]
-pub struct Watch {
+pub(crate) struct Watch {
     progress: u64,
     cpu_at: Duration,
     wall_at: Instant,
@@ -112,7 +112,7 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(progress: u64, cpu: Duration, now: Instant) -> Watch {
+    pub(crate) fn new(progress: u64, cpu: Duration, now: Instant) -> Watch {
         Watch {
             progress,
             cpu_at: cpu,
@@ -122,7 +122,7 @@ impl Watch {
         }
     }
 
-    pub fn observe(&mut self, config: &Config, progress: u64, cpu: Duration, now: Instant) -> Verdict {
+    pub(crate) fn observe(&mut self, config: &Config, progress: u64, cpu: Duration, now: Instant) -> Verdict {
         if progress != self.progress {
             *self = Watch::new(progress, cpu, now);
             return Verdict::Fine;
@@ -148,7 +148,7 @@ impl Watch {
 }
 
 /// The running watchdog thread; stops (and is joined) on drop.
-pub struct Handle {
+pub(crate) struct Handle {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -162,7 +162,7 @@ impl Drop for Handle {
     }
 }
 
-pub fn start(registry: Arc<Registry>, config: Config) -> std::io::Result<Handle> {
+pub(crate) fn start(registry: Arc<Registry>, config: Config) -> std::io::Result<Handle> {
     let (stop, stopped) = mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("tollgate-watchdog".into())

@@ -12,7 +12,7 @@ use crate::ctx::{Phase, Shared, WorkerCtx};
 use crate::listener::BoundSocket;
 use crate::listener::accept::{self, Dispatcher};
 
-pub struct WorkerPlan {
+pub(crate) struct WorkerPlan {
     pub id: usize,
     pub own_sockets: Vec<BoundSocket>,
     /// Shared sockets this worker accepts from on behalf of all (worker 0 only).
@@ -44,7 +44,7 @@ impl Drop for Accepting {
 }
 
 /// The body of a worker thread: serve until told to stop, drain, return.
-pub fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> std::io::Result<()> {
+pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build_local(Default::default())?;

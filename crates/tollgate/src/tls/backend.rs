@@ -9,9 +9,9 @@ use tokio_rustls::TlsConnector;
 use crate::config::model::ServerTls;
 use crate::error::{Error, ErrorKind, Side};
 
-pub type ClientTlsStream = tokio_rustls::client::TlsStream<TcpStream>;
+pub(crate) type ClientTlsStream = tokio_rustls::client::TlsStream<TcpStream>;
 
-pub async fn connect(
+pub(crate) async fn connect(
     tls: &ServerTls,
     stream: TcpStream,
     limit: std::time::Duration,

@@ -82,7 +82,7 @@ const RECORD_HEADER: usize = 5;
 /// exactly at a record boundary, and how many more bytes finish the current record (or its
 /// header, while the length is not known yet).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct RecordFraming {
+pub(crate) struct RecordFraming {
     header: [u8; RECORD_HEADER],
     /// Header bytes seen of the current record (0 while in a body or at a boundary).
     header_seen: usize,
@@ -92,7 +92,7 @@ pub struct RecordFraming {
 
 impl RecordFraming {
     /// Accounts for `data`, the next bytes of the stream.
-    pub fn feed(&mut self, mut data: &[u8]) {
+    pub(crate) fn feed(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             if self.body_left > 0 {
                 let n = self.body_left.min(data.len());
@@ -117,13 +117,13 @@ impl RecordFraming {
     }
 
     /// The bytes seen so far are whole records.
-    pub fn at_boundary(&self) -> bool {
+    pub(crate) fn at_boundary(&self) -> bool {
         self.header_seen == 0 && self.body_left == 0
     }
 
     /// How many bytes may be read without crossing the end of the current record (or of its
     /// header). At a boundary: a whole header.
-    pub fn until_boundary(&self) -> usize {
+    pub(crate) fn until_boundary(&self) -> usize {
         if self.body_left > 0 {
             self.body_left
         } else {
@@ -140,7 +140,7 @@ impl RecordFraming {
 /// tracks the record framing of what it hands to rustls, and once corked never reads past the
 /// end of the current record (so rustls can be left holding no partial record).
 #[derive(Debug)]
-pub struct CorkStream<IO> {
+pub(crate) struct CorkStream<IO> {
     io: IO,
     framing: RecordFraming,
     corked: bool,
@@ -148,7 +148,7 @@ pub struct CorkStream<IO> {
 }
 
 impl<IO> CorkStream<IO> {
-    pub fn new(io: IO) -> Self {
+    pub(crate) fn new(io: IO) -> Self {
         CorkStream {
             io,
             framing: RecordFraming::default(),
@@ -157,16 +157,12 @@ impl<IO> CorkStream<IO> {
         }
     }
 
-    pub fn get_ref(&self) -> &IO {
-        &self.io
-    }
-
-    pub fn into_inner(self) -> IO {
+    pub(crate) fn into_inner(self) -> IO {
         self.io
     }
 
     /// Everything handed to rustls so far is whole records.
-    pub fn at_boundary(&self) -> bool {
+    pub(crate) fn at_boundary(&self) -> bool {
         self.framing.at_boundary()
     }
 
@@ -235,7 +231,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for CorkStream<IO> {
 
 /// Where a connection stands with respect to kTLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handover {
+pub(crate) enum Handover {
     /// In userspace; hand over once `after_bytes` of plaintext moved.
     Pending { after_bytes: u64 },
     /// The kernel does the record layer.
@@ -247,7 +243,7 @@ pub enum Handover {
 
 /// What the connection looks like at a possible handover point.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// Received bytes handed to rustls end at a record boundary.
     pub at_boundary: bool,
     /// rustls has TLS data to send (not flushed yet).
@@ -265,7 +261,7 @@ pub struct Readiness {
 
 /// The outcome of [`Handover::decide`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Below the threshold (or not pending): nothing to do.
     NotDue,
     /// Due, but not at a safe point: keep going in userspace (corked) and ask again.
@@ -278,13 +274,13 @@ pub enum Decision {
 
 impl Handover {
     /// Cheap check, before any rustls state is looked at.
-    pub fn due(&self, moved: u64) -> bool {
+    pub(crate) fn due(&self, moved: u64) -> bool {
         matches!(*self, Handover::Pending { after_bytes } if moved >= after_bytes)
     }
 
     /// Whether to hand over now. Secret extraction consumes the rustls connection, so `Go`
     /// is only said when nothing is buffered anywhere in rustls, in either direction.
-    pub fn decide(&self, moved: u64, r: &Readiness) -> Decision {
+    pub(crate) fn decide(&self, moved: u64, r: &Readiness) -> Decision {
         if !self.due(moved) {
             return Decision::NotDue;
         }
@@ -303,7 +299,7 @@ impl Handover {
 // ---------------------------------------------------------------------------------------
 
 /// The kernel's cipher for a rustls cipher suite (`None`: the kernel path does not take it).
-pub fn kernel_cipher(suite: CipherSuite) -> Option<KtlsCipher> {
+pub(crate) fn kernel_cipher(suite: CipherSuite) -> Option<KtlsCipher> {
     match suite {
         CipherSuite::TLS13_AES_128_GCM_SHA256
         | CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
@@ -319,7 +315,7 @@ pub fn kernel_cipher(suite: CipherSuite) -> Option<KtlsCipher> {
 }
 
 /// The kernel's protocol version for a rustls one.
-pub fn kernel_version(v: ProtocolVersion) -> Option<TlsVersion> {
+pub(crate) fn kernel_version(v: ProtocolVersion) -> Option<TlsVersion> {
     match v {
         ProtocolVersion::TLSv1_2 => Some(TlsVersion::Tls12),
         ProtocolVersion::TLSv1_3 => Some(TlsVersion::Tls13),
@@ -328,7 +324,7 @@ pub fn kernel_version(v: ProtocolVersion) -> Option<TlsVersion> {
 }
 
 /// One direction's `crypto_info` contents, in fixed arrays (no allocation), wiped on drop.
-pub struct KernelKeys {
+pub(crate) struct KernelKeys {
     pub version: TlsVersion,
     pub cipher: KtlsCipher,
     key: [u8; 32],
@@ -374,7 +370,7 @@ impl KernelKeys {
     ///   itself instead (RFC 5288 §3's suggestion), which collides with rustls' pseudo-random
     ///   `N[4..12] ⊕ k` only with negligible probability. For RX the kernel reads the explicit
     ///   nonce from each record, so only `salt` matters there.
-    pub fn new(version: TlsVersion, cipher: KtlsCipher, key: &[u8], nonce: &[u8; 12], seq: u64) -> Option<Self> {
+    pub(crate) fn new(version: TlsVersion, cipher: KtlsCipher, key: &[u8], nonce: &[u8; 12], seq: u64) -> Option<Self> {
         let (key_len, _, _, _) = cipher.lengths();
         if key.len() != key_len {
             return None;
@@ -404,7 +400,7 @@ impl KernelKeys {
     }
 
     /// From one direction of `ExtractedSecrets` (`(seq, secrets)`).
-    pub fn from_rustls(version: TlsVersion, seq: u64, secrets: &ConnectionTrafficSecrets) -> Option<Self> {
+    pub(crate) fn from_rustls(version: TlsVersion, seq: u64, secrets: &ConnectionTrafficSecrets) -> Option<Self> {
         let (cipher, key, iv) = match secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (KtlsCipher::Aes128Gcm, key, iv),
             ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (KtlsCipher::Aes256Gcm, key, iv),
@@ -416,7 +412,7 @@ impl KernelKeys {
     }
 
     /// The slices `set_ktls_crypto` takes, cut to the cipher's lengths.
-    pub fn secrets(&self) -> KtlsSecrets<'_> {
+    pub(crate) fn secrets(&self) -> KtlsSecrets<'_> {
         let (k, i, s, r) = self.cipher.lengths();
         KtlsSecrets {
             key: self.key.get(..k).unwrap_or_default(),
@@ -436,7 +432,7 @@ impl KernelKeys {
 // ---------------------------------------------------------------------------------------
 
 /// A terminated client connection that started in userspace rustls.
-pub type UserStream = tokio_rustls::server::TlsStream<CorkStream<TcpStream>>;
+pub(crate) type UserStream = tokio_rustls::server::TlsStream<CorkStream<TcpStream>>;
 
 #[allow(clippy::large_enum_variant)] // one per connection, moved once at the handover
 enum Conn {
@@ -448,7 +444,7 @@ enum Conn {
 
 /// The client side of a relay on a kTLS-eligible frontend: rustls until the handover, then
 /// the raw socket with the kernel doing TLS (see the module doc).
-pub struct KtlsClient<'a> {
+pub(crate) struct KtlsClient<'a> {
     conn: Conn,
     handover: Handover,
     /// Plaintext moved through this endpoint in userspace, both directions.
@@ -464,7 +460,7 @@ fn gone() -> io::Error {
 }
 
 impl<'a> KtlsClient<'a> {
-    pub fn new(stream: UserStream, after_bytes: u64, stats: &'a WorkerStats) -> Self {
+    pub(crate) fn new(stream: UserStream, after_bytes: u64, stats: &'a WorkerStats) -> Self {
         KtlsClient {
             conn: Conn::User(stream),
             handover: Handover::Pending { after_bytes },
@@ -475,7 +471,8 @@ impl<'a> KtlsClient<'a> {
         }
     }
 
-    pub fn handover(&self) -> Handover {
+    #[cfg(test)]
+    pub(crate) fn handover(&self) -> Handover {
         self.handover
     }
 

@@ -10,8 +10,8 @@
 //!
 //! Certificates, the SNI matcher and the rustls configs are built at config load
 //! (`config::tls`, `config::sni`) and shared by every worker.
-pub mod backend;
+pub(crate) mod backend;
 pub mod client_hello;
 pub mod ktls;
-pub mod passthrough;
-pub mod terminate;
+pub(crate) mod passthrough;
+pub(crate) mod terminate;

@@ -17,7 +17,7 @@ use crate::config::model::{Frontend, RouteAction};
 
 /// Why no ClientHello could be read.
 #[derive(Debug)]
-pub enum InspectError {
+pub(crate) enum InspectError {
     /// Not a ClientHello, malformed, or larger than the limit.
     Hello(HelloError),
     /// The client closed before a whole ClientHello arrived.
@@ -38,7 +38,7 @@ impl std::fmt::Display for InspectError {
 }
 
 /// Peeks until `buf` holds a whole ClientHello (or it cannot), by `deadline`.
-pub async fn peek_client_hello(
+pub(crate) async fn peek_client_hello(
     stream: &TcpStream,
     buf: &mut [u8],
     deadline: Instant,
@@ -85,7 +85,7 @@ pub async fn peek_client_hello(
 /// The backend for a connection that sent `sni`: the matching `sni` route (exact, then
 /// wildcard), else the first route without conditions, else `default_backend`. `None` =
 /// refuse (no match with `reject_unknown_sni`, or nowhere to go).
-pub fn route(fe: &Frontend, sni: Option<&str>) -> Option<usize> {
+pub(crate) fn route(fe: &Frontend, sni: Option<&str>) -> Option<usize> {
     if let (Some(matcher), Some(name)) = (&fe.sni_routes, sni)
         && let Some(RouteAction::Backend(b)) = matcher.lookup(name).and_then(|i| fe.routes.get(i)).map(|r| &r.action)
     {

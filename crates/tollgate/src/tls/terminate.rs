@@ -19,11 +19,11 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::stats::{Counter, WorkerStats};
 
 /// A terminated client connection.
-pub type ServerTlsStream = tokio_rustls::server::TlsStream<TcpStream>;
+pub(crate) type ServerTlsStream = tokio_rustls::server::TlsStream<TcpStream>;
 
 /// Why a handshake failed, for the counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandshakeFailure {
+pub(crate) enum HandshakeFailure {
     Timeout,
     /// A protocol error or an alert (either way).
     Protocol,
@@ -34,15 +34,6 @@ pub enum HandshakeFailure {
 }
 
 impl HandshakeFailure {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HandshakeFailure::Timeout => "timeout",
-            HandshakeFailure::Protocol => "protocol",
-            HandshakeFailure::NoCert => "no-certificate",
-            HandshakeFailure::Closed => "closed",
-        }
-    }
-
     fn context(self) -> &'static str {
         match self {
             HandshakeFailure::Timeout => "TLS handshake: timeout",
@@ -84,7 +75,7 @@ impl Drop for Active<'_> {
 ///
 /// Waits for a `max_handshakes` slot first (the wait counts against the handshake
 /// deadline), so a flood of handshakes queues instead of eating every core.
-pub async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
+pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
     ctx: &WorkerCtx,
     tls: &FrontendTls,
     stream: IO,

@@ -21,7 +21,7 @@ use crate::relay::lazy::LazySocket;
 use crate::relay::{Endpoint, Layered, relay_endpoints};
 use crate::tls::terminate::ServerTlsStream;
 
-pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// The scheme the client used, for `X-Forwarded-Proto` / `Forwarded: proto=`.
     const PROTO: Proto;
 

@@ -48,7 +48,7 @@ enum Outcome {
     Failed(u16, Error),
 }
 
-pub async fn forward<C: ClientStream>(
+pub(super) async fn forward<C: ClientStream>(
     s: &mut Session<'_, C>,
     backend: usize,
     req: &RequestInfo,
@@ -444,7 +444,7 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, bac
 /// Reads and drops a request body the proxy answers itself. `Err(status)` if the
 /// connection cannot continue: answer `status` (bad framing, too large), or close quietly
 /// for 0 (client gone or idle).
-pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), u16> {
+pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), u16> {
     let mut tracker = s.request_tracker(framing);
     if tracker.is_done() {
         return Ok(());

@@ -26,7 +26,12 @@ use crate::ctx::WorkerCtx;
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
-pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: LazySocket, peer: SocketAddr) -> Result<(), Error> {
+pub(crate) async fn serve(
+    ctx: &Rc<WorkerCtx>,
+    frontend: usize,
+    client: LazySocket,
+    peer: SocketAddr,
+) -> Result<(), Error> {
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
     match tls {
         Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await,

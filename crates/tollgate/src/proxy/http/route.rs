@@ -4,7 +4,7 @@
 use crate::config::model::{Frontend, RouteAction};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 
-pub enum Decision<'a> {
+pub(super) enum Decision<'a> {
     Backend(usize),
     Return {
         status: u16,
@@ -14,7 +14,7 @@ pub enum Decision<'a> {
     NoRoute,
 }
 
-pub fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> Decision<'a> {
+pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> Decision<'a> {
     let chosen = if fe.routes.is_empty() {
         None
     } else {

@@ -12,7 +12,11 @@ use crate::relay::ServerConn;
 /// A connection to a server of `backend` for one request: an idle one from the pool
 /// (unless `fresh_only`), or a new one, TLS handshake included for a TLS server. A failed
 /// handshake is a `Tls` error on the back side (502), counted in `tls_backend_errors`.
-pub async fn open(ctx: &WorkerCtx, backend: usize, fresh_only: bool) -> Result<Connected<'_, ServerConn>, Error> {
+pub(super) async fn open(
+    ctx: &WorkerCtx,
+    backend: usize,
+    fresh_only: bool,
+) -> Result<Connected<'_, ServerConn>, Error> {
     let pool = &ctx.http_pool;
     let conn =
         connect::connect_or_reuse(ctx, backend, |server| if fresh_only { None } else { pool.take(server) }).await?;

@@ -22,7 +22,7 @@ use crate::relay::counted::Counted;
 
 /// What the proxy needs to remember of a request once its head bytes are consumed.
 #[derive(Debug, Clone, Copy)]
-pub struct RequestInfo {
+pub(super) struct RequestInfo {
     pub method: Method,
     pub version: Version,
     pub body: BodyFraming,
@@ -44,7 +44,7 @@ impl RequestInfo {
     }
 
     /// Safe to send twice (RFC 9110 9.2.2).
-    pub fn idempotent(&self) -> bool {
+    pub(super) fn idempotent(&self) -> bool {
         matches!(
             self.method,
             Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
@@ -60,7 +60,7 @@ enum HeadOutcome {
     Refuse(u16, &'static str),
 }
 
-pub struct Session<'a, C> {
+pub(super) struct Session<'a, C> {
     pub(super) ctx: &'a Rc<WorkerCtx>,
     pub(super) fe: &'a Frontend,
     /// Counted into `bytes_to_client` whichever path writes to it.
@@ -75,7 +75,7 @@ pub struct Session<'a, C> {
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
-    pub fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
+    pub(super) fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
         Some(Session {
             ctx,
@@ -99,7 +99,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
     }
 
-    pub async fn run(mut self) -> Result<(), Error> {
+    pub(super) async fn run(mut self) -> Result<(), Error> {
         loop {
             let head = match self.read_head().await? {
                 HeadOutcome::Head(head) => head,

@@ -29,7 +29,7 @@ use crate::http::h1::{self, BodyTracker};
 use crate::relay::idle::Progress;
 
 /// How an upload ended.
-pub enum Upload {
+pub(super) enum Upload {
     /// The whole body was sent.
     Complete,
     /// The server spoke (or went away) first; what it sent is in `back`.
@@ -38,7 +38,7 @@ pub enum Upload {
 
 /// Sends the body tracked by `tracker` (starting with the bytes already in `s.front`) to
 /// `server`, watching `server` as described in the module doc.
-pub async fn send_body<C, S>(
+pub(super) async fn send_body<C, S>(
     s: &mut Session<'_, C>,
     server: &mut S,
     back: &mut Inbound,
