@@ -50,14 +50,19 @@ impl RequestInfo {
             Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
         )
     }
+
+    /// May be replayed after an empty response: idempotent and nothing to send but the head.
+    pub fn replayable(&self) -> bool {
+        self.idempotent() && self.body == BodyFraming::None
+    }
 }
 
 enum HeadOutcome {
     Head(RequestHead),
     /// The client closed, or stayed idle past its keep-alive timeout: close quietly.
     Closed,
-    /// Answer with this status and close; the cause is for the warn line.
-    Refuse(u16, &'static str),
+    /// Answer (the error's status) and close.
+    Refuse(Error),
 }
 
 pub struct Session<'a, C> {
@@ -104,10 +109,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let head = match self.read_head().await? {
                 HeadOutcome::Head(head) => head,
                 HeadOutcome::Closed => return Ok(()),
-                HeadOutcome::Refuse(status, cause) => {
-                    let e = Error::new(ErrorKind::Protocol, Side::Front, cause);
-                    return self.refuse(status, &e).await;
-                }
+                HeadOutcome::Refuse(e) => return self.fail(&e).await,
             };
             self.served += 1;
             if !self.serve_request(head).await? {
@@ -138,7 +140,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 timeouts.http_keep_alive
             };
             match tokio::time::timeout(wait, self.client.wait_for_data(&mut self.front, &self.ctx.buffers)).await {
-                Err(_) if first => return Ok(HeadOutcome::Refuse(408, REQUEST_TIMEOUT)),
+                Err(_) if first => return Ok(HeadOutcome::Refuse(request_timeout())),
                 Err(_) => return Ok(HeadOutcome::Closed),
                 Ok(Err(e)) => return Err(Error::io(Side::Front, "wait for request", e)),
                 Ok(Ok(true)) => return Ok(HeadOutcome::Closed),
@@ -157,7 +159,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let read = tokio::select! {
                 biased;
                 r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
-                _ = &mut deadline => return Ok(HeadOutcome::Refuse(408, REQUEST_TIMEOUT)),
+                _ = &mut deadline => return Ok(HeadOutcome::Refuse(request_timeout())),
             };
             match read {
                 Ok(0) => return Ok(HeadOutcome::Closed),
@@ -177,9 +179,17 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
         match h1::parse_request_head(self.front.data(), limits, &mut self.scratch) {
             Ok(Some(head)) => Some(HeadOutcome::Head(head)),
-            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(431, "request head larger than the buffer")),
+            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(Error::new(
+                ErrorKind::BadRequest(431),
+                Side::Front,
+                "request head larger than the buffer",
+            ))),
             Ok(None) => None,
-            Err(e) => Some(HeadOutcome::Refuse(e.status(), e.as_str())),
+            Err(e) => Some(HeadOutcome::Refuse(Error::new(
+                ErrorKind::BadRequest(e.status()),
+                Side::Front,
+                e.as_str(),
+            ))),
         }
     }
 
@@ -194,11 +204,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
         {
             head.reclaim(&mut self.scratch);
             let e = Error::new(
-                ErrorKind::Protocol,
+                ErrorKind::BadRequest(413),
                 Side::Front,
                 "Content-Length over http.max_body_size",
             );
-            self.refuse(413, &e).await?;
+            self.fail(&e).await?;
             return Ok(false);
         }
         // What came with the head is judged before anything is decided or connected: a
@@ -206,15 +216,19 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let early = self.front.data().get(head.head_len..).unwrap_or_default();
         if let Err(e) = self.request_tracker(head.body).advance(early) {
             head.reclaim(&mut self.scratch);
-            let cause = Error::new(ErrorKind::Protocol, Side::Front, format!("bad request body: {e}"));
-            self.refuse(e.status(), &cause).await?;
+            let cause = Error::new(
+                ErrorKind::BadRequest(e.status()),
+                Side::Front,
+                format!("bad request body: {e}"),
+            );
+            self.fail(&cause).await?;
             return Ok(false);
         }
         match route::decide(self.fe, &head, self.front.data()) {
             Decision::NoRoute => {
                 head.reclaim(&mut self.scratch);
                 let e = Error::new(ErrorKind::NoServer, Side::Front, "no route and no default_backend");
-                self.refuse(503, &e).await?;
+                self.fail(&e).await?;
                 Ok(false)
             }
             Decision::Return {
@@ -224,14 +238,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
             } => {
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
-                match super::exchange::discard_body(self, req.body).await {
-                    Ok(()) => {}
-                    Err(0) => return Ok(false),
-                    Err(status) => {
-                        let e = Error::new(ErrorKind::Protocol, Side::Front, "bad request body");
-                        self.refuse(status, &e).await?;
-                        return Ok(false);
-                    }
+                if let Err(e) = super::exchange::discard_body(self, req.body).await {
+                    self.fail(&e).await?;
+                    return Ok(false);
                 }
                 let keep = req.keep_alive && !self.ctx.is_stopping();
                 fixed_response(status, content_type, body, keep, &mut self.out);
@@ -284,10 +293,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
         edits
     }
 
-    /// Sends a proxy-made error response, then closes without resetting it away; `cause`
-    /// goes into the warn line (`log_failure`).
-    pub(super) async fn refuse(&mut self, status: u16, cause: &Error) -> Result<(), Error> {
-        self.log_failure(status, cause);
+    /// A stream failed: log it, and when the error says the client can still be answered
+    /// (`Error::http_status`, the one place that picks the status), send the proxy-made
+    /// response and close without resetting it away.
+    pub(super) async fn fail(&mut self, cause: &Error) -> Result<(), Error> {
+        let status = cause.http_status();
+        self.log_failure(status.unwrap_or(0), cause);
+        let Some(status) = status else {
+            return Ok(());
+        };
         if status >= 500 {
             self.ctx.stats.http_proxy_5xx.add(1);
         } else {
@@ -324,7 +338,10 @@ impl<C> Session<'_, C> {
     }
 }
 
-const REQUEST_TIMEOUT: &str = "no complete request head within timeouts.http_request";
+fn request_timeout() -> Error {
+    let what = "no complete request head within timeouts.http_request";
+    Error::new(ErrorKind::IdleTimeout, Side::Front, what).during(crate::error::Phase::Request)
+}
 
 /// Half-closes, then reads and discards what the client still sends for a short while:
 /// closing with unread bytes would make the kernel send a reset that can destroy the
