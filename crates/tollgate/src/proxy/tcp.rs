@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 use super::idle::Watchdog;
 use super::pipes::{PipePool, PooledPipe};
+use super::record::StreamRecord;
 use crate::buffer::{BufferPool, Parked, PooledBuffer};
 use crate::config::model::{Frontend, Offload};
 use crate::error::{Error, ErrorKind, Side};
@@ -43,7 +44,12 @@ use crate::runtime::stats::Counter;
 use crate::runtime::worker::WorkerCtx;
 use crate::tls::{ktls, passthrough};
 
-pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {
+pub async fn serve(
+    ctx: &Rc<WorkerCtx>,
+    frontend: usize,
+    client: TcpStream,
+    rec: &mut StreamRecord,
+) -> Result<(), Error> {
     let fe = ctx
         .shared
         .config
@@ -53,7 +59,7 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> R
     if let Some(tls) = &fe.tls {
         // Boxed: the TLS states are large, and a plain TCP session should not carry (and copy
         // into its task) their size.
-        return Box::pin(serve_tls(ctx, fe, tls, client)).await;
+        return Box::pin(serve_tls(ctx, fe, tls, client, rec)).await;
     }
     let backend = match fe.sni_routes {
         Some(_) => inspect(ctx, fe, &client).await?,
@@ -61,7 +67,7 @@ pub async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> R
             .default_backend
             .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?,
     };
-    to_server(ctx, fe, backend, &client).await
+    to_server(ctx, fe, backend, &client, rec).await
 }
 
 async fn serve_tls(
@@ -69,6 +75,7 @@ async fn serve_tls(
     fe: &Frontend,
     tls: &crate::config::model::FrontendTls,
     client: TcpStream,
+    rec: &mut StreamRecord,
 ) -> Result<(), Error> {
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction {
         // Eligible for kTLS (decided at config load, after the probe): rustls over a
@@ -76,11 +83,11 @@ async fn serve_tls(
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
         let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
-        return to_server(ctx, fe, backend, client).await;
+        return to_server(ctx, fe, backend, client, rec).await;
     }
     let client = crate::tls::terminate::accept(ctx, tls, client).await?;
     let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
-    to_server(ctx, fe, backend, Layered(client)).await
+    to_server(ctx, fe, backend, Layered(client), rec).await
 }
 
 fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize, Error> {
@@ -113,15 +120,27 @@ async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<u
 }
 
 /// Connects to a server of `backend` (TLS if that server asks for it) and relays.
-async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, mut client: C) -> Result<(), Error> {
+async fn to_server<C: Endpoint>(
+    ctx: &WorkerCtx,
+    fe: &Frontend,
+    backend: usize,
+    mut client: C,
+    rec: &mut StreamRecord,
+) -> Result<(), Error> {
     let config = &ctx.shared.config;
+    rec.backend = Some(backend);
     let super::connect::Connected {
         stream: server,
         slot: _slot,
         server: live,
+        chosen,
+        connected,
         ..
-    } = super::connect::connect(ctx, backend).await?;
-    live.counters(ctx.id).requests.add(1);
+    } = super::connect::connect(ctx, backend, &mut rec.retries).await?;
+    rec.server = Some(live.id);
+    rec.timing.chosen = Some(rec.timing.since(chosen));
+    rec.timing.connected = Some(rec.timing.since(connected));
+    let moved = Moved::default();
     let idle = config.timeouts.client.min(config.timeouts.server);
     let epoch = live.kill_epoch();
     let relay = async {
@@ -131,9 +150,9 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
                     .await
                     .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
                     .map_err(|e| e.at(backend, Some(live.id)))?;
-                relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice).await
+                relay_endpoints(ctx, &mut client, &mut Layered(server), idle, fe.splice, &moved).await
             }
-            None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice).await,
+            None => relay_endpoints(ctx, &mut client, &mut &server, idle, fe.splice, &moved).await,
         }
     };
     let relayed = tokio::select! {
@@ -145,26 +164,32 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
             format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name),
         )),
     };
+    rec.bytes_to_server = moved.to_server.get();
+    rec.bytes_to_client = moved.to_client.get();
     relayed.map_err(|e| e.at(backend, Some(live.id)))
 }
 
-/// Relays until both directions reached EOF, one failed, or nothing moved for `idle`.
-pub async fn relay(ctx: &WorkerCtx, client: &TcpStream, server: &TcpStream, idle: Duration) -> Result<(), Error> {
-    relay_endpoints(ctx, &mut &*client, &mut &*server, idle, Offload::default()).await
+/// The bytes one relay moved each way (also counted for the worker as they move).
+#[derive(Debug, Default)]
+pub struct Moved {
+    pub to_server: Counter,
+    pub to_client: Counter,
 }
 
-/// `relay` for any pair of endpoints; `splice` applies when both are plain sockets.
+/// Relays until both directions reached EOF, one failed, or nothing moved for `idle`;
+/// `splice` applies when both are plain sockets.
 pub async fn relay_endpoints<C: Endpoint, S: Endpoint>(
     ctx: &WorkerCtx,
     client: &mut C,
     server: &mut S,
     idle: Duration,
     splice: Offload,
+    moved: &Moved,
 ) -> Result<(), Error> {
     let stats = &ctx.stats;
     let splice_at = splice.enabled.then_some(splice.after_bytes);
-    let mut upstream = Pump::new(Side::Front, ctx, &stats.bytes_to_server, splice_at);
-    let mut downstream = Pump::new(Side::Back, ctx, &stats.bytes_to_client, splice_at);
+    let mut upstream = Pump::new(Side::Front, ctx, (&stats.bytes_to_server, &moved.to_server), splice_at);
+    let mut downstream = Pump::new(Side::Back, ctx, (&stats.bytes_to_client, &moved.to_client), splice_at);
     let mut watchdog = Watchdog::new(idle);
     let mut progress = 0u64;
     let sleep = tokio::time::sleep(watchdog.tick());
@@ -342,6 +367,8 @@ struct Pump<'a> {
     pipes: &'a Rc<PipePool>,
     /// Bytes moved in this direction, worker-wide.
     counter: &'a Counter,
+    /// Bytes moved in this direction by this relay (its stream's record).
+    tally: &'a Counter,
     spliced: &'a Counter,
     parked: Parked,
     /// Bytes this pump moved.
@@ -358,13 +385,19 @@ impl Drop for Pump<'_> {
 }
 
 impl<'a> Pump<'a> {
-    fn new(from: Side, ctx: &'a WorkerCtx, counter: &'a Counter, splice_at: Option<u64>) -> Self {
+    fn new(
+        from: Side,
+        ctx: &'a WorkerCtx,
+        (counter, tally): (&'a Counter, &'a Counter),
+        splice_at: Option<u64>,
+    ) -> Self {
         Pump {
             state: PumpState::Reading,
             from,
             pool: &ctx.buffers,
             pipes: &ctx.pipes,
             counter,
+            tally,
             spliced: &ctx.stats.bytes_spliced,
             parked: Parked::default(),
             moved: 0,
@@ -388,6 +421,7 @@ impl<'a> Pump<'a> {
         *progress += n as u64;
         self.moved += n as u64;
         self.counter.add(n as u64);
+        self.tally.add(n as u64);
     }
 
     /// Moves as much as possible without blocking; `Ok(true)` once the direction is done.

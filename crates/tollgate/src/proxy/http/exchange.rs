@@ -32,7 +32,8 @@ use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, He
 use crate::proxy::connect::Connected;
 use crate::proxy::counted::Counted;
 use crate::proxy::idle::{self, Progress};
-use crate::runtime::stats::WorkerStats;
+use crate::proxy::tcp::Moved;
+use crate::runtime::stats::{Counter, WorkerStats};
 
 /// Bodies up to this size are written together with their head.
 const COALESCE: usize = 16 * 1024;
@@ -51,7 +52,8 @@ pub async fn forward<C: ClientStream>(
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
-        let conn = match server_conn::open(s.ctx, backend, fresh_only).await {
+        let opened = server_conn::open(s.ctx, backend, fresh_only, &mut s.rec.retries).await;
+        let conn = match opened {
             Ok(conn) => conn,
             Err(e) => {
                 s.fail(&e).await?;
@@ -65,14 +67,16 @@ pub async fn forward<C: ClientStream>(
         // `maint --kill` on this server closes the connection mid-exchange.
         let (ctx, live) = (s.ctx, std::sync::Arc::clone(&conn.server));
         let epoch = live.kill_epoch();
+        let sent = Counter::new();
         let outcome = tokio::select! {
             biased;
-            outcome = exchange(s, backend, req, conn) => outcome,
+            outcome = exchange(s, backend, req, conn, &sent) => outcome,
             () = ctx.killed(&live, epoch) => {
                 let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
                 Outcome::Failed(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
             }
         };
+        s.rec.bytes_to_server += sent.get();
         match outcome {
             Outcome::Done { keep_client } => return Ok(keep_client),
             // Once, on a fresh connection: a reused one may have been closed by the server
@@ -80,6 +84,7 @@ pub async fn forward<C: ClientStream>(
             Outcome::Failed(e) if !fresh_only && e.may_retry(req.replayable(), reused) => {
                 tracing::debug!(error = %e, "retrying on a fresh connection");
                 s.ctx.stats.http_retries.add(1);
+                s.rec.retries += 1;
                 fresh_only = true;
             }
             Outcome::Failed(e) => {
@@ -95,20 +100,27 @@ async fn exchange<C: ClientStream>(
     backend: usize,
     req: &RequestInfo,
     conn: Connected<'_, ServerConn>,
+    sent: &Counter,
 ) -> Outcome {
     let Connected {
-        stream: mut server,
+        stream,
         slot,
         server: live,
         reused,
+        chosen,
+        connected,
     } = conn;
+    let ctx = s.ctx;
+    // Every byte to the server, by any path, is counted for the worker and this stream.
+    let mut server = Counted::with_tally(stream, &ctx.stats.bytes_to_server, sent);
+    let rec = &mut s.rec;
+    (rec.backend, rec.server) = (Some(backend), Some(live.id));
+    rec.timing.chosen = Some(rec.timing.since(chosen));
+    rec.timing.connected = Some(rec.timing.since(connected));
     let timeouts = s.ctx.shared.config.timeouts;
     let at = |e: Error| e.at(backend, Some(live.id));
     // The head is still in `s.out`: a failure here means the server cannot have acted on it.
-    if let Err(e) = Counted::new(&mut server, &s.ctx.stats.bytes_to_server)
-        .write_all(&s.out)
-        .await
-    {
+    if let Err(e) = server.write_all(&s.out).await {
         tracing::debug!(error = %e, reused, "sending request head failed");
         let e = Error::io(Side::Back, "send request head", e).during(Phase::Headers);
         return Outcome::Failed(at(e.retryable(true)));
@@ -147,6 +159,8 @@ async fn exchange<C: ClientStream>(
         Ok(r) => r,
         Err(e) => return Outcome::Failed(at(e)),
     };
+    s.rec.timing.response = Some(s.rec.timing.now());
+    s.rec.status = response.status;
 
     let switching = response.switching_protocols && req.upgrade;
     let keep_client = !switching
@@ -180,7 +194,7 @@ async fn exchange<C: ClientStream>(
     response.reclaim(&mut s.scratch);
 
     if switching {
-        return tunnel(s, server, back).await;
+        return tunnel(s, server.into_inner(), back, sent).await;
     }
     let mut response_body = BodyTracker::new(framing, h1::Side::Response);
     let progress = Progress::default();
@@ -217,7 +231,7 @@ async fn exchange<C: ClientStream>(
         Ok(()) => {
             if keep_server && back.is_empty() {
                 drop(slot);
-                s.ctx.http_pool.put(&live, server);
+                s.ctx.http_pool.put(&live, server.into_inner());
             }
             if server_first {
                 // The client may still be sending the body: closing with it unread would
@@ -240,7 +254,7 @@ async fn exchange<C: ClientStream>(
 /// is closed after the response).
 async fn await_continue<C: ClientStream>(
     s: &mut Session<'_, C>,
-    server: &mut ServerConn,
+    server: &mut Counted<'_, ServerConn>,
     back: &mut Inbound,
     req: &RequestInfo,
 ) -> Result<bool, Error> {
@@ -295,7 +309,7 @@ fn client_gone() -> Error {
 /// Reads the final response head (forwarding interim 1xx responses to the client).
 async fn read_response<C: ClientStream>(
     s: &mut Session<'_, C>,
-    server: &mut ServerConn,
+    server: &mut Counted<'_, ServerConn>,
     back: &mut Inbound,
     req: &RequestInfo,
 ) -> Result<ResponseHead, Error> {
@@ -373,7 +387,12 @@ pub(super) async fn forward_interim<C: ClientStream>(
 }
 
 /// After a 101: pass the bytes already read on, then relay both ways until both close.
-async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, back: Inbound) -> Outcome {
+async fn tunnel<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    server: ServerConn,
+    back: Inbound,
+    tally: &Counter,
+) -> Outcome {
     let mut head = std::mem::take(&mut s.out);
     head.extend_from_slice(back.data());
     let sent = s.client.write_all(&head).await;
@@ -386,7 +405,7 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, bac
     if !s.front.is_empty() {
         // Flushed: the relay reads a TLS server without pushing out what this left in rustls.
         let to_server = &s.ctx.stats.bytes_to_server;
-        let mut counted = Counted::new(&mut server, to_server);
+        let mut counted = Counted::with_tally(&mut server, to_server, tally);
         let sent = match counted.write_all(s.front.data()).await {
             Ok(()) => counted.flush().await,
             Err(e) => Err(e),
@@ -398,11 +417,14 @@ async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, bac
     }
     s.front.release_if_empty();
     let timeouts = s.ctx.shared.config.timeouts;
-    if let Err(e) = s
+    let moved = Moved::default();
+    let relayed = s
         .client
-        .tunnel(s.ctx, &mut server, timeouts.client.min(timeouts.server))
-        .await
-    {
+        .tunnel(s.ctx, &mut server, timeouts.client.min(timeouts.server), &moved)
+        .await;
+    s.rec.bytes_to_server += moved.to_server.get();
+    s.rec.bytes_to_client += moved.to_client.get();
+    if let Err(e) = relayed {
         tracing::debug!(error = %e, "tunnel ended");
     }
     Outcome::Done { keep_client: false }

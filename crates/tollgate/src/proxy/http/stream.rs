@@ -18,6 +18,7 @@ use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
 use crate::proxy::counted::Counted;
+use crate::proxy::record::StreamRecord;
 use crate::runtime::worker::WorkerCtx;
 
 /// What the proxy needs to remember of a request once its head bytes are consumed.
@@ -77,11 +78,19 @@ pub struct Session<'a, C> {
     pub(super) out: Vec<u8>,
     served: u64,
     accepted: Instant,
+    frontend: usize,
+    /// The record of the stream (request) being served; sunk when it ends.
+    pub(super) rec: StreamRecord,
+    /// When the next stream begins: the accept, then the end of each response.
+    stream_began: Instant,
+    /// `client.written()` when the current stream began.
+    client_mark: u64,
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
     pub fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
+        let accepted = Instant::now();
         Some(Session {
             ctx,
             fe,
@@ -91,7 +100,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
             scratch: HeadScratch::new(),
             out: Vec::with_capacity(1024),
             served: 0,
-            accepted: Instant::now(),
+            accepted,
+            frontend,
+            rec: StreamRecord::new(frontend, peer, accepted),
+            stream_began: accepted,
+            client_mark: 0,
         })
     }
 
@@ -106,17 +119,48 @@ impl<'a, C: ClientStream> Session<'a, C> {
 
     pub async fn run(mut self) -> Result<(), Error> {
         loop {
-            let head = match self.read_head().await? {
-                HeadOutcome::Head(head) => head,
-                HeadOutcome::Closed => return Ok(()),
-                HeadOutcome::Refuse(e) => return self.fail(&e).await,
+            self.begin_stream();
+            let head = match self.read_head().await {
+                Ok(HeadOutcome::Head(head)) => head,
+                // Nothing was asked: no stream to record.
+                Ok(HeadOutcome::Closed) => return Ok(()),
+                Ok(HeadOutcome::Refuse(e)) => {
+                    let refused = self.fail(&e).await;
+                    self.end_stream();
+                    return refused;
+                }
+                Err(e) => {
+                    self.rec.fail(&e);
+                    self.end_stream();
+                    return Err(e);
+                }
             };
+            self.rec.timing.head = Some(self.rec.timing.now());
             self.served += 1;
-            if !self.serve_request(head).await? {
+            let served = self.serve_request(head).await;
+            if let Err(e) = &served {
+                self.rec.fail(e);
+            }
+            self.end_stream();
+            if !served? {
                 return Ok(());
             }
             self.front.release_if_empty();
         }
+    }
+
+    fn begin_stream(&mut self) {
+        self.rec = StreamRecord::new(self.frontend, self.peer, self.stream_began);
+        self.client_mark = self.client.written();
+    }
+
+    /// The stream's record is complete: hand it to the worker's sink.
+    fn end_stream(&mut self) {
+        // Plus what a tunnel relayed past the counted writer (already in the record).
+        self.rec.bytes_to_client += self.client.written() - self.client_mark;
+        self.rec.close();
+        crate::proxy::record::sink(self.ctx, &self.rec);
+        self.stream_began = self.rec.timing.began + self.rec.timing.end;
     }
 
     /// Waits for and reads one request head: the first byte within `http_request` of the
@@ -243,6 +287,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     return Ok(false);
                 }
                 let keep = req.keep_alive && !self.ctx.is_stopping();
+                self.rec.status = status;
                 fixed_response(status, content_type, body, keep, &mut self.out);
                 let written = if keep {
                     self.client.write_all(&self.out).await
@@ -299,9 +344,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
     pub(super) async fn fail(&mut self, cause: &Error) -> Result<(), Error> {
         let status = cause.http_status();
         self.log_failure(status.unwrap_or(0), cause);
+        self.rec.fail(cause);
         let Some(status) = status else {
             return Ok(());
         };
+        self.rec.status = status;
         if status >= 500 {
             self.ctx.stats.http_proxy_5xx.add(1);
         } else {
