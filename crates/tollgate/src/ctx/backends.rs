@@ -97,6 +97,16 @@ impl LocalBackend {
         self.len() == 0
     }
 
+    /// Runs `f` on the server with this id in the current set, if it is there (no `Arc`
+    /// clone: the set is borrowed from this thread's view).
+    pub fn with_server(&self, id: ServerId, f: impl FnOnce(&ServerLive)) {
+        if let Ok(view) = self.view.try_borrow()
+            && let Some(server) = view.set.get(id)
+        {
+            f(server);
+        }
+    }
+
     fn with_position(&self, id: ServerId, f: impl FnOnce(&mut dyn Balancer, usize)) {
         let mut view = self.refreshed();
         let View { set, balancer } = &mut *view;

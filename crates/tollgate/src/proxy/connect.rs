@@ -48,11 +48,18 @@ pub(crate) struct Connected<'a, S = TcpStream> {
     pub server: Arc<ServerLive>,
     /// Taken from the idle pool rather than freshly connected.
     pub reused: bool,
+    /// When the server was chosen (its slot taken) and when the connection was ready.
+    pub chosen: Instant,
+    pub connected: Instant,
 }
 
 /// A fresh connection to a server of `backend` (TCP mode).
-pub(crate) async fn connect(ctx: &WorkerCtx, backend: usize) -> Result<Connected<'_, TcpStream>, Error> {
-    connect_or_reuse(ctx, backend, |_| None).await
+pub async fn connect<'a>(
+    ctx: &'a WorkerCtx,
+    backend: usize,
+    retries: &mut u32,
+) -> Result<Connected<'a, TcpStream>, Error> {
+    connect_or_reuse(ctx, backend, |_| None, retries).await
 }
 
 fn no_server(context: String) -> Error {
@@ -61,12 +68,14 @@ fn no_server(context: String) -> Error {
 
 /// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
-/// another server, up to the backend's `retries`.
-pub(crate) async fn connect_or_reuse<S: From<TcpStream>>(
-    ctx: &WorkerCtx,
+/// another server, up to the backend's `retries` (each one counted in `retries`, for the
+/// stream's record).
+pub async fn connect_or_reuse<'a, S: From<TcpStream>>(
+    ctx: &'a WorkerCtx,
     backend: usize,
     mut reuse: impl FnMut(ServerId) -> Option<S>,
-) -> Result<Connected<'_, S>, Error> {
+    retries: &mut u32,
+) -> Result<Connected<'a, S>, Error> {
     let config = &ctx.shared.config;
     let spec = config
         .backends
@@ -91,17 +100,21 @@ pub(crate) async fn connect_or_reuse<S: From<TcpStream>>(
         // Counted once a server is in hand: a retry that found no server made no attempt.
         if let Some(failed) = previous.take() {
             ctx.stats.connect_retries.add(1);
+            *retries += 1;
             failed.counters(ctx.id).retries.add(1);
         }
         let Some(server) = slot.server().cloned() else {
             continue;
         };
+        let chosen = Instant::now();
         if let Some(stream) = reuse(server.id) {
             return Ok(Connected {
                 stream,
                 slot,
                 server,
                 reused: true,
+                chosen,
+                connected: chosen,
             });
         }
         tried.insert(server.id);
@@ -120,6 +133,8 @@ pub(crate) async fn connect_or_reuse<S: From<TcpStream>>(
                     slot,
                     server,
                     reused: false,
+                    chosen,
+                    connected: Instant::now(),
                 });
             }
             Ok(Err(e)) => Error::new(ErrorKind::Connect, Side::Back, context()).with_source(e),

@@ -3,6 +3,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod http;
+pub(crate) mod record;
 pub(crate) mod tcp;
 
 use std::net::SocketAddr;
@@ -20,10 +21,20 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySock
     };
     let result = match fe.mode {
         // A relay waits on both sides at once from the start: register right away.
-        Mode::Tcp => match stream.into_registered() {
-            Ok(stream) => tcp::serve(ctx, frontend, stream).await,
-            Err(e) => Err(Error::io(Side::Front, "register", e)),
-        },
+        Mode::Tcp => {
+            // A TCP session is one stream: one record. (HTTP mode records each request.)
+            let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
+            let result = match stream.into_registered() {
+                Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec).await,
+                Err(e) => Err(Error::io(Side::Front, "register", e)),
+            };
+            if let Err(e) = &result {
+                rec.fail(e);
+            }
+            rec.close();
+            record::sink(ctx, &rec);
+            result
+        }
         Mode::Http => http::serve(ctx, frontend, stream, peer).await,
     };
     if let Err(e) = result {

@@ -13,13 +13,19 @@ use std::rc::Rc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::record::StreamRecord;
 use crate::config::model::Frontend;
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
-use crate::relay::{Endpoint, Layered, relay_endpoints};
+use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
 use crate::tls::{ktls, passthrough};
 
-pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStream) -> Result<(), Error> {
+pub async fn serve(
+    ctx: &Rc<WorkerCtx>,
+    frontend: usize,
+    client: TcpStream,
+    rec: &mut StreamRecord,
+) -> Result<(), Error> {
     let fe = ctx
         .shared
         .config
@@ -29,7 +35,7 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStrea
     if let Some(tls) = &fe.tls {
         // Boxed: the TLS states are large, and a plain TCP session should not carry (and copy
         // into its task) their size.
-        return Box::pin(serve_tls(ctx, fe, tls, client)).await;
+        return Box::pin(serve_tls(ctx, fe, tls, client, rec)).await;
     }
     let backend = match fe.sni_routes {
         Some(_) => inspect(ctx, fe, &client).await?,
@@ -37,7 +43,7 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, client: TcpStrea
             .default_backend
             .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?,
     };
-    to_server(ctx, fe, backend, &client).await
+    to_server(ctx, fe, backend, &client, rec).await
 }
 
 async fn serve_tls(
@@ -45,6 +51,7 @@ async fn serve_tls(
     fe: &Frontend,
     tls: &crate::config::model::FrontendTls,
     client: TcpStream,
+    rec: &mut StreamRecord,
 ) -> Result<(), Error> {
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
         // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
@@ -53,11 +60,11 @@ async fn serve_tls(
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
         let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
-        return to_server(ctx, fe, backend, client).await;
+        return to_server(ctx, fe, backend, client, rec).await;
     }
     let client = crate::tls::terminate::accept(ctx, tls, client).await?;
     let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
-    to_server(ctx, fe, backend, Layered(client)).await
+    to_server(ctx, fe, backend, Layered(client), rec).await
 }
 
 fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize, Error> {
@@ -90,15 +97,27 @@ async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<u
 }
 
 /// Connects to a server of `backend` (TLS if that server asks for it) and relays.
-async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, mut client: C) -> Result<(), Error> {
+async fn to_server<C: Endpoint>(
+    ctx: &WorkerCtx,
+    fe: &Frontend,
+    backend: usize,
+    mut client: C,
+    rec: &mut StreamRecord,
+) -> Result<(), Error> {
     let config = &ctx.shared.config;
+    rec.backend = Some(backend);
     let super::connect::Connected {
         stream: server,
         slot: _slot,
         server: live,
+        chosen,
+        connected,
         ..
-    } = super::connect::connect(ctx, backend).await?;
-    live.counters(ctx.id).requests.add(1);
+    } = super::connect::connect(ctx, backend, &mut rec.retries).await?;
+    rec.server = Some(live.id);
+    rec.timing.chosen = Some(rec.timing.since(chosen));
+    rec.timing.connected = Some(rec.timing.since(connected));
+    let moved = Moved::default();
     let idle = config.timeouts.client.min(config.timeouts.server);
     let epoch = live.kill_epoch();
     let relay = async {
@@ -108,9 +127,9 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
                     .await
                     .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
                     .map_err(|e| e.at(backend, Some(live.id)))?;
-                relay_endpoints(ctx.relay(), &mut client, &mut Layered(server), idle, fe.splice).await
+                relay_endpoints(ctx.relay(), &mut client, &mut Layered(server), idle, fe.splice, &moved).await
             }
-            None => relay_endpoints(ctx.relay(), &mut client, &mut &server, idle, fe.splice).await,
+            None => relay_endpoints(ctx.relay(), &mut client, &mut &server, idle, fe.splice, &moved).await,
         }
     };
     let relayed = tokio::select! {
@@ -122,5 +141,7 @@ async fn to_server<C: Endpoint>(ctx: &WorkerCtx, fe: &Frontend, backend: usize, 
             format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name),
         )),
     };
+    rec.bytes_to_server = moved.to_server.get();
+    rec.bytes_to_client = moved.to_client.get();
     relayed.map_err(|e| e.at(backend, Some(live.id)))
 }

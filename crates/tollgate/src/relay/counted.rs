@@ -5,6 +5,7 @@
 //! rewritten heads, proxy-made responses and partial writes before an error included, and
 //! bytes read but never forwarded excluded. Reads pass through uncounted.
 
+use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,15 +17,41 @@ use crate::stats::Counter;
 pub(crate) struct Counted<'c, W> {
     inner: W,
     counter: &'c Counter,
+    /// What this writer alone took (the stream record's share of the worker counter).
+    written: Cell<u64>,
+    /// Also counted here: a stream's tally that outlives this adapter.
+    tally: Option<&'c Counter>,
 }
 
 impl<'c, W> Counted<'c, W> {
-    pub(crate) fn new(inner: W, counter: &'c Counter) -> Self {
-        Counted { inner, counter }
+    pub fn new(inner: W, counter: &'c Counter) -> Self {
+        Counted {
+            inner,
+            counter,
+            written: Cell::new(0),
+            tally: None,
+        }
+    }
+
+    /// Counts into `tally` too (one stream's bytes across several adapters).
+    pub fn with_tally(inner: W, counter: &'c Counter, tally: &'c Counter) -> Self {
+        Counted {
+            tally: Some(tally),
+            ..Counted::new(inner, counter)
+        }
     }
 
     pub(crate) fn get_mut(&mut self) -> &mut W {
         &mut self.inner
+    }
+
+    pub fn into_inner(self) -> W {
+        self.inner
+    }
+
+    /// Bytes written through this adapter since it was made.
+    pub fn written(&self) -> u64 {
+        self.written.get()
     }
 
     /// Counts `written` bytes: for writes made through `get_mut()` with a method this
@@ -32,6 +59,10 @@ impl<'c, W> Counted<'c, W> {
     pub(crate) fn count(&self, written: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = written {
             self.counter.add(*n as u64);
+            self.written.set(self.written.get() + *n as u64);
+            if let Some(t) = self.tally {
+                t.add(*n as u64);
+            }
         }
     }
 }

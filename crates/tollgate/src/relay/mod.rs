@@ -26,7 +26,7 @@ pub(crate) mod server_conn;
 use std::rc::Rc;
 
 pub(crate) use endpoint::{Endpoint, Layered};
-pub(crate) use pump::relay_endpoints;
+pub(crate) use pump::{Moved, relay_endpoints};
 pub(crate) use server_conn::ServerConn;
 
 use crate::buffer::BufferPool;

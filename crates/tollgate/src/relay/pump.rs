@@ -33,6 +33,13 @@ use crate::config::model::Offload;
 use crate::error::{Error, ErrorKind, Side};
 use crate::stats::Counter;
 
+/// The bytes one relay moved each way (also counted for the worker as they move).
+#[derive(Debug, Default)]
+pub(crate) struct Moved {
+    pub(crate) to_server: Counter,
+    pub(crate) to_client: Counter,
+}
+
 /// Relays between two endpoints until both directions reached EOF, one failed, or nothing
 /// moved for `idle`; `splice` applies when both are plain sockets.
 pub(crate) async fn relay_endpoints<C: Endpoint, S: Endpoint>(
@@ -41,11 +48,12 @@ pub(crate) async fn relay_endpoints<C: Endpoint, S: Endpoint>(
     server: &mut S,
     idle: Duration,
     splice: Offload,
+    moved: &Moved,
 ) -> Result<(), Error> {
     let stats = res.stats;
     let splice_at = splice.enabled.then_some(splice.after_bytes);
-    let mut upstream = Pump::new(Side::Front, res, &stats.bytes_to_server, splice_at);
-    let mut downstream = Pump::new(Side::Back, res, &stats.bytes_to_client, splice_at);
+    let mut upstream = Pump::new(Side::Front, res, (&stats.bytes_to_server, &moved.to_server), splice_at);
+    let mut downstream = Pump::new(Side::Back, res, (&stats.bytes_to_client, &moved.to_client), splice_at);
     let mut watchdog = Watchdog::new(idle);
     let mut progress = 0u64;
     let sleep = tokio::time::sleep(watchdog.tick());
@@ -104,6 +112,8 @@ struct Pump<'a> {
     pipes: &'a Rc<PipePool>,
     /// Bytes moved in this direction, worker-wide.
     counter: &'a Counter,
+    /// Bytes moved in this direction by this relay (its stream's record).
+    tally: &'a Counter,
     spliced: &'a Counter,
     parked: Parked,
     /// Bytes this pump moved.
@@ -120,13 +130,19 @@ impl Drop for Pump<'_> {
 }
 
 impl<'a> Pump<'a> {
-    fn new(from: Side, res: Resources<'a>, counter: &'a Counter, splice_at: Option<u64>) -> Self {
+    fn new(
+        from: Side,
+        res: Resources<'a>,
+        (counter, tally): (&'a Counter, &'a Counter),
+        splice_at: Option<u64>,
+    ) -> Self {
         Pump {
             state: PumpState::Reading,
             from,
             pool: res.buffers,
             pipes: res.pipes,
             counter,
+            tally,
             spliced: &res.stats.bytes_spliced,
             parked: Parked::default(),
             moved: 0,
@@ -150,6 +166,7 @@ impl<'a> Pump<'a> {
         *progress += n as u64;
         self.moved += n as u64;
         self.counter.add(n as u64);
+        self.tally.add(n as u64);
     }
 
     /// Moves as much as possible without blocking; `Ok(true)` once the direction is done.

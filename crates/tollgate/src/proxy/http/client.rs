@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::http::h1::Proto;
 use crate::relay::counted::Counted;
 use crate::relay::lazy::LazySocket;
-use crate::relay::{Endpoint, Layered, relay_endpoints};
+use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
 use crate::tls::terminate::ServerTlsStream;
 
 pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
@@ -43,6 +43,7 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        moved: &Moved,
     ) -> Result<(), Error>;
 
     /// One write of the last bytes before the connection is closed: a plain socket holds
@@ -88,8 +89,9 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        moved: &Moved,
     ) -> Result<(), Error> {
-        self.get_mut().tunnel(ctx, server, idle).await
+        self.get_mut().tunnel(ctx, server, idle, moved).await
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -115,8 +117,9 @@ impl ClientStream for TcpStream {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        moved: &Moved,
     ) -> Result<(), Error> {
-        relay_endpoints(ctx.relay(), &mut &*self, server, idle, Offload::default()).await
+        relay_endpoints(ctx.relay(), &mut &*self, server, idle, Offload::default(), moved).await
     }
 }
 
@@ -139,11 +142,12 @@ impl ClientStream for LazySocket {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        moved: &Moved,
     ) -> Result<(), Error> {
         let client = self
             .registered()
             .map_err(|e| Error::io(crate::error::Side::Front, "register", e))?;
-        relay_endpoints(ctx.relay(), &mut &*client, server, idle, Offload::default()).await
+        relay_endpoints(ctx.relay(), &mut &*client, server, idle, Offload::default(), moved).await
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -167,8 +171,9 @@ impl ClientStream for ServerTlsStream {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        moved: &Moved,
     ) -> Result<(), Error> {
-        relay_endpoints(ctx.relay(), &mut Layered(self), server, idle, Offload::default()).await
+        relay_endpoints(ctx.relay(), &mut Layered(self), server, idle, Offload::default(), moved).await
     }
 
     async fn end_last(&mut self) {

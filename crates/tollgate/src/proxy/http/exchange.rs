@@ -27,13 +27,13 @@ use super::server_conn;
 use super::stream::{RequestInfo, Session, lingering_close};
 use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
-use crate::error::{Error, ErrorKind, Side};
+use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
 use crate::proxy::connect::Connected;
-use crate::relay::ServerConn;
 use crate::relay::counted::Counted;
 use crate::relay::idle::{self, Progress};
-use crate::stats::WorkerStats;
+use crate::relay::{Moved, ServerConn};
+use crate::stats::{Counter, WorkerStats};
 
 /// Bodies up to this size are written together with their head.
 const COALESCE: usize = 16 * 1024;
@@ -41,11 +41,8 @@ const COALESCE: usize = 16 * 1024;
 enum Outcome {
     /// The exchange finished; whether the client connection may carry another request.
     Done { keep_client: bool },
-    /// Failed on a reused connection in a way that is safe to replay on a fresh one.
-    RetryFresh,
-    /// Failed: answer this status (0 = the client is gone or the response already started),
-    /// and why.
-    Failed(u16, Error),
+    /// Failed: the error decides whether to retry and what the client gets.
+    Failed(Error),
 }
 
 pub(super) async fn forward<C: ClientStream>(
@@ -55,44 +52,43 @@ pub(super) async fn forward<C: ClientStream>(
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
-        let conn = match server_conn::open(s.ctx, backend, fresh_only).await {
+        let opened = server_conn::open(s.ctx, backend, fresh_only, &mut s.rec.retries).await;
+        let conn = match opened {
             Ok(conn) => conn,
             Err(e) => {
-                s.refuse(e.kind.http_status(), &e).await?;
+                s.fail(&e).await?;
                 return Ok(false);
             }
         };
-        if conn.reused {
+        let reused = conn.reused;
+        if reused {
             s.ctx.stats.http_pool_reused.add(1);
         }
         // `maint --kill` on this server closes the connection mid-exchange.
         let (ctx, live) = (s.ctx, std::sync::Arc::clone(&conn.server));
         let epoch = live.kill_epoch();
+        let sent = Counter::new();
         let outcome = tokio::select! {
             biased;
-            outcome = exchange(s, backend, req, conn) => outcome,
+            outcome = exchange(s, backend, req, conn, &sent) => outcome,
             () = ctx.killed(&live, epoch) => {
                 let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
-                Outcome::Failed(0, Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+                Outcome::Failed(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
             }
         };
+        s.rec.bytes_to_server += sent.get();
         match outcome {
             Outcome::Done { keep_client } => return Ok(keep_client),
-            Outcome::RetryFresh if !fresh_only => {
+            // Once, on a fresh connection: a reused one may have been closed by the server
+            // just as the request left.
+            Outcome::Failed(e) if !fresh_only && e.may_retry(req.replayable(), reused) => {
+                tracing::debug!(error = %e, "retrying on a fresh connection");
                 s.ctx.stats.http_retries.add(1);
+                s.rec.retries += 1;
                 fresh_only = true;
             }
-            Outcome::RetryFresh => {
-                let e = Error::new(ErrorKind::Io, Side::Back, "a fresh connection failed like a reused one");
-                s.refuse(502, &e.at(backend, None)).await?;
-                return Ok(false);
-            }
-            Outcome::Failed(0, e) => {
-                s.log_failure(0, &e);
-                return Ok(false);
-            }
-            Outcome::Failed(status, e) => {
-                s.refuse(status, &e).await?;
+            Outcome::Failed(e) => {
+                s.fail(&e).await?;
                 return Ok(false);
             }
         }
@@ -104,27 +100,30 @@ async fn exchange<C: ClientStream>(
     backend: usize,
     req: &RequestInfo,
     conn: Connected<'_, ServerConn>,
+    sent: &Counter,
 ) -> Outcome {
     let Connected {
-        stream: mut server,
+        stream,
         slot,
         server: live,
         reused,
+        chosen,
+        connected,
     } = conn;
+    let ctx = s.ctx;
+    // Every byte to the server, by any path, is counted for the worker and this stream.
+    let mut server = Counted::with_tally(stream, &ctx.stats.bytes_to_server, sent);
+    let rec = &mut s.rec;
+    (rec.backend, rec.server) = (Some(backend), Some(live.id));
+    rec.timing.chosen = Some(rec.timing.since(chosen));
+    rec.timing.connected = Some(rec.timing.since(connected));
     let timeouts = s.ctx.shared.config.timeouts;
     let at = |e: Error| e.at(backend, Some(live.id));
-    let failed = |status, kind, side, what: &'static str| Outcome::Failed(status, at(Error::new(kind, side, what)));
     // The head is still in `s.out`: a failure here means the server cannot have acted on it.
-    if let Err(e) = Counted::new(&mut server, &s.ctx.stats.bytes_to_server)
-        .write_all(&s.out)
-        .await
-    {
+    if let Err(e) = server.write_all(&s.out).await {
         tracing::debug!(error = %e, reused, "sending request head failed");
-        return if reused {
-            Outcome::RetryFresh
-        } else {
-            Outcome::Failed(502, at(Error::io(Side::Back, "send request head", e)))
-        };
+        let e = Error::io(Side::Back, "send request head", e).during(Phase::Headers);
+        return Outcome::Failed(at(e.retryable(true)));
     }
     let mut back = Inbound::default();
     let mut request_body = s.request_tracker(req.body);
@@ -135,8 +134,7 @@ async fn exchange<C: ClientStream>(
         match await_continue(s, &mut server, &mut back, req).await {
             Ok(true) => {}
             Ok(false) => body_skipped = true,
-            Err(Outcome::Failed(status, e)) => return Outcome::Failed(status, at(e)),
-            Err(outcome) => return outcome,
+            Err(e) => return Outcome::Failed(at(e)),
         }
     }
     if !request_body.is_done() && !body_skipped {
@@ -153,39 +151,16 @@ async fn exchange<C: ClientStream>(
                 tracing::debug!("server answered before the request body was complete");
                 (body_skipped, server_first) = (true, true);
             }
-            Err(BodyError::Framing(e)) => {
-                return failed(e.status(), ErrorKind::Protocol, Side::Front, e.as_str());
-            }
-            Err(BodyError::Read(e)) => return Outcome::Failed(0, Error::io(Side::Front, "read request body", e)),
-            Err(BodyError::Idle) => return failed(0, ErrorKind::IdleTimeout, Side::Front, "request body idle"),
-            Err(BodyError::Write(e)) => return Outcome::Failed(502, at(Error::io(Side::Back, "send request body", e))),
+            Err(e) => return Outcome::Failed(at(e.request_error())),
         }
     }
 
     let response = match read_response(s, &mut server, &mut back, req).await {
         Ok(r) => r,
-        Err(ReadFailure::NothingReceived) if reused && req.idempotent() && req.body == BodyFraming::None => {
-            return Outcome::RetryFresh;
-        }
-        Err(ReadFailure::NothingReceived) => {
-            return failed(
-                502,
-                ErrorKind::PeerClosed,
-                Side::Back,
-                "server closed before responding",
-            );
-        }
-        Err(ReadFailure::Bad) => return failed(502, ErrorKind::Protocol, Side::Back, "bad response head"),
-        Err(ReadFailure::Timeout) => {
-            return failed(
-                504,
-                ErrorKind::IdleTimeout,
-                Side::Back,
-                "no response head within timeouts.server",
-            );
-        }
-        Err(ReadFailure::ClientGone) => return failed(0, ErrorKind::PeerClosed, Side::Front, "client gone"),
+        Err(e) => return Outcome::Failed(at(e)),
     };
+    s.rec.timing.response = Some(s.rec.timing.now());
+    s.rec.status = response.status;
 
     let switching = response.switching_protocols && req.upgrade;
     let keep_client = !switching
@@ -219,7 +194,7 @@ async fn exchange<C: ClientStream>(
     response.reclaim(&mut s.scratch);
 
     if switching {
-        return tunnel(s, server, back).await;
+        return tunnel(s, server.into_inner(), back, sent).await;
     }
     let mut response_body = BodyTracker::new(framing, h1::Side::Response);
     let progress = Progress::default();
@@ -256,7 +231,7 @@ async fn exchange<C: ClientStream>(
         Ok(()) => {
             if keep_server && back.is_empty() {
                 drop(slot);
-                s.ctx.http_pool.put(&live, server);
+                s.ctx.http_pool.put(&live, server.into_inner());
             }
             if server_first {
                 // The client may still be sending the body: closing with it unread would
@@ -268,7 +243,7 @@ async fn exchange<C: ClientStream>(
         // The response has started: nothing sensible can be sent any more, just close.
         Err(e) => {
             e.log("response body", &ctx.stats);
-            Outcome::Failed(0, at(e.into_error("response body")))
+            Outcome::Failed(at(e.response_error()))
         }
     }
 }
@@ -279,10 +254,10 @@ async fn exchange<C: ClientStream>(
 /// is closed after the response).
 async fn await_continue<C: ClientStream>(
     s: &mut Session<'_, C>,
-    server: &mut ServerConn,
+    server: &mut Counted<'_, ServerConn>,
     back: &mut Inbound,
     req: &RequestInfo,
-) -> Result<bool, Outcome> {
+) -> Result<bool, Error> {
     let limits = s.limits();
     let deadline = tokio::time::sleep(s.ctx.shared.config.timeouts.server);
     tokio::pin!(deadline);
@@ -293,10 +268,7 @@ async fn await_continue<C: ClientStream>(
                     return if forward_interim(s, head, back, req).await {
                         Ok(true)
                     } else {
-                        Err(Outcome::Failed(
-                            0,
-                            Error::new(ErrorKind::PeerClosed, Side::Front, "client gone"),
-                        ))
+                        Err(client_gone())
                     };
                 }
                 Ok(Some(head)) => {
@@ -305,51 +277,42 @@ async fn await_continue<C: ClientStream>(
                     return Ok(!final_response);
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    return Err(Outcome::Failed(
-                        502,
-                        Error::new(ErrorKind::Protocol, Side::Back, e.as_str()),
-                    ));
-                }
+                Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
             }
         }
         tokio::select! {
             biased;
             r = back.read_from(server, &s.ctx.buffers, true) => match r {
-                Ok(0) => return Err(Outcome::Failed(502, Error::new(ErrorKind::PeerClosed, Side::Back, "server closed before 100-continue"))),
-                Err(e) => return Err(Outcome::Failed(502, Error::io(Side::Back, "read 100-continue", e))),
+                Ok(0) => return Err(Error::new(ErrorKind::ServerEmpty, Side::Back, "server closed before 100-continue")),
+                Err(e) => return Err(Error::io(Side::Back, "read 100-continue", e).during(Phase::Headers)),
                 Ok(_) => {}
             },
             r = s.client.wait_for_data(&mut s.front, &s.ctx.buffers) => {
                 return if matches!(r, Ok(false)) {
                     Ok(true)
                 } else {
-                    Err(Outcome::Failed(0, Error::new(ErrorKind::PeerClosed, Side::Front, "client gone")))
+                    Err(client_gone())
                 };
             }
             _ = &mut deadline => {
-                let e = Error::new(ErrorKind::IdleTimeout, Side::Back, "no 100-continue within timeouts.server");
-                return Err(Outcome::Failed(504, e));
+                return Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no 100-continue within timeouts.server"));
             }
         }
     }
 }
 
-enum ReadFailure {
-    /// EOF or reset before a single response byte.
-    NothingReceived,
-    Bad,
-    Timeout,
-    ClientGone,
+/// The client went away while the proxy waited for the server.
+fn client_gone() -> Error {
+    Error::new(ErrorKind::PeerClosed, Side::Front, "client gone").during(Phase::Headers)
 }
 
 /// Reads the final response head (forwarding interim 1xx responses to the client).
 async fn read_response<C: ClientStream>(
     s: &mut Session<'_, C>,
-    server: &mut ServerConn,
+    server: &mut Counted<'_, ServerConn>,
     back: &mut Inbound,
     req: &RequestInfo,
-) -> Result<ResponseHead, ReadFailure> {
+) -> Result<ResponseHead, Error> {
     let limits = s.limits();
     let deadline = tokio::time::sleep(s.ctx.shared.config.timeouts.server);
     tokio::pin!(deadline);
@@ -359,28 +322,46 @@ async fn read_response<C: ClientStream>(
             match h1::parse_response_head(back.data(), &limits, req.method, &mut s.scratch) {
                 Ok(Some(head)) if head.informational => {
                     if !forward_interim(s, head, back, req).await {
-                        return Err(ReadFailure::ClientGone);
+                        return Err(client_gone());
                     }
                     continue;
                 }
                 Ok(Some(head)) => return Ok(head),
-                Ok(None) if back.is_full() => return Err(ReadFailure::Bad),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::debug!(error = %e, "bad response");
-                    return Err(ReadFailure::Bad);
+                Ok(None) if back.is_full() => {
+                    return Err(Error::new(
+                        ErrorKind::BadResponse,
+                        Side::Back,
+                        "response head larger than the buffer",
+                    ));
                 }
+                Ok(None) => {}
+                Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
             }
         }
         let second = s.front.holds_buffer();
         let read = tokio::select! {
             biased;
             r = back.read_from(server, &s.ctx.buffers, second) => r,
-            _ = &mut deadline => return Err(ReadFailure::Timeout),
+            _ = &mut deadline => {
+                return Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"));
+            }
         };
         match read {
-            Ok(0) | Err(_) if !received => return Err(ReadFailure::NothingReceived),
-            Ok(0) | Err(_) => return Err(ReadFailure::Bad),
+            Ok(0) | Err(_) if !received => {
+                return Err(Error::new(
+                    ErrorKind::ServerEmpty,
+                    Side::Back,
+                    "server closed before responding",
+                ));
+            }
+            Ok(0) => {
+                return Err(Error::new(
+                    ErrorKind::BadResponse,
+                    Side::Back,
+                    "server closed mid response head",
+                ));
+            }
+            Err(e) => return Err(Error::io(Side::Back, "read response head", e).during(Phase::Headers)),
             Ok(_) => received = true,
         }
     }
@@ -406,45 +387,52 @@ pub(super) async fn forward_interim<C: ClientStream>(
 }
 
 /// After a 101: pass the bytes already read on, then relay both ways until both close.
-async fn tunnel<C: ClientStream>(s: &mut Session<'_, C>, server: ServerConn, back: Inbound) -> Outcome {
+async fn tunnel<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    server: ServerConn,
+    back: Inbound,
+    tally: &Counter,
+) -> Outcome {
     let mut head = std::mem::take(&mut s.out);
     head.extend_from_slice(back.data());
     let sent = s.client.write_all(&head).await;
     head.clear();
     s.out = head;
     if let Err(e) = sent {
-        return Outcome::Failed(0, Error::io(Side::Front, "write 101 response", e));
+        return Outcome::Failed(Error::io(Side::Front, "write 101 response", e).during(Phase::Data));
     }
     let mut server = server;
     if !s.front.is_empty() {
         // Flushed: the relay reads a TLS server without pushing out what this left in rustls.
         let to_server = &s.ctx.stats.bytes_to_server;
-        let mut counted = Counted::new(&mut server, to_server);
+        let mut counted = Counted::with_tally(&mut server, to_server, tally);
         let sent = match counted.write_all(s.front.data()).await {
             Ok(()) => counted.flush().await,
             Err(e) => Err(e),
         };
         if let Err(e) = sent {
-            return Outcome::Failed(0, Error::io(Side::Back, "write to tunnel", e));
+            return Outcome::Failed(Error::io(Side::Back, "write to tunnel", e).during(Phase::Tunnel));
         }
         s.front.consume(s.front.data().len());
     }
     s.front.release_if_empty();
     let timeouts = s.ctx.shared.config.timeouts;
-    if let Err(e) = s
+    let moved = Moved::default();
+    let relayed = s
         .client
-        .tunnel(s.ctx, &mut server, timeouts.client.min(timeouts.server))
-        .await
-    {
+        .tunnel(s.ctx, &mut server, timeouts.client.min(timeouts.server), &moved)
+        .await;
+    s.rec.bytes_to_server += moved.to_server.get();
+    s.rec.bytes_to_client += moved.to_client.get();
+    if let Err(e) = relayed {
         tracing::debug!(error = %e, "tunnel ended");
     }
     Outcome::Done { keep_client: false }
 }
 
-/// Reads and drops a request body the proxy answers itself. `Err(status)` if the
-/// connection cannot continue: answer `status` (bad framing, too large), or close quietly
-/// for 0 (client gone or idle).
-pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), u16> {
+/// Reads and drops a request body the proxy answers itself; an error if the connection
+/// cannot continue (its status, if any, is for the client).
+pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), Error> {
     let mut tracker = s.request_tracker(framing);
     if tracker.is_done() {
         return Ok(());
@@ -472,11 +460,7 @@ pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framin
     if let Err(e) = &done {
         e.log("discarded request body", &ctx.stats);
     }
-    match done {
-        Ok(()) => Ok(()),
-        Err(BodyError::Framing(e)) => Err(e.status()),
-        Err(_) => Err(0),
-    }
+    done.map_err(BodyError::request_error)
 }
 
 pub(super) enum BodyError {
@@ -500,18 +484,31 @@ impl BodyError {
         }
     }
 
-    /// The error of a response body that failed after its head was sent.
-    fn into_error(self, what: &'static str) -> Error {
+    /// The error of a request body (client → server) that failed before any response.
+    fn request_error(self) -> Error {
         match self {
-            BodyError::Read(e) => Error::io(Side::Back, what, e),
-            BodyError::Write(e) => Error::io(Side::Front, what, e),
+            BodyError::Read(e) => Error::io(Side::Front, "read request body", e).during(Phase::Request),
+            BodyError::Write(e) => Error::io(Side::Back, "send request body", e).during(Phase::Headers),
+            BodyError::Framing(e) => Error::new(ErrorKind::BadRequest(e.status()), Side::Front, e.as_str()),
+            BodyError::Idle => {
+                Error::new(ErrorKind::IdleTimeout, Side::Front, "request body idle").during(Phase::Request)
+            }
+        }
+    }
+
+    /// The error of a response body that failed after its head was sent.
+    fn response_error(self) -> Error {
+        let e = match self {
+            BodyError::Read(e) => Error::io(Side::Back, "read response body", e),
+            BodyError::Write(e) => Error::io(Side::Front, "write response body", e),
             // The server hanging up mid-body is a hang-up (debug), not a framing fault.
             BodyError::Framing(e) if e.kind() == h1::ErrorKind::TruncatedBody => {
                 Error::new(ErrorKind::PeerClosed, Side::Back, e.as_str())
             }
-            BodyError::Framing(e) => Error::new(ErrorKind::Protocol, Side::Back, e.as_str()),
-            BodyError::Idle => Error::new(ErrorKind::IdleTimeout, Side::Back, what),
-        }
+            BodyError::Framing(e) => Error::new(ErrorKind::BadResponse, Side::Back, e.as_str()),
+            BodyError::Idle => Error::new(ErrorKind::IdleTimeout, Side::Back, "response body idle"),
+        };
+        e.during(Phase::Data)
     }
 }
 

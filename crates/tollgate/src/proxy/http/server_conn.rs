@@ -12,14 +12,15 @@ use crate::relay::ServerConn;
 /// A connection to a server of `backend` for one request: an idle one from the pool
 /// (unless `fresh_only`), or a new one, TLS handshake included for a TLS server. A failed
 /// handshake is a `Tls` error on the back side (502), counted in `tls_backend_errors`.
-pub(super) async fn open(
-    ctx: &WorkerCtx,
+pub async fn open<'a>(
+    ctx: &'a WorkerCtx,
     backend: usize,
     fresh_only: bool,
-) -> Result<Connected<'_, ServerConn>, Error> {
+    retries: &mut u32,
+) -> Result<Connected<'a, ServerConn>, Error> {
     let pool = &ctx.http_pool;
-    let conn =
-        connect::connect_or_reuse(ctx, backend, |server| if fresh_only { None } else { pool.take(server) }).await?;
+    let reuse = |server| if fresh_only { None } else { pool.take(server) };
+    let conn = connect::connect_or_reuse(ctx, backend, reuse, retries).await?;
     let live = std::sync::Arc::clone(&conn.server);
     let tls = live.tls.as_ref().map(|tls| (tls, &*live.name));
     let Connected {
@@ -27,18 +28,25 @@ pub(super) async fn open(
         slot,
         server,
         reused,
+        chosen,
+        connected,
     } = conn;
-    let stream = match (stream, tls) {
+    let (stream, connected) = match (stream, tls) {
         // Boxed: a handshake's state is large, and a plain exchange's future should not
         // carry its size.
-        (ServerConn::Plain(tcp), Some((tls, name))) => Box::pin(handshake(ctx, tls, tcp, name)).await?,
-        (stream, _) => stream,
+        (ServerConn::Plain(tcp), Some((tls, name))) => (
+            Box::pin(handshake(ctx, tls, tcp, name)).await?,
+            tokio::time::Instant::now(),
+        ),
+        (stream, _) => (stream, connected),
     };
     Ok(Connected {
         stream,
         slot,
         server,
         reused,
+        chosen,
+        connected,
     })
 }
 

@@ -18,6 +18,7 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
+use crate::proxy::record::StreamRecord;
 use crate::relay::counted::Counted;
 
 /// What the proxy needs to remember of a request once its head bytes are consumed.
@@ -50,14 +51,19 @@ impl RequestInfo {
             Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
         )
     }
+
+    /// May be replayed after an empty response: idempotent and nothing to send but the head.
+    pub fn replayable(&self) -> bool {
+        self.idempotent() && self.body == BodyFraming::None
+    }
 }
 
 enum HeadOutcome {
     Head(RequestHead),
     /// The client closed, or stayed idle past its keep-alive timeout: close quietly.
     Closed,
-    /// Answer with this status and close; the cause is for the warn line.
-    Refuse(u16, &'static str),
+    /// Answer (the error's status) and close.
+    Refuse(Error),
 }
 
 pub(super) struct Session<'a, C> {
@@ -72,11 +78,19 @@ pub(super) struct Session<'a, C> {
     pub(super) out: Vec<u8>,
     served: u64,
     accepted: Instant,
+    frontend: usize,
+    /// The record of the stream (request) being served; sunk when it ends.
+    pub(super) rec: StreamRecord,
+    /// When the next stream begins: the accept, then the end of each response.
+    stream_began: Instant,
+    /// `client.written()` when the current stream began.
+    client_mark: u64,
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
     pub(super) fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
+        let accepted = Instant::now();
         Some(Session {
             ctx,
             fe,
@@ -86,7 +100,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
             scratch: HeadScratch::new(),
             out: Vec::with_capacity(1024),
             served: 0,
-            accepted: Instant::now(),
+            accepted,
+            frontend,
+            rec: StreamRecord::new(frontend, peer, accepted),
+            stream_began: accepted,
+            client_mark: 0,
         })
     }
 
@@ -101,20 +119,48 @@ impl<'a, C: ClientStream> Session<'a, C> {
 
     pub(super) async fn run(mut self) -> Result<(), Error> {
         loop {
-            let head = match self.read_head().await? {
-                HeadOutcome::Head(head) => head,
-                HeadOutcome::Closed => return Ok(()),
-                HeadOutcome::Refuse(status, cause) => {
-                    let e = Error::new(ErrorKind::Protocol, Side::Front, cause);
-                    return self.refuse(status, &e).await;
+            self.begin_stream();
+            let head = match self.read_head().await {
+                Ok(HeadOutcome::Head(head)) => head,
+                // Nothing was asked: no stream to record.
+                Ok(HeadOutcome::Closed) => return Ok(()),
+                Ok(HeadOutcome::Refuse(e)) => {
+                    let refused = self.fail(&e).await;
+                    self.end_stream();
+                    return refused;
+                }
+                Err(e) => {
+                    self.rec.fail(&e);
+                    self.end_stream();
+                    return Err(e);
                 }
             };
+            self.rec.timing.head = Some(self.rec.timing.now());
             self.served += 1;
-            if !self.serve_request(head).await? {
+            let served = self.serve_request(head).await;
+            if let Err(e) = &served {
+                self.rec.fail(e);
+            }
+            self.end_stream();
+            if !served? {
                 return Ok(());
             }
             self.front.release_if_empty();
         }
+    }
+
+    fn begin_stream(&mut self) {
+        self.rec = StreamRecord::new(self.frontend, self.peer, self.stream_began);
+        self.client_mark = self.client.written();
+    }
+
+    /// The stream's record is complete: hand it to the worker's sink.
+    fn end_stream(&mut self) {
+        // Plus what a tunnel relayed past the counted writer (already in the record).
+        self.rec.bytes_to_client += self.client.written() - self.client_mark;
+        self.rec.close();
+        crate::proxy::record::sink(self.ctx, &self.rec);
+        self.stream_began = self.rec.timing.began + self.rec.timing.end;
     }
 
     /// Waits for and reads one request head: the first byte within `http_request` of the
@@ -138,7 +184,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 timeouts.http_keep_alive
             };
             match tokio::time::timeout(wait, self.client.wait_for_data(&mut self.front, &self.ctx.buffers)).await {
-                Err(_) if first => return Ok(HeadOutcome::Refuse(408, REQUEST_TIMEOUT)),
+                Err(_) if first => return Ok(HeadOutcome::Refuse(request_timeout())),
                 Err(_) => return Ok(HeadOutcome::Closed),
                 Ok(Err(e)) => return Err(Error::io(Side::Front, "wait for request", e)),
                 Ok(Ok(true)) => return Ok(HeadOutcome::Closed),
@@ -157,7 +203,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let read = tokio::select! {
                 biased;
                 r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
-                _ = &mut deadline => return Ok(HeadOutcome::Refuse(408, REQUEST_TIMEOUT)),
+                _ = &mut deadline => return Ok(HeadOutcome::Refuse(request_timeout())),
             };
             match read {
                 Ok(0) => return Ok(HeadOutcome::Closed),
@@ -177,9 +223,17 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
         match h1::parse_request_head(self.front.data(), limits, &mut self.scratch) {
             Ok(Some(head)) => Some(HeadOutcome::Head(head)),
-            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(431, "request head larger than the buffer")),
+            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(Error::new(
+                ErrorKind::BadRequest(431),
+                Side::Front,
+                "request head larger than the buffer",
+            ))),
             Ok(None) => None,
-            Err(e) => Some(HeadOutcome::Refuse(e.status(), e.as_str())),
+            Err(e) => Some(HeadOutcome::Refuse(Error::new(
+                ErrorKind::BadRequest(e.status()),
+                Side::Front,
+                e.as_str(),
+            ))),
         }
     }
 
@@ -194,11 +248,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
         {
             head.reclaim(&mut self.scratch);
             let e = Error::new(
-                ErrorKind::Protocol,
+                ErrorKind::BadRequest(413),
                 Side::Front,
                 "Content-Length over http.max_body_size",
             );
-            self.refuse(413, &e).await?;
+            self.fail(&e).await?;
             return Ok(false);
         }
         // What came with the head is judged before anything is decided or connected: a
@@ -206,15 +260,19 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let early = self.front.data().get(head.head_len..).unwrap_or_default();
         if let Err(e) = self.request_tracker(head.body).advance(early) {
             head.reclaim(&mut self.scratch);
-            let cause = Error::new(ErrorKind::Protocol, Side::Front, format!("bad request body: {e}"));
-            self.refuse(e.status(), &cause).await?;
+            let cause = Error::new(
+                ErrorKind::BadRequest(e.status()),
+                Side::Front,
+                format!("bad request body: {e}"),
+            );
+            self.fail(&cause).await?;
             return Ok(false);
         }
         match route::decide(self.fe, &head, self.front.data()) {
             Decision::NoRoute => {
                 head.reclaim(&mut self.scratch);
                 let e = Error::new(ErrorKind::NoServer, Side::Front, "no route and no default_backend");
-                self.refuse(503, &e).await?;
+                self.fail(&e).await?;
                 Ok(false)
             }
             Decision::Return {
@@ -224,16 +282,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
             } => {
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
-                match super::exchange::discard_body(self, req.body).await {
-                    Ok(()) => {}
-                    Err(0) => return Ok(false),
-                    Err(status) => {
-                        let e = Error::new(ErrorKind::Protocol, Side::Front, "bad request body");
-                        self.refuse(status, &e).await?;
-                        return Ok(false);
-                    }
+                if let Err(e) = super::exchange::discard_body(self, req.body).await {
+                    self.fail(&e).await?;
+                    return Ok(false);
                 }
                 let keep = req.keep_alive && !self.ctx.is_stopping();
+                self.rec.status = status;
                 fixed_response(status, content_type, body, keep, &mut self.out);
                 let written = if keep {
                     self.client.write_all(&self.out).await
@@ -284,10 +338,17 @@ impl<'a, C: ClientStream> Session<'a, C> {
         edits
     }
 
-    /// Sends a proxy-made error response, then closes without resetting it away; `cause`
-    /// goes into the warn line (`log_failure`).
-    pub(super) async fn refuse(&mut self, status: u16, cause: &Error) -> Result<(), Error> {
-        self.log_failure(status, cause);
+    /// A stream failed: log it, and when the error says the client can still be answered
+    /// (`Error::http_status`, the one place that picks the status), send the proxy-made
+    /// response and close without resetting it away.
+    pub(super) async fn fail(&mut self, cause: &Error) -> Result<(), Error> {
+        let status = cause.http_status();
+        self.log_failure(status.unwrap_or(0), cause);
+        self.rec.fail(cause);
+        let Some(status) = status else {
+            return Ok(());
+        };
+        self.rec.status = status;
         if status >= 500 {
             self.ctx.stats.http_proxy_5xx.add(1);
         } else {
@@ -324,7 +385,10 @@ impl<C> Session<'_, C> {
     }
 }
 
-const REQUEST_TIMEOUT: &str = "no complete request head within timeouts.http_request";
+fn request_timeout() -> Error {
+    let what = "no complete request head within timeouts.http_request";
+    Error::new(ErrorKind::IdleTimeout, Side::Front, what).during(crate::error::Phase::Request)
+}
 
 /// Half-closes, then reads and discards what the client still sends for a short while:
 /// closing with unread bytes would make the kernel send a reset that can destroy the

@@ -59,7 +59,6 @@ where
                 return Ok(Upload::ServerFirst);
             }
             progress.moved(r.consumed);
-            s.ctx.stats.bytes_to_server.add((r.lead().len() + r.out) as u64);
             s.front.consume(r.consumed);
         }
         if tracker.is_done() {

@@ -1,0 +1,175 @@
+//! The record of one stream — a TCP session, or one HTTP request and its response — built
+//! while it runs and handed to the worker's sink when it ends: who (frontend, backend,
+//! server, client), when (offsets from the stream's start), how much (bytes each way), how
+//! it went (retries, status, termination cause).
+//!
+//! Invariants: a record is a plain `Copy` value on the session's stack (no allocation per
+//! request); every stream that was accepted or read produces exactly one record; timing
+//! offsets only move forward (`None` = that step never happened). Today the sink feeds the
+//! per-server counters and a trace event (`tollgate::record`); access logs will write it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ctx::WorkerCtx;
+use crate::error::{Error, Termination};
+use crate::ids::ServerId;
+
+/// When each step of a stream happened, as offsets from its start: the accept for a TCP
+/// session and an HTTP connection's first request, the end of the previous response for a
+/// keep-alive request (so idle time is part of `head`, as in HAProxy's `Ti`+`TR`).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub began: Instant,
+    /// Request head complete (HTTP).
+    pub head: Option<Duration>,
+    /// A server chosen and a slot on it taken (queueing included).
+    pub chosen: Option<Duration>,
+    /// Connected to it (or a pooled connection taken).
+    pub connected: Option<Duration>,
+    /// Response head received (HTTP).
+    pub response: Option<Duration>,
+    /// The stream ended.
+    pub end: Duration,
+}
+
+impl Timing {
+    pub fn new(began: Instant) -> Self {
+        Timing {
+            began,
+            head: None,
+            chosen: None,
+            connected: None,
+            response: None,
+            end: Duration::ZERO,
+        }
+    }
+
+    /// Offset of `at` from the start.
+    pub fn since(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.began)
+    }
+
+    pub fn now(&self) -> Duration {
+        self.since(Instant::now())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct StreamRecord {
+    pub frontend: usize,
+    pub backend: Option<usize>,
+    pub server: Option<ServerId>,
+    pub client: SocketAddr,
+    pub timing: Timing,
+    pub bytes_to_server: u64,
+    pub bytes_to_client: u64,
+    /// Attempts beyond the first (other servers, or a fresh connection after a reused one
+    /// failed).
+    pub retries: u32,
+    /// The status the client got (0: none, as in TCP mode or when the client left first).
+    pub status: u16,
+    pub termination: Termination,
+}
+
+impl StreamRecord {
+    pub fn new(frontend: usize, client: SocketAddr, began: Instant) -> Self {
+        StreamRecord {
+            frontend,
+            backend: None,
+            server: None,
+            client,
+            timing: Timing::new(began),
+            bytes_to_server: 0,
+            bytes_to_client: 0,
+            retries: 0,
+            status: 0,
+            termination: Termination::NORMAL,
+        }
+    }
+
+    /// The stream failed this way (the backend and server too, if the record did not know).
+    pub fn fail(&mut self, e: &Error) {
+        self.termination = e.termination();
+        if self.backend.is_none() {
+            self.backend = e.backend;
+        }
+        if self.server.is_none() {
+            self.server = e.server;
+        }
+    }
+
+    /// The stream ended now.
+    pub fn close(&mut self) {
+        self.timing.end = self.timing.now();
+    }
+}
+
+/// The worker's sink: every ended stream comes here once. Feeds the server's counters
+/// (requests, bytes, responses by class) from this thread's cell, and a trace event the
+/// tests (and a curious operator) can read with `RUST_LOG=tollgate::record=trace`.
+pub fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
+    if let (Some(backend), Some(id)) = (r.backend, r.server)
+        && let Some(local) = ctx.backends.get(backend)
+    {
+        local.with_server(id, |server| {
+            let c = server.counters(ctx.id);
+            c.requests.add(1);
+            c.bytes_to_server.add(r.bytes_to_server);
+            c.bytes_to_client.add(r.bytes_to_client);
+            if r.status != 0 {
+                c.response(r.status);
+            }
+        });
+    }
+    let us = |d: Option<Duration>| d.map_or(-1, |d| d.as_micros() as i64);
+    tracing::trace!(
+        target: "tollgate::record",
+        frontend = r.frontend,
+        backend = r.backend.map_or(-1, |b| b as i64),
+        server = r.server.map_or(-1, |s| i64::from(s.0)),
+        client = %r.client,
+        head_us = us(r.timing.head),
+        chosen_us = us(r.timing.chosen),
+        connected_us = us(r.timing.connected),
+        response_us = us(r.timing.response),
+        end_us = r.timing.end.as_micros() as i64,
+        to_server = r.bytes_to_server,
+        to_client = r.bytes_to_client,
+        retries = r.retries,
+        status = r.status,
+        termination = %r.termination,
+        "stream"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{ErrorKind, Side};
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_record_ends_with_its_cause_and_offsets() {
+        let began = Instant::now();
+        let mut r = StreamRecord::new(0, "127.0.0.1:1".parse().expect("addr"), began);
+        tokio::time::advance(Duration::from_millis(3)).await;
+        r.timing.head = Some(r.timing.now());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        let e = Error::new(ErrorKind::ResponseTimeout, Side::Back, "x").at(1, Some(ServerId(7)));
+        r.fail(&e);
+        r.close();
+        assert_eq!(r.timing.head, Some(Duration::from_millis(3)));
+        assert_eq!(r.timing.end, Duration::from_millis(5));
+        assert_eq!(r.termination.as_str(), "sH");
+        assert_eq!((r.backend, r.server), (Some(1), Some(ServerId(7))));
+        let mut ok = StreamRecord::new(0, "127.0.0.1:1".parse().expect("addr"), began);
+        ok.close();
+        assert_eq!(ok.termination.as_str(), "--");
+        assert!(
+            std::mem::size_of::<StreamRecord>() <= 192,
+            "kept small: it lives in every session"
+        );
+    }
+}
