@@ -17,7 +17,7 @@ use crate::config::ids::IdTable;
 use crate::live::server::{AdminState, ServerView};
 
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// What a client asks the master.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

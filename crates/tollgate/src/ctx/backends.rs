@@ -99,7 +99,7 @@ impl LocalBackend {
 
     /// Runs `f` on the server with this id in the current set, if it is there (no `Arc`
     /// clone: the set is borrowed from this thread's view).
-    pub fn with_server(&self, id: ServerId, f: impl FnOnce(&ServerLive)) {
+    pub(crate) fn with_server(&self, id: ServerId, f: impl FnOnce(&ServerLive)) {
         if let Ok(view) = self.view.try_borrow()
             && let Some(server) = view.set.get(id)
         {

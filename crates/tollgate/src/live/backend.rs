@@ -54,6 +54,7 @@ impl ServerSet {
 
 #[derive(Debug)]
 pub(crate) struct BackendLive {
+    #[expect(dead_code, reason = "identity kept with the live state; nothing reads it by id yet")]
     pub id: BackendId,
     pub name: Arc<str>,
     version: AtomicU64,
@@ -127,10 +128,15 @@ impl BackendLive {
     }
 
     /// Bumps the version without changing the set (weights changed: balancers rebuild).
+    #[expect(
+        dead_code,
+        reason = "whole-set swaps are for runtime add/remove of servers; no command changes a set yet"
+    )]
     pub(crate) fn touch(&self) -> u64 {
         self.update(|servers, _, _| servers.to_vec())
     }
 
+    #[expect(dead_code, reason = "the backend queue length is not shown anywhere yet")]
     pub(crate) fn queued(&self) -> u32 {
         self.queued.load(Ordering::Relaxed)
     }

@@ -54,7 +54,7 @@ pub(crate) struct Connected<'a, S = TcpStream> {
 }
 
 /// A fresh connection to a server of `backend` (TCP mode).
-pub async fn connect<'a>(
+pub(crate) async fn connect<'a>(
     ctx: &'a WorkerCtx,
     backend: usize,
     retries: &mut u32,
@@ -70,7 +70,7 @@ fn no_server(context: String) -> Error {
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries` (each one counted in `retries`, for the
 /// stream's record).
-pub async fn connect_or_reuse<'a, S: From<TcpStream>>(
+pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     ctx: &'a WorkerCtx,
     backend: usize,
     mut reuse: impl FnMut(ServerId) -> Option<S>,

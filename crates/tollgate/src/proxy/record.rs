@@ -21,7 +21,7 @@ use crate::ids::ServerId;
 /// session and an HTTP connection's first request, the end of the previous response for a
 /// keep-alive request (so idle time is part of `head`, as in HAProxy's `Ti`+`TR`).
 #[derive(Debug, Clone, Copy)]
-pub struct Timing {
+pub(crate) struct Timing {
     pub began: Instant,
     /// Request head complete (HTTP).
     pub head: Option<Duration>,
@@ -36,7 +36,7 @@ pub struct Timing {
 }
 
 impl Timing {
-    pub fn new(began: Instant) -> Self {
+    pub(crate) fn new(began: Instant) -> Self {
         Timing {
             began,
             head: None,
@@ -48,17 +48,17 @@ impl Timing {
     }
 
     /// Offset of `at` from the start.
-    pub fn since(&self, at: Instant) -> Duration {
+    pub(crate) fn since(&self, at: Instant) -> Duration {
         at.saturating_duration_since(self.began)
     }
 
-    pub fn now(&self) -> Duration {
+    pub(crate) fn now(&self) -> Duration {
         self.since(Instant::now())
     }
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct StreamRecord {
+pub(crate) struct StreamRecord {
     pub frontend: usize,
     pub backend: Option<usize>,
     pub server: Option<ServerId>,
@@ -75,7 +75,7 @@ pub struct StreamRecord {
 }
 
 impl StreamRecord {
-    pub fn new(frontend: usize, client: SocketAddr, began: Instant) -> Self {
+    pub(crate) fn new(frontend: usize, client: SocketAddr, began: Instant) -> Self {
         StreamRecord {
             frontend,
             backend: None,
@@ -91,7 +91,7 @@ impl StreamRecord {
     }
 
     /// The stream failed this way (the backend and server too, if the record did not know).
-    pub fn fail(&mut self, e: &Error) {
+    pub(crate) fn fail(&mut self, e: &Error) {
         self.termination = e.termination();
         if self.backend.is_none() {
             self.backend = e.backend;
@@ -102,7 +102,7 @@ impl StreamRecord {
     }
 
     /// The stream ended now.
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.timing.end = self.timing.now();
     }
 }
@@ -110,7 +110,7 @@ impl StreamRecord {
 /// The worker's sink: every ended stream comes here once. Feeds the server's counters
 /// (requests, bytes, responses by class) from this thread's cell, and a trace event the
 /// tests (and a curious operator) can read with `RUST_LOG=tollgate::record=trace`.
-pub fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
+pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
     if let (Some(backend), Some(id)) = (r.backend, r.server)
         && let Some(local) = ctx.backends.get(backend)
     {

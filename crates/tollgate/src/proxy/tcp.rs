@@ -20,7 +20,7 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
 use crate::tls::{ktls, passthrough};
 
-pub async fn serve(
+pub(crate) async fn serve(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,
     client: TcpStream,

@@ -24,7 +24,7 @@ pub(crate) struct Counted<'c, W> {
 }
 
 impl<'c, W> Counted<'c, W> {
-    pub fn new(inner: W, counter: &'c Counter) -> Self {
+    pub(crate) fn new(inner: W, counter: &'c Counter) -> Self {
         Counted {
             inner,
             counter,
@@ -34,7 +34,7 @@ impl<'c, W> Counted<'c, W> {
     }
 
     /// Counts into `tally` too (one stream's bytes across several adapters).
-    pub fn with_tally(inner: W, counter: &'c Counter, tally: &'c Counter) -> Self {
+    pub(crate) fn with_tally(inner: W, counter: &'c Counter, tally: &'c Counter) -> Self {
         Counted {
             tally: Some(tally),
             ..Counted::new(inner, counter)
@@ -45,12 +45,12 @@ impl<'c, W> Counted<'c, W> {
         &mut self.inner
     }
 
-    pub fn into_inner(self) -> W {
+    pub(crate) fn into_inner(self) -> W {
         self.inner
     }
 
     /// Bytes written through this adapter since it was made.
-    pub fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.written.get()
     }
 

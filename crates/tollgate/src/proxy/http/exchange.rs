@@ -432,7 +432,7 @@ async fn tunnel<C: ClientStream>(
 
 /// Reads and drops a request body the proxy answers itself; an error if the connection
 /// cannot continue (its status, if any, is for the client).
-pub async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), Error> {
+pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), Error> {
     let mut tracker = s.request_tracker(framing);
     if tracker.is_done() {
         return Ok(());

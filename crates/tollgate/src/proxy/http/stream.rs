@@ -53,7 +53,7 @@ impl RequestInfo {
     }
 
     /// May be replayed after an empty response: idempotent and nothing to send but the head.
-    pub fn replayable(&self) -> bool {
+    pub(super) fn replayable(&self) -> bool {
         self.idempotent() && self.body == BodyFraming::None
     }
 }
