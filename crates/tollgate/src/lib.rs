@@ -1,23 +1,35 @@
 //! tollgate: a reverse proxy and load balancer.
 //!
 //! # Layout
+//! Top to bottom; a module never imports one above it (docs/architecture.md, "Layers";
+//! `tests/layers.rs` checks it).
+//! - [`master`]: the master process (owns the sockets, desired state, reloads, the control
+//!   socket, supervision) and the worker process side of the socket handoff.
 //! - [`admin`]: the operator's client side of the runtime API (`tollgate ctl`).
-//! - [`config`]: TOML text → validated immutable model (file:line:col errors).
-//! - [`runtime`]: one current_thread tokio runtime per worker thread, shutdown, limits.
-//! - [`master`]: the master process (owns the sockets, reloads, supervises) and the worker
-//!   process side of the socket handoff.
-//! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept budgets.
-//! - [`proxy`]: a client connection's life: pick a server, connect, relay.
-//! - [`balance`]: load-balancing algorithms behind one trait, registered by name.
-//! - [`live`]: the live model: backends and servers with stable ids and live state
-//!   (admin/operational state, weights, connections, counters) shared by every worker.
-//! - [`buffer`]: the per-worker copy-buffer pool charged against a byte budget.
-//! - [`http`]: the sans-io HTTP/1.1 codec (heads, framing, rewriting).
-//! - [`tls`]: TLS inspection (ClientHello parsing for SNI passthrough routing).
-//! - [`origin`]: small built-in HTTP origins for the embedded default config and tests.
+//! - [`runtime`]: one current_thread tokio runtime per worker thread, `Running` (start,
+//!   runtime commands, stop phases), the inbox loop, watchdog, process limits.
+//! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
+//!   starting a session per connection.
+//! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; the
+//!   per-stream record.
+//! - [`tls`]: termination, SNI passthrough (ClientHello parsing), TLS to servers, kTLS.
+//! - `ctx`: what a session works with: the worker context and what a generation's workers
+//!   share, per-thread backend views, the HTTP server pool, inbox messages.
+//! - `relay`: byte movers: endpoints, the pumps, splice pipes, lazy sockets, idle watchdog.
+//! - `balance`: load-balancing algorithms behind one trait, registered by name.
 //! - [`command`]: the typed command protocol of the control socket and the master ↔ worker
 //!   channel (JSON in length-prefixed frames).
-//! - [`error`]: the one error type (kind, side, retryable).
+//! - `live`: the live model: backends and servers with stable ids and live state
+//!   (admin/operational state, weights, connections, counters) shared by every worker.
+//! - `budget`, `buffer`, [`stats`]: accept budgets, the per-worker copy-buffer pool charged
+//!   against a byte budget, counters.
+//! - [`config`]: TOML text → validated immutable model (file:line:col errors), certificates
+//!   and SNI patterns included. [`http`]: the sans-io HTTP/1.1 codec. [`error`]: the one
+//!   error type (kind, side, retryable). `ids`: stable backend and server ids. [`origin`]:
+//!   small built-in HTTP origins for the embedded default config and tests.
+//!
+//! Items are `pub(crate)` unless they are library API: what the binary, the tests, the
+//! benches and the fuzz targets use.
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 

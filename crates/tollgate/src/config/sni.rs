@@ -3,7 +3,7 @@
 //! [`SniMatcher`], which maps a name to a route or a certificate.
 //!
 //! Invariants: a name is lowercase ASCII without its trailing dot, labels of 1 to 63
-//! letters, digits and hyphens, at most [`MAX_SNI_LEN`] bytes; a lookup never allocates.
+//! letters, digits and hyphens, at most `MAX_SNI_LEN` bytes; a lookup never allocates.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -2,7 +2,7 @@
 //!
 //! - [`h1`]: HTTP/1.1 head parsing, body framing (validate and delimit, never de-chunk) and head
 //!   rewriting for forwarding.
-//! - [`status`]: reason phrases for the statuses tollgate writes itself.
+//! - `status`: reason phrases for the statuses tollgate writes itself.
 
 pub mod h1;
 pub(crate) mod status;

@@ -11,10 +11,10 @@
 //!
 //! # The handover
 //!
-//! A kTLS-eligible connection is relayed as a [`KtlsClient`] endpoint: rustls over a
-//! [`CorkStream`] (the socket, plus a sans-io [`RecordFraming`] tracker of the TLS records
+//! A kTLS-eligible connection is relayed as a `KtlsClient` endpoint: rustls over a
+//! `CorkStream` (the socket, plus a sans-io `RecordFraming` tracker of the TLS records
 //! rustls was handed). After `after_bytes` of plaintext moved (both directions), the handover
-//! is due ([`Handover`]): the stream is *corked* (reads stop at the end of the current
+//! is due (`Handover`): the stream is *corked* (reads stop at the end of the current
 //! record) and at the first moment when
 //!
 //! - rustls has no TLS data left to send (flushed),

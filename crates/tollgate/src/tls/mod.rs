@@ -2,10 +2,10 @@
 //!
 //! - [`client_hello`]: sans-io ClientHello parser (SNI, ALPN, versions), used by passthrough
 //!   routing to pick a backend without terminating TLS.
-//! - [`terminate`]: the handshake with its budget, timeout and counters; `accept` is what
+//! - `terminate`: the handshake with its budget, timeout and counters; `accept` is what
 //!   TCP and HTTP mode call.
-//! - [`passthrough`]: peeking a ClientHello without consuming it and routing on its SNI.
-//! - [`backend`]: TLS to a server.
+//! - `passthrough`: peeking a ClientHello without consuming it and routing on its SNI.
+//! - `backend`: TLS to a server.
 //! - [`ktls`]: the once-per-process kernel TLS probe and the handover to kernel TLS.
 //!
 //! Certificates, the SNI matcher and the rustls configs are built at config load
