@@ -15,7 +15,7 @@ use crate::balance::{self, Balancer, Candidate, Constructor, PickContext};
 use crate::config::Backend;
 use crate::live::ServerId;
 use crate::live::backend::{BackendLive, ServerSet};
-use crate::live::server::ServerLive;
+use crate::live::server::{ServerLive, ServerSlot};
 
 struct View {
     set: Arc<ServerSet>,
@@ -65,8 +65,9 @@ impl LocalBackend {
         view
     }
 
-    /// Picks a server that `accept` allows: a usable primary, else a usable backup.
-    pub(crate) fn pick(&self, accept: &dyn Fn(&ServerLive) -> bool, hash_key: Option<u64>) -> Option<Arc<ServerLive>> {
+    /// Picks a server that `accept` allows — a usable primary, else a usable backup — and
+    /// takes a slot on it; the balancer hears `taken` at once (same view, no lookup).
+    pub(crate) fn take(&self, accept: &dyn Fn(&ServerLive) -> bool, hash_key: Option<u64>) -> Take {
         let mut view = self.refreshed();
         let View { set, balancer } = &mut *view;
         for backup in [false, true] {
@@ -76,11 +77,28 @@ impl LocalBackend {
                     .is_some_and(|s| s.backup == backup && s.is_usable() && accept(s))
             };
             let ctx = PickContext::new(&set.servers, &usable, hash_key);
-            if let Some(server) = balancer.pick(&ctx).and_then(|i| set.servers.get(i)) {
-                return Some(Arc::clone(server));
-            }
+            let Some(index) = balancer.pick(&ctx) else {
+                continue;
+            };
+            let Some(server) = set.servers.get(index) else {
+                continue;
+            };
+            return match server.try_take() {
+                Some(slot) => {
+                    balancer.taken(index);
+                    Take::Slot(
+                        slot,
+                        Position {
+                            version: set.version,
+                            index,
+                        },
+                    )
+                }
+                // Another worker took the last slot between the pick and the take.
+                None => Take::Lost,
+            };
         }
-        None
+        Take::Nothing
     }
 
     /// Whether any server of the set could take a connection once it has room (not
@@ -97,12 +115,18 @@ impl LocalBackend {
         self.len() == 0
     }
 
-    /// Runs `f` on the server with this id in the current set, if it is there (no `Arc`
-    /// clone: the set is borrowed from this thread's view).
-    pub(crate) fn with_server(&self, id: ServerId, f: impl FnOnce(&ServerLive)) {
-        if let Ok(view) = self.view.try_borrow()
-            && let Some(server) = view.set.get(id)
-        {
+    /// Runs `f` on the server `id`, found at `at` when the set is still that version (the
+    /// usual case: no lookup), else by id; not at all if it left the set. No `Arc` clone:
+    /// the set is borrowed from this thread's view.
+    pub(crate) fn with_server(&self, id: ServerId, at: Option<Position>, f: impl FnOnce(&ServerLive)) {
+        let Ok(view) = self.view.try_borrow() else {
+            return;
+        };
+        let index = match at {
+            Some(at) if at.version == view.set.version => Some(at.index),
+            _ => view.set.position(id),
+        };
+        if let Some(server) = index.and_then(|i| view.set.servers.get(i)).filter(|s| s.id == id) {
             f(server);
         }
     }
@@ -115,16 +139,19 @@ impl LocalBackend {
         }
     }
 
-    pub(crate) fn taken(&self, id: ServerId) {
-        self.with_position(id, |b, i| b.taken(i));
-    }
-
-    pub(crate) fn released(&self, id: ServerId) {
+    /// A slot taken at `at` was released: the balancer hears it if the server is still in
+    /// the set (by position while the version holds, else by id).
+    pub(crate) fn released(&self, id: ServerId, at: Position) {
         // `try_borrow_mut`: a slot dropped while a pick holds the view (it cannot happen
         // today, but a panic in a Drop would be the worst way to learn it) is not heard.
         if let Ok(mut view) = self.view.try_borrow_mut() {
             let View { set, balancer } = &mut *view;
-            if let Some(i) = set.position(id) {
+            let index = if at.version == set.version {
+                Some(at.index)
+            } else {
+                set.position(id)
+            };
+            if let Some(i) = index {
                 balancer.released(i);
             }
         }
@@ -134,6 +161,23 @@ impl LocalBackend {
     pub(crate) fn set_weight(&self, id: ServerId, weight: u32) {
         self.with_position(id, |b, i| b.set_weight(i, weight));
     }
+}
+
+/// Where a pick found a server: its position in one version of the set. Positions mean
+/// nothing in another version; `with_server` and `released` fall back to the id then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub version: u64,
+    pub index: usize,
+}
+
+/// What `take` found.
+pub(crate) enum Take {
+    Slot(ServerSlot, Position),
+    /// A server was picked but its last slot went to another worker first: pick again.
+    Lost,
+    /// No server is acceptable now.
+    Nothing,
 }
 
 /// Servers already tried by one connection attempt sequence, by id. Inline up to 8 (the

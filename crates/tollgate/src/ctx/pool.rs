@@ -14,7 +14,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::live::server::ServerLive;
 use crate::live::{IdMap, ServerId};
 use crate::relay::ServerConn;
 
@@ -60,10 +59,9 @@ impl ServerPool {
     }
 
     /// A live idle connection to `server`, if any.
-    pub(crate) fn take(&self, server: ServerId) -> Option<ServerConn> {
+    pub(crate) fn take(&self, server: ServerId, now: Instant) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
         let list = &mut idle.get_mut(&server)?.conns;
-        let now = Instant::now();
         while let Some(mut idle) = list.pop() {
             if now.duration_since(idle.since) <= self.max_age && idle.conn.is_usable_idle() {
                 return Some(idle.conn);
@@ -72,14 +70,11 @@ impl ServerPool {
         None
     }
 
-    /// Keeps `conn` for later requests to `server` (a server this worker has not pooled for
-    /// yet, one added at run time, gets its list here).
-    pub(crate) fn put(&self, server: &ServerLive, conn: ServerConn) {
+    /// Keeps `conn` for later requests to server `id` (`tls`: whether it speaks TLS; a server
+    /// this worker has not pooled for yet, one added at run time, gets its list here).
+    pub(crate) fn put(&self, id: ServerId, tls: bool, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
-        let slot = idle.entry(server.id).or_insert_with(|| ServerIdle {
-            tls: server.tls.is_some(),
-            conns: Vec::new(),
-        });
+        let slot = idle.entry(id).or_insert_with(|| ServerIdle { tls, conns: Vec::new() });
         if conn.is_tls() != slot.tls {
             return;
         }

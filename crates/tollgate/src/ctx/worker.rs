@@ -84,14 +84,23 @@ impl WorkerCtx {
     }
 
     /// Resolves once `server`'s sessions are to close (`maint --kill`): its kill epoch moved
-    /// past `epoch`, the one seen when the session connected.
-    pub(crate) async fn killed(&self, server: &crate::live::server::ServerLive, epoch: u64) {
+    /// past `epoch`, the one seen when the session connected. `waiter` is a registration
+    /// with this thread's kill notifications (`kills.notified()`), made once per session and
+    /// kept across its requests: a registration per request would lock and unlock the
+    /// `Notify` twice per request. A `Notified` hears every `notify_waiters` from its
+    /// creation on, even before its first poll, so no kill falls between check and wait.
+    pub(crate) async fn killed<'n>(
+        &'n self,
+        server: &crate::live::server::ServerLive,
+        epoch: u64,
+        mut waiter: std::pin::Pin<&mut tokio::sync::futures::Notified<'n>>,
+    ) {
         loop {
-            let woken = self.kills.notified();
             if server.kill_epoch() != epoch {
                 return;
             }
-            woken.await;
+            waiter.as_mut().await;
+            waiter.set(self.kills.notified());
         }
     }
 

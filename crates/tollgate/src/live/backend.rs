@@ -43,10 +43,6 @@ impl ServerSet {
         self.by_id.get(&id).copied()
     }
 
-    pub(crate) fn get(&self, id: ServerId) -> Option<&Arc<ServerLive>> {
-        self.servers.get(self.position(id)?)
-    }
-
     pub(crate) fn find(&self, name: &str) -> Option<&Arc<ServerLive>> {
         self.servers.iter().find(|s| &*s.name == name)
     }

@@ -12,40 +12,43 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::ctx::WorkerCtx;
-use crate::ctx::backends::{LocalBackend, Tried};
+use crate::ctx::backends::{LocalBackend, Position, Take, Tried};
 use crate::error::{Error, ErrorKind, Side};
 use crate::live::ServerId;
+use crate::live::backend::QueuedGuard;
 use crate::live::server::{ServerLive, ServerSlot};
 
 /// A slot on a server, as this worker holds it: dropping it releases the slot and tells
 /// this worker's balancer.
 pub(crate) struct HeldSlot<'a> {
-    slot: Option<ServerSlot>,
+    slot: ServerSlot,
+    at: Position,
     backend: &'a LocalBackend,
 }
 
 impl HeldSlot<'_> {
-    pub(crate) fn server(&self) -> Option<&Arc<ServerLive>> {
-        self.slot.as_ref().map(ServerSlot::server)
+    pub(crate) fn server(&self) -> &Arc<ServerLive> {
+        self.slot.server()
+    }
+
+    /// Where the pick found it (the stream record's hint for the sink).
+    pub(crate) fn position(&self) -> Position {
+        self.at
     }
 }
 
 impl Drop for HeldSlot<'_> {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let id = slot.server().id;
-            drop(slot);
-            self.backend.released(id);
-        }
+        // The slot itself (a field) is released right after this.
+        self.backend.released(self.slot.server().id, self.at);
     }
 }
 
 /// A server connection ready for a session: a socket (TCP mode), or what HTTP mode keeps
-/// (`S`, which a fresh socket becomes).
+/// (`S`, which a fresh socket becomes). The server is `slot.server()`.
 pub(crate) struct Connected<'a, S = TcpStream> {
     pub stream: S,
     pub slot: HeldSlot<'a>,
-    pub server: Arc<ServerLive>,
     /// Taken from the idle pool rather than freshly connected.
     pub reused: bool,
     /// When the server was chosen (its slot taken) and when the connection was ready.
@@ -59,21 +62,21 @@ pub(crate) async fn connect<'a>(
     backend: usize,
     retries: &mut u32,
 ) -> Result<Connected<'a, TcpStream>, Error> {
-    connect_or_reuse(ctx, backend, |_| None, retries).await
+    connect_or_reuse(ctx, backend, |_, _| None, retries).await
 }
 
 fn no_server(context: String) -> Error {
     Error::new(ErrorKind::NoServer, Side::Back, context)
 }
 
-/// A connection to a server of `backend`: the balancer picks the server, `reuse(server)` may
+/// A connection to a server of `backend`: the balancer picks the server, `reuse(server, now)` may
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries` (each one counted in `retries`, for the
 /// stream's record).
 pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     ctx: &'a WorkerCtx,
     backend: usize,
-    mut reuse: impl FnMut(ServerId) -> Option<S>,
+    mut reuse: impl FnMut(ServerId, Instant) -> Option<S>,
     retries: &mut u32,
 ) -> Result<Connected<'a, S>, Error> {
     let config = &ctx.shared.config;
@@ -89,6 +92,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         return Err(no_server(format!("backend {} has no server", spec.name)).at(backend, None));
     }
     let attempts = spec.retries.saturating_add(1);
+    let context = |slot: &HeldSlot<'_>| format!("connect {}/{}", spec.name, slot.server().name);
     let mut tried = Tried::default();
     let mut last_error: Option<Error> = None;
     let mut previous: Option<Arc<ServerLive>> = None;
@@ -103,47 +107,43 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
             *retries += 1;
             failed.counters(ctx.id).retries.add(1);
         }
-        let Some(server) = slot.server().cloned() else {
-            continue;
-        };
         let chosen = Instant::now();
-        if let Some(stream) = reuse(server.id) {
+        let (id, address) = (slot.server().id, slot.server().address);
+        if let Some(stream) = reuse(id, chosen) {
             return Ok(Connected {
                 stream,
                 slot,
-                server,
                 reused: true,
                 chosen,
                 connected: chosen,
             });
         }
-        tried.insert(server.id);
+        tried.insert(id);
         // Every server tried once: start over rather than give up early.
         if tried.len() >= local.len() {
             tried.clear();
         }
         ctx.stats.connect_attempts.add(1);
-        let context = || format!("connect {}/{}", spec.name, server.name);
-        let error = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(server.address)).await {
+        let error = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                server.counters(ctx.id).connections.add(1);
+                slot.server().counters(ctx.id).connections.add(1);
                 return Ok(Connected {
                     stream: S::from(stream),
                     slot,
-                    server,
                     reused: false,
                     chosen,
                     connected: Instant::now(),
                 });
             }
-            Ok(Err(e)) => Error::new(ErrorKind::Connect, Side::Back, context()).with_source(e),
-            Err(_) => Error::new(ErrorKind::ConnectTimeout, Side::Back, context()),
+            Ok(Err(e)) => Error::new(ErrorKind::Connect, Side::Back, context(&slot)).with_source(e),
+            Err(_) => Error::new(ErrorKind::ConnectTimeout, Side::Back, context(&slot)),
         };
+        let server = Arc::clone(slot.server());
         ctx.stats.connect_errors.add(1);
         server.counters(ctx.id).connect_failures.add(1);
         tracing::debug!(error = %error, attempt, "connect failed");
-        last_error = Some(error.retryable(true).at(backend, Some(server.id)));
+        last_error = Some(error.retryable(true).at(backend, Some(id)));
         previous = Some(server);
     }
     Err(last_error.unwrap_or_else(|| no_server("no server".into()).at(backend, None)))
@@ -153,40 +153,52 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
 /// usable server is full, until `timeouts.queue`. Fails at once when no server is usable at
 /// all (drained, in maintenance or down): waiting cannot help.
 async fn take_server<'a>(ctx: &WorkerCtx, local: &'a LocalBackend, tried: &Tried) -> Result<HeldSlot<'a>, Error> {
-    let deadline = Instant::now() + ctx.shared.config.timeouts.queue;
-    let mut queued = None;
+    let fresh = |s: &ServerLive| s.has_room() && !tried.contains(s.id);
+    let room = |s: &ServerLive| s.has_room();
+    let attempt = || {
+        // Every server with room already failed once: going back to one beats queueing.
+        let take = |accept: &dyn Fn(&ServerLive) -> bool| match local.take(accept, None) {
+            Take::Slot(slot, at) => Some(Some(HeldSlot {
+                slot,
+                at,
+                backend: local,
+            })),
+            Take::Lost => Some(None),
+            Take::Nothing => None,
+        };
+        take(&fresh).or_else(|| if tried.is_empty() { None } else { take(&room) })
+    };
+    let mut queue: Option<(Instant, QueuedGuard<'_>)> = None;
     loop {
-        // Register interest before looking, so a slot freed in between is not missed.
+        // The common case takes a slot at once, without registering for releases (a lock
+        // on the backend's `Notify`) or reading the clock.
+        match attempt() {
+            Some(Some(held)) => return Ok(held),
+            Some(None) => continue,
+            None => {}
+        }
+        // Nothing free: register for a release, then look again, so a slot freed in
+        // between is not missed.
         let released = local.live.slot_released();
         tokio::pin!(released);
         released.as_mut().enable();
-        let fresh = |s: &ServerLive| s.has_room() && !tried.contains(s.id);
-        let room = |s: &ServerLive| s.has_room();
-        // Every server with room already failed once: going back to one beats queueing.
-        let picked = local.pick(&fresh, None).or_else(|| {
-            if tried.is_empty() {
-                None
-            } else {
-                local.pick(&room, None)
-            }
-        });
-        if let Some(server) = picked {
-            if let Some(slot) = server.try_take() {
-                local.taken(server.id);
-                return Ok(HeldSlot {
-                    slot: Some(slot),
-                    backend: local,
-                });
-            }
-            continue; // another worker took the last slot between pick and take
+        match attempt() {
+            Some(Some(held)) => return Ok(held),
+            Some(None) => continue,
+            None => {}
         }
         if !local.any_usable() {
             return Err(no_server(format!("backend {}: no usable server", local.live.name)));
         }
-        if queued.is_none() {
-            queued = Some(local.live.enqueue());
-            ctx.stats.server_queued.add(1);
-        }
+        let deadline = match &queue {
+            Some((deadline, _)) => *deadline,
+            None => {
+                ctx.stats.server_queued.add(1);
+                let deadline = Instant::now() + ctx.shared.config.timeouts.queue;
+                queue = Some((deadline, local.live.enqueue()));
+                deadline
+            }
+        };
         if tokio::time::timeout_at(deadline, released).await.is_err() {
             ctx.stats.queue_timeouts.add(1);
             return Err(Error::new(

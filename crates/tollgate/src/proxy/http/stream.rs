@@ -3,10 +3,12 @@
 //! `exchange`. Owns the client socket, its inbound bytes and the head scratch space.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::futures::Notified;
 use tokio::time::Instant;
 
 use super::client::ClientStream;
@@ -118,6 +120,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
     }
 
     pub(super) async fn run(mut self) -> Result<(), Error> {
+        // One registration with the thread's kill notifications for the whole session.
+        let ctx = self.ctx;
+        let kills = ctx.kills.notified();
+        tokio::pin!(kills);
         loop {
             self.begin_stream();
             let head = match self.read_head().await {
@@ -137,7 +143,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             };
             self.rec.timing.head = Some(self.rec.timing.now());
             self.served += 1;
-            let served = self.serve_request(head).await;
+            let served = self.serve_request(head, kills.as_mut()).await;
             if let Err(e) = &served {
                 self.rec.fail(e);
             }
@@ -238,7 +244,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
     }
 
     /// Answers one request; true when the client connection stays open for the next.
-    async fn serve_request(&mut self, head: RequestHead) -> Result<bool, Error> {
+    async fn serve_request(&mut self, head: RequestHead, kills: Pin<&mut Notified<'a>>) -> Result<bool, Error> {
         self.ctx.stats.http_requests.add(1);
         let req = RequestInfo::of(&head);
         let max_body = self.ctx.shared.config.http.max_body_size;
@@ -303,7 +309,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
-                super::exchange::forward(self, backend, &req).await
+                super::exchange::forward(self, backend, &req, kills).await
             }
         }
     }
