@@ -238,4 +238,51 @@ mod tests {
         t.clear();
         assert!(t.is_empty() && !t.contains(ServerId(3)));
     }
+
+    #[test]
+    fn a_swapped_set_is_picked_from_at_once_and_old_slots_release_cleanly() {
+        let text = "[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"app\"\n\
+                    [[backend]]\nname = \"app\"\n\
+                    [[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n\
+                    [[backend.server]]\nname = \"b\"\naddress = \"127.0.0.1:2\"\n";
+        let config = crate::config::parse(text, "t.toml").expect("valid");
+        let spec = config.backends.first().expect("a backend");
+        let live = Arc::new(BackendLive::new(spec, 1));
+        let local = LocalBackend::new(spec, Arc::clone(&live), 0);
+        let Take::Slot(held, at) = local.take(&|_| true, None) else {
+            panic!("a slot")
+        };
+        let gone = Arc::clone(held.server());
+        // Swap the set: the held server leaves, a new one (id 9) joins.
+        let mut added = spec.servers.first().expect("a server").clone();
+        (added.id, added.name) = (ServerId(9), "c".into());
+        let version = live.update(|servers, notify, workers| {
+            let name: Arc<str> = Arc::from("app");
+            let mut next: Vec<Arc<ServerLive>> = servers.iter().filter(|s| s.id != gone.id).cloned().collect();
+            next.push(Arc::new(ServerLive::new(
+                &added,
+                (spec.id, &name),
+                workers,
+                Arc::clone(notify),
+            )));
+            next
+        });
+        assert_eq!(version, 2);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..6 {
+            let Take::Slot(slot, pos) = local.take(&|_| true, None) else {
+                panic!("a slot")
+            };
+            assert_ne!(slot.server().id, gone.id, "a server that left the set is never picked");
+            assert_eq!(pos.version, 2, "picks come from the new version at once");
+            seen.insert(slot.server().id);
+            local.released(slot.server().id, pos);
+        }
+        assert!(seen.contains(&ServerId(9)), "the new server takes traffic: {seen:?}");
+        // The connection on the departed server finishes after the swap: its release finds
+        // no position in the new set and is simply not heard; the slot itself is given back.
+        local.released(gone.id, at);
+        drop(held);
+        assert_eq!(gone.active(), 0);
+    }
 }
