@@ -46,6 +46,17 @@ fn state_and_weight_are_in_effect_on_every_thread_when_ctl_returns() {
     let out = master.ctl_ok(&["set", "server", "be/b", "state", "maint"]);
     let took = began.elapsed();
     assert!(out.contains("be/b state=maint"), "{out}");
+    // The master's own measure: sent to the worker until every thread acknowledged.
+    let applied_ms: u64 = out
+        .split(" in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no timing in {out:?}"));
+    assert!(
+        applied_ms < 100,
+        "in effect on every worker thread within 100 ms: {out}"
+    );
     // Both worker threads pick: 40 connections land on both of them.
     let during = shares(master.addr, 40);
     assert_eq!(during.get("B"), None, "b in maintenance still picked: {during:?}");

@@ -38,6 +38,8 @@ pub(crate) struct Pending {
     servers: Vec<ServerView>,
     errors: Vec<String>,
     deadline: Instant,
+    /// When the master sent the command (the answer says how long the workers took).
+    sent: Instant,
 }
 
 impl Pending {
@@ -57,7 +59,11 @@ impl Pending {
                 ),
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
-                    format!("{what} (applied by {} generation(s))", self.asked),
+                    format!(
+                        "{what} (applied by {} generation(s), every worker thread, in {} ms)",
+                        self.asked,
+                        self.sent.elapsed().as_millis()
+                    ),
                 ),
             }
         };
@@ -173,6 +179,7 @@ impl Master {
             servers: Vec::new(),
             errors: Vec::new(),
             deadline: Instant::now() + REPLY_TIMEOUT,
+            sent: Instant::now(),
         };
         for g in self.gens.iter_mut().filter(|g| generations.contains(&g.id)) {
             let sent = tokio::time::timeout(Duration::from_secs(1), codec::write_async(&mut g.to_worker, msg)).await;
