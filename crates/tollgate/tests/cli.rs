@@ -19,6 +19,25 @@ impl Drop for Killed {
     }
 }
 
+/// Reads a started tollgate's log (bounded) until its `listening ... addr=` line, showing
+/// every line to `seen`; the process (killed on drop) and the address.
+fn listening(child: std::process::Child, mut seen: impl FnMut(&str)) -> (Killed, String) {
+    let mut child = Killed(child);
+    let stderr = child.0.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        seen(&line);
+        if line.contains("listening")
+            && let Some(addr) = line.split("addr=").nth(1)
+        {
+            return (child, addr.trim().to_string());
+        }
+    }
+    panic!("no `listening ... addr=` line within 20 s")
+}
+
 fn http_get(addr: &str) -> String {
     let mut c = TcpStream::connect(addr).expect("connect");
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -39,21 +58,9 @@ fn embedded_default_answers_from_both_origins() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tollgate");
-    let mut child = Killed(child);
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut addr = None;
     let mut said_embedded = false;
-    while addr.is_none() && Instant::now() < deadline {
-        let Some(Ok(line)) = lines.next() else { break };
-        said_embedded |= line.contains("embedded default");
-        if line.contains("listening") {
-            addr = line.split("addr=").nth(1).map(|a| a.trim().to_string());
-        }
-    }
+    let (_child, addr) = listening(child, |line| said_embedded |= line.contains("embedded default"));
     assert!(said_embedded, "startup did not say it runs the embedded default");
-    let addr = addr.expect("listening line with addr=");
     let first = http_get(&addr);
     let second = http_get(&addr);
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
@@ -283,18 +290,7 @@ fn dash_c_without_a_command_runs() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tollgate");
-    let mut child = Killed(child);
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut addr = None;
-    while addr.is_none() && Instant::now() < deadline {
-        let Some(Ok(line)) = lines.next() else { break };
-        if line.contains("listening") {
-            addr = line.split("addr=").nth(1).map(|a| a.trim().to_string());
-        }
-    }
-    let addr = addr.expect("a listening line");
+    let (_child, addr) = listening(child, |_| {});
     let mut c = TcpStream::connect(&addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut got = String::new();
@@ -305,7 +301,18 @@ fn dash_c_without_a_command_runs() {
 /// Every option of every command says what it does in `--help`.
 #[test]
 fn every_option_has_a_help_line() {
-    for command in [&[][..], &["run"], &["check"], &["reload"], &["status"]] {
+    for command in [
+        &[][..],
+        &["run"],
+        &["check"],
+        &["reload"],
+        &["status"],
+        &["ctl"],
+        &["ctl", "show", "servers"],
+        &["ctl", "set", "server"],
+        &["ctl", "set", "server", "app/a", "state"],
+        &["ctl", "set", "server", "app/a", "weight"],
+    ] {
         let mut args = command.to_vec();
         args.push("--help");
         let (code, help, _) = tollgate(&args);
