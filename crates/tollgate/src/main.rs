@@ -25,6 +25,8 @@ Examples:
   tollgate run --config /etc/tollgate/tollgate.toml   (or: tollgate -c FILE)
   tollgate check --config tollgate.toml     validate a config; exit 2 with FILE:LINE:COL on error
   tollgate reload --config tollgate.toml    reload a running master (or: kill -HUP <master pid>)
+  tollgate ctl -c tollgate.toml show servers                  live server state (--json)
+  tollgate ctl -c tollgate.toml set server app/a state drain  ready | drain | maint [--kill]
   RUST_LOG=tollgate=debug tollgate run      per-connection events and counters
 
 Without --config, `run` reads ./tollgate.toml, then /etc/tollgate/tollgate.toml, and
