@@ -1,8 +1,9 @@
 //! Power of two choices on live load (HAProxy's `random`, draws = 2): draw two distinct
 //! usable servers, each with probability proportional to its weight, and take the one
 //! whose live load (process-wide, as leastconn reads it) divided by weight is lower; on a
-//! tie the first drawn. At equal loads this is a weighted random draw; under load it
-//! steers away from the busier of the two without leastconn's full scan.
+//! tie the first drawn. With loads in proportion to weights (all idle, say) this is a
+//! weighted random draw; under load it steers away from the busier of the two without
+//! leastconn's full scan.
 //!
 //! A draw is a binary search over cumulative weights, retried a few times when it hits an
 //! unusable server; when most servers are unusable, one weighted reservoir pass over the
@@ -180,12 +181,26 @@ mod tests {
         assert_eq!(got[57], 50);
     }
 
+    #[test]
+    fn a_weight_set_to_zero_is_never_drawn_and_256_outweighs_1() {
+        let servers = test_servers(&[256, 1, 1]);
+        let mut r = Random::seeded(&candidates_of(&servers), 11);
+        let all = |_: usize| true;
+        let ctx = PickContext::new(&servers, &all, None);
+        let got = counts(&mut r, &ctx, 25_800);
+        assert!(got[0] > 25_000 && got[1] > 0 && got[2] > 0, "{got:?}");
+        r.set_weight(0, 0);
+        let got = counts(&mut r, &ctx, 1000);
+        assert_eq!(got[0], 0);
+        assert!(got[1] > 400 && got[2] > 400, "{got:?}");
+    }
+
     proptest! {
         /// Equal (zero) loads: each server's share is its weight's share, within 5 points;
-        /// never an unusable server; None when nothing is usable.
+        /// never an unusable server nor one at weight 0; None when nothing is usable.
         #[test]
         fn shares_follow_weights_over_usable_servers(
-            spec in proptest::collection::vec((1u32..=256, any::<bool>()), 1..8),
+            spec in proptest::collection::vec((0u32..=256, any::<bool>()), 1..8),
             seed in any::<u64>(),
         ) {
             let weights: Vec<u32> = spec.iter().map(|s| s.0).collect();
