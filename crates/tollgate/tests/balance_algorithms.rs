@@ -136,3 +136,36 @@ fn random_follows_weights_one_to_three_over_1000_connections() {
     // of all connections (±50, 3.6 sigma), not ±5 % of a's 250.
     assert!((200..=300).contains(&on_a), "a got {on_a} of 1000, expected 250 ± 50");
 }
+
+#[test]
+fn every_algorithm_queues_when_all_servers_are_full_and_serves_on_a_freed_slot() {
+    for balance in ["leastconn", "random", "first"] {
+        let (a, b) = (named(b'a'), named(b'b'));
+        let proxy = Proxy::start(&config(
+            1,
+            balance,
+            (a.addr, 1, "maxconn = 1"),
+            (b.addr, 1, "maxconn = 1"),
+        ));
+        let (held_a, first) = open(proxy.addr);
+        let (held_b, second) = open(proxy.addr);
+        let mut names = [first, second];
+        names.sort_unstable();
+        assert_eq!(&names, b"ab", "{balance}: one connection on each server");
+        // Both full: the third waits in the queue, reaching no server.
+        let mut waiting = TcpStream::connect(proxy.addr).expect("connect");
+        waiting.write_all(b"x").unwrap();
+        waiting.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let mut name = [0u8; 1];
+        let early = waiting.read(&mut name);
+        assert!(early.is_err(), "{balance}: a full server answered: {early:?}");
+        assert_eq!(a.total.load(std::sync::atomic::Ordering::SeqCst), 1, "{balance}");
+        assert_eq!(b.total.load(std::sync::atomic::Ordering::SeqCst), 1, "{balance}");
+        // A freed slot on a serves it, on a.
+        let freed = if first == b'a' { held_a } else { held_b };
+        drop(freed);
+        waiting.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        waiting.read_exact(&mut name).expect("served once a slot freed");
+        assert_eq!(name[0], b'a', "{balance}");
+    }
+}
