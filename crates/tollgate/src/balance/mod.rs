@@ -7,10 +7,16 @@
 //! It hears events — weight changed, connection taken, connection released — so stateful
 //! algorithms (leastconn, bounded-load hashing) plug in without changing callers.
 
+mod first;
+mod leastconn;
+mod random;
 mod roundrobin;
 
 use std::sync::Arc;
 
+pub(crate) use first::First;
+pub(crate) use leastconn::LeastConn;
+pub(crate) use random::Random;
 pub(crate) use roundrobin::RoundRobin;
 
 use crate::live::ServerId;
@@ -84,10 +90,6 @@ impl<'a> PickContext<'a> {
     }
 
     /// Connections open plus requests queued on the server, process-wide.
-    #[expect(
-        dead_code,
-        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
-    )]
     pub(crate) fn load(&self, index: usize) -> u32 {
         self.servers
             .get(index)
@@ -111,7 +113,19 @@ pub(crate) type Constructor = fn(servers: &[Candidate], worker: usize) -> Box<dy
 
 /// Every algorithm, by the name used in `backend.balance`. Config validation checks names
 /// against `config::BALANCE_ALGORITHMS`, which must list the same names (tested below).
-pub(crate) const ALGORITHMS: &[(&str, Constructor)] = &[("roundrobin", RoundRobin::boxed)];
+pub(crate) const ALGORITHMS: &[(&str, Constructor)] = &[
+    ("roundrobin", RoundRobin::boxed),
+    ("leastconn", LeastConn::boxed),
+    ("random", Random::boxed),
+    ("first", First::boxed),
+];
+
+/// `load_a / weight_a < load_b / weight_b`, exactly (cross-multiplied in 64 bits: no
+/// division, no rounding). Callers skip weight 0.
+#[inline]
+pub(crate) fn lighter(load_a: u32, weight_a: u32, load_b: u32, weight_b: u32) -> bool {
+    u64::from(load_a) * u64::from(weight_b) < u64::from(load_b) * u64::from(weight_a)
+}
 
 pub(crate) fn lookup(name: &str) -> Option<Constructor> {
     ALGORITHMS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)
@@ -142,6 +156,29 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 Arc::clone(&notify),
             ))
         })
+        .collect()
+}
+
+/// Test support: the candidates a balancer is built from, as a worker would build them.
+#[cfg(test)]
+pub(crate) fn candidates_of(servers: &[Arc<ServerLive>]) -> Vec<Candidate> {
+    servers
+        .iter()
+        .map(|s| Candidate {
+            id: s.id,
+            weight: s.effective_weight(),
+        })
+        .collect()
+}
+
+/// Test support: gives each `(index, n)` server `n` more active connections (live slots,
+/// as workers take them) until the returned slots drop.
+#[cfg(test)]
+pub(crate) fn hold(servers: &[Arc<ServerLive>], loads: &[(usize, u32)]) -> Vec<crate::live::server::ServerSlot> {
+    loads
+        .iter()
+        .flat_map(|&(i, n)| (0..n).map(move |_| i))
+        .filter_map(|i| servers.get(i).and_then(|s| s.try_take()))
         .collect()
 }
 
