@@ -7,10 +7,12 @@
 //! It hears events — weight changed, connection taken, connection released — so stateful
 //! algorithms (leastconn, bounded-load hashing) plug in without changing callers.
 
+pub(crate) mod hash;
 mod roundrobin;
 
 use std::sync::Arc;
 
+pub(crate) use hash::Hash;
 pub(crate) use roundrobin::RoundRobin;
 
 use crate::live::ServerId;
@@ -25,6 +27,9 @@ pub(crate) struct Candidate {
     )]
     pub id: ServerId,
     pub weight: u32,
+    /// The stable hash of the server's name ([`hash::name_hash`]): what consistent hashing
+    /// places it by, the same across reloads wherever the server sits in the set.
+    pub name_hash: u64,
 }
 
 /// What a pick may look at: the set's servers (their live load, identity and weight) and
@@ -33,11 +38,9 @@ pub(crate) struct PickContext<'a> {
     servers: &'a [Arc<ServerLive>],
     usable: &'a dyn Fn(usize) -> bool,
     /// The request's hash key (client address, URI, header), for algorithms that ask for one.
-    #[expect(
-        dead_code,
-        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
-    )]
     pub hash_key: Option<u64>,
+    /// The backend's `hash_balance_factor` (percent; 0 = no bound), for bounded-load hashing.
+    balance_factor: u32,
 }
 
 impl<'a> PickContext<'a> {
@@ -50,7 +53,19 @@ impl<'a> PickContext<'a> {
             servers,
             usable,
             hash_key,
+            balance_factor: hash::DEFAULT_BALANCE_FACTOR,
         }
+    }
+
+    /// The backend's `hash_balance_factor`, when it is not the default.
+    pub(crate) fn with_balance_factor(mut self, percent: u32) -> Self {
+        self.balance_factor = percent;
+        self
+    }
+
+    /// How far above the (weighted) average load a server may go, in percent; 0 = unbounded.
+    pub(crate) fn balance_factor(&self) -> u32 {
+        self.balance_factor
     }
 
     #[expect(
@@ -84,10 +99,6 @@ impl<'a> PickContext<'a> {
     }
 
     /// Connections open plus requests queued on the server, process-wide.
-    #[expect(
-        dead_code,
-        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
-    )]
     pub(crate) fn load(&self, index: usize) -> u32 {
         self.servers
             .get(index)
@@ -111,7 +122,7 @@ pub(crate) type Constructor = fn(servers: &[Candidate], worker: usize) -> Box<dy
 
 /// Every algorithm, by the name used in `backend.balance`. Config validation checks names
 /// against `config::BALANCE_ALGORITHMS`, which must list the same names (tested below).
-pub(crate) const ALGORITHMS: &[(&str, Constructor)] = &[("roundrobin", RoundRobin::boxed)];
+pub(crate) const ALGORITHMS: &[(&str, Constructor)] = &[("roundrobin", RoundRobin::boxed), ("hash", Hash::boxed)];
 
 pub(crate) fn lookup(name: &str) -> Option<Constructor> {
     ALGORITHMS.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)

@@ -28,7 +28,7 @@ pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watch
 /// The names `backend.balance` accepts: the algorithms of `balance::ALGORITHMS`, listed
 /// here so that loading a config needs nothing above it (a test in `balance` keeps the two
 /// lists equal).
-pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin"];
+pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin", "hash"];
 
 /// `backend.balance` when the key is absent.
 pub(crate) const DEFAULT_BALANCE: &str = "roundrobin";
