@@ -37,7 +37,11 @@ fn http_hashing(options: &str) -> (Vec<HttpOrigin>, Proxy) {
 /// the proxy has closed the session, so its server slot is back (the next pick sees no
 /// load left over from this one).
 fn served_by(proxy: &Proxy, extra_headers: &str) -> String {
-    let request = format!("GET /x HTTP/1.1\r\nHost: t\r\n{extra_headers}Connection: close\r\n\r\n");
+    served_for(proxy, "/x", extra_headers)
+}
+
+fn served_for(proxy: &Proxy, target: &str, extra_headers: &str) -> String {
+    let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\n{extra_headers}Connection: close\r\n\r\n");
     let response = raw_exchange(proxy.addr, request.as_bytes());
     proxy.wait_idle(Duration::from_secs(5));
     let (head, body) = response.split_once("\r\n\r\n").expect("a response");
@@ -84,6 +88,18 @@ fn a_cookie_key_sticks_and_spreads() {
     assert!(seen.contains_key(&split), "{split} not in {seen:?}");
     let seen = tally((0..150).map(|i| served_by(&proxy, &format!("Cookie: SID=s-{i}\r\n"))));
     assert_eq!(seen.len(), 3, "{seen:?}");
+}
+
+#[test]
+fn a_uri_key_sticks_per_target_query_included() {
+    let (_origins, proxy) = http_hashing("hash_key = \"uri\"");
+    let seen = tally((0..20).map(|_| served_for(&proxy, "/cart?id=7", "")));
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    // The absolute form keys by its path and query, like the origin form.
+    let absolute = served_for(&proxy, "http://t/cart?id=7", "");
+    assert!(seen.contains_key(&absolute), "{absolute} not in {seen:?}");
+    let seen = tally((0..150).map(|i| served_for(&proxy, &format!("/cart?id={i}"), "")));
+    assert_eq!(seen.len(), 3, "the query is part of the key: {seen:?}");
 }
 
 /// A TCP origin that writes its name and then holds the connection until the client closes.

@@ -18,7 +18,8 @@ pub(crate) use roundrobin::RoundRobin;
 use crate::live::ServerId;
 use crate::live::server::ServerLive;
 
-/// What a balancer is built from: a server's identity and its effective weight.
+/// What a balancer is built from: a server's identity, its effective weight and the hash
+/// of its name.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate {
     #[expect(
