@@ -32,9 +32,6 @@ const POINTS_PER_WEIGHT: u32 = 160;
 /// the worker thread, when the set or a weight changes) stays short.
 const RING_BUDGET: u64 = 1 << 16;
 
-/// `hash_balance_factor` when the backend does not set one (percent of the average load).
-pub(crate) const DEFAULT_BALANCE_FACTOR: u32 = 125;
-
 /// The stable hash of a server name, the seed of its ring points.
 pub(crate) fn name_hash(name: &str) -> u64 {
     xxh3_64(name.as_bytes())

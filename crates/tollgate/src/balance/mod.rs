@@ -54,7 +54,7 @@ impl<'a> PickContext<'a> {
             servers,
             usable,
             hash_key,
-            balance_factor: hash::DEFAULT_BALANCE_FACTOR,
+            balance_factor: crate::config::DEFAULT_HASH_BALANCE_FACTOR,
         }
     }
 

@@ -33,6 +33,9 @@ pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin", "hash"];
 /// `backend.balance` when the key is absent.
 pub(crate) const DEFAULT_BALANCE: &str = "roundrobin";
 
+/// `backend.hash_balance_factor` when the key is absent: percent of the average load.
+pub(crate) const DEFAULT_HASH_BALANCE_FACTOR: u32 = 125;
+
 /// One problem in a config file, positioned at the value (or key) at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {

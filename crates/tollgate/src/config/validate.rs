@@ -394,7 +394,7 @@ impl<'a> Validator<'a> {
         balance: &str,
         mode: ModeName,
     ) -> (Option<HashKey>, u32) {
-        let factor = crate::balance::hash::DEFAULT_BALANCE_FACTOR;
+        let factor = super::DEFAULT_HASH_BALANCE_FACTOR;
         if balance != "hash" {
             for (span, name) in [
                 (b.hash_key.as_ref().map(Spanned::span), "hash_key"),
