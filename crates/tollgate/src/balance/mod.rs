@@ -8,6 +8,7 @@
 //! algorithms (leastconn, bounded-load hashing) plug in without changing callers.
 
 mod first;
+pub(crate) mod hash;
 mod leastconn;
 mod random;
 mod roundrobin;
@@ -15,6 +16,7 @@ mod roundrobin;
 use std::sync::Arc;
 
 pub(crate) use first::First;
+pub(crate) use hash::Hash;
 pub(crate) use leastconn::LeastConn;
 pub(crate) use random::Random;
 pub(crate) use roundrobin::RoundRobin;
@@ -22,7 +24,8 @@ pub(crate) use roundrobin::RoundRobin;
 use crate::live::ServerId;
 use crate::live::server::ServerLive;
 
-/// What a balancer is built from: a server's identity and its effective weight.
+/// What a balancer is built from: a server's identity, its effective weight and the hash
+/// of its name.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Candidate {
     #[expect(
@@ -31,6 +34,9 @@ pub(crate) struct Candidate {
     )]
     pub id: ServerId,
     pub weight: u32,
+    /// The stable hash of the server's name ([`hash::name_hash`]): what consistent hashing
+    /// places it by, the same across reloads wherever the server sits in the set.
+    pub name_hash: u64,
 }
 
 /// What a pick may look at: the set's servers (their live load, identity and weight) and
@@ -39,11 +45,9 @@ pub(crate) struct PickContext<'a> {
     servers: &'a [Arc<ServerLive>],
     usable: &'a dyn Fn(usize) -> bool,
     /// The request's hash key (client address, URI, header), for algorithms that ask for one.
-    #[expect(
-        dead_code,
-        reason = "the pick context promised to algorithms; round-robin reads none of it, leastconn and hashing will"
-    )]
     pub hash_key: Option<u64>,
+    /// The backend's `hash_balance_factor` (percent; 0 = no bound), for bounded-load hashing.
+    balance_factor: u32,
 }
 
 impl<'a> PickContext<'a> {
@@ -56,7 +60,19 @@ impl<'a> PickContext<'a> {
             servers,
             usable,
             hash_key,
+            balance_factor: crate::config::DEFAULT_HASH_BALANCE_FACTOR,
         }
+    }
+
+    /// The backend's `hash_balance_factor`, when it is not the default.
+    pub(crate) fn with_balance_factor(mut self, percent: u32) -> Self {
+        self.balance_factor = percent;
+        self
+    }
+
+    /// How far above the (weighted) average load a server may go, in percent; 0 = unbounded.
+    pub(crate) fn balance_factor(&self) -> u32 {
+        self.balance_factor
     }
 
     #[expect(
@@ -118,6 +134,7 @@ pub(crate) const ALGORITHMS: &[(&str, Constructor)] = &[
     ("leastconn", LeastConn::boxed),
     ("random", Random::boxed),
     ("first", First::boxed),
+    ("hash", Hash::boxed),
 ];
 
 /// `load_a / weight_a < load_b / weight_b`, exactly (cross-multiplied in 64 bits: no
@@ -167,6 +184,7 @@ pub(crate) fn candidates_of(servers: &[Arc<ServerLive>]) -> Vec<Candidate> {
         .map(|s| Candidate {
             id: s.id,
             weight: s.effective_weight(),
+            name_hash: hash::name_hash(&s.name),
         })
         .collect()
 }

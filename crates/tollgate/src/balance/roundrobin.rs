@@ -80,6 +80,7 @@ mod tests {
             .map(|(i, &weight)| Candidate {
                 id: crate::live::ServerId(i as u32),
                 weight,
+                name_hash: 0,
             })
             .collect()
     }
@@ -126,6 +127,7 @@ mod context_tests {
             .map(|s| Candidate {
                 id: s.id,
                 weight: s.weight(),
+                name_hash: 0,
             })
             .collect();
         let mut rr = RoundRobin::new(&candidates, 0);

@@ -209,6 +209,10 @@ pub(crate) struct BackendSection {
     pub name: Spanned<String>,
     pub mode: Option<Spanned<ModeName>>,
     pub balance: Option<Spanned<String>>,
+    /// `balance = "hash"` only: "source", "uri", "header:NAME" or "cookie:NAME".
+    pub hash_key: Option<Spanned<String>>,
+    /// `balance = "hash"` only: percent of the average load (100..=1000, 0 = unbounded).
+    pub hash_balance_factor: Option<Spanned<u32>>,
     pub retries: Option<u32>,
     #[serde(default)]
     pub server: Vec<ServerSection>,

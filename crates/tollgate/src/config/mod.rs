@@ -28,10 +28,13 @@ pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watch
 /// The names `backend.balance` accepts: the algorithms of `balance::ALGORITHMS`, listed
 /// here so that loading a config needs nothing above it (a test in `balance` keeps the two
 /// lists equal).
-pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin", "leastconn", "random", "first"];
+pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin", "leastconn", "random", "first", "hash"];
 
 /// `backend.balance` when the key is absent.
 pub(crate) const DEFAULT_BALANCE: &str = "roundrobin";
+
+/// `backend.hash_balance_factor` when the key is absent: percent of the average load.
+pub(crate) const DEFAULT_HASH_BALANCE_FACTOR: u32 = 125;
 
 /// One problem in a config file, positioned at the value (or key) at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -280,9 +280,27 @@ pub struct Backend {
     pub mode: Mode,
     /// Name of an algorithm in `balance::ALGORITHMS` (one of `config::BALANCE_ALGORITHMS`).
     pub balance: String,
+    /// What `balance = "hash"` hashes; `None` for every other algorithm (so that requests
+    /// to them compute no key at all).
+    pub hash_key: Option<HashKey>,
+    /// Bounded-load factor of `balance = "hash"`, percent of the average load (0 = none).
+    pub hash_balance_factor: u32,
     /// Connection attempts after the first one fails.
     pub retries: u32,
     pub servers: Vec<Server>,
+}
+
+/// What consistent hashing keys a connection or request by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    /// The client's IP address.
+    Source,
+    /// The request target (path and query).
+    Uri,
+    /// The first value of this header (name as written; matched case-insensitively).
+    Header(String),
+    /// The value of this cookie.
+    Cookie(String),
 }
 
 #[derive(Debug, Clone)]

@@ -459,3 +459,48 @@ fn tls_to_servers_offers_http11_in_http_mode_only() {
     let tls = tcp.backends[0].servers[0].tls.as_ref().expect("tls");
     assert!(tls.client_config.alpn_protocols.is_empty(), "TCP mode relays: no ALPN");
 }
+
+#[test]
+fn hash_options_are_parsed_defaulted_and_refused_where_they_do_nothing() {
+    let with = |lines: &str| GOOD.replace("name = \"app\"\n", &format!("name = \"app\"\n{lines}"));
+    let http = |lines: &str| {
+        with(&format!("mode = \"http\"\n{lines}")).replace(
+            "default_backend = \"app\"\n",
+            "default_backend = \"app\"\nmode = \"http\"\n",
+        )
+    };
+    let c = parse(&with("balance = \"hash\"\n"), "t.toml").expect("valid");
+    assert_eq!(c.backends[0].hash_key, Some(model::HashKey::Source));
+    assert_eq!(c.backends[0].hash_balance_factor, 125);
+    // Other algorithms compute no key.
+    assert_eq!(parse(GOOD, "t.toml").expect("valid").backends[0].hash_key, None);
+    let c = parse(
+        &http("balance = \"hash\"\nhash_key = \"cookie:SID\"\nhash_balance_factor = 0\n"),
+        "t.toml",
+    )
+    .expect("valid");
+    assert_eq!(c.backends[0].hash_key, Some(model::HashKey::Cookie("SID".into())));
+    assert_eq!(c.backends[0].hash_balance_factor, 0);
+    let c = parse(&http("balance = \"hash\"\nhash_key = \"header:X-User\"\n"), "t.toml").expect("valid");
+    assert_eq!(c.backends[0].hash_key, Some(model::HashKey::Header("X-User".into())));
+
+    let e = first_error(&with("hash_key = \"source\"\n"));
+    assert_eq!((e.line, e.key.as_str()), (18, "backend[0].hash_key"), "{e}");
+    assert!(e.message.contains("balance = \"hash\""), "{e}");
+    let e = first_error(&with("hash_balance_factor = 150\n"));
+    assert_eq!((e.line, e.key.as_str()), (18, "backend[0].hash_balance_factor"), "{e}");
+    let e = first_error(&with("balance = \"hash\"\nhash_balance_factor = 99\n"));
+    assert_eq!((e.line, e.key.as_str()), (19, "backend[0].hash_balance_factor"), "{e}");
+    // Request keys need an HTTP backend: a TCP one has no URI, header or cookie.
+    let e = first_error(&with("balance = \"hash\"\nhash_key = \"uri\"\n"));
+    assert_eq!(
+        (e.line, e.column, e.key.as_str()),
+        (19, 12, "backend[0].hash_key"),
+        "{e}"
+    );
+    assert!(e.message.contains("HTTP backend"), "{e}");
+    for bad in ["\"header:\"", "\"cookie:a b\"", "\"client\"", "\"header\""] {
+        let e = first_error(&http(&format!("balance = \"hash\"\nhash_key = {bad}\n")));
+        assert_eq!(e.key, "backend[0].hash_key", "{bad}: {e}");
+    }
+}

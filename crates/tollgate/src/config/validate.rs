@@ -339,6 +339,7 @@ impl<'a> Validator<'a> {
                 None => super::DEFAULT_BALANCE.to_string(),
             };
             let mode = b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref());
+            let (hash_key, hash_balance_factor) = self.hash_options(b, &key, &balance, mode);
             let mut server_names = HashSet::new();
             let mut servers = Vec::new();
             for (j, s) in b.server.iter().enumerate() {
@@ -375,11 +376,85 @@ impl<'a> Validator<'a> {
                 name: b.name.get_ref().clone(),
                 mode,
                 balance,
+                hash_key,
+                hash_balance_factor,
                 retries: b.retries.unwrap_or(DEFAULT_RETRIES),
                 servers,
             });
         }
         out
+    }
+
+    /// `hash_key` and `hash_balance_factor`: only with `balance = "hash"` (elsewhere they
+    /// would silently do nothing); request keys only on HTTP backends.
+    fn hash_options(
+        &mut self,
+        b: &super::file::BackendSection,
+        key: &str,
+        balance: &str,
+        mode: ModeName,
+    ) -> (Option<HashKey>, u32) {
+        let factor = super::DEFAULT_HASH_BALANCE_FACTOR;
+        if balance != "hash" {
+            for (span, name) in [
+                (b.hash_key.as_ref().map(Spanned::span), "hash_key"),
+                (b.hash_balance_factor.as_ref().map(Spanned::span), "hash_balance_factor"),
+            ] {
+                if let Some(span) = span {
+                    self.err(
+                        span,
+                        format!("{key}.{name}"),
+                        "only applies with balance = \"hash\"".into(),
+                    );
+                }
+            }
+            return (None, factor);
+        }
+        let factor = match &b.hash_balance_factor {
+            Some(f) if *f.get_ref() != 0 && !(100..=1000).contains(f.get_ref()) => {
+                self.err(
+                    f.span(),
+                    format!("{key}.hash_balance_factor"),
+                    "must be 100..=1000 (percent of the average load), or 0 for no bound".into(),
+                );
+                factor
+            }
+            Some(f) => *f.get_ref(),
+            None => factor,
+        };
+        let Some(spec) = &b.hash_key else {
+            return (Some(HashKey::Source), factor);
+        };
+        let text = spec.get_ref().as_str();
+        let parsed = match text.split_once(':') {
+            None if text == "source" => Ok(HashKey::Source),
+            None if text == "uri" => Ok(HashKey::Uri),
+            Some(("header", name)) if crate::http::h1::headers::is_token(name.as_bytes()) => {
+                Ok(HashKey::Header(name.into()))
+            }
+            Some(("cookie", name)) if crate::http::h1::headers::is_token(name.as_bytes()) => {
+                Ok(HashKey::Cookie(name.into()))
+            }
+            _ => Err(format!(
+                "`{text}` is not a hash key: \"source\", \"uri\", \"header:NAME\" or \"cookie:NAME\" (NAME a token)"
+            )),
+        };
+        match parsed {
+            Ok(HashKey::Source) => (Some(HashKey::Source), factor),
+            Ok(_) if mode != ModeName::Http => {
+                self.err(
+                    spec.span(),
+                    format!("{key}.hash_key"),
+                    format!("`{text}` needs an HTTP backend (mode = \"http\"); TCP backends hash \"source\""),
+                );
+                (Some(HashKey::Source), factor)
+            }
+            Ok(k) => (Some(k), factor),
+            Err(msg) => {
+                self.err(spec.span(), format!("{key}.hash_key"), msg);
+                (Some(HashKey::Source), factor)
+            }
+        }
     }
 
     fn frontends(&mut self, file: &ConfigFile, backends: &[Backend]) -> Vec<Frontend> {

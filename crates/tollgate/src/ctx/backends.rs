@@ -26,6 +26,8 @@ pub(crate) struct LocalBackend {
     pub live: Arc<BackendLive>,
     build: Constructor,
     worker: usize,
+    /// `hash_balance_factor`, handed to every pick (only hashing reads it).
+    balance_factor: u32,
     view: RefCell<View>,
 }
 
@@ -37,6 +39,7 @@ fn build_view(live: &BackendLive, build: Constructor, worker: usize) -> View {
         .map(|s| Candidate {
             id: s.id,
             weight: s.effective_weight(),
+            name_hash: balance::hash::name_hash(&s.name),
         })
         .collect();
     View {
@@ -53,6 +56,7 @@ impl LocalBackend {
             live,
             build,
             worker,
+            balance_factor: spec.hash_balance_factor,
             view,
         }
     }
@@ -76,7 +80,7 @@ impl LocalBackend {
                     .get(i)
                     .is_some_and(|s| s.backup == backup && s.is_usable() && accept(s))
             };
-            let ctx = PickContext::new(&set.servers, &usable, hash_key);
+            let ctx = PickContext::new(&set.servers, &usable, hash_key).with_balance_factor(self.balance_factor);
             let Some(index) = balancer.pick(&ctx) else {
                 continue;
             };

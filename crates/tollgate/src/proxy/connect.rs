@@ -56,13 +56,15 @@ pub(crate) struct Connected<'a, S = TcpStream> {
     pub connected: Instant,
 }
 
-/// A fresh connection to a server of `backend` (TCP mode).
+/// A fresh connection to a server of `backend` (TCP mode); `hash_key` as for
+/// [`connect_or_reuse`].
 pub(crate) async fn connect<'a>(
     ctx: &'a WorkerCtx,
     backend: usize,
+    hash_key: Option<u64>,
     retries: &mut u32,
 ) -> Result<Connected<'a, TcpStream>, Error> {
-    connect_or_reuse(ctx, backend, |_, _| None, retries).await
+    connect_or_reuse(ctx, backend, hash_key, |_, _| None, retries).await
 }
 
 fn no_server(context: String) -> Error {
@@ -72,10 +74,12 @@ fn no_server(context: String) -> Error {
 /// A connection to a server of `backend`: the balancer picks the server, `reuse(server, now)` may
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries` (each one counted in `retries`, for the
-/// stream's record).
+/// stream's record). `hash_key` is the connection's or request's key for a hashing
+/// balancer (`None` for every other algorithm).
 pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     ctx: &'a WorkerCtx,
     backend: usize,
+    hash_key: Option<u64>,
     mut reuse: impl FnMut(ServerId, Instant) -> Option<S>,
     retries: &mut u32,
 ) -> Result<Connected<'a, S>, Error> {
@@ -97,7 +101,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     let mut last_error: Option<Error> = None;
     let mut previous: Option<Arc<ServerLive>> = None;
     for attempt in 0..attempts {
-        let slot = match take_server(ctx, local, &tried).await {
+        let slot = match take_server(ctx, local, &tried, hash_key).await {
             Ok(found) => found,
             Err(e) => return Err(last_error.unwrap_or(e.at(backend, None))),
         };
@@ -152,12 +156,17 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
 /// A server and a slot on it; parks on the backend's slot-released notification when every
 /// usable server is full, until `timeouts.queue`. Fails at once when no server is usable at
 /// all (drained, in maintenance or down): waiting cannot help.
-async fn take_server<'a>(ctx: &WorkerCtx, local: &'a LocalBackend, tried: &Tried) -> Result<HeldSlot<'a>, Error> {
+async fn take_server<'a>(
+    ctx: &WorkerCtx,
+    local: &'a LocalBackend,
+    tried: &Tried,
+    hash_key: Option<u64>,
+) -> Result<HeldSlot<'a>, Error> {
     let fresh = |s: &ServerLive| s.has_room() && !tried.contains(s.id);
     let room = |s: &ServerLive| s.has_room();
     let attempt = || {
         // Every server with room already failed once: going back to one beats queueing.
-        let take = |accept: &dyn Fn(&ServerLive) -> bool| match local.take(accept, None) {
+        let take = |accept: &dyn Fn(&ServerLive) -> bool| match local.take(accept, hash_key) {
             Take::Slot(slot, at) => Some(Some(HeldSlot {
                 slot,
                 at,

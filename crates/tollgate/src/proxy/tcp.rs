@@ -96,6 +96,12 @@ async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<u
     }
 }
 
+/// The client address's hash key, for a backend that hashes (TCP backends hash only the source).
+fn source_key(config: &crate::config::Config, backend: usize, rec: &StreamRecord) -> Option<u64> {
+    let hashes = config.backends.get(backend).is_some_and(|b| b.hash_key.is_some());
+    hashes.then(|| crate::balance::hash::key_of_ip(rec.client.ip()))
+}
+
 /// Connects to a server of `backend` (TLS if that server asks for it) and relays.
 async fn to_server<C: Endpoint>(
     ctx: &WorkerCtx,
@@ -112,7 +118,7 @@ async fn to_server<C: Endpoint>(
         chosen,
         connected,
         ..
-    } = super::connect::connect(ctx, backend, &mut rec.retries).await?;
+    } = super::connect::connect(ctx, backend, source_key(config, backend, rec), &mut rec.retries).await?;
     let live = slot.server();
     (rec.server, rec.server_at) = (Some(live.id), Some(slot.position()));
     rec.timing.chosen = Some(rec.timing.since(chosen));

@@ -54,7 +54,7 @@ pub(super) async fn forward<'a, C: ClientStream>(
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
-        let opened = server_conn::open(s.ctx, backend, fresh_only, &mut s.rec.retries).await;
+        let opened = server_conn::open(s.ctx, backend, fresh_only, req.hash_key, &mut s.rec.retries).await;
         let conn = match opened {
             Ok(conn) => conn,
             Err(e) => {

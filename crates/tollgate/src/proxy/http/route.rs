@@ -72,7 +72,7 @@ fn authority_of(target: &[u8]) -> &[u8] {
     rest.get(..end).unwrap_or_default()
 }
 
-fn request_path<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {
+pub(super) fn request_path<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {
     let target = head.target.of(buf);
     if head.target_form != TargetForm::Absolute {
         return target;

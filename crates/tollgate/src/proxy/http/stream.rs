@@ -32,6 +32,8 @@ pub(super) struct RequestInfo {
     pub keep_alive: bool,
     pub expect_continue: bool,
     pub upgrade: bool,
+    /// The key a hashing backend picks its server by; `None` for other algorithms.
+    pub hash_key: Option<u64>,
 }
 
 impl RequestInfo {
@@ -43,6 +45,7 @@ impl RequestInfo {
             keep_alive: head.keep_alive && !head.close_after_response,
             expect_continue: head.expect_continue,
             upgrade: head.upgrade,
+            hash_key: None,
         }
     }
 
@@ -304,6 +307,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 Ok(keep)
             }
             Decision::Backend(backend) => {
+                let req = RequestInfo {
+                    hash_key: self.hash_key(backend, &head),
+                    ..req
+                };
                 self.out.clear();
                 let edits = self.request_edits(&req);
                 h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
@@ -312,6 +319,27 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 super::exchange::forward(self, backend, &req, kills).await
             }
         }
+    }
+
+    /// The request's key when `backend` hashes (computed from the head in place, nothing
+    /// allocated): the target, a header's first value, a cookie's value, else the client
+    /// address (also when the header or cookie is missing).
+    fn hash_key(&self, backend: usize, head: &RequestHead) -> Option<u64> {
+        use crate::balance::hash::{cookie_value, key_of_bytes, key_of_ip};
+        use crate::config::model::HashKey;
+        use crate::http::h1::MessageHead;
+        let spec = self.ctx.shared.config.backends.get(backend)?.hash_key.as_ref()?;
+        let buf = self.front.data();
+        let found = match spec {
+            HashKey::Source => None,
+            HashKey::Uri => Some(route::request_path(head, buf)),
+            HashKey::Header(name) => head.header(buf, name.as_bytes()),
+            HashKey::Cookie(name) => head
+                .headers(buf)
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
+                .find_map(|(_, v)| cookie_value(v, name.as_bytes())),
+        };
+        Some(found.map_or_else(|| key_of_ip(self.peer.ip()), key_of_bytes))
     }
 
     /// A tracker for a request body, with `http.max_body_size` applied to chunked bodies.
