@@ -15,6 +15,7 @@
 
 mod common;
 mod differential_support;
+mod master_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+pub use crate::master_support::TempDir;
 
 /// The `haproxy` binary: `TOLLGATE_DIFF_HAPROXY` if set (another build to compare with),
 /// else on PATH, or where Debian puts it (not on a non-root PATH).
@@ -30,26 +31,6 @@ pub fn version(bin: &Path) -> String {
         .ok()
         .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_string))
         .unwrap_or_default()
-}
-
-/// A temporary directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::SeqCst);
-        let d = std::env::temp_dir().join(format!("tg-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 pub struct Haproxy {
