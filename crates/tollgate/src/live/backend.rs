@@ -2,7 +2,8 @@
 //!
 //! Readers (every worker thread, at pick time) load `version` (one relaxed atomic) and
 //! compare it with the version their balancer was built for; only when it moved do they
-//! load the snapshot and rebuild. Writers (the command applier) build a new `ServerSet`,
+//! load the snapshot and rebuild. Writers (the command applier, the health checker, DNS
+//! discovery, slow start; serialized by a lock only writers take) build a new `ServerSet`,
 //! store it, then bump `version`, so a reader that sees the new version always finds the new
 //! set. A set version changes when servers are added, removed or readdressed, or when a
 //! weight changes (balancers hold weights); admin and operational states are read live from
@@ -59,6 +60,8 @@ pub(crate) struct BackendLive {
     workers: usize,
     /// Requests waiting for a slot on any of this backend's servers.
     queued: AtomicU32,
+    /// Serializes set writers (read-modify-write of the set); readers never take it.
+    writer: std::sync::Mutex<()>,
 }
 
 /// A request counted in its backend's queue while it waits.
@@ -95,6 +98,7 @@ impl BackendLive {
             slot_freed,
             workers,
             queued: AtomicU32::new(0),
+            writer: std::sync::Mutex::new(()),
         }
     }
 
@@ -109,12 +113,13 @@ impl BackendLive {
     }
 
     /// Publishes a new set built from the current one by `change` (which gets the current
-    /// servers and the backend's notify for new `ServerLive`s). Single writer: the command
-    /// applier of this process.
+    /// servers and the backend's notify for new `ServerLive`s). Writers are serialized.
     pub(crate) fn update(
         &self,
         change: impl FnOnce(&[Arc<ServerLive>], &Arc<Notify>, usize) -> Vec<Arc<ServerLive>>,
     ) -> u64 {
+        // A poisoned lock only means another writer panicked; the set itself is whole.
+        let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.set.load_full();
         let version = current.version + 1;
         let servers = change(&current.servers, &self.slot_freed, self.workers);
@@ -123,11 +128,10 @@ impl BackendLive {
         version
     }
 
-    /// Bumps the version without changing the set (weights changed: balancers rebuild).
-    #[expect(
-        dead_code,
-        reason = "whole-set swaps are for runtime add/remove of servers; no command changes a set yet"
-    )]
+    /// Bumps the version without changing the set: every thread rebuilds its balancer from
+    /// the servers' effective weights (how weight changes made outside the command applier,
+    /// by agent checks or slow start, reach the balancers).
+    #[allow(dead_code, reason = "used by the health checker and slow start")]
     pub(crate) fn touch(&self) -> u64 {
         self.update(|servers, _, _| servers.to_vec())
     }

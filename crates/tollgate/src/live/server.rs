@@ -177,6 +177,13 @@ pub(crate) struct ServerLive {
     admin: AtomicU8,
     oper: AtomicU8,
     configured_weight: AtomicU32,
+    /// What an agent check last reported, percent of the configured weight (100 = as
+    /// configured). Written by the health checker only.
+    agent_percent: AtomicU32,
+    /// Slow start's ramp, per mille of the weight (1000 = fully up). Written by the slow
+    /// start ticker only.
+    ramp_permille: AtomicU32,
+    /// `configured × agent % × ramp`, recomputed by whichever of the three changed.
     effective_weight: AtomicU32,
     active: AtomicU32,
     queued: AtomicU32,
@@ -230,6 +237,8 @@ impl ServerLive {
             admin: AtomicU8::new(AdminState::Ready.to_u8()),
             oper: AtomicU8::new(OperState::Unknown.to_u8()),
             configured_weight: AtomicU32::new(server.weight),
+            agent_percent: AtomicU32::new(100),
+            ramp_permille: AtomicU32::new(1000),
             effective_weight: AtomicU32::new(server.weight),
             active: AtomicU32::new(0),
             queued: AtomicU32::new(0),
@@ -258,10 +267,7 @@ impl ServerLive {
     }
 
     /// Sets the operational state; true if it changed.
-    #[expect(
-        dead_code,
-        reason = "the operational state is written by health checks, which do not exist yet"
-    )]
+    #[allow(dead_code, reason = "written by health checks and slow start")]
     pub(crate) fn set_oper(&self, state: OperState) -> bool {
         let changed = self.oper.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
         if changed {
@@ -291,14 +297,51 @@ impl ServerLive {
         self.configured_weight.load(Ordering::Relaxed)
     }
 
-    /// The weight balancers use now (slow start and agent checks will scale it).
+    /// The weight balancers use now: the configured one scaled by the agent's percentage
+    /// and the slow-start ramp.
     pub(crate) fn effective_weight(&self) -> u32 {
         self.effective_weight.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_weight(&self, weight: u32) {
+    /// Sets the configured weight; true if the effective weight changed.
+    pub(crate) fn set_weight(&self, weight: u32) -> bool {
         self.configured_weight.store(weight, Ordering::Relaxed);
-        self.effective_weight.store(weight, Ordering::Relaxed);
+        self.recompute_effective_weight()
+    }
+
+    /// An agent check's `N%`; true if the effective weight changed.
+    #[allow(dead_code, reason = "written by health checks and slow start")]
+    pub(crate) fn set_agent_percent(&self, percent: u32) -> bool {
+        self.agent_percent.store(percent, Ordering::Relaxed);
+        self.recompute_effective_weight()
+    }
+
+    #[allow(dead_code, reason = "written by health checks and slow start")]
+    pub(crate) fn agent_percent(&self) -> u32 {
+        self.agent_percent.load(Ordering::Relaxed)
+    }
+
+    /// Slow start's ramp in per mille (clamped to 1000); true if the effective weight changed.
+    #[allow(dead_code, reason = "written by health checks and slow start")]
+    pub(crate) fn set_ramp_permille(&self, permille: u32) -> bool {
+        self.ramp_permille.store(permille.min(1000), Ordering::Relaxed);
+        self.recompute_effective_weight()
+    }
+
+    #[allow(dead_code, reason = "written by health checks and slow start")]
+    pub(crate) fn ramp_permille(&self) -> u32 {
+        self.ramp_permille.load(Ordering::Relaxed)
+    }
+
+    /// Writers of the three factors may race; each recomputes from all three after its own
+    /// store, so the last one to finish stores a value that includes every store before it.
+    fn recompute_effective_weight(&self) -> bool {
+        let weight = effective_weight(
+            self.configured_weight.load(Ordering::Relaxed),
+            self.agent_percent.load(Ordering::Relaxed),
+            self.ramp_permille.load(Ordering::Relaxed),
+        );
+        self.effective_weight.swap(weight, Ordering::Relaxed) != weight
     }
 
     /// May take new connections: ready, not seen down, weight above zero.
@@ -389,6 +432,14 @@ impl ServerLive {
     }
 }
 
+/// `configured × percent/100 × permille/1000`, rounded up so that a server with any weight
+/// left keeps at least 1 (a ramping server must take *some* traffic to be seen working);
+/// 0 only when one factor is 0.
+pub(crate) fn effective_weight(configured: u32, percent: u32, permille: u32) -> u32 {
+    let scaled = u64::from(configured) * u64::from(percent) * u64::from(permille);
+    u32::try_from(scaled.div_ceil(100_000)).unwrap_or(u32::MAX)
+}
+
 /// Where a worker id past the cells would count (only a misconfigured caller): counted
 /// nowhere rather than panicking.
 static DISCARDED: ServerCounters = ServerCounters::new();
@@ -421,5 +472,22 @@ pub(crate) struct QueuedGuard(Arc<ServerLive>);
 impl Drop for QueuedGuard {
     fn drop(&mut self) {
         self.0.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::effective_weight;
+
+    #[test]
+    fn effective_weight_scales_and_never_rounds_a_live_server_to_zero() {
+        assert_eq!(effective_weight(10, 100, 1000), 10);
+        assert_eq!(effective_weight(10, 50, 1000), 5);
+        assert_eq!(effective_weight(10, 100, 500), 5);
+        assert_eq!(effective_weight(10, 75, 1), 1);
+        assert_eq!(effective_weight(256, 100, 1000), 256);
+        assert_eq!(effective_weight(0, 100, 1000), 0);
+        assert_eq!(effective_weight(10, 0, 1000), 0);
+        assert_eq!(effective_weight(10, 100, 0), 0);
     }
 }

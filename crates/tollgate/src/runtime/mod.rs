@@ -202,6 +202,8 @@ impl Running {
         let (ack, acked) = std::sync::mpsc::channel();
         if let Some(weight) = change.weight {
             server.set_weight(weight);
+            // The agent's percentage and slow start scale what balancers use.
+            let weight = server.effective_weight();
             self.tell_threads(|| Message::Weight {
                 backend: index,
                 server: id,
