@@ -25,7 +25,7 @@ fn named(name: &'static str) -> common::Origin {
 fn weights(master: &Master, name: &str) -> (u64, u64) {
     let json = master.ctl_ok(&["--json", "show", "servers", "be"]);
     let rows: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
-    let rows = rows.as_array().cloned().unwrap_or_default();
+    let rows = rows["answer"]["servers"].as_array().cloned().unwrap_or_default();
     let row = rows
         .iter()
         .find(|r| r["name"] == name)
