@@ -84,8 +84,19 @@ fn a_server_back_from_maintenance_ramps_its_share_up() {
             "never back at full weight: {batches:?}"
         );
     }
+    // Per effective weight seen: (weight, batches, connections to b of BATCH each).
+    let mut by_weight: Vec<(u64, usize, usize)> = Vec::new();
+    for &(share, weight) in &batches {
+        match by_weight.last_mut() {
+            Some(last) if last.0 == weight => {
+                last.1 += 1;
+                last.2 += share;
+            }
+            _ => by_weight.push((weight, 1, share)),
+        }
+    }
     eprintln!(
-        "ramp (b's share of {BATCH}, effective weight after): {batches:?} in {:?}",
+        "ramp in {:?} (weight, batches of {BATCH}, to b): {by_weight:?}",
         came_up.elapsed()
     );
     assert!(
