@@ -63,8 +63,8 @@ pub struct Global {
     pub run_as: Option<RunAs>,
     /// Workers running as root is deliberate: no warning.
     pub allow_root: bool,
-    /// With per-worker SO_REUSEPORT sockets, a worker ahead of the least loaded one by more
-    /// than `least + 1 + least / 4` connections hands a new connection to it.
+    /// With per-worker SO_REUSEPORT sockets, a worker with more than `least + 1 + least / 4`
+    /// sessions open (`least`: the least loaded worker's) hands a new connection to that one.
     pub connection_rebalance: bool,
 }
 

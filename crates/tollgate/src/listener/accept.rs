@@ -4,8 +4,8 @@
 //! Rebalancing (`connection_rebalance`): a worker's own SO_REUSEPORT socket gets whatever
 //! the kernel's 4-tuple hash sends it, which with few long-lived connections can crowd one
 //! worker while another idles. On each accept the worker compares its open sessions with
-//! the least loaded worker's (relaxed loads of their counters, no lock) and, when it is
-//! ahead by more than `least + 1 + least / 4` ([`crowded`]), hands the connection over
+//! the least loaded worker's (relaxed loads of their counters, no lock) and, when it has
+//! more than `least + 1 + least / 4` ([`crowded`]), hands the connection over
 //! through that worker's inbox. The slack grows with the load, so it reacts to 6 against 1
 //! and not to 13 against 12, and a connection that stays costs only those loads.
 //!
@@ -62,9 +62,9 @@ impl Dispatcher {
     }
 }
 
-/// A worker with `mine` open sessions is crowded next to one with `least`: ahead by more
-/// than `least + 1 + least / 4` (a slack proportional to the load, so noise at high
-/// connection counts moves nothing).
+/// A worker with `mine` open sessions is crowded next to one with `least`: `mine` is above
+/// `least + 1 + least / 4` (a slack that grows with the load, so noise at high connection
+/// counts moves nothing).
 pub(crate) fn crowded(mine: u64, least: u64) -> bool {
     mine > least.saturating_add(1).saturating_add(least / 4)
 }
@@ -230,18 +230,18 @@ mod tests {
     /// into accepted ones, and sessions rely on accepted sockets being non-blocking.
     #[test]
     fn crowded_needs_a_lead_proportional_to_the_least_load() {
-        // 0 vs 0..1 stays, 2 vs 0 moves.
+        // least 0: more than 1.
         assert!(!crowded(1, 0));
         assert!(crowded(2, 0));
-        // least 1: slack 2.
-        assert!(!crowded(3, 1));
-        assert!(crowded(4, 1));
-        // least 4: slack 6; least 12: slack 16.
-        assert!(!crowded(9, 4));
-        assert!(crowded(10, 4));
+        // least 1: more than 2.
+        assert!(!crowded(2, 1));
+        assert!(crowded(3, 1));
+        // least 4: more than 6; least 12: more than 16 (13 against 12 stays put).
+        assert!(!crowded(6, 4));
+        assert!(crowded(7, 4));
         assert!(!crowded(13, 12));
-        assert!(!crowded(25, 12));
-        assert!(crowded(26, 12));
+        assert!(!crowded(16, 12));
+        assert!(crowded(17, 12));
         assert!(!crowded(u64::MAX, u64::MAX));
     }
 

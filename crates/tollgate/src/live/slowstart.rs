@@ -108,6 +108,61 @@ mod tests {
         assert_eq!(permille(Duration::from_secs(1), Duration::ZERO), 1000);
     }
 
+    fn server(slowstart: Duration) -> crate::live::server::ServerLive {
+        let spec = crate::config::Server {
+            id: crate::live::ServerId(0),
+            name: "s".into(),
+            address: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+            weight: 100,
+            maxconn: 0,
+            backup: false,
+            tls: None,
+            slowstart,
+        };
+        let backend: std::sync::Arc<str> = "b".into();
+        crate::live::server::ServerLive::new(
+            &spec,
+            (crate::live::BackendId(0), &backend),
+            1,
+            std::sync::Arc::new(Notify::new()),
+        )
+    }
+
+    #[test]
+    fn a_server_ramps_only_after_coming_up_and_stops_at_its_weight() {
+        use crate::live::server::{AdminState, OperState};
+        let s = server(Duration::from_secs(2));
+        // Up from the start, and unknown -> up: no ramp.
+        assert_eq!(s.step_ramp(now_ms()), None);
+        s.set_oper(OperState::Up);
+        assert_eq!(s.step_ramp(now_ms()), None);
+        assert_eq!(s.effective_weight(), 100);
+        // Ready -> drain -> ready: ramps from the bottom.
+        s.set_admin(AdminState::Drain);
+        s.set_admin(AdminState::Ready);
+        assert_eq!(s.effective_weight(), 1);
+        let since = now_ms();
+        let first = s.step_ramp(since).unwrap();
+        assert!(first.changed, "a new ramp makes balancers rebuild");
+        assert_eq!(first.next, Some(tick(Duration::from_secs(2))));
+        let half = s.step_ramp(since + 1000).unwrap();
+        assert!(half.changed);
+        // `since` is a little after the ramp began: a little above half.
+        assert!((50..=60).contains(&s.effective_weight()), "{}", s.effective_weight());
+        let done = s.step_ramp(since + 2100).unwrap();
+        assert_eq!((done.changed, done.next), (true, None));
+        assert_eq!(s.effective_weight(), 100);
+        assert_eq!(s.step_ramp(since + 3000), None, "over");
+        // Down -> up ramps too; without slowstart nothing does.
+        s.set_oper(OperState::Down);
+        s.set_oper(OperState::Up);
+        assert_eq!(s.effective_weight(), 1);
+        let plain = server(Duration::ZERO);
+        plain.set_admin(AdminState::Maint);
+        plain.set_admin(AdminState::Ready);
+        assert_eq!((plain.effective_weight(), plain.step_ramp(now_ms())), (100, None));
+    }
+
     #[test]
     fn ticks_are_a_twentieth_but_not_below_the_floor() {
         assert_eq!(tick(Duration::from_secs(30)), Duration::from_millis(1500));
