@@ -187,8 +187,9 @@ pub(crate) struct ServerLive {
     slowstart: std::time::Duration,
     /// `slowstart::now_ms()` when the current ramp started; 0 = not ramping.
     ramp_since: AtomicU64,
-    /// The `ramp_since` the ticker last stepped (written by the ticker only): a ramp it has
-    /// not seen yet makes balancers rebuild even if its first step changes no weight.
+    /// The `ramp_since` last stepped (by the ticker, or by the command applier right after a
+    /// state change): a ramp not stepped yet makes balancers rebuild even if its first step
+    /// changes no weight.
     ramp_seen: AtomicU64,
     /// `configured × agent % × ramp`, recomputed by whichever of the three changed.
     effective_weight: AtomicU32,
@@ -311,8 +312,7 @@ impl ServerLive {
         super::slowstart::wake_ticker();
     }
 
-    /// Moves this server's ramp to `now` (the slow start ticker only); `None` if it does
-    /// not ramp.
+    /// Moves this server's ramp to `now` (`slowstart::step`); `None` if it does not ramp.
     pub(crate) fn step_ramp(&self, now: u64) -> Option<super::slowstart::RampStep> {
         let since = self.ramp_since.load(Ordering::Acquire);
         if since == 0 {
@@ -392,7 +392,7 @@ impl ServerLive {
         self.recompute_effective_weight()
     }
 
-    #[allow(dead_code, reason = "read by tests and the runtime API")]
+    #[allow(dead_code, reason = "written by health checks and slow start")]
     pub(crate) fn ramp_permille(&self) -> u32 {
         self.ramp_permille.load(Ordering::Relaxed)
     }
