@@ -66,6 +66,9 @@ worker_stats! {
     /// Sessions open now (counted out when the session's task ends or is dropped). Unlike
     /// the maxconn budget, an accept loop's permit held while it waits in accept() is not here.
     sessions_active,
+    /// Connections this worker accepted on its own SO_REUSEPORT socket and handed to a less
+    /// loaded worker (`connection_rebalance`); counted by the worker that accepted them.
+    connections_rebalanced,
     /// Times an accept loop paused because a maxconn budget was full.
     accept_paused,
     accept_errors,

@@ -50,6 +50,8 @@ pub(crate) struct GlobalSection {
     pub group: Option<Spanned<String>>,
     /// Workers may run as root without a warning.
     pub allow_root: Option<bool>,
+    /// Hand a new connection from a crowded worker to the least loaded one.
+    pub connection_rebalance: Option<bool>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.
@@ -214,6 +216,8 @@ pub(crate) struct BackendSection {
     /// `balance = "hash"` only: percent of the average load (100..=1000, 0 = unbounded).
     pub hash_balance_factor: Option<Spanned<u32>>,
     pub retries: Option<u32>,
+    /// Ramp a server's weight up over this long after it comes up (default for its servers).
+    pub slowstart: Option<Spanned<DurationValue>>,
     #[serde(default)]
     pub server: Vec<ServerSection>,
 }
@@ -234,4 +238,6 @@ pub(crate) struct ServerSection {
     pub verify: Option<Spanned<bool>>,
     /// Server name sent in the ClientHello and verified (default: the address's host name).
     pub sni: Option<Spanned<String>>,
+    /// Overrides the backend's `slowstart` for this server.
+    pub slowstart: Option<Spanned<DurationValue>>,
 }

@@ -63,6 +63,9 @@ pub struct Global {
     pub run_as: Option<RunAs>,
     /// Workers running as root is deliberate: no warning.
     pub allow_root: bool,
+    /// With per-worker SO_REUSEPORT sockets, a worker with more than `least + 1 + least / 4`
+    /// sessions open (`least`: the least loaded worker's) hands a new connection to that one.
+    pub connection_rebalance: bool,
 }
 
 /// The user and group a worker switches to, resolved at load.
@@ -287,6 +290,9 @@ pub struct Backend {
     pub hash_balance_factor: u32,
     /// Connection attempts after the first one fails.
     pub retries: u32,
+    /// The backend's `slowstart` (zero = none): what its servers ramp over unless they set
+    /// their own; servers added at run time take it too.
+    pub slowstart: Duration,
     pub servers: Vec<Server>,
 }
 
@@ -314,6 +320,9 @@ pub struct Server {
     pub maxconn: u32,
     pub backup: bool,
     pub tls: Option<ServerTls>,
+    /// How long the weight ramps up after the server comes up (back to ready, or down to
+    /// up); zero = no ramp. The backend's `slowstart` unless the server sets its own.
+    pub slowstart: Duration,
 }
 
 impl Global {

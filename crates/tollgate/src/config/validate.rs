@@ -158,6 +158,7 @@ impl<'a> Validator<'a> {
                 None
             }),
             allow_root: g.allow_root.unwrap_or(false),
+            connection_rebalance: g.connection_rebalance.unwrap_or(true),
         }
     }
 
@@ -340,6 +341,7 @@ impl<'a> Validator<'a> {
             };
             let mode = b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref());
             let (hash_key, hash_balance_factor) = self.hash_options(b, &key, &balance, mode);
+            let backend_slowstart = self.slowstart(&b.slowstart, &key);
             let mut server_names = HashSet::new();
             let mut servers = Vec::new();
             for (j, s) in b.server.iter().enumerate() {
@@ -361,6 +363,9 @@ impl<'a> Validator<'a> {
                     None => 1,
                 };
                 let tls = self.server_tls(s, &skey, mode);
+                let slowstart = self
+                    .slowstart(&s.slowstart, &skey)
+                    .unwrap_or_else(|| backend_slowstart.unwrap_or_default());
                 servers.push(Server {
                     id: Default::default(),
                     name: s.name.get_ref().clone(),
@@ -369,6 +374,7 @@ impl<'a> Validator<'a> {
                     maxconn: s.maxconn.unwrap_or(0),
                     backup: s.backup.unwrap_or(false),
                     tls,
+                    slowstart,
                 });
             }
             out.push(Backend {
@@ -379,10 +385,33 @@ impl<'a> Validator<'a> {
                 hash_key,
                 hash_balance_factor,
                 retries: b.retries.unwrap_or(DEFAULT_RETRIES),
+                slowstart: backend_slowstart.unwrap_or_default(),
                 servers,
             });
         }
         out
+    }
+
+    /// A `slowstart` duration (backend or server): 0 switches it off; otherwise at least
+    /// 100ms (the ramp's tick) and at most a day (a typo's order of magnitude).
+    fn slowstart(
+        &mut self,
+        value: &Option<Spanned<super::units::DurationValue>>,
+        key: &str,
+    ) -> Option<std::time::Duration> {
+        let v = value.as_ref()?;
+        let d = v.get_ref().0;
+        let ok = d.is_zero()
+            || (std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(86_400)).contains(&d);
+        if !ok {
+            self.err(
+                v.span(),
+                format!("{key}.slowstart"),
+                "must be 0 (off) or between 100ms and 24h".into(),
+            );
+            return None;
+        }
+        Some(d)
     }
 
     /// `hash_key` and `hash_balance_factor`: only with `balance = "hash"` (elsewhere they

@@ -1,6 +1,14 @@
 //! Accept loops: take budget permits, respect the accept rate, accept, hand the connection
 //! to a session on this worker, or, for a shared socket, to the least loaded worker.
 //!
+//! Rebalancing (`connection_rebalance`): a worker's own SO_REUSEPORT socket gets whatever
+//! the kernel's 4-tuple hash sends it, which with few long-lived connections can crowd one
+//! worker while another idles. On each accept the worker compares its open sessions with
+//! the least loaded worker's (relaxed loads of their counters, no lock) and, when it has
+//! more than `least + 1 + least / 4` ([`crowded`]), hands the connection over
+//! through that worker's inbox. The slack grows with the load, so it reacts to 6 against 1
+//! and not to 13 against 12, and a connection that stays costs only those loads.
+//!
 //! Accepted sockets are non-blocking and *not* registered with the reactor: a session
 //! registers its client socket only when it first has to wait (`relay::lazy`), and a
 //! handed-off socket crosses workers without a deregistration. TCP_NODELAY is set once on
@@ -18,7 +26,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
 use super::spawn_session;
-use crate::budget::{ConnPermits, Taken};
+use crate::budget::Taken;
 use crate::ctx::WorkerCtx;
 use crate::ctx::inbox::{Handoff, Message};
 use crate::stats::WorkerStats;
@@ -31,17 +39,45 @@ pub(crate) struct Dispatcher {
 }
 
 impl Dispatcher {
+    fn load(&self, w: usize) -> u64 {
+        self.stats.get(w).map_or(u64::MAX, |s| s.sessions_active.get())
+    }
+
     /// The worker with the fewest open connections; `me` wins ties (no handoff needed).
     fn least_loaded(&self, me: usize) -> usize {
-        let load = |w: usize| self.stats.get(w).map_or(u64::MAX, |s| s.sessions_active.get());
         let mut best = me;
         for w in 0..self.stats.len() {
-            if load(w) < load(best) {
+            if self.load(w) < self.load(best) {
                 best = w;
             }
         }
         best
     }
+
+    /// Where a connection accepted by `me` on its own socket should be served: another
+    /// worker only if `me` is crowded compared with the least loaded one.
+    fn rebalance_target(&self, me: usize) -> Option<usize> {
+        let least = self.least_loaded(me);
+        (least != me && crowded(self.load(me), self.load(least))).then_some(least)
+    }
+}
+
+/// A worker with `mine` open sessions is crowded next to one with `least`: `mine` is above
+/// `least + 1 + least / 4` (a slack that grows with the load, so noise at high connection
+/// counts moves nothing).
+pub(crate) fn crowded(mine: u64, least: u64) -> bool {
+    mine > least.saturating_add(1).saturating_add(least / 4)
+}
+
+/// Who serves what an accept loop accepts.
+#[derive(Clone)]
+pub(crate) enum Placement {
+    /// This worker, always.
+    Here,
+    /// This worker's own SO_REUSEPORT socket: here, unless this worker is crowded.
+    Rebalance(Dispatcher),
+    /// A shared socket: the least loaded worker.
+    Shared(Dispatcher),
 }
 
 /// A listening socket registered with this worker's reactor.
@@ -72,7 +108,7 @@ fn accept_nonblocking(listener: &std::net::TcpListener) -> io::Result<(std::net:
     Ok((std::net::TcpStream::from(fd), peer))
 }
 
-pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: Listener, dispatch: Option<Dispatcher>) {
+pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: Listener, placement: Placement) {
     let shared = Arc::clone(&ctx.shared);
     // One stop signal for the loop's whole life: made per accept, its waiter would be
     // registered and removed again for every connection.
@@ -108,9 +144,35 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
             r = accept(&listener) => r,
         };
         match accepted {
-            Ok((stream, peer)) => match &dispatch {
-                Some(d) => hand_off(&ctx, d, frontend, stream, peer, permits),
-                None => spawn_session(&ctx, frontend, stream, peer, permits),
+            Ok((stream, peer)) => match &placement {
+                Placement::Here => spawn_session(&ctx, frontend, stream, peer, permits),
+                Placement::Rebalance(d) => match d.rebalance_target(ctx.id) {
+                    Some(target) => {
+                        if hand_off(
+                            &ctx,
+                            d,
+                            target,
+                            Handoff {
+                                frontend,
+                                stream,
+                                peer,
+                                permits,
+                            },
+                        ) {
+                            ctx.stats.connections_rebalanced.add(1);
+                        }
+                    }
+                    None => spawn_session(&ctx, frontend, stream, peer, permits),
+                },
+                Placement::Shared(d) => {
+                    let handoff = Handoff {
+                        frontend,
+                        stream,
+                        peer,
+                        permits,
+                    };
+                    hand_off(&ctx, d, d.least_loaded(ctx.id), handoff);
+                }
             },
             Err(e) => {
                 drop(permits);
@@ -121,30 +183,24 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
     }
 }
 
-fn hand_off(
-    ctx: &Rc<WorkerCtx>,
-    d: &Dispatcher,
-    frontend: usize,
-    stream: std::net::TcpStream,
-    peer: SocketAddr,
-    permits: ConnPermits,
-) {
-    let target = d.least_loaded(ctx.id);
-    if target == ctx.id {
-        return spawn_session(ctx, frontend, stream, peer, permits);
-    }
-    let Some(inbox) = d.inboxes.get(target) else {
-        return;
+/// Has `target` serve the connection; true if it went to another worker. The socket was
+/// never registered with this worker's reactor, so it leaves nothing behind here.
+fn hand_off(ctx: &Rc<WorkerCtx>, d: &Dispatcher, target: usize, h: Handoff) -> bool {
+    let inbox = match d.inboxes.get(target) {
+        Some(inbox) if target != ctx.id => inbox,
+        _ => {
+            spawn_session(ctx, h.frontend, h.stream, h.peer, h.permits);
+            return false;
+        }
     };
-    let handoff = Handoff {
-        frontend,
-        stream,
-        peer,
-        permits,
-    };
-    if let Err(mpsc::error::SendError(Message::Connection(h))) = inbox.send(Message::Connection(handoff)) {
-        // The target worker is gone (shutting down): serve it here rather than drop it.
-        spawn_session(ctx, h.frontend, h.stream, h.peer, h.permits);
+    match inbox.send(Message::Connection(h)) {
+        Ok(()) => true,
+        Err(mpsc::error::SendError(Message::Connection(h))) => {
+            // The target worker is gone (shutting down): serve it here rather than drop it.
+            spawn_session(ctx, h.frontend, h.stream, h.peer, h.permits);
+            false
+        }
+        Err(_) => false,
     }
 }
 
@@ -172,6 +228,23 @@ mod tests {
 
     /// The saved setsockopt relies on Linux copying TCP_NODELAY from the listening socket
     /// into accepted ones, and sessions rely on accepted sockets being non-blocking.
+    #[test]
+    fn crowded_needs_a_lead_proportional_to_the_least_load() {
+        // least 0: more than 1.
+        assert!(!crowded(1, 0));
+        assert!(crowded(2, 0));
+        // least 1: more than 2.
+        assert!(!crowded(2, 1));
+        assert!(crowded(3, 1));
+        // least 4: more than 6; least 12: more than 16 (13 against 12 stays put).
+        assert!(!crowded(6, 4));
+        assert!(crowded(7, 4));
+        assert!(!crowded(13, 12));
+        assert!(!crowded(16, 12));
+        assert!(crowded(17, 12));
+        assert!(!crowded(u64::MAX, u64::MAX));
+    }
+
     #[tokio::test]
     async fn accepted_sockets_inherit_nodelay_and_are_nonblocking() {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

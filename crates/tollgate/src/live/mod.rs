@@ -12,6 +12,7 @@
 //!   plain atomics, no lock.
 //! - [`backend`]: a backend's server set as a versioned snapshot, swapped whole. A worker
 //!   thread compares one atomic version per pick and rebuilds its balancer only when it moved.
+//! - [`slowstart`]: a server that comes up ramps its effective weight over `slowstart`.
 //!
 //! Invariants: a `ServerLive` is never mutated in its identity (id, backend, name, address,
 //! maxconn); a changed address or a removed server is a new set version. Positions in a set
@@ -19,5 +20,6 @@
 
 pub(crate) mod backend;
 pub(crate) mod server;
+pub(crate) mod slowstart;
 
 pub(crate) use crate::ids::{BackendId, IdMap, ServerId};

@@ -180,9 +180,17 @@ pub(crate) struct ServerLive {
     /// What an agent check last reported, percent of the configured weight (100 = as
     /// configured). Written by the health checker only.
     agent_percent: AtomicU32,
-    /// Slow start's ramp, per mille of the weight (1000 = fully up). Written by the slow
-    /// start ticker only.
+    /// Slow start's ramp, per mille of the weight (1000 = fully up). Written by a state
+    /// change that starts a ramp and by the slow start ticker.
     ramp_permille: AtomicU32,
+    /// How long a ramp lasts (zero = this server does not ramp).
+    slowstart: std::time::Duration,
+    /// `slowstart::now_ms()` when the current ramp started; 0 = not ramping.
+    ramp_since: AtomicU64,
+    /// The `ramp_since` last stepped (by the ticker, or by the command applier right after a
+    /// state change): a ramp not stepped yet makes balancers rebuild even if its first step
+    /// changes no weight.
+    ramp_seen: AtomicU64,
     /// `configured × agent % × ramp`, recomputed by whichever of the three changed.
     effective_weight: AtomicU32,
     active: AtomicU32,
@@ -239,6 +247,9 @@ impl ServerLive {
             configured_weight: AtomicU32::new(server.weight),
             agent_percent: AtomicU32::new(100),
             ramp_permille: AtomicU32::new(1000),
+            slowstart: server.slowstart,
+            ramp_since: AtomicU64::new(0),
+            ramp_seen: AtomicU64::new(0),
             effective_weight: AtomicU32::new(server.weight),
             active: AtomicU32::new(0),
             queued: AtomicU32::new(0),
@@ -257,23 +268,77 @@ impl ServerLive {
         OperState::from_u8(self.oper.load(Ordering::Relaxed))
     }
 
-    /// Sets the admin state; true if it changed.
+    /// Sets the admin state; true if it changed. Back to `ready` from `drain` or `maint`
+    /// (and not seen down) starts slow start.
     pub(crate) fn set_admin(&self, state: AdminState) -> bool {
-        let changed = self.admin.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
-        if changed {
-            self.touch();
+        let old = AdminState::from_u8(self.admin.swap(state.to_u8(), Ordering::AcqRel));
+        if old == state {
+            return false;
         }
-        changed
+        self.touch();
+        if old != AdminState::Ready && self.is_up() {
+            self.start_ramp();
+        }
+        true
     }
 
-    /// Sets the operational state; true if it changed.
-    #[allow(dead_code, reason = "written by health checks and slow start")]
+    /// Sets the operational state; true if it changed. From `down` to `up` (while `ready`)
+    /// starts slow start; `unknown` to `up` does not (a process that starts ramps nothing).
+    #[allow(dead_code, reason = "written by health checks")]
     pub(crate) fn set_oper(&self, state: OperState) -> bool {
-        let changed = self.oper.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
-        if changed {
-            self.touch();
+        let old = OperState::from_u8(self.oper.swap(state.to_u8(), Ordering::AcqRel));
+        if old == state {
+            return false;
         }
-        changed
+        self.touch();
+        if old == OperState::Down && self.is_up() {
+            self.start_ramp();
+        }
+        true
+    }
+
+    /// Ready and not seen down: what "came up" means for slow start (weight aside).
+    fn is_up(&self) -> bool {
+        self.admin() == AdminState::Ready && self.oper() != OperState::Down
+    }
+
+    /// Restarts the ramp from its bottom and wakes the ticker (no-op without `slowstart`).
+    fn start_ramp(&self) {
+        if self.slowstart.is_zero() {
+            return;
+        }
+        self.ramp_since.store(super::slowstart::now_ms(), Ordering::Release);
+        self.set_ramp_permille(super::slowstart::permille(std::time::Duration::ZERO, self.slowstart));
+        super::slowstart::wake_ticker();
+    }
+
+    /// Moves this server's ramp to `now` (`slowstart::step`); `None` if it does not ramp.
+    pub(crate) fn step_ramp(&self, now: u64) -> Option<super::slowstart::RampStep> {
+        let since = self.ramp_since.load(Ordering::Acquire);
+        if since == 0 {
+            return None;
+        }
+        let fresh = self.ramp_seen.swap(since, Ordering::Relaxed) != since;
+        let elapsed = std::time::Duration::from_millis(now.saturating_sub(since));
+        let permille = super::slowstart::permille(elapsed, self.slowstart);
+        let done = permille >= 1000;
+        // A ramp restarted since `since` was read is the newer one's to step.
+        if done
+            && self
+                .ramp_since
+                .compare_exchange(since, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return Some(super::slowstart::RampStep {
+                changed: fresh,
+                next: Some(super::slowstart::MIN_TICK),
+            });
+        }
+        let moved = self.set_ramp_permille(permille);
+        Some(super::slowstart::RampStep {
+            changed: fresh || moved,
+            next: (!done).then(|| super::slowstart::tick(self.slowstart)),
+        })
     }
 
     fn touch(&self) {
@@ -322,7 +387,6 @@ impl ServerLive {
     }
 
     /// Slow start's ramp in per mille (clamped to 1000); true if the effective weight changed.
-    #[allow(dead_code, reason = "written by health checks and slow start")]
     pub(crate) fn set_ramp_permille(&self, permille: u32) -> bool {
         self.ramp_permille.store(permille.min(1000), Ordering::Relaxed);
         self.recompute_effective_weight()

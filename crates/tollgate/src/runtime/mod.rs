@@ -7,6 +7,7 @@
 
 pub(crate) mod inbox;
 pub mod limits;
+pub(crate) mod slowstart;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
 
@@ -62,7 +63,24 @@ pub(crate) fn log_counters(shared: &Shared, when: &str) {
         use std::fmt::Write;
         let _ = write!(line, " {name}={value}");
     }
+    // Per worker, the two that show how evenly connections are spread across cores.
+    per_worker(&mut line, shared, "sessions_active_by_worker", |w| {
+        w.sessions_active.get()
+    });
+    per_worker(&mut line, shared, "connections_rebalanced_by_worker", |w| {
+        w.connections_rebalanced.get()
+    });
     tracing::debug!(pid = std::process::id(), "counters{when}:{line}");
+}
+
+/// Appends ` name=v0,v1,...` (one value per worker) to the counters line.
+fn per_worker(line: &mut String, shared: &Shared, name: &str, value: impl Fn(&WorkerStats) -> u64) {
+    use std::fmt::Write;
+    let _ = write!(line, " {name}=");
+    for (i, w) in shared.stats.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(line, "{sep}{}", value(w));
+    }
 }
 
 /// Worker 0's task: `log_counters` every `period`, the first one `period` after start.
@@ -196,8 +214,12 @@ impl Running {
             .ok_or_else(|| format!("no server `{}` in backend `{}`", change.server, change.backend))?;
         let id = server.id;
         // States are read live at every pick: in effect for every thread once stored.
-        if let Some(state) = change.state {
-            server.set_admin(state);
+        if let Some(state) = change.state
+            && server.set_admin(state)
+        {
+            // A ramp this started is in the balancers before the command is answered (the
+            // ticker then takes it from there).
+            crate::live::slowstart::step(&self.shared.backends, crate::live::slowstart::now_ms());
         }
         let (ack, acked) = std::sync::mpsc::channel();
         if let Some(weight) = change.weight {

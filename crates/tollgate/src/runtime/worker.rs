@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::ctx::{Phase, Shared, WorkerCtx};
 use crate::listener::BoundSocket;
-use crate::listener::accept::{self, Dispatcher};
+use crate::listener::accept::{self, Dispatcher, Placement};
 
 pub(crate) struct WorkerPlan {
     pub id: usize,
@@ -69,6 +69,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
                 Arc::clone(&ctx.shared),
                 super::COUNTERS_PERIOD,
             ));
+            tokio::task::spawn_local(super::slowstart::run(Arc::clone(&ctx.shared)));
         }
         if let (Some(reg), Some((_, period))) = (&registration, plan.watchdog) {
             // Progress for the watchdog: this runs only when the scheduler gets back to its
@@ -96,10 +97,16 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
                 }
             });
         }
+        // Rebalancing needs somewhere to go: off with one worker.
+        let own = if ctx.shared.config.global.connection_rebalance && ctx.shared.stats.len() > 1 {
+            Placement::Rebalance(plan.dispatcher.clone())
+        } else {
+            Placement::Here
+        };
         for sock in plan.own_sockets {
             let listener = accept::listener(sock.socket)?;
             let counted = Accepting::new(&plan.accepting);
-            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, None);
+            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, own.clone());
             tokio::task::spawn_local(async move {
                 accepting.await;
                 drop(counted);
@@ -109,7 +116,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
             let listener = accept::listener(sock.socket)?;
             let d = plan.dispatcher.clone();
             let counted = Accepting::new(&plan.accepting);
-            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Some(d));
+            let accepting = accept::accept_loop(Rc::clone(&ctx), sock.frontend, listener, Placement::Shared(d));
             tokio::task::spawn_local(async move {
                 accepting.await;
                 drop(counted);
