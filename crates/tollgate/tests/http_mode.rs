@@ -171,7 +171,9 @@ fn curl_expect_continue_upload() {
     let origin = http_origin(|r| ok(&format!("got {}", r.body.len())));
     let proxy = Proxy::start(&http_config("", origin.addr));
     let body = "x".repeat(2_000_000);
-    let file = std::env::temp_dir().join(format!("tollgate-upload-{}", std::process::id()));
+    // Removed with the directory when the test ends, pass or fail.
+    let dir = common::tls::TempDir::new();
+    let file = dir.0.join("upload");
     std::fs::write(&file, &body).unwrap();
     let out = std::process::Command::new("curl")
         .args(["-s", "-H", "Expect: 100-continue", "--data-binary"])
