@@ -165,6 +165,7 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 maxconn: 0,
                 backup: false,
                 tls: None,
+                check: Default::default(),
             };
             Arc::new(ServerLive::new(
                 &server,

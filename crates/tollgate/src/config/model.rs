@@ -59,6 +59,8 @@ pub struct Global {
     pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
     pub max_handshakes: u32,
+    /// Health checks in flight at once, process-wide.
+    pub max_health_checks: u32,
     /// Who worker processes run as (`user`/`group`); `None` = as started.
     pub run_as: Option<RunAs>,
     /// Workers running as root is deliberate: no warning.
@@ -287,6 +289,8 @@ pub struct Backend {
     pub hash_balance_factor: u32,
     /// Connection attempts after the first one fails.
     pub retries: u32,
+    /// `[backend.health]`: active checks; `None` = none.
+    pub health: Option<Arc<super::health::HealthCheck>>,
     pub servers: Vec<Server>,
 }
 
@@ -314,6 +318,8 @@ pub struct Server {
     pub maxconn: u32,
     pub backup: bool,
     pub tls: Option<ServerTls>,
+    /// Health-check settings, resolved (`enabled = false` when nothing checks it).
+    pub check: super::health::ServerCheck,
 }
 
 impl Global {
