@@ -160,7 +160,10 @@ pub(super) fn backend_health(
     servers: &mut [Server],
     errors: &mut Errors,
 ) -> Option<Arc<HealthCheck>> {
-    let health = b.health.as_ref().map(|h| section(h, &format!("{key}.health"), mode, errors));
+    let health = b
+        .health
+        .as_ref()
+        .map(|h| section(h, &format!("{key}.health"), mode, errors));
     if let (Some(limit), None) = (&b.error_limit, &health) {
         errors.push((
             limit.span(),
@@ -183,7 +186,11 @@ pub(super) fn backend_health(
                 ("agent_port", s.agent_port.as_ref().map(Spanned::span)),
             ] {
                 if let Some(span) = span {
-                    errors.push((span, format!("{skey}.{field}"), format!("`{field}` needs [backend.health]")));
+                    errors.push((
+                        span,
+                        format!("{skey}.{field}"),
+                        format!("`{field}` needs [backend.health]"),
+                    ));
                 }
             }
             continue;
@@ -197,7 +204,11 @@ pub(super) fn backend_health(
                 ("agent_port", s.agent_port.as_ref().map(Spanned::span)),
             ] {
                 if let Some(span) = span {
-                    errors.push((span, format!("{skey}.{field}"), format!("`{field}` is unused with `check = false`")));
+                    errors.push((
+                        span,
+                        format!("{skey}.{field}"),
+                        format!("`{field}` is unused with `check = false`"),
+                    ));
                 }
             }
         }
@@ -236,14 +247,15 @@ fn nonzero_port(port: Option<&Spanned<u16>>, key: &str, errors: &mut Errors) -> 
 
 fn section(h: &HealthSection, key: &str, mode: ModeName, errors: &mut Errors) -> HealthCheck {
     let mut err = |span: Range<usize>, field: &str, msg: String| errors.push((span, format!("{key}.{field}"), msg));
-    let duration = |v: &Option<Spanned<DurationValue>>, field: &str, err: &mut dyn FnMut(Range<usize>, &str, String)| {
-        let v = v.as_ref()?;
-        if v.get_ref().0 < MIN_INTERVAL {
-            err(v.span(), field, format!("must be at least {MIN_INTERVAL:?}"));
-            return None;
-        }
-        Some(v.get_ref().0)
-    };
+    let duration =
+        |v: &Option<Spanned<DurationValue>>, field: &str, err: &mut dyn FnMut(Range<usize>, &str, String)| {
+            let v = v.as_ref()?;
+            if v.get_ref().0 < MIN_INTERVAL {
+                err(v.span(), field, format!("must be at least {MIN_INTERVAL:?}"));
+                return None;
+            }
+            Some(v.get_ref().0)
+        };
     let interval = duration(&h.interval, "interval", &mut err).unwrap_or(DEFAULT_INTERVAL);
     // HAProxy's default: a check may take as long as the interval between two.
     let timeout = match &h.timeout {
@@ -255,7 +267,10 @@ fn section(h: &HealthSection, key: &str, mode: ModeName, errors: &mut Errors) ->
         None => interval,
     };
     let agent_interval = duration(&h.agent_interval, "agent_interval", &mut err).unwrap_or(interval);
-    let count = |v: &Option<Spanned<u32>>, field: &str, default: u32, err: &mut dyn FnMut(Range<usize>, &str, String)| {
+    let count = |v: &Option<Spanned<u32>>,
+                 field: &str,
+                 default: u32,
+                 err: &mut dyn FnMut(Range<usize>, &str, String)| {
         match v {
             Some(n) if !(1..=1000).contains(n.get_ref()) => {
                 err(n.span(), field, "must be between 1 and 1000".into());
@@ -269,7 +284,11 @@ fn section(h: &HealthSection, key: &str, mode: ModeName, errors: &mut Errors) ->
     let fall = count(&h.fall, "fall", DEFAULT_FALL, &mut err);
     let jitter_percent = match &h.jitter {
         Some(j) => parse_percent(j.get_ref()).filter(|p| *p <= 50).unwrap_or_else(|| {
-            err(j.span(), "jitter", format!("`{}` is not a percentage from \"0%\" to \"50%\"", j.get_ref()));
+            err(
+                j.span(),
+                "jitter",
+                format!("`{}` is not a percentage from \"0%\" to \"50%\"", j.get_ref()),
+            );
             DEFAULT_JITTER_PERCENT
         }),
         None => DEFAULT_JITTER_PERCENT,
@@ -301,7 +320,10 @@ fn section(h: &HealthSection, key: &str, mode: ModeName, errors: &mut Errors) ->
         rise,
         fall,
         jitter_percent,
-        on_marked_down: h.on_marked_down.as_ref().map_or_else(OnMarkedDown::default, |o| *o.get_ref()),
+        on_marked_down: h
+            .on_marked_down
+            .as_ref()
+            .map_or_else(OnMarkedDown::default, |o| *o.get_ref()),
         agent_interval,
     }
 }
@@ -309,7 +331,11 @@ fn section(h: &HealthSection, key: &str, mode: ModeName, errors: &mut Errors) ->
 fn http_check(h: &HealthSection, err: &mut dyn FnMut(Range<usize>, &str, String)) -> HttpCheck {
     let method = match &h.method {
         Some(m) if !crate::http::h1::headers::is_token(m.get_ref().as_bytes()) => {
-            err(m.span(), "method", format!("`{}` is not an HTTP method (a token)", m.get_ref()));
+            err(
+                m.span(),
+                "method",
+                format!("`{}` is not an HTTP method (a token)", m.get_ref()),
+            );
             "GET".to_string()
         }
         Some(m) => m.get_ref().clone(),
@@ -318,7 +344,11 @@ fn http_check(h: &HealthSection, err: &mut dyn FnMut(Range<usize>, &str, String)
     let visible = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic());
     let path = match &h.path {
         Some(p) if !p.get_ref().starts_with('/') || !visible(p.get_ref()) => {
-            err(p.span(), "path", "must start with `/` and contain no spaces or control bytes".into());
+            err(
+                p.span(),
+                "path",
+                "must start with `/` and contain no spaces or control bytes".into(),
+            );
             "/".to_string()
         }
         Some(p) => p.get_ref().clone(),
@@ -326,7 +356,11 @@ fn http_check(h: &HealthSection, err: &mut dyn FnMut(Range<usize>, &str, String)
     };
     let host = match &h.host {
         Some(v) if !visible(v.get_ref()) => {
-            err(v.span(), "host", "must be a non-empty host name with no spaces or control bytes".into());
+            err(
+                v.span(),
+                "host",
+                "must be a non-empty host name with no spaces or control bytes".into(),
+            );
             None
         }
         Some(v) => Some(v.get_ref().clone()),
@@ -375,7 +409,11 @@ fn statuses(list: &StatusList) -> Result<Vec<(u16, u16)>, String> {
             .filter(|c| (100..=599).contains(c))
             .ok_or_else(|| format!("{n} is not a status code (100..=599)"))
     };
-    let parse = |t: &str| t.trim().parse::<u32>().map_err(|_| format!("`{t}` is not a status code or a range like \"200-399\""));
+    let parse = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("`{t}` is not a status code or a range like \"200-399\""))
+    };
     specs
         .into_iter()
         .map(|s| match s {
@@ -426,7 +464,10 @@ mod tests {
     fn defaults_follow_haproxy() {
         let c = parse(&config("[backend.health]\ntype = \"http\"", ""), "t.toml").unwrap();
         let h = c.backends[0].health.as_deref().unwrap();
-        assert_eq!((h.interval, h.timeout, h.rise, h.fall), (DEFAULT_INTERVAL, DEFAULT_INTERVAL, 2, 3));
+        assert_eq!(
+            (h.interval, h.timeout, h.rise, h.fall),
+            (DEFAULT_INTERVAL, DEFAULT_INTERVAL, 2, 3)
+        );
         assert_eq!(h.jitter_percent, 10);
         let CheckKind::Http(http) = &h.kind else { panic!() };
         assert!(http.status_ok(200) && http.status_ok(399) && !http.status_ok(404));
@@ -439,34 +480,105 @@ mod tests {
     #[test]
     fn statuses_accept_codes_ranges_and_one_value() {
         let c = parse(
-            &config("[backend.health]\ntype = \"http\"\nexpect_status = [204, \"300-302\"]", ""),
+            &config(
+                "[backend.health]\ntype = \"http\"\nexpect_status = [204, \"300-302\"]",
+                "",
+            ),
             "t.toml",
         )
         .unwrap();
-        let CheckKind::Http(http) = &c.backends[0].health.as_deref().unwrap().kind else { panic!() };
+        let CheckKind::Http(http) = &c.backends[0].health.as_deref().unwrap().kind else {
+            panic!()
+        };
         assert_eq!(http.expect_status, [(204, 204), (300, 302)]);
-        let one = parse(&config("[backend.health]\ntype = \"http\"\nexpect_status = \"200\"", ""), "t.toml").unwrap();
-        let CheckKind::Http(http) = &one.backends[0].health.as_deref().unwrap().kind else { panic!() };
+        let one = parse(
+            &config("[backend.health]\ntype = \"http\"\nexpect_status = \"200\"", ""),
+            "t.toml",
+        )
+        .unwrap();
+        let CheckKind::Http(http) = &one.backends[0].health.as_deref().unwrap().kind else {
+            panic!()
+        };
         assert_eq!(http.expect_status, [(200, 200)]);
     }
 
     #[test]
     fn nonsense_is_refused_with_line_and_key() {
         let cases = [
-            ("[backend.health]\ntype = \"tcp\"\nrise = 0", "", "health.rise", "between 1"),
-            ("[backend.health]\ntype = \"tcp\"\nfall = 0", "", "health.fall", "between 1"),
-            ("[backend.health]\ntype = \"tcp\"\ntimeout = \"0s\"", "", "health.timeout", "greater than 0"),
-            ("[backend.health]\ntype = \"tcp\"\ninterval = \"1ms\"", "", "health.interval", "at least"),
-            ("[backend.health]\ntype = \"tcp\"\nexpect_body = \"ok\"", "", "health.expect_body", "type = \"http\""),
-            ("[backend.health]\ntype = \"http\"\nexpect_status = [\"399-200\"]", "", "expect_status", "ends before"),
-            ("[backend.health]\ntype = \"http\"\nexpect_status = [700]", "", "expect_status", "not a status"),
-            ("[backend.health]\ntype = \"http\"\npath = \"x\"", "", "health.path", "start with"),
-            ("[backend.health]\ntype = \"http\"\njitter = \"80%\"", "", "health.jitter", "percentage"),
-            ("[backend.health]\ntype = \"http\"\ntls = true", "", "health.tls", "tls = true"),
+            (
+                "[backend.health]\ntype = \"tcp\"\nrise = 0",
+                "",
+                "health.rise",
+                "between 1",
+            ),
+            (
+                "[backend.health]\ntype = \"tcp\"\nfall = 0",
+                "",
+                "health.fall",
+                "between 1",
+            ),
+            (
+                "[backend.health]\ntype = \"tcp\"\ntimeout = \"0s\"",
+                "",
+                "health.timeout",
+                "greater than 0",
+            ),
+            (
+                "[backend.health]\ntype = \"tcp\"\ninterval = \"1ms\"",
+                "",
+                "health.interval",
+                "at least",
+            ),
+            (
+                "[backend.health]\ntype = \"tcp\"\nexpect_body = \"ok\"",
+                "",
+                "health.expect_body",
+                "type = \"http\"",
+            ),
+            (
+                "[backend.health]\ntype = \"http\"\nexpect_status = [\"399-200\"]",
+                "",
+                "expect_status",
+                "ends before",
+            ),
+            (
+                "[backend.health]\ntype = \"http\"\nexpect_status = [700]",
+                "",
+                "expect_status",
+                "not a status",
+            ),
+            (
+                "[backend.health]\ntype = \"http\"\npath = \"x\"",
+                "",
+                "health.path",
+                "start with",
+            ),
+            (
+                "[backend.health]\ntype = \"http\"\njitter = \"80%\"",
+                "",
+                "health.jitter",
+                "percentage",
+            ),
+            (
+                "[backend.health]\ntype = \"http\"\ntls = true",
+                "",
+                "health.tls",
+                "tls = true",
+            ),
             ("error_limit = 3", "", "error_limit", "needs [backend.health]"),
             ("", "check_port = 8080", "check_port", "needs [backend.health]"),
-            ("[backend.health]\ntype = \"tcp\"", "check = false\nagent_port = 9", "agent_port", "unused"),
-            ("[backend.health]\ntype = \"tcp\"", "check_port = 0", "check_port", "1..65535"),
+            (
+                "[backend.health]\ntype = \"tcp\"",
+                "check = false\nagent_port = 9",
+                "agent_port",
+                "unused",
+            ),
+            (
+                "[backend.health]\ntype = \"tcp\"",
+                "check_port = 0",
+                "check_port",
+                "1..65535",
+            ),
         ];
         for (health, server, key, msg) in cases {
             // `error_limit` belongs to the backend table, before the health table.
@@ -476,7 +588,10 @@ mod tests {
                 config(health, server)
             };
             let e = error(&text);
-            assert!(e.key.ends_with(key) && e.message.contains(msg), "{health} / {server}: {e}");
+            assert!(
+                e.key.ends_with(key) && e.message.contains(msg),
+                "{health} / {server}: {e}"
+            );
             assert!(e.line > 0, "{e}");
         }
     }

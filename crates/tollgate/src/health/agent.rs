@@ -128,10 +128,28 @@ mod tests {
 
     #[test]
     fn descriptions_and_unknown_words_are_ignored() {
-        assert_eq!(parse(b"up # 80% busy\n"), AgentReply { down: Some(false), ..Default::default() });
-        assert_eq!(parse(b"maxconn:30, 40%"), AgentReply { percent: Some(40), ..Default::default() });
+        assert_eq!(
+            parse(b"up # 80% busy\n"),
+            AgentReply {
+                down: Some(false),
+                ..Default::default()
+            }
+        );
+        assert_eq!(
+            parse(b"maxconn:30, 40%"),
+            AgentReply {
+                percent: Some(40),
+                ..Default::default()
+            }
+        );
         assert_eq!(parse(b"300%").percent, None);
         assert_eq!(parse(b"").percent, None);
-        assert_eq!(parse(b"\tdrain,\r\n"), AgentReply { drain: Some(true), ..Default::default() });
+        assert_eq!(
+            parse(b"\tdrain,\r\n"),
+            AgentReply {
+                drain: Some(true),
+                ..Default::default()
+            }
+        );
     }
 }

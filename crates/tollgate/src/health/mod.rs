@@ -121,7 +121,12 @@ fn rescan(checker: &Rc<Checker>, versions: &mut [u64], tasks: &mut HashMap<*cons
         *seen = set.version;
         for server in set.servers.iter().filter(|s| s.check.settings.enabled) {
             tasks.entry(Arc::as_ptr(server)).or_insert_with(|| {
-                let task = watch_server(Rc::clone(checker), Arc::clone(backend), Arc::clone(server), Arc::clone(&health));
+                let task = watch_server(
+                    Rc::clone(checker),
+                    Arc::clone(backend),
+                    Arc::clone(server),
+                    Arc::clone(&health),
+                );
                 tokio::task::spawn_local(task).abort_handle()
             });
         }
@@ -162,7 +167,12 @@ fn probe_for(server: &ServerLive, health: &HealthCheck) -> Probe {
 }
 
 /// One server's checks and agent queries, forever (aborted by the supervisor).
-async fn watch_server(checker: Rc<Checker>, backend: Arc<BackendLive>, server: Arc<ServerLive>, health: Arc<HealthCheck>) {
+async fn watch_server(
+    checker: Rc<Checker>,
+    backend: Arc<BackendLive>,
+    server: Arc<ServerLive>,
+    health: Arc<HealthCheck>,
+) {
     let probe = probe_for(&server, &health);
     let agent_addr = server
         .check
@@ -192,7 +202,9 @@ async fn watch_server(checker: Rc<Checker>, backend: Arc<BackendLive>, server: A
         let now = Instant::now();
         if now >= next_check {
             let outcome = {
-                let Ok(_permit) = checker.permits.acquire().await else { return };
+                let Ok(_permit) = checker.permits.acquire().await else {
+                    return;
+                };
                 probe.run(health.timeout, &mut buf).await
             };
             server.check.record(outcome);
@@ -207,7 +219,9 @@ async fn watch_server(checker: Rc<Checker>, backend: Arc<BackendLive>, server: A
             && now >= at
         {
             let reply = {
-                let Ok(_permit) = checker.permits.acquire().await else { return };
+                let Ok(_permit) = checker.permits.acquire().await else {
+                    return;
+                };
                 probe::agent(addr, health.timeout).await
             };
             if let Some(reply) = reply {
@@ -215,7 +229,15 @@ async fn watch_server(checker: Rc<Checker>, backend: Arc<BackendLive>, server: A
                 checker
                     .reporter
                     .agent_percent(&backend, &server, agent.weight_percent());
-                settle(&checker, &backend, &server, &health, &machine, &agent, server.check.last());
+                settle(
+                    &checker,
+                    &backend,
+                    &server,
+                    &health,
+                    &machine,
+                    &agent,
+                    server.check.last(),
+                );
             }
             next_agent = Some(Instant::now() + rng.next_delay(health.agent_interval, health.jitter_percent));
         }
@@ -234,14 +256,13 @@ fn settle(
     last: Outcome,
 ) {
     let (want, why) = if agent.holds_down() {
+        // Shown as the reason for as long as the agent holds it down.
+        server.check.note(Outcome::AgentDown);
         (OperState::Down, Outcome::AgentDown)
     } else {
         (machine.state(), last)
     };
     if want != server.oper() && want != OperState::Unknown {
-        if want == OperState::Down && why == Outcome::AgentDown {
-            server.check.note(why);
-        }
         checker.reporter.transition(backend, server, health, (want, why), false);
     }
 }

@@ -76,11 +76,17 @@ mod tests {
         let mut total = Duration::ZERO;
         for _ in 0..10_000 {
             let d = rng.next_delay(interval, 10);
-            assert!(d >= Duration::from_millis(1800) && d <= Duration::from_millis(2200), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(1800) && d <= Duration::from_millis(2200),
+                "{d:?}"
+            );
             total += d;
         }
         let mean = total / 10_000;
-        assert!(mean > Duration::from_millis(1980) && mean < Duration::from_millis(2020), "{mean:?}");
+        assert!(
+            mean > Duration::from_millis(1980) && mean < Duration::from_millis(2020),
+            "{mean:?}"
+        );
         assert_eq!(rng.next_delay(interval, 0), interval);
     }
 }

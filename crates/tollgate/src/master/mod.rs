@@ -475,7 +475,11 @@ impl Master {
             Event::Reply(generation, reply) => self.on_reply(generation, reply),
             Event::Health(generation, report) => {
                 // A stopping generation no longer checks; what it said last is stale.
-                if self.gens.iter().any(|g| g.id == generation && g.state != GenState::Stopping) {
+                if self
+                    .gens
+                    .iter()
+                    .any(|g| g.id == generation && g.state != GenState::Stopping)
+                {
                     self.desired.record_health(report);
                 }
             }
