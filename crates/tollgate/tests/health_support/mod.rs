@@ -16,6 +16,8 @@ pub struct Behaviour {
     pub body: Mutex<String>,
     /// Delay before answering a health request.
     pub delay_ms: AtomicU64,
+    /// When each health request arrived.
+    pub check_times: Mutex<Vec<Instant>>,
     /// Answer traffic (not health) with bytes that are not HTTP.
     pub garbage: AtomicBool,
 }
@@ -26,6 +28,7 @@ impl Default for Behaviour {
             status: AtomicU16::new(200),
             body: Mutex::new("alive".into()),
             delay_ms: AtomicU64::new(0),
+            check_times: Mutex::new(Vec::new()),
             garbage: AtomicBool::new(false),
         }
     }
@@ -139,6 +142,7 @@ fn serve(s: TcpStream, name: &str, b: &Behaviour, checks: &AtomicUsize, traffic:
         }
         let reply = if path == "/health" {
             checks.fetch_add(1, Ordering::SeqCst);
+            b.check_times.lock().unwrap().push(Instant::now());
             thread::sleep(Duration::from_millis(b.delay_ms.load(Ordering::SeqCst)));
             let body = b.body.lock().unwrap().clone();
             let status = b.status.load(Ordering::SeqCst);
