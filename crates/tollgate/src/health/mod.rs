@@ -186,7 +186,7 @@ async fn watch_server(
     let start = Instant::now();
     let mut next_check = start + rng.first_offset(health.interval);
     let mut next_agent = agent_addr.map(|_| start + rng.first_offset(health.agent_interval));
-    let mut buf = Vec::new();
+    let (mut buf, mut scratch) = (Vec::new(), crate::http::h1::HeadScratch::new());
     loop {
         let due = next_agent.map_or(next_check, |a| a.min(next_check));
         tokio::select! {
@@ -205,7 +205,7 @@ async fn watch_server(
                 let Ok(_permit) = checker.permits.acquire().await else {
                     return;
                 };
-                probe.run(health.timeout, &mut buf).await
+                probe.run(health.timeout, &mut buf, &mut scratch).await
             };
             server.check.record(outcome);
             if buf.capacity() > probe::MAX_HEAD * 2 {

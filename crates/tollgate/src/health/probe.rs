@@ -53,23 +53,23 @@ impl HttpProbe {
 }
 
 impl Probe {
-    /// Runs the check; `buf` is the caller's reusable read buffer.
-    pub(crate) async fn run(&self, timeout: std::time::Duration, buf: &mut Vec<u8>) -> Outcome {
+    /// Runs the check; `buf` and `scratch` are the caller's, reused from check to check.
+    pub(crate) async fn run(&self, timeout: std::time::Duration, buf: &mut Vec<u8>, scratch: &mut HeadScratch) -> Outcome {
         let deadline = Instant::now() + timeout;
         let tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
             Err(_) => return Outcome::L4Timeout,
             Ok(Err(_)) => return Outcome::L4Con,
             Ok(Ok(s)) => s,
         };
-        let _ = tcp.set_nodelay(true);
+        // No TCP_NODELAY: the request leaves in one write, and a syscall per check is CPU.
         match &self.tls {
-            None => self.after_connect(tcp, deadline, buf).await,
+            None => self.after_connect(tcp, deadline, buf, scratch).await,
             Some(tls) => {
                 let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(&tls.client_config));
                 match timeout_at(deadline, connector.connect(tls.server_name.clone(), tcp)).await {
                     Err(_) => Outcome::L6Timeout,
                     Ok(Err(_)) => Outcome::L6Rsp,
-                    Ok(Ok(stream)) => self.after_connect(stream, deadline, buf).await,
+                    Ok(Ok(stream)) => self.after_connect(stream, deadline, buf, scratch).await,
                 }
             }
         }
@@ -80,18 +80,24 @@ impl Probe {
         mut stream: S,
         deadline: Instant,
         buf: &mut Vec<u8>,
+        scratch: &mut HeadScratch,
     ) -> Outcome {
         let Some(http) = &self.http else {
             return Outcome::L4Ok;
         };
-        match timeout_at(deadline, exchange(&mut stream, http, buf)).await {
+        match timeout_at(deadline, exchange(&mut stream, http, buf, scratch)).await {
             Ok(outcome) => outcome,
             Err(_) => Outcome::L7Timeout,
         }
     }
 }
 
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, http: &HttpProbe, buf: &mut Vec<u8>) -> Outcome {
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    http: &HttpProbe,
+    buf: &mut Vec<u8>,
+    scratch: &mut HeadScratch,
+) -> Outcome {
     if stream.write_all(&http.request).await.is_err() {
         return Outcome::L7Rsp;
     }
@@ -101,18 +107,21 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, http: &Http
         ..Limits::default()
     };
     let method = if http.head_only { Method::Head } else { Method::Get };
-    let mut scratch = HeadScratch::new();
     let (status, head_len, framing) = loop {
         if read_some(stream, buf, MAX_HEAD).await == 0 {
             return Outcome::L7Rsp;
         }
-        match h1::parse_response_head(buf, &limits, method, &mut scratch) {
+        match h1::parse_response_head(buf, &limits, method, scratch) {
             Ok(Some(head)) if head.informational => {
                 // 100 Continue and friends: the final response follows.
                 buf.drain(..head.head_len);
-                head.reclaim(&mut scratch);
+                head.reclaim(scratch);
             }
-            Ok(Some(head)) => break (head.status, head.head_len, head.body),
+            Ok(Some(head)) => {
+                let found = (head.status, head.head_len, head.body);
+                head.reclaim(scratch);
+                break found;
+            }
             Ok(None) => {}
             Err(_) => return Outcome::L7Rsp,
         }
