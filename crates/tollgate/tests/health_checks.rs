@@ -339,10 +339,18 @@ fn checker_cpu_with_100_servers_at_1s() {
         let proxy = common::Proxy::start(&config("", health, &list));
         // Past the first (spread) round, then measure.
         std::thread::sleep(Duration::from_secs(2));
-        let (t0, c0, n0) = (Instant::now(), checker_ticks().unwrap(), origin.checks.load(Ordering::SeqCst));
+        let (t0, c0, n0) = (
+            Instant::now(),
+            checker_ticks().unwrap(),
+            origin.checks.load(Ordering::SeqCst),
+        );
         let conns0 = state(&proxy, "s0").3;
         std::thread::sleep(Duration::from_secs(15));
-        let (t1, c1, n1) = (Instant::now(), checker_ticks().unwrap(), origin.checks.load(Ordering::SeqCst));
+        let (t1, c1, n1) = (
+            Instant::now(),
+            checker_ticks().unwrap(),
+            origin.checks.load(Ordering::SeqCst),
+        );
         let hz = 100.0; // USER_HZ on Linux
         let cpu = (c1 - c0) as f64 / hz / (t1 - t0).as_secs_f64();
         println!(

@@ -471,7 +471,7 @@ mod tests {
         assert_eq!(h.jitter_percent, 10);
         let CheckKind::Http(http) = &h.kind else { panic!() };
         assert!(http.status_ok(200) && http.status_ok(399) && !http.status_ok(404));
-        assert_eq!(c.backends[0].servers[0].check.enabled, true);
+        assert!(c.backends[0].servers[0].check.enabled);
         assert_eq!(c.global.max_health_checks, DEFAULT_MAX_HEALTH_CHECKS);
         let none = parse(&config("", ""), "t.toml").unwrap();
         assert!(none.backends[0].health.is_none() && !none.backends[0].servers[0].check.enabled);

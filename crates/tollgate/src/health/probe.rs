@@ -54,7 +54,12 @@ impl HttpProbe {
 
 impl Probe {
     /// Runs the check; `buf` and `scratch` are the caller's, reused from check to check.
-    pub(crate) async fn run(&self, timeout: std::time::Duration, buf: &mut Vec<u8>, scratch: &mut HeadScratch) -> Outcome {
+    pub(crate) async fn run(
+        &self,
+        timeout: std::time::Duration,
+        buf: &mut Vec<u8>,
+        scratch: &mut HeadScratch,
+    ) -> Outcome {
         let deadline = Instant::now() + timeout;
         let tcp = match timeout_at(deadline, TcpStream::connect(self.addr)).await {
             Err(_) => return Outcome::L4Timeout,
