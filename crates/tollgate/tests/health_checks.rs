@@ -364,3 +364,26 @@ fn checker_cpu_with_100_servers_at_1s() {
         drop(proxy);
     }
 }
+
+/// `tls = true` servers are checked over TLS with their own verifier: a handshake that
+/// verifies passes, one against the wrong CA fails (`L6RSP`).
+#[test]
+fn tls_servers_are_checked_with_their_own_verifier() {
+    use common::tls::{Ca, TempDir, tls_origin};
+    let dir = TempDir::new();
+    let (ca, other) = (Ca::new("health ca"), Ca::new("someone else"));
+    let leaf = ca.leaf(&["origin.test"], "origin.test", false);
+    let origin = tls_origin(leaf.server_config(), |_, _| Vec::new());
+    let (good, bad) = (ca.write(&dir, "ca.pem"), other.write(&dir, "other.pem"));
+    let server = |ca: &std::path::Path| format!("tls = true\nsni = \"origin.test\"\nca_file = \"{}\"", ca.display());
+    let text = config(
+        "",
+        "type = \"tcp\"\ninterval = \"100ms\"\nrise = 1\nfall = 1",
+        &[("good", origin, &server(&good)), ("bad", origin, &server(&bad))],
+    );
+    let proxy = common::Proxy::start(&text);
+    wait_oper(&proxy, "good", "up", Duration::from_secs(5));
+    wait_oper(&proxy, "bad", "down", Duration::from_secs(5));
+    assert_eq!(state(&proxy, "good").1, "L4OK");
+    assert_eq!(state(&proxy, "bad").1, "L6RSP");
+}
