@@ -8,6 +8,8 @@
 //! - [`admin`]: the operator's client side of the runtime API (`tollgate ctl`).
 //! - [`runtime`]: one current_thread tokio runtime per worker thread, `Running` (start,
 //!   runtime commands, stop phases), the inbox loop, watchdog, process limits.
+//! - `health`: active checks (one checker thread per process: tcp, http, agent; rise/fall)
+//!   and what passive health (`error_limit`) hands over to them.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; the
@@ -41,6 +43,7 @@ pub mod command;
 pub mod config;
 pub(crate) mod ctx;
 pub mod error;
+pub(crate) mod health;
 pub mod http;
 pub(crate) mod ids;
 pub mod listener;

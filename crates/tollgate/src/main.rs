@@ -282,7 +282,10 @@ fn debug_options(generation: u64) -> runtime::StartOptions {
             "TOLLGATE_DEBUG_SPIN_AFTER_MS is set: a worker thread will spin (test hook)"
         );
     }
-    runtime::StartOptions { debug_spin_after: spin }
+    runtime::StartOptions {
+        debug_spin_after: spin,
+        ..runtime::StartOptions::default()
+    }
 }
 
 fn worker(generation: u64) -> anyhow::Result<()> {

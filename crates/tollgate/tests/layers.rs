@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["master"],
     &["admin"],
     &["runtime"],
+    &["health"],
     &["listener"],
     &["proxy"],
     &["tls"],

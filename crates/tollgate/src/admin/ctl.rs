@@ -65,7 +65,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
 pub(crate) fn servers_table(servers: &[ServerView]) -> String {
     let header = [
         "BACKEND", "SERVER", "ID", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS", "FAILS",
-        "5XX",
+        "5XX", "CHECK", "CHECKS",
     ];
     let rows: Vec<Vec<String>> = servers
         .iter()
@@ -89,6 +89,11 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.counters.requests.to_string(),
                 s.counters.connect_failures.to_string(),
                 s.counters.responses_5xx.to_string(),
+                // HAProxy's short code of the last check; checks run / failed.
+                s.check.as_ref().map_or_else(|| "-".into(), |c| c.status.clone()),
+                s.check
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |c| format!("{}/{}", c.checks, c.failed)),
             ]
         })
         .collect();

@@ -166,6 +166,7 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 backup: false,
                 tls: None,
                 slowstart: std::time::Duration::ZERO,
+                check: Default::default(),
             };
             Arc::new(ServerLive::new(
                 &server,

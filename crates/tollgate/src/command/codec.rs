@@ -127,6 +127,12 @@ mod tests {
                     weight: Some(3),
                     kill: false,
                 }],
+                health: vec![crate::command::HealthReport {
+                    backend: "app".into(),
+                    server: "a".into(),
+                    oper: crate::live::server::OperState::Down,
+                    agent_percent: 50,
+                }],
             },
             ToWorker::Stop,
             ToWorker::HardStop,
@@ -141,6 +147,9 @@ mod tests {
             assert_eq!(&read::<ToWorker>(&mut r).unwrap().unwrap(), m);
         }
         assert!(read::<ToWorker>(&mut r).unwrap().is_none());
+        // Additive: a config message from an older master (no `health`) still reads.
+        let old = br#"{"type":"config","path":"p","text":"t"}"#;
+        assert!(matches!(decode::<ToWorker>(old).unwrap(), ToWorker::Config { health, .. } if health.is_empty()));
         for m in [
             ToMaster::Ready,
             ToMaster::Draining,
@@ -149,6 +158,12 @@ mod tests {
             },
             ToMaster::Reply(Reply::text(3, "done")),
             ToMaster::Reply(Reply::error(4, "no such server")),
+            ToMaster::Health(crate::command::HealthReport {
+                backend: "app".into(),
+                server: "b".into(),
+                oper: crate::live::server::OperState::Up,
+                agent_percent: 100,
+            }),
         ] {
             assert_eq!(decode::<ToMaster>(&serde_json::to_vec(&m).unwrap()).unwrap(), m);
         }

@@ -14,7 +14,7 @@ pub mod codec;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ids::IdTable;
-use crate::live::server::{AdminState, ServerView};
+use crate::live::server::{AdminState, OperState, ServerView};
 
 /// The protocol version this build speaks.
 pub(crate) const VERSION: u32 = 1;
@@ -162,6 +162,23 @@ pub struct ReloadReport {
     pub overridden: Vec<String>,
 }
 
+/// A server's health as its generation's checker last saw it: worker → master on every
+/// change, master → the next generation (`ToWorker::Config`), which starts from it instead
+/// of `unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthReport {
+    pub backend: String,
+    pub server: String,
+    pub oper: OperState,
+    /// The agent's weight percentage (100 without an agent).
+    #[serde(default = "full_percent")]
+    pub agent_percent: u32,
+}
+
+fn full_percent() -> u32 {
+    100
+}
+
 /// Master → worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -175,6 +192,9 @@ pub(crate) enum ToWorker {
         ids: IdTable,
         #[serde(default)]
         changes: Vec<ServerChange>,
+        /// Health states of the previous generation (see `HealthReport`).
+        #[serde(default)]
+        health: Vec<HealthReport>,
     },
     /// Soft stop: stop accepting, finish what is in flight, exit.
     Stop,
@@ -203,4 +223,6 @@ pub(crate) enum ToMaster {
         message: String,
     },
     Reply(Reply),
+    /// A server's health changed (checks, agent, live-traffic errors).
+    Health(HealthReport),
 }

@@ -44,6 +44,8 @@ pub(crate) struct GlobalSection {
     pub max_pipes: Option<u32>,
     pub pipe_size: Option<Spanned<ByteSize>>,
     pub max_handshakes: Option<Spanned<u32>>,
+    /// Health checks in flight at once, process-wide (see `config::health`).
+    pub max_health_checks: Option<Spanned<u32>>,
     /// Worker processes switch to this user (name, or a numeric uid) after receiving the sockets.
     pub user: Option<Spanned<String>>,
     /// ...and this group (default: the user's primary group).
@@ -218,6 +220,10 @@ pub(crate) struct BackendSection {
     pub retries: Option<u32>,
     /// Ramp a server's weight up over this long after it comes up (default for its servers).
     pub slowstart: Option<Spanned<DurationValue>>,
+    /// `[backend.health]`: active checks (see `config::health`).
+    pub health: Option<super::health::HealthSection>,
+    /// Passive health: consecutive errors on live traffic that mark a server down.
+    pub error_limit: Option<Spanned<u32>>,
     #[serde(default)]
     pub server: Vec<ServerSection>,
 }
@@ -240,4 +246,9 @@ pub(crate) struct ServerSection {
     pub sni: Option<Spanned<String>>,
     /// Overrides the backend's `slowstart` for this server.
     pub slowstart: Option<Spanned<DurationValue>>,
+    /// Health checks: `false` = never checked (default: checked when the backend has
+    /// `[backend.health]`), on `check_port` instead of the server's port, agent on `agent_port`.
+    pub check: Option<Spanned<bool>>,
+    pub check_port: Option<Spanned<u16>>,
+    pub agent_port: Option<Spanned<u16>>,
 }

@@ -12,6 +12,7 @@
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
 pub(crate) mod file;
+pub mod health;
 pub mod ids;
 pub mod model;
 pub mod sni;

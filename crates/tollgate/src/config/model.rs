@@ -59,6 +59,8 @@ pub struct Global {
     pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
     pub max_handshakes: u32,
+    /// Health checks in flight at once, process-wide.
+    pub max_health_checks: u32,
     /// Who worker processes run as (`user`/`group`); `None` = as started.
     pub run_as: Option<RunAs>,
     /// Workers running as root is deliberate: no warning.
@@ -293,6 +295,8 @@ pub struct Backend {
     /// The backend's `slowstart` (zero = none): what its servers ramp over unless they set
     /// their own; servers added at run time take it too.
     pub slowstart: Duration,
+    /// `[backend.health]`: active checks; `None` = none.
+    pub health: Option<Arc<super::health::HealthCheck>>,
     pub servers: Vec<Server>,
 }
 
@@ -323,6 +327,8 @@ pub struct Server {
     /// How long the weight ramps up after the server comes up (back to ready, or down to
     /// up); zero = no ramp. The backend's `slowstart` unless the server sets its own.
     pub slowstart: Duration,
+    /// Health-check settings, resolved (`enabled = false` when nothing checks it).
+    pub check: super::health::ServerCheck,
 }
 
 impl Global {

@@ -153,6 +153,7 @@ impl<'a> Validator<'a> {
                 Some(m) => *m.get_ref(),
                 None => DEFAULT_MAX_HANDSHAKES,
             },
+            max_health_checks: super::health::max_health_checks(g.max_health_checks.as_ref(), &mut self.errors),
             run_as: super::users::run_as(g).unwrap_or_else(|(span, key, msg)| {
                 self.err(span, key.into(), msg);
                 None
@@ -375,8 +376,10 @@ impl<'a> Validator<'a> {
                     backup: s.backup.unwrap_or(false),
                     tls,
                     slowstart,
+                    check: Default::default(),
                 });
             }
+            let health = super::health::backend_health(b, &key, mode, &mut servers, &mut self.errors);
             out.push(Backend {
                 id: Default::default(),
                 name: b.name.get_ref().clone(),
@@ -386,6 +389,7 @@ impl<'a> Validator<'a> {
                 hash_balance_factor,
                 retries: b.retries.unwrap_or(DEFAULT_RETRIES),
                 slowstart: backend_slowstart.unwrap_or_default(),
+                health,
                 servers,
             });
         }

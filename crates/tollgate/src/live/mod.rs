@@ -10,6 +10,7 @@
 //!   connections, queued requests, counters. One writer per field (the command applier for
 //!   states and weights, the owning thread for its counter cell), any number of readers;
 //!   plain atomics, no lock.
+//! - [`check`]: a server's health-check settings, last outcome and passive error streak.
 //! - [`backend`]: a backend's server set as a versioned snapshot, swapped whole. A worker
 //!   thread compares one atomic version per pick and rebuilds its balancer only when it moved.
 //! - [`slowstart`]: a server that comes up ramps its effective weight over `slowstart`.
@@ -19,6 +20,7 @@
 //! are not identities: whatever outlives a set version is keyed by [`ServerId`].
 
 pub(crate) mod backend;
+pub(crate) mod check;
 pub(crate) mod server;
 pub(crate) mod slowstart;
 

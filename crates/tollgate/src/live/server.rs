@@ -174,6 +174,8 @@ pub(crate) struct ServerLive {
     pub backup: bool,
     /// TLS to this server (`tls = true`), with its verifier and SNI.
     pub tls: Option<ServerTls>,
+    /// Health checks: settings, last outcome, passive error streak.
+    pub check: super::check::CheckLive,
     admin: AtomicU8,
     oper: AtomicU8,
     configured_weight: AtomicU32,
@@ -224,6 +226,9 @@ pub struct ServerView {
     pub queued: u32,
     pub last_change: u64,
     pub counters: CounterTotals,
+    /// Health checks (absent when nothing checks this server).
+    #[serde(default)]
+    pub check: Option<super::check::CheckView>,
 }
 
 impl ServerLive {
@@ -242,6 +247,7 @@ impl ServerLive {
             maxconn: server.maxconn,
             backup: server.backup,
             tls: server.tls.clone(),
+            check: super::check::CheckLive::new(server.check),
             admin: AtomicU8::new(AdminState::Ready.to_u8()),
             oper: AtomicU8::new(OperState::Unknown.to_u8()),
             configured_weight: AtomicU32::new(server.weight),
@@ -284,7 +290,6 @@ impl ServerLive {
 
     /// Sets the operational state; true if it changed. From `down` to `up` (while `ready`)
     /// starts slow start; `unknown` to `up` does not (a process that starts ramps nothing).
-    #[allow(dead_code, reason = "written by health checks")]
     pub(crate) fn set_oper(&self, state: OperState) -> bool {
         let old = OperState::from_u8(self.oper.swap(state.to_u8(), Ordering::AcqRel));
         if old == state {
@@ -375,13 +380,11 @@ impl ServerLive {
     }
 
     /// An agent check's `N%`; true if the effective weight changed.
-    #[allow(dead_code, reason = "written by health checks and slow start")]
     pub(crate) fn set_agent_percent(&self, percent: u32) -> bool {
         self.agent_percent.store(percent, Ordering::Relaxed);
         self.recompute_effective_weight()
     }
 
-    #[allow(dead_code, reason = "written by health checks and slow start")]
     pub(crate) fn agent_percent(&self) -> u32 {
         self.agent_percent.load(Ordering::Relaxed)
     }
@@ -466,6 +469,7 @@ impl ServerLive {
             queued: self.queued(),
             last_change: self.last_change.load(Ordering::Relaxed),
             counters: self.totals(),
+            check: self.check.view(self.agent_percent()),
         }
     }
 

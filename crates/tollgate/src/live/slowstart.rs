@@ -118,6 +118,7 @@ mod tests {
             backup: false,
             tls: None,
             slowstart,
+            check: Default::default(),
         };
         let backend: std::sync::Arc<str> = "b".into();
         crate::live::server::ServerLive::new(

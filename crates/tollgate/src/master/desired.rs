@@ -6,10 +6,15 @@
 //! kept (re-applied to the new generation) unless the new file changes that server's
 //! definition or removes it — the file is what the operator edited last, so it wins — and
 //! says which in the reload's answer. A `kill` is an action, never recorded.
+//!
+//! Health states (`HealthReport`, sent by the serving generation's checker on every change)
+//! are kept the same way, keyed by backend and server name: a new generation starts from
+//! them, unless the file changes that server's address, TLS or check settings (then its
+//! checks start afresh, from `unknown`).
 
 use std::collections::BTreeMap;
 
-use crate::command::{ReloadReport, ServerChange};
+use crate::command::{HealthReport, ReloadReport, ServerChange};
 use crate::config::ids::IdTable;
 use crate::config::{Config, Server};
 use crate::live::server::AdminState;
@@ -19,6 +24,13 @@ pub(crate) struct Desired {
     pub ids: IdTable,
     /// Keyed `(backend, server)`.
     changes: BTreeMap<(String, String), ServerChange>,
+    /// Health as last reported, keyed `(backend, server)`.
+    health: BTreeMap<(String, String), HealthReport>,
+}
+
+/// What a server's health state depends on: where and how it is checked.
+fn check_definition(s: &Server) -> (std::net::SocketAddr, bool, crate::config::health::ServerCheck) {
+    (s.address, s.tls.is_some(), s.check)
 }
 
 /// The parts of a server's definition a reload can change.
@@ -100,7 +112,37 @@ impl Desired {
             }
             keep
         });
+        let before = self.health.len();
+        self.health.retain(|(backend, server), _| {
+            let after = find(new, backend, server).map(check_definition);
+            after.is_some() && find(old, backend, server).map(check_definition) == after
+        });
+        if self.health.len() != before {
+            tracing::info!(
+                dropped = before - self.health.len(),
+                "reload: health states of servers the file changes start afresh"
+            );
+        }
         report
+    }
+
+    /// Records a server's health as its generation's checker reported it.
+    pub(crate) fn record_health(&mut self, report: HealthReport) {
+        self.health
+            .insert((report.backend.clone(), report.server.clone()), report);
+    }
+
+    /// The health states a generation on `new` starts from (the master runs `current`):
+    /// those of servers whose check definition is the same in both.
+    pub(crate) fn health_for(&self, current: &Config, new: &Config) -> Vec<HealthReport> {
+        self.health
+            .iter()
+            .filter(|((b, s), _)| {
+                let after = find(new, b, s).map(check_definition);
+                after.is_some() && find(current, b, s).map(check_definition) == after
+            })
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 
     /// What `reconcile` would keep, without changing anything (for the new generation's
@@ -194,5 +236,34 @@ mod tests {
                 .any(|l| l.contains("app/c") && l.contains("removed"))
         );
         assert_eq!(d.changes(), [change("a", Some(AdminState::Drain), Some(7))]);
+    }
+
+    #[test]
+    fn health_is_carried_unless_the_file_changes_how_the_server_is_checked() {
+        use crate::live::server::OperState;
+        let old = config(1, true);
+        let mut d = Desired::default();
+        for s in ["a", "b", "c"] {
+            d.record_health(HealthReport {
+                backend: "app".into(),
+                server: s.into(),
+                oper: OperState::Down,
+                agent_percent: 100,
+            });
+        }
+        // b's weight changes (its checks do not), c is removed.
+        let new = config(5, false);
+        let carried: Vec<String> = d.health_for(&old, &new).into_iter().map(|r| r.server).collect();
+        assert_eq!(carried, ["a", "b"]);
+        d.reconcile(&old, &new);
+        assert_eq!(d.health_for(&new, &new).len(), 2);
+        // a moves to another address: its state means nothing there.
+        let text = "[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"app\"\n\
+                    [[backend]]\nname = \"app\"\n\
+                    [[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9\"\n\
+                    [[backend.server]]\nname = \"b\"\naddress = \"127.0.0.1:2\"\nweight = 5\n";
+        let moved = crate::config::parse(text, "t.toml").unwrap();
+        let carried: Vec<String> = d.health_for(&new, &moved).into_iter().map(|r| r.server).collect();
+        assert_eq!(carried, ["b"]);
     }
 }

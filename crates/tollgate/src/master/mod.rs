@@ -37,7 +37,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::command::{ReloadReport, Reply, ServerChange, ToMaster, ToWorker, codec};
+use crate::command::{HealthReport, ReloadReport, Reply, ServerChange, ToMaster, ToWorker, codec};
 use crate::config::Config;
 use crate::config::ids::IdTable;
 use crate::error::{Error, ErrorKind, Side};
@@ -94,6 +94,8 @@ enum Event {
     Exited(u64, Option<ExitStatus>),
     /// A worker's answer to a command the master sent it.
     Reply(u64, Reply),
+    /// A worker's checker saw a server's health change.
+    Health(u64, HealthReport),
 }
 
 struct Master {
@@ -258,6 +260,7 @@ impl Master {
     /// Starts one worker process on `plan` with `config`, which applies `changes` before it
     /// says ready; returns its generation id.
     fn spawn(&mut self, config: &Config, text: &str, plan: &Plan, changes: Vec<ServerChange>) -> std::io::Result<u64> {
+        let health = self.desired.health_for(&self.config, config);
         let id = self.next_id;
         self.next_id += 1;
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -281,6 +284,7 @@ impl Master {
                 text: text.to_string(),
                 ids: self.desired.ids.clone(),
                 changes,
+                health,
             };
             codec::write(&mut &ours, &msg)?;
             ours.set_nonblocking(true)
@@ -469,6 +473,16 @@ impl Master {
             Event::Draining(id) => tracing::debug!(generation = id, "stopped accepting"),
             Event::Failed(id, msg) => tracing::error!(generation = id, "worker failed to start: {msg}"),
             Event::Reply(generation, reply) => self.on_reply(generation, reply),
+            Event::Health(generation, report) => {
+                // A stopping generation no longer checks; what it said last is stale.
+                if self
+                    .gens
+                    .iter()
+                    .any(|g| g.id == generation && g.state != GenState::Stopping)
+                {
+                    self.desired.record_health(report);
+                }
+            }
             Event::Exited(id, status) => {
                 self.forget_generation(id);
                 let Some(pos) = self.gens.iter().position(|g| g.id == id) else {
@@ -630,6 +644,7 @@ async fn watch(
             Ok(ToMaster::Draining) => Event::Draining(id),
             Ok(ToMaster::Failed { message }) => Event::Failed(id, message),
             Ok(ToMaster::Reply(reply)) => Event::Reply(id, reply),
+            Ok(ToMaster::Health(report)) => Event::Health(id, report),
             Err(e) => {
                 tracing::warn!(generation = id, error = %e, "bad message from a worker");
                 continue;

@@ -26,7 +26,7 @@ fn internal(context: &'static str) -> impl FnOnce(io::Error) -> Error {
 }
 
 /// Runs a worker generation until it has stopped.
-pub fn run(generation: u64, options: StartOptions) -> Result<()> {
+pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     let stdin = io::stdin().as_fd().try_clone_to_owned().map_err(internal("stdin"))?;
     let mut chan = UnixStream::from(stdin);
     let received = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive listeners"))?;
@@ -38,6 +38,7 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
         text,
         mut ids,
         changes,
+        health,
     } = first
     else {
         return Err(Error::new(ErrorKind::Io, Side::Internal, "expected the config first"));
@@ -67,6 +68,10 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
     }
     let hard_stop_after = config.timeouts.hard_stop_after;
     let listeners = sockets.len();
+    // Health states start where the previous generation left them; changes go to the master.
+    let (health_tx, health_rx) = tokio::sync::mpsc::unbounded_channel();
+    options.health_seed = health;
+    options.health_reports = Some(health_tx);
     let running = match runtime::start_with(Arc::new(config), sockets, options) {
         Ok(r) => r,
         Err(e) => return Err(fail(&mut chan, format!("starting workers: {e}"))),
@@ -94,7 +99,7 @@ pub fn run(generation: u64, options: StartOptions) -> Result<()> {
         .enable_all()
         .build()
         .map_err(internal("control runtime"))?;
-    rt.block_on(control(generation, chan, &running, hard_stop_after))?;
+    rt.block_on(control(generation, chan, &running, hard_stop_after, health_rx))?;
     running.join().map_err(internal("worker threads"))?;
     tracing::info!(generation, pid = std::process::id(), "worker stopped");
     Ok(())
@@ -126,7 +131,13 @@ fn master_messages(chan: UnixStream) -> Result<tokio::sync::mpsc::UnboundedRecei
 }
 
 /// Serves until told to stop, then stops within `hard_stop_after`.
-async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop_after: Duration) -> Result<()> {
+async fn control(
+    generation: u64,
+    chan: UnixStream,
+    running: &Running,
+    hard_stop_after: Duration,
+    mut health: tokio::sync::mpsc::UnboundedReceiver<crate::command::HealthReport>,
+) -> Result<()> {
     let mut to_master = chan.try_clone().map_err(internal("socketpair"))?;
     let mut from_master = master_messages(chan)?;
     let sig = |kind| signal(kind).map_err(internal("signal handler"));
@@ -149,6 +160,11 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
                     break false;
                 }
             },
+            Some(report) = health.recv() => {
+                if let Err(e) = codec::write(&mut to_master, &ToMaster::Health(report)) {
+                    tracing::warn!(error = %e, "could not tell the master a health change");
+                }
+            }
             _ = term.recv() => break false,
             _ = int.recv() => break true,
             // The master, not the worker, owns reloads; a stray SIGHUP must not kill a worker.

@@ -16,7 +16,7 @@ use crate::ctx::backends::{LocalBackend, Position, Take, Tried};
 use crate::error::{Error, ErrorKind, Side};
 use crate::live::ServerId;
 use crate::live::backend::QueuedGuard;
-use crate::live::server::{ServerLive, ServerSlot};
+use crate::live::server::{OperState, ServerLive, ServerSlot};
 
 /// A slot on a server, as this worker holds it: dropping it releases the slot and tells
 /// this worker's balancer.
@@ -64,7 +64,20 @@ pub(crate) async fn connect<'a>(
     hash_key: Option<u64>,
     retries: &mut u32,
 ) -> Result<Connected<'a, TcpStream>, Error> {
-    connect_or_reuse(ctx, backend, hash_key, |_, _| None, retries).await
+    let connected = connect_or_reuse(ctx, backend, hash_key, |_, _| None, retries).await?;
+    // TCP mode sees nothing of the server's answers: a connection is its success.
+    connected.slot.server().check.traffic_ok();
+    Ok(connected)
+}
+
+/// Passive health: one more error on live traffic to `server` (a failed or timed-out
+/// connect, an invalid or missing response). The one that reaches the backend's
+/// `error_limit` marks the server down at once — no new connection picks it from here on —
+/// and wakes its checker, which logs it and acts on it; passing checks bring it back.
+pub(crate) fn server_error(server: &ServerLive) {
+    if server.check.traffic_error() && server.set_oper(OperState::Down) {
+        server.check.marked_down.notify_one();
+    }
 }
 
 fn no_server(context: String) -> Error {
@@ -144,6 +157,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
             Err(_) => Error::new(ErrorKind::ConnectTimeout, Side::Back, context(&slot)),
         };
         let server = Arc::clone(slot.server());
+        server_error(&server);
         ctx.stats.connect_errors.add(1);
         server.counters(ctx.id).connect_failures.add(1);
         tracing::debug!(error = %error, attempt, "connect failed");

@@ -45,6 +45,8 @@ pub struct Running {
     inboxes: Vec<crate::ctx::inbox::Sender>,
     /// Dropped after the workers are joined (it stops the watchdog thread).
     _watchdog: Option<watchdog::Handle>,
+    /// The health checker's thread, when some backend has checks (it stops with `Running`).
+    checker: Option<JoinHandle<()>>,
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
@@ -99,6 +101,10 @@ pub struct StartOptions {
     /// Test hook (`TOLLGATE_DEBUG_SPIN_AFTER_MS`): worker thread 0 spins forever this long
     /// after it starts, for the watchdog tests.
     pub debug_spin_after: Option<Duration>,
+    /// Health states a previous generation left (from the master), applied before serving.
+    pub health_seed: Vec<crate::command::HealthReport>,
+    /// Where the checker reports each change (the worker process forwards them to the master).
+    pub health_reports: Option<mpsc::UnboundedSender<crate::command::HealthReport>>,
 }
 
 /// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
@@ -126,6 +132,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
         config,
     });
+    crate::health::seed(&shared.backends, &options.health_seed);
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
     let (phase, phase_rx) = watch::channel(Phase::Running);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
@@ -165,6 +172,18 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
             .spawn(move || worker::run(plan, shared, phase_rx))?;
         threads.push(handle);
     }
+    let reporter = crate::health::report::Reporter {
+        inboxes: senders.clone(),
+        master: options.health_reports,
+    };
+    let checker = match crate::health::start(Arc::clone(&shared), reporter, phase_rx) {
+        Ok(c) => c,
+        Err(e) => {
+            // The worker threads run already: stop them rather than leave them unowned.
+            let _ = phase.send(Phase::HardStop);
+            return Err(e);
+        }
+    };
     Ok(Running {
         shared,
         phase,
@@ -173,6 +192,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         accepting,
         inboxes: senders,
         _watchdog: watchdog,
+        checker,
     })
 }
 
@@ -285,6 +305,11 @@ impl Running {
         for t in std::mem::take(&mut self.threads) {
             t.join()
                 .map_err(|_| std::io::Error::other("a worker thread panicked"))??;
+        }
+        if let Some(checker) = self.checker.take() {
+            checker
+                .join()
+                .map_err(|_| std::io::Error::other("the health checker panicked"))?;
         }
         log_counters(&self.shared, " at stop");
         Ok(())

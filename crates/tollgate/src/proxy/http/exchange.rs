@@ -158,8 +158,20 @@ async fn exchange<C: ClientStream>(
     }
 
     let response = match read_response(s, &mut server, &mut back, req).await {
-        Ok(r) => r,
-        Err(e) => return Outcome::Failed(at(e)),
+        Ok(r) => {
+            slot.server().check.traffic_ok();
+            r
+        }
+        Err(e) => {
+            // Passive health: what only a broken server does. A reused connection closed
+            // before answering is the keep-alive race, not the server's fault.
+            let broken = matches!(e.kind, ErrorKind::BadResponse | ErrorKind::ResponseTimeout)
+                || (e.kind == ErrorKind::ServerEmpty && !reused);
+            if broken {
+                crate::proxy::connect::server_error(slot.server());
+            }
+            return Outcome::Failed(at(e));
+        }
     };
     s.rec.timing.response = Some(s.rec.timing.now());
     s.rec.status = response.status;
