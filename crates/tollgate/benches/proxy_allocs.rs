@@ -1,6 +1,7 @@
 //! Heap allocations per keep-alive HTTP request through the whole proxy, in steady state,
 //! per keep-alive chunked upload (non-canonical chunk framing, so the body is re-framed), and
-//! per short connection (one request with `Connection: close`, origin connection pooled).
+//! per short connection (one request with `Connection: close`, origin connection pooled),
+//! and per keep-alive request to a sticky backend carrying its cookie (`[backend.sticky]`).
 //!
 //! A counting global allocator wraps the system one. The origin and the client are written
 //! to allocate nothing per request (fixed buffers, blocking std sockets), so whatever the
@@ -61,7 +62,8 @@ fn main() {
     let chunked_origin = origin_answering_after(b"0\r\n\r\n");
     let toml = format!(
         "[global]\nworkers = 1\nbuffer_size = \"16KiB\"\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be\"\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n\
-         [[frontend]]\nname = \"fe2\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be2\"\n[[backend]]\nname = \"be2\"\nmode = \"http\"\n[[backend.server]]\nname = \"o2\"\naddress = \"{chunked_origin}\"\n"
+         [[frontend]]\nname = \"fe2\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be2\"\n[[backend]]\nname = \"be2\"\nmode = \"http\"\n[[backend.server]]\nname = \"o2\"\naddress = \"{chunked_origin}\"\n\
+         [[frontend]]\nname = \"fe3\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be3\"\n[[backend]]\nname = \"be3\"\nmode = \"http\"\n[backend.sticky]\ncookie = \"SRV\"\n[[backend.server]]\nname = \"s1\"\naddress = \"{origin}\"\n[[backend.server]]\nname = \"s2\"\naddress = \"{origin}\"\n"
     );
     let config = tollgate::config::parse(&toml, "bench").expect("config");
     let sockets = tollgate::listener::bind_all(&config).expect("bind");
@@ -130,6 +132,45 @@ fn main() {
         "heap allocations per connection (one request, Connection: close): {:.3} ({allocs} in {CONNS} connections)",
         allocs as f64 / CONNS as f64
     );
+    sticky(&running, &mut buf);
     running.hard_stop();
     let _ = running.join();
+}
+
+/// Keep-alive requests to a sticky backend that carry the cookie its first response set.
+fn sticky(running: &tollgate::runtime::Running, buf: &mut [u8; 1024]) {
+    let mut c = TcpStream::connect(running.local_addr("fe3").expect("addr")).expect("connect");
+    c.write_all(REQUEST).expect("write");
+    let mut got = 0;
+    while !buf[..got].ends_with(b"\r\n\r\nok\n") {
+        got += c.read(&mut buf[got..]).expect("read");
+    }
+    let head = std::str::from_utf8(&buf[..got]).expect("utf8");
+    let value = head
+        .split("Set-Cookie: SRV=")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .expect("a sticky cookie");
+    let text = format!("GET / HTTP/1.1\r\nHost: bench\r\nCookie: a=1; SRV={value}; b=2\r\nAccept: */*\r\n\r\n");
+    let mut request = |c: &mut TcpStream| {
+        c.write_all(text.as_bytes()).expect("write");
+        let mut got = 0;
+        while got < RESPONSE.len() {
+            got += c.read(&mut buf[got..]).expect("read");
+        }
+        assert_eq!(got, RESPONSE.len(), "no Set-Cookie once the client has it");
+    };
+    for _ in 0..2_000 {
+        request(&mut c);
+    }
+    const N: u64 = 20_000;
+    let before = tollgate_sys::alloc_count::allocations();
+    for _ in 0..N {
+        request(&mut c);
+    }
+    let allocs = tollgate_sys::alloc_count::allocations() - before;
+    println!(
+        "heap allocations per keep-alive request to a sticky backend, with its cookie: {:.3} ({allocs} in {N} requests)",
+        allocs as f64 / N as f64
+    );
 }

@@ -226,6 +226,21 @@ pub(crate) struct BackendSection {
     pub error_limit: Option<Spanned<u32>>,
     #[serde(default)]
     pub server: Vec<ServerSection>,
+    /// `[backend.sticky]`: cookie persistence (HTTP backends).
+    pub sticky: Option<Spanned<StickySection>>,
+}
+
+/// `[backend.sticky]`: the proxy inserts a cookie naming the server that answered, and
+/// sends later requests carrying it to that server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StickySection {
+    pub cookie: Spanned<String>,
+    pub path: Option<Spanned<String>>,
+    pub domain: Option<Spanned<String>>,
+    pub httponly: Option<bool>,
+    pub secure: Option<bool>,
+    pub nocache: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -298,6 +298,29 @@ pub struct Backend {
     /// `[backend.health]`: active checks; `None` = none.
     pub health: Option<Arc<super::health::HealthCheck>>,
     pub servers: Vec<Server>,
+    /// Cookie persistence (`[backend.sticky]`, HTTP backends only).
+    pub sticky: Option<Sticky>,
+}
+
+/// Cookie persistence, as HAProxy's `cookie NAME insert indirect nocache`: responses get a
+/// cookie naming (opaquely) the server that answered unless the request already carried
+/// that server's value; requests carrying a usable server's value go to it; the cookie is
+/// removed from requests before they reach the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sticky {
+    /// The cookie's name (a token).
+    pub cookie: String,
+    /// `Path` attribute (default `/`).
+    pub path: String,
+    /// `Domain` attribute; `None` = host-only cookie.
+    pub domain: Option<String>,
+    /// `HttpOnly` attribute (default on: scripts have no use for it).
+    pub httponly: bool,
+    /// `Secure` attribute (default off).
+    pub secure: bool,
+    /// A response that gets the cookie also gets `Cache-Control: private` unless it is
+    /// already private, no-cache or no-store (default on).
+    pub nocache: bool,
 }
 
 /// What consistent hashing keys a connection or request by.

@@ -504,3 +504,53 @@ fn hash_options_are_parsed_defaulted_and_refused_where_they_do_nothing() {
         assert_eq!(e.key, "backend[0].hash_key", "{bad}: {e}");
     }
 }
+
+#[test]
+fn sticky_is_parsed_defaulted_and_refused_on_tcp_backends() {
+    let http = |sticky: &str| {
+        format!("{GOOD}[backend.sticky]\n{sticky}")
+            .replace("name = \"app\"\n", "name = \"app\"\nmode = \"http\"\n")
+            .replace(
+                "default_backend = \"app\"\n",
+                "default_backend = \"app\"\nmode = \"http\"\n",
+            )
+    };
+    let c = parse(&http("cookie = \"SRV\"\n"), "t.toml").expect("valid");
+    let s = c.backends[0].sticky.as_ref().expect("sticky");
+    assert_eq!(
+        (s.cookie.as_str(), s.path.as_str(), s.domain.as_deref()),
+        ("SRV", "/", None)
+    );
+    assert!(s.httponly && !s.secure && s.nocache, "{s:?}");
+    let c = parse(
+        &http("cookie = \"S\"\npath = \"/app\"\ndomain = \"example.com\"\nhttponly = false\nsecure = true\nnocache = false\n"),
+        "t.toml",
+    )
+    .expect("valid");
+    let s = c.backends[0].sticky.as_ref().expect("sticky");
+    assert_eq!((s.path.as_str(), s.domain.as_deref()), ("/app", Some("example.com")));
+    assert!(!s.httponly && s.secure && !s.nocache, "{s:?}");
+    assert!(parse(GOOD, "t.toml").expect("valid").backends[0].sticky.is_none());
+
+    // A TCP backend has no cookies: refused at the table, with its line and key.
+    let tcp = format!("{GOOD}[backend.sticky]\ncookie = \"SRV\"\n");
+    let line = GOOD.lines().count() + 1;
+    let e = first_error(&tcp);
+    assert_eq!((e.line, e.key.as_str()), (line, "backend[0].sticky"), "{e}");
+    assert!(
+        e.message.contains("HTTP backend") && e.message.contains("source"),
+        "{e}"
+    );
+
+    for (bad, key) in [
+        ("cookie = \"a b\"\n", "backend[0].sticky.cookie"),
+        ("cookie = \"\"\n", "backend[0].sticky.cookie"),
+        ("cookie = \"S\"\npath = \"/a;b\"\n", "backend[0].sticky.path"),
+        ("cookie = \"S\"\ndomain = \"\"\n", "backend[0].sticky.domain"),
+    ] {
+        let e = first_error(&http(bad));
+        assert_eq!(e.key, key, "{bad}: {e}");
+    }
+    let e = first_error(&http("cookie = \"S\"\nmax_age = 5\n"));
+    assert!(e.to_string().contains("max_age"), "unknown keys are refused: {e}");
+}

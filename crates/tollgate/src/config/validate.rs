@@ -391,6 +391,7 @@ impl<'a> Validator<'a> {
                 slowstart: backend_slowstart.unwrap_or_default(),
                 health,
                 servers,
+                sticky: self.sticky(b, &key, mode),
             });
         }
         out
@@ -488,6 +489,46 @@ impl<'a> Validator<'a> {
                 (Some(HashKey::Source), factor)
             }
         }
+    }
+
+    /// `[backend.sticky]`: HTTP backends only (a TCP backend has no cookies); the name a
+    /// token, attributes free of `;` and control bytes (they are written into Set-Cookie).
+    fn sticky(&mut self, b: &super::file::BackendSection, key: &str, mode: ModeName) -> Option<Sticky> {
+        let section = b.sticky.as_ref()?;
+        let key = format!("{key}.sticky");
+        if mode != ModeName::Http {
+            self.err(
+                section.span(),
+                key,
+                "cookie stickiness needs an HTTP backend (mode = \"http\"); TCP backends stick by balance = \"hash\" (hash_key = \"source\")".into(),
+            );
+            return None;
+        }
+        let s = section.get_ref();
+        let name = s.cookie.get_ref();
+        if !crate::http::h1::headers::is_token(name.as_bytes()) {
+            let msg = format!("cookie name `{name}` must be a token (letters, digits, `!#$%&'*+-.^_`|~`)");
+            self.err(s.cookie.span(), format!("{key}.cookie"), msg);
+        }
+        let attribute_ok = |v: &str| v.bytes().all(|b| b > 0x20 && b != 0x7f && b != b';');
+        let mut attribute = |v: &Option<Spanned<String>>, field: &str| {
+            let v = v.as_ref()?;
+            if v.get_ref().is_empty() || !attribute_ok(v.get_ref()) {
+                let msg = "must be non-empty, without spaces, `;` or control characters".to_string();
+                self.err(v.span(), format!("{key}.{field}"), msg);
+            }
+            Some(v.get_ref().clone())
+        };
+        let path = attribute(&s.path, "path").unwrap_or_else(|| "/".into());
+        let domain = attribute(&s.domain, "domain");
+        Some(Sticky {
+            cookie: name.clone(),
+            path,
+            domain,
+            httponly: s.httponly.unwrap_or(true),
+            secure: s.secure.unwrap_or(false),
+            nocache: s.nocache.unwrap_or(true),
+        })
     }
 
     fn frontends(&mut self, file: &ConfigFile, backends: &[Backend]) -> Vec<Frontend> {

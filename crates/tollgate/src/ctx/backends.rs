@@ -29,6 +29,8 @@ pub(crate) struct LocalBackend {
     /// `hash_balance_factor`, handed to every pick (only hashing reads it).
     balance_factor: u32,
     view: RefCell<View>,
+    /// Cookie persistence (`[backend.sticky]`): server ↔ cookie value.
+    pub sticky: Option<super::sticky::StickyTable>,
 }
 
 fn build_view(live: &BackendLive, build: Constructor, worker: usize) -> View {
@@ -52,12 +54,14 @@ impl LocalBackend {
     pub(crate) fn new(spec: &Backend, live: Arc<BackendLive>, worker: usize) -> Self {
         let build = balance::lookup(&spec.balance).unwrap_or(balance::RoundRobin::boxed);
         let view = RefCell::new(build_view(&live, build, worker));
+        let sticky = spec.sticky.as_ref().map(|s| super::sticky::StickyTable::new(s, &live));
         LocalBackend {
             live,
             build,
             worker,
             balance_factor: spec.hash_balance_factor,
             view,
+            sticky,
         }
     }
 
@@ -103,6 +107,30 @@ impl LocalBackend {
             };
         }
         Take::Nothing
+    }
+
+    /// Takes a slot on server `id` itself, bypassing the balancer (a sticky request), if it
+    /// is in the set and usable (primary or backup alike) and `accept` allows it: `None`
+    /// when it cannot serve (the caller balances instead), `Some(Take::Nothing)` when it is
+    /// usable but full (the caller waits for it).
+    pub(crate) fn take_by_id(&self, id: ServerId, accept: &dyn Fn(&ServerLive) -> bool) -> Option<Take> {
+        let mut view = self.refreshed();
+        let View { set, balancer } = &mut *view;
+        let index = set.position(id)?;
+        let server = set.servers.get(index).filter(|s| s.is_usable() && accept(s))?;
+        Some(match server.try_take() {
+            Some(slot) => {
+                balancer.taken(index);
+                Take::Slot(
+                    slot,
+                    Position {
+                        version: set.version,
+                        index,
+                    },
+                )
+            }
+            None => Take::Nothing,
+        })
     }
 
     /// Whether any server of the set could take a connection once it has room (not

@@ -8,6 +8,7 @@
 //!   balancers, HTTP server pool, stop and kill signals, warn-line budget).
 //! - [`backends`]: a thread's view of one backend (its balancer over the live server set).
 //! - [`pool`]: the thread's idle HTTP server connections.
+//! - [`sticky`]: a sticky backend's cookie values and `Set-Cookie` lines, per thread.
 //! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
 //! - [`loglimit`]: the warn-line budget (sans-io).
 //!
@@ -18,6 +19,7 @@ pub(crate) mod backends;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;
 pub(crate) mod pool;
+pub(crate) mod sticky;
 pub(crate) mod worker;
 
 use std::sync::Arc;

@@ -64,7 +64,7 @@ pub(crate) async fn connect<'a>(
     hash_key: Option<u64>,
     retries: &mut u32,
 ) -> Result<Connected<'a, TcpStream>, Error> {
-    let connected = connect_or_reuse(ctx, backend, hash_key, |_, _| None, retries).await?;
+    let connected = connect_or_reuse(ctx, backend, hash_key, None, |_, _| None, retries).await?;
     // TCP mode sees nothing of the server's answers: a connection is its success.
     connected.slot.server().check.traffic_ok();
     Ok(connected)
@@ -88,11 +88,14 @@ fn no_server(context: String) -> Error {
 /// offer an idle connection to it, otherwise a new one is opened. Connect failures move to
 /// another server, up to the backend's `retries` (each one counted in `retries`, for the
 /// stream's record). `hash_key` is the connection's or request's key for a hashing
-/// balancer (`None` for every other algorithm).
+/// balancer (`None` for every other algorithm). `prefer` is the server a sticky request
+/// names: taken while it is usable (waited for when full), the balancer picks otherwise and
+/// after a failed connect to it.
 pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     ctx: &'a WorkerCtx,
     backend: usize,
     hash_key: Option<u64>,
+    prefer: Option<ServerId>,
     mut reuse: impl FnMut(ServerId, Instant) -> Option<S>,
     retries: &mut u32,
 ) -> Result<Connected<'a, S>, Error> {
@@ -114,7 +117,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     let mut last_error: Option<Error> = None;
     let mut previous: Option<Arc<ServerLive>> = None;
     for attempt in 0..attempts {
-        let slot = match take_server(ctx, local, &tried, hash_key).await {
+        let slot = match take_server(ctx, local, &tried, hash_key, prefer).await {
             Ok(found) => found,
             Err(e) => return Err(last_error.unwrap_or(e.at(backend, None))),
         };
@@ -169,26 +172,32 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
 
 /// A server and a slot on it; parks on the backend's slot-released notification when every
 /// usable server is full, until `timeouts.queue`. Fails at once when no server is usable at
-/// all (drained, in maintenance or down): waiting cannot help.
+/// all (drained, in maintenance or down): waiting cannot help. A usable `prefer` server
+/// not yet tried is the only one taken (waited for when full, like HAProxy's persistence).
 async fn take_server<'a>(
     ctx: &WorkerCtx,
     local: &'a LocalBackend,
     tried: &Tried,
     hash_key: Option<u64>,
+    prefer: Option<ServerId>,
 ) -> Result<HeldSlot<'a>, Error> {
     let fresh = |s: &ServerLive| s.has_room() && !tried.contains(s.id);
     let room = |s: &ServerLive| s.has_room();
+    let held = |take: Take| match take {
+        Take::Slot(slot, at) => Some(Some(HeldSlot {
+            slot,
+            at,
+            backend: local,
+        })),
+        Take::Lost => Some(None),
+        Take::Nothing => None,
+    };
     let attempt = || {
+        if let Some(sticky) = prefer.and_then(|id| local.take_by_id(id, &|s| !tried.contains(s.id))) {
+            return held(sticky);
+        }
         // Every server with room already failed once: going back to one beats queueing.
-        let take = |accept: &dyn Fn(&ServerLive) -> bool| match local.take(accept, hash_key) {
-            Take::Slot(slot, at) => Some(Some(HeldSlot {
-                slot,
-                at,
-                backend: local,
-            })),
-            Take::Lost => Some(None),
-            Take::Nothing => None,
-        };
+        let take = |accept: &dyn Fn(&ServerLive) -> bool| held(local.take(accept, hash_key));
         take(&fresh).or_else(|| if tried.is_empty() { None } else { take(&room) })
     };
     let mut queue: Option<(Instant, QueuedGuard<'_>)> = None;

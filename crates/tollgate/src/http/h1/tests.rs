@@ -949,6 +949,7 @@ X-Forwarded-For: 2.2.2.2\r\nForwarded: for=3.3.3.3\r\n\r\n";
         x_forwarded_proto: Some(Proto::Https),
         forwarded: Some(("::1".parse().unwrap(), Some(Proto::Https))),
         http10: false,
+        ..HeadEdits::default()
     };
     assert_eq!(
         out_req(buf, &edits),
@@ -1110,5 +1111,36 @@ fn version_verdict_waits_for_the_whole_token() {
             .map(|_| ())
             .map_err(|e| e.kind()),
         Err(ErrorKind::UnsupportedVersion)
+    );
+}
+
+#[test]
+fn a_proxy_cookie_is_stripped_from_requests_and_kept_from_responses() {
+    let edits = HeadEdits {
+        cookie: Some(b"SRV"),
+        ..HeadEdits::default()
+    };
+    let buf = b"GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1; SRV=00ff; b=2\r\nCookie: SRV=1\r\ncookie: c=3\r\n\r\n";
+    assert_eq!(
+        out_req(buf, &edits),
+        "GET / HTTP/1.1\r\nHost: h\r\nCookie: a=1; b=2\r\ncookie: c=3\r\n\r\n"
+    );
+    // Without the edit, cookies pass untouched.
+    assert!(out_req(buf, &HeadEdits::default()).contains("Cookie: SRV=1\r\n"));
+
+    let buf = b"HTTP/1.1 200 OK\r\nSet-Cookie: SRV=x; Path=/\r\nSet-Cookie: SID=1\r\nContent-Length: 0\r\n\r\n";
+    let mut scratch = HeadScratch::new();
+    let head = parse_response_head(buf, &Limits::default(), Method::Get, &mut scratch)
+        .unwrap()
+        .unwrap();
+    let mut out = Vec::new();
+    let edits = HeadEdits {
+        append: b"Set-Cookie: SRV=y\r\n",
+        ..edits
+    };
+    write_response_head(&head, buf, &edits, &mut out);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "HTTP/1.1 200 OK\r\nSet-Cookie: SID=1\r\nContent-Length: 0\r\nSet-Cookie: SRV=y\r\n\r\n"
     );
 }

@@ -54,7 +54,7 @@ impl Proto {
 
 /// What to change while forwarding a head.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct HeadEdits {
+pub struct HeadEdits<'a> {
     /// `Connection` field to write.
     pub connection: ConnectionOut,
     /// Append this address to `X-Forwarded-For` (merging existing fields into one, in order).
@@ -66,6 +66,12 @@ pub struct HeadEdits {
     /// Write the request line as HTTP/1.0 (for an HTTP/1.0 client, so the server answers in
     /// a framing that client understands: never chunked).
     pub http10: bool,
+    /// A cookie the proxy owns (sticky sessions): removed from a request's `Cookie` fields
+    /// (the others kept byte for byte; a field left empty is dropped), and a response's
+    /// `Set-Cookie` fields that set it are dropped.
+    pub cookie: Option<&'a [u8]>,
+    /// Complete header lines (each ending in CRLF) written after the forwarded fields.
+    pub append: &'a [u8],
 }
 
 /// Write the request line (as HTTP/1.1) and the forwarded header fields to `out`.
@@ -82,7 +88,7 @@ pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out
 }
 
 /// Write the status line (as HTTP/1.1) and the forwarded header fields to `out`. Only
-/// `edits.connection` applies to responses; the forwarding fields are ignored.
+/// `connection`, `cookie` and `append` apply to responses; the forwarding fields are ignored.
 pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_status(head.status, out);
@@ -91,6 +97,8 @@ pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, o
     out.extend_from_slice(b"\r\n");
     let edits = HeadEdits {
         connection: edits.connection,
+        cookie: edits.cookie,
+        append: edits.append,
         ..HeadEdits::default()
     };
     write_fields(&head.headers, buf, head.switching_protocols, &edits, out);
@@ -115,8 +123,12 @@ fn write_fields(entries: &[HeaderEntry], buf: &[u8], is_upgrade: bool, edits: &H
             HeaderKind::Forwarded => edits.forwarded.is_some(),
             _ => e.is_hop_by_hop(),
         };
-        if !skip {
-            push_field(e.name.of(buf), e.value.of(buf), out);
+        if skip {
+            continue;
+        }
+        match edits.cookie {
+            Some(cookie) => push_field_without_cookie(e.name.of(buf), e.value.of(buf), cookie, out),
+            None => push_field(e.name.of(buf), e.value.of(buf), out),
         }
     }
     if let Some(ip) = edits.x_forwarded_for {
@@ -146,6 +158,7 @@ fn write_fields(entries: &[HeaderEntry], buf: &[u8], is_upgrade: bool, edits: &H
         }
         out.extend_from_slice(b"\r\n");
     }
+    out.extend_from_slice(edits.append);
     match edits.connection {
         ConnectionOut::Omit => {}
         ConnectionOut::KeepAlive => push_field(b"Connection", b"keep-alive", out),
@@ -186,6 +199,24 @@ fn push_existing(entries: &[HeaderEntry], buf: &[u8], kind: HeaderKind, out: &mu
             out.extend_from_slice(v);
             out.extend_from_slice(b", ");
         }
+    }
+}
+
+/// A field as `push_field`, except that a `Cookie` field loses the cookie `cookie` (and is
+/// dropped if nothing else is left) and a `Set-Cookie` field setting it is dropped.
+fn push_field_without_cookie(name: &[u8], value: &[u8], cookie: &[u8], out: &mut Vec<u8>) {
+    use crate::http::cookie;
+    if name.eq_ignore_ascii_case(b"cookie") && cookie::contains(value, cookie) {
+        let mark = out.len();
+        out.extend_from_slice(name);
+        out.extend_from_slice(b": ");
+        if cookie::push_without(value, cookie, out) {
+            out.extend_from_slice(b"\r\n");
+        } else {
+            out.truncate(mark);
+        }
+    } else if !(name.eq_ignore_ascii_case(b"set-cookie") && cookie::sets(value, cookie)) {
+        push_field(name, value, out);
     }
 }
 

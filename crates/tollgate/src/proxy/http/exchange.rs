@@ -54,7 +54,7 @@ pub(super) async fn forward<'a, C: ClientStream>(
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
     loop {
-        let opened = server_conn::open(s.ctx, backend, fresh_only, req.hash_key, &mut s.rec.retries).await;
+        let opened = server_conn::open(s.ctx, backend, fresh_only, req.hash_key, req.prefer, &mut s.rec.retries).await;
         let conn = match opened {
             Ok(conn) => conn,
             Err(e) => {
@@ -194,15 +194,25 @@ async fn exchange<C: ClientStream>(
         ConnectionOut::Omit
     };
     s.out.clear();
-    h1::write_response_head(
-        &response,
-        back.data(),
-        &HeadEdits {
+    let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+    let mut write_head = |append: &[u8]| {
+        let edits = HeadEdits {
             connection,
+            cookie: sticky.map(|t| t.cookie()),
+            append,
             ..HeadEdits::default()
-        },
-        &mut s.out,
-    );
+        };
+        h1::write_response_head(&response, back.data(), &edits, &mut s.out);
+    };
+    match sticky {
+        // A client that came with this server's cookie keeps it (HAProxy's `indirect`).
+        Some(table) if req.prefer != Some(id) => {
+            use crate::http::h1::MessageHead;
+            let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
+            table.with_lines(id, private, write_head);
+        }
+        _ => write_head(b""),
+    }
     back.consume(response.head_len);
     let framing = response.body;
     response.reclaim(&mut s.scratch);

@@ -17,11 +17,12 @@ pub(super) async fn open<'a>(
     backend: usize,
     fresh_only: bool,
     hash_key: Option<u64>,
+    prefer: Option<crate::live::ServerId>,
     retries: &mut u32,
 ) -> Result<Connected<'a, ServerConn>, Error> {
     let pool = &ctx.http_pool;
     let reuse = |server, now| if fresh_only { None } else { pool.take(server, now) };
-    let conn = connect::connect_or_reuse(ctx, backend, hash_key, reuse, retries).await?;
+    let conn = connect::connect_or_reuse(ctx, backend, hash_key, prefer, reuse, retries).await?;
     let Connected {
         stream,
         slot,

@@ -20,6 +20,7 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
+use crate::live::ServerId;
 use crate::proxy::record::StreamRecord;
 use crate::relay::counted::Counted;
 
@@ -34,6 +35,8 @@ pub(super) struct RequestInfo {
     pub upgrade: bool,
     /// The key a hashing backend picks its server by; `None` for other algorithms.
     pub hash_key: Option<u64>,
+    /// The server a sticky backend's cookie names, when it names one of its servers.
+    pub prefer: Option<ServerId>,
 }
 
 impl RequestInfo {
@@ -46,6 +49,7 @@ impl RequestInfo {
             expect_continue: head.expect_continue,
             upgrade: head.upgrade,
             hash_key: None,
+            prefer: None,
         }
     }
 
@@ -309,10 +313,17 @@ impl<'a, C: ClientStream> Session<'a, C> {
             Decision::Backend(backend) => {
                 let req = RequestInfo {
                     hash_key: self.hash_key(backend, &head),
+                    prefer: self.sticky_server(backend, &head),
                     ..req
                 };
                 self.out.clear();
-                let edits = self.request_edits(&req);
+                let ctx = self.ctx;
+                let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+                let edits = HeadEdits {
+                    // The proxy's cookie is its own business: the server never sees it.
+                    cookie: sticky.map(|t| t.cookie()),
+                    ..self.request_edits(&req)
+                };
                 h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
@@ -342,13 +353,27 @@ impl<'a, C: ClientStream> Session<'a, C> {
         Some(found.map_or_else(|| key_of_ip(self.peer.ip()), key_of_bytes))
     }
 
+    /// The server a sticky backend's cookie (its first value in the request) names, if it
+    /// is one of the backend's servers; a missing, malformed or unknown value names none.
+    fn sticky_server(&self, backend: usize, head: &RequestHead) -> Option<ServerId> {
+        use crate::http::h1::MessageHead;
+        let local = self.ctx.backends.get(backend)?;
+        let table = local.sticky.as_ref()?;
+        let buf = self.front.data();
+        let value = head
+            .headers(buf)
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
+            .find_map(|(_, v)| crate::http::cookie::find(v, table.cookie()))?;
+        table.server_of(&local.live, value)
+    }
+
     /// A tracker for a request body, with `http.max_body_size` applied to chunked bodies.
     pub(super) fn request_tracker(&self, framing: BodyFraming) -> BodyTracker {
         let max = self.ctx.shared.config.http.max_body_size;
         BodyTracker::new(framing, h1::Side::Request).with_max_body(if max > 0 { max } else { u64::MAX })
     }
 
-    fn request_edits(&self, req: &RequestInfo) -> HeadEdits {
+    fn request_edits(&self, req: &RequestInfo) -> HeadEdits<'static> {
         let ip = self.peer.ip();
         let mut edits = HeadEdits {
             connection: if req.upgrade {
