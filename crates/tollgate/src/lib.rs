@@ -8,6 +8,8 @@
 //! - [`admin`]: the operator's client side of the runtime API (`tollgate ctl`).
 //! - [`runtime`]: one current_thread tokio runtime per worker thread, `Running` (start,
 //!   runtime commands, stop phases), the inbox loop, watchdog, process limits.
+//! - `discover`: servers from DNS: host-named addresses re-resolved, backends filled from
+//!   SRV records; one thread per process, changes published through the live model.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; the
@@ -40,6 +42,7 @@ pub(crate) mod buffer;
 pub mod command;
 pub mod config;
 pub(crate) mod ctx;
+pub(crate) mod discover;
 pub mod error;
 pub mod http;
 pub(crate) mod ids;

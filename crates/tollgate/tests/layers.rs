@@ -16,6 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["master"],
     &["admin"],
     &["runtime"],
+    &["discover"],
     &["listener"],
     &["proxy"],
     &["tls"],

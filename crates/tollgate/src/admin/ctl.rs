@@ -65,7 +65,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
 pub(crate) fn servers_table(servers: &[ServerView]) -> String {
     let header = [
         "BACKEND", "SERVER", "ID", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS", "FAILS",
-        "5XX",
+        "5XX", "HOST",
     ];
     let rows: Vec<Vec<String>> = servers
         .iter()
@@ -79,7 +79,11 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.backend.clone(),
                 s.name.clone(),
                 s.id.to_string(),
-                s.address.to_string(),
+                if s.resolved {
+                    s.address.to_string()
+                } else {
+                    "unresolved".to_string()
+                },
                 s.admin.as_str().to_string(),
                 s.oper.as_str().to_string(),
                 weight,
@@ -89,6 +93,7 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.counters.requests.to_string(),
                 s.counters.connect_failures.to_string(),
                 s.counters.responses_5xx.to_string(),
+                s.host.clone().unwrap_or_else(|| "-".to_string()),
             ]
         })
         .collect();

@@ -34,6 +34,34 @@ pub struct Config {
     pub watchdog: Watchdog,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
+    /// `[resolvers]`: the DNS client of `discover` (host-named servers, SRV records).
+    pub resolvers: Resolvers,
+}
+
+/// How server host names and SRV records are resolved (the `discover` module runs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolvers {
+    /// Nameservers to ask; empty = the system's (/etc/resolv.conf, with /etc/hosts first).
+    pub nameservers: Vec<SocketAddr>,
+    /// How often every name is asked again.
+    pub resolve_interval: Duration,
+    /// One query attempt's limit.
+    pub timeout: Duration,
+    /// Attempts per query (each nameserver in turn) before the answer counts as a failure.
+    pub attempts: u32,
+}
+
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(10);
+
+impl Default for Resolvers {
+    fn default() -> Self {
+        Resolvers {
+            nameservers: Vec::new(),
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            timeout: Duration::from_secs(1),
+            attempts: 2,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -288,6 +316,24 @@ pub struct Backend {
     /// Connection attempts after the first one fails.
     pub retries: u32,
     pub servers: Vec<Server>,
+    /// `[[backend.discover]]`: SRV names whose records add servers at run time.
+    pub discover: Vec<Discover>,
+}
+
+/// Servers from the SRV records of one name (see `discover`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discover {
+    /// As written, e.g. `_http._tcp.app.example`.
+    pub srv: String,
+    /// Every discovered server's maxconn (0 = no limit).
+    pub maxconn: u32,
+}
+
+impl Backend {
+    /// Whether any of its servers comes from DNS at run time (a host-named address or SRV).
+    pub fn uses_dns(&self) -> bool {
+        !self.discover.is_empty() || self.servers.iter().any(|s| s.host.is_some())
+    }
 }
 
 /// What consistent hashing keys a connection or request by.
@@ -308,7 +354,12 @@ pub struct Server {
     /// Stable across reloads (assigned by `ids::IdTable`).
     pub id: super::ids::ServerId,
     pub name: String,
+    /// With a `host`, the unspecified IP with the port until `discover` resolves the name at
+    /// start (the server is unusable until then).
     pub address: SocketAddr,
+    /// The host name of an address written `name:port`: resolved at start and every
+    /// `resolvers.resolve_interval` by `discover`, never at load.
+    pub host: Option<String>,
     pub weight: u32,
     /// 0 = no limit.
     pub maxconn: u32,

@@ -14,7 +14,6 @@ use tokio::time::Instant;
 use crate::ctx::WorkerCtx;
 use crate::ctx::backends::{LocalBackend, Position, Take, Tried};
 use crate::error::{Error, ErrorKind, Side};
-use crate::live::ServerId;
 use crate::live::backend::QueuedGuard;
 use crate::live::server::{ServerLive, ServerSlot};
 
@@ -80,7 +79,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     ctx: &'a WorkerCtx,
     backend: usize,
     hash_key: Option<u64>,
-    mut reuse: impl FnMut(ServerId, Instant) -> Option<S>,
+    mut reuse: impl FnMut(&ServerLive, Instant) -> Option<S>,
     retries: &mut u32,
 ) -> Result<Connected<'a, S>, Error> {
     let config = &ctx.shared.config;
@@ -113,7 +112,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         }
         let chosen = Instant::now();
         let (id, address) = (slot.server().id, slot.server().address);
-        if let Some(stream) = reuse(id, chosen) {
+        if let Some(stream) = reuse(slot.server(), chosen) {
             return Ok(Connected {
                 stream,
                 slot,

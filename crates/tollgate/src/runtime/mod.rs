@@ -44,6 +44,8 @@ pub struct Running {
     inboxes: Vec<crate::ctx::inbox::Sender>,
     /// Dropped after the workers are joined (it stops the watchdog thread).
     _watchdog: Option<watchdog::Handle>,
+    /// DNS discovery's thread (when a backend uses DNS); stops when dropped.
+    _discover: Option<crate::discover::Handle>,
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
@@ -111,6 +113,8 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
     let (phase, phase_rx) = watch::channel(Phase::Running);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+    // Host names resolve (or are given up on) before any worker serves.
+    let discover = crate::discover::start(&shared, senders.clone())?;
     let dispatcher = Dispatcher {
         inboxes: senders.clone(),
         stats: shared.stats.clone(),
@@ -155,6 +159,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         accepting,
         inboxes: senders,
         _watchdog: watchdog,
+        _discover: discover,
     })
 }
 
