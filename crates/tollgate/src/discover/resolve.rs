@@ -97,10 +97,10 @@ fn failure(e: NetError) -> Failure {
         "no such name"
     } else if e.is_no_records_found() {
         "no records"
-    } else if matches!(e, NetError::Timeout) {
-        "timeout"
     } else {
-        "error"
+        // Timeouts, refused or unreachable nameservers, bad answers: one kind, so a
+        // nameserver that alternates between timing out and refusing logs once.
+        "no answer"
     };
     Failure {
         kind,
