@@ -148,6 +148,53 @@ mod tests {
     }
 
     #[test]
+    fn servers_table_shows_host_names_and_unresolved_addresses() {
+        let view = |name: &str, host: Option<&str>, resolved: bool| ServerView {
+            id: crate::ids::ServerId(7),
+            backend: "be".into(),
+            name: name.into(),
+            address: "127.0.0.2:80".parse().unwrap(),
+            host: host.map(Into::into),
+            resolved,
+            admin: AdminState::Ready,
+            oper: crate::live::server::OperState::Unknown,
+            weight: 1,
+            effective_weight: 1,
+            backup: false,
+            maxconn: 0,
+            active: 0,
+            queued: 0,
+            last_change: 0,
+            counters: Default::default(),
+        };
+        let table = servers_table(&[
+            view("ip", None, true),
+            view("named", Some("app.example"), true),
+            view("later", Some("new.example"), false),
+        ]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].ends_with("5XX  HOST"), "{table}");
+        assert!(lines[1].contains("127.0.0.2:80") && lines[1].ends_with(" -"), "{table}");
+        assert!(
+            lines[2].contains("127.0.0.2:80") && lines[2].ends_with("app.example"),
+            "{table}"
+        );
+        assert!(
+            lines[3].contains(" unresolved ") && lines[3].ends_with("new.example"),
+            "{table}"
+        );
+        // An older worker's JSON (no host, no resolved) still reads as a resolved server.
+        let old = r#"{"id":1,"backend":"b","name":"a","address":"127.0.0.1:1","admin":"ready","oper":"up",
+            "weight":1,"effective_weight":1,"backup":false,"maxconn":0,"active":0,"queued":0,
+            "last_change":0,"counters":{"connections":0,"requests":0,"bytes_to_server":0,
+            "bytes_to_client":0,"connect_failures":0,"retries":0,"responses_1xx":0,
+            "responses_2xx":0,"responses_3xx":0,"responses_4xx":0,"responses_5xx":0,
+            "responses_other":0}}"#;
+        let parsed: ServerView = serde_json::from_str(old).unwrap();
+        assert!(parsed.resolved && parsed.host.is_none());
+    }
+
+    #[test]
     fn errors_render_as_failures() {
         let (text, ok) = render(&Reply::error(1, "no server `x`"), false);
         assert!(!ok && text.contains("no server"));
