@@ -6,11 +6,14 @@
 //!   pooled connections to the old address, and `show servers` shows the name and address;
 //! - SRV: lowest priority primary, others backup, weights honoured; records added and
 //!   removed reach traffic within two intervals;
+//! - in master mode, `ctl show servers` shows the host name and the address in use, and a
+//!   reload's new generation resolves at its start;
 //! - a failed resolution (dnsmasq stopped, or the name removed: NXDOMAIN) keeps the last
 //!   good address serving, is counted, and is logged once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
+mod master_support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -546,4 +549,40 @@ fn unresolvable_name_at_start_starts_unresolved_then_resolves() {
     );
     dns.set_hosts("127.0.0.1 app.test\n", "app.test", Some(Ipv4Addr::new(127, 0, 0, 1)));
     until_served_by(proxy.addr, "A", two_intervals());
+}
+
+#[test]
+fn master_mode_shows_host_names_and_follows_changes_across_a_reload() {
+    if skip() {
+        return;
+    }
+    let dir = TempDir::new();
+    let port = origins_on_one_port(&["A", "B"]);
+    let dns = Dnsmasq::start(&dir, "127.0.0.1 app.test\n", &[]);
+    let mdir = master_support::TempDir::new("dns-master");
+    let config = format!(
+        "{}\n[resolvers]\nnameservers = [\"{}\"]\nresolve_interval = \"{}ms\"\n\n{}[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"app\"\naddress = \"app.test:{port}\"\n",
+        master_support::global(&mdir.0, ""),
+        dns.addr(),
+        INTERVAL.as_millis(),
+        frontend()
+    );
+    let master = master_support::Master::start(mdir, &config, &[]);
+    assert_eq!(get(master.addr), "A");
+    let table = master.ctl_ok(&["show", "servers", "be"]);
+    let row = table.lines().find(|l| l.starts_with("be ")).expect("a row");
+    assert!(
+        row.contains(&format!("127.0.0.1:{port}")) && row.trim_end().ends_with("app.test"),
+        "{table}"
+    );
+
+    dns.set_hosts("127.0.0.2 app.test\n", "app.test", Some(Ipv4Addr::new(127, 0, 0, 2)));
+    until_served_by(master.addr, "B", two_intervals());
+    let table = master.ctl_ok(&["show", "servers", "be"]);
+    assert!(table.contains(&format!("127.0.0.2:{port}")), "{table}");
+
+    // The next generation resolves before it serves: B from its first request.
+    master.reload_ok();
+    master.wait_single_generation(Duration::from_secs(10));
+    assert_eq!(shares(master.addr, 10).get("B"), Some(&10));
 }
