@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hickory_resolver::TokioResolver;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use self::plan::{Answers, SrvRecord, Step, Wanted};
 use self::resolve::Failure;
@@ -267,58 +267,25 @@ impl Discovery {
         if plan::steps(&current.servers, &origin, &answers).is_empty() {
             return;
         }
-        let maxconn: Vec<u32> = b.discover.iter().map(|d| d.maxconn).collect();
-        let backend_id = spec_backend(&self.shared, b.index);
-        let mut removed = Vec::new();
-        let next_id = &mut self.next_id;
+        let mut next = NextSet {
+            backend: (spec_backend(&self.shared, b.index), Arc::clone(&live.name)),
+            b,
+            next_id: &mut self.next_id,
+            removed: Vec::new(),
+        };
         live.update(|servers, notify, workers| {
-            let origin = |id: ServerId| b.origin.get(&id).copied();
+            let origin = |id: ServerId| next.b.origin.get(&id).copied();
             let steps = plan::steps(servers, &origin, &answers);
             if steps.is_empty() {
                 return servers.to_vec();
             }
-            let mut next = Vec::with_capacity(steps.len());
+            let mut out = Vec::with_capacity(steps.len());
             for step in steps {
-                match step {
-                    Step::Keep { server, weight } => {
-                        if let Some(w) = weight {
-                            server.set_weight(w);
-                        }
-                        next.push(Arc::clone(server));
-                    }
-                    Step::Move {
-                        server,
-                        address,
-                        backup,
-                        weight,
-                    } => {
-                        tracing::info!(backend = %live.name, server = %server.name, %address, backup, "DNS: server readdressed");
-                        let moved = server.readdressed(address, backup);
-                        if let Some(w) = weight {
-                            moved.set_weight(w);
-                        }
-                        next.push(Arc::new(moved));
-                    }
-                    Step::Remove(server) => {
-                        tracing::info!(backend = %live.name, server = %server.name, "DNS: server removed");
-                        removed.push(server.id);
-                    }
-                    Step::Add { discover, wanted } => {
-                        let id = *b.ids.entry(wanted.name.clone()).or_insert_with(|| {
-                            let id = ServerId(*next_id);
-                            *next_id = next_id.saturating_add(1);
-                            id
-                        });
-                        b.origin.insert(id, discover);
-                        tracing::info!(backend = %live.name, server = %wanted.name, address = %wanted.address, backup = wanted.backup, weight = wanted.weight, "DNS: server added");
-                        let spec = discovered_spec(id, &wanted, maxconn.get(discover).copied().unwrap_or(0));
-                        let fresh = ServerLive::new(&spec, (backend_id, &live.name), workers, Arc::clone(notify));
-                        next.push(Arc::new(fresh.readdressed(wanted.address, wanted.backup)));
-                    }
-                }
+                next.apply(step, &mut out, (notify, workers));
             }
-            next
+            out
         });
+        let removed = next.removed;
         if let Some(stats) = self.shared.stats.first() {
             stats.dns_updates.add(1);
         }
@@ -337,6 +304,77 @@ impl Discovery {
                 done: done.clone(),
             });
         }
+    }
+}
+
+/// Builds a backend's next set from its steps (inside `BackendLive::update`).
+struct NextSet<'a> {
+    backend: (crate::live::BackendId, Arc<str>),
+    b: &'a mut BackendDns,
+    next_id: &'a mut u32,
+    /// Servers that left the set: their idle pooled connections are dropped afterwards.
+    removed: Vec<ServerId>,
+}
+
+impl NextSet<'_> {
+    /// `new`: what a new `ServerLive` needs (the backend's notify, the worker count).
+    fn apply(&mut self, step: Step<'_>, out: &mut Vec<Arc<ServerLive>>, new: (&Arc<Notify>, usize)) {
+        let backend = &*self.backend.1;
+        match step {
+            Step::Keep { server, weight } => {
+                if let Some(w) = weight {
+                    server.set_weight(w);
+                }
+                out.push(Arc::clone(server));
+            }
+            Step::Move {
+                server,
+                address,
+                backup,
+                weight,
+            } => {
+                if server.resolved {
+                    tracing::info!(backend, server = %server.name, %address, backup, "DNS: server readdressed");
+                } else {
+                    tracing::info!(backend, server = %server.name, %address, "DNS: server resolved");
+                }
+                let moved = server.readdressed(address, backup);
+                if let Some(w) = weight {
+                    moved.set_weight(w);
+                }
+                out.push(Arc::new(moved));
+            }
+            Step::Remove(server) => {
+                tracing::info!(backend, server = %server.name, "DNS: server removed");
+                self.removed.push(server.id);
+            }
+            Step::Add { discover, wanted } => {
+                tracing::info!(
+                    backend,
+                    server = %wanted.name,
+                    address = %wanted.address,
+                    backup = wanted.backup,
+                    weight = wanted.weight,
+                    "DNS: server added"
+                );
+                out.push(Arc::new(self.add(discover, &wanted, new)));
+            }
+        }
+    }
+
+    /// A discovered server: its name's id (a new one the first time), resolved at once.
+    fn add(&mut self, discover: usize, wanted: &Wanted, (notify, workers): (&Arc<Notify>, usize)) -> ServerLive {
+        let next_id = &mut *self.next_id;
+        let id = *self.b.ids.entry(wanted.name.clone()).or_insert_with(|| {
+            let id = ServerId(*next_id);
+            *next_id = next_id.saturating_add(1);
+            id
+        });
+        self.b.origin.insert(id, discover);
+        let maxconn = self.b.discover.get(discover).map_or(0, |d| d.maxconn);
+        let spec = discovered_spec(id, wanted, maxconn);
+        let backend = (self.backend.0, &self.backend.1);
+        ServerLive::new(&spec, backend, workers, Arc::clone(notify)).readdressed(wanted.address, wanted.backup)
     }
 }
 
