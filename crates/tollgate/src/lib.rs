@@ -10,6 +10,8 @@
 //!   runtime commands, stop phases), the inbox loop, watchdog, process limits.
 //! - `health`: active checks (one checker thread per process: tcp, http, agent; rise/fall)
 //!   and what passive health (`error_limit`) hands over to them.
+//! - `discover`: servers from DNS: host-named addresses re-resolved, backends filled from
+//!   SRV records; one thread per process, changes published through the live model.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; the
@@ -42,6 +44,7 @@ pub(crate) mod buffer;
 pub mod command;
 pub mod config;
 pub(crate) mod ctx;
+pub(crate) mod discover;
 pub mod error;
 pub(crate) mod health;
 pub mod http;

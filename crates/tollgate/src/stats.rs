@@ -139,6 +139,12 @@ worker_stats! {
     /// kTLS connections closed because the peer sent a non-data record the kernel path does
     /// not handle (a TLS 1.3 KeyUpdate, for instance).
     ktls_unsupported_record,
+    /// DNS lookups (a host name's addresses, an SRV name's records) that failed: timeout,
+    /// no such name, no records. Counted by the discovery thread, in worker 0's counters
+    /// (the only writer of these two fields).
+    dns_failures,
+    /// Server-set versions DNS discovery published (addresses, SRV servers or weights moved).
+    dns_updates,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["master"],
     &["admin"],
     &["runtime"],
-    &["health"],
+    &["health", "discover"],
     &["listener"],
     &["proxy"],
     &["tls"],

@@ -65,7 +65,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
 pub(crate) fn servers_table(servers: &[ServerView]) -> String {
     let header = [
         "BACKEND", "SERVER", "ID", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS", "FAILS",
-        "5XX", "CHECK", "CHECKS",
+        "5XX", "CHECK", "CHECKS", "HOST",
     ];
     let rows: Vec<Vec<String>> = servers
         .iter()
@@ -79,7 +79,11 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.backend.clone(),
                 s.name.clone(),
                 s.id.to_string(),
-                s.address.to_string(),
+                if s.resolved {
+                    s.address.to_string()
+                } else {
+                    "unresolved".to_string()
+                },
                 s.admin.as_str().to_string(),
                 s.oper.as_str().to_string(),
                 weight,
@@ -94,6 +98,7 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.check
                     .as_ref()
                     .map_or_else(|| "-".into(), |c| format!("{}/{}", c.checks, c.failed)),
+                s.host.clone().unwrap_or_else(|| "-".to_string()),
             ]
         })
         .collect();
@@ -145,6 +150,54 @@ mod tests {
             set_weight("app/a", 3).unwrap(),
             Command::SetServerWeight { weight: 3, .. }
         ));
+    }
+
+    #[test]
+    fn servers_table_shows_host_names_and_unresolved_addresses() {
+        let view = |name: &str, host: Option<&str>, resolved: bool| ServerView {
+            id: crate::ids::ServerId(7),
+            backend: "be".into(),
+            name: name.into(),
+            address: "127.0.0.2:80".parse().unwrap(),
+            host: host.map(Into::into),
+            resolved,
+            admin: AdminState::Ready,
+            oper: crate::live::server::OperState::Unknown,
+            weight: 1,
+            effective_weight: 1,
+            backup: false,
+            maxconn: 0,
+            active: 0,
+            queued: 0,
+            last_change: 0,
+            counters: Default::default(),
+            check: None,
+        };
+        let table = servers_table(&[
+            view("ip", None, true),
+            view("named", Some("app.example"), true),
+            view("later", Some("new.example"), false),
+        ]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].ends_with("CHECKS  HOST"), "{table}");
+        assert!(lines[1].contains("127.0.0.2:80") && lines[1].ends_with(" -"), "{table}");
+        assert!(
+            lines[2].contains("127.0.0.2:80") && lines[2].ends_with("app.example"),
+            "{table}"
+        );
+        assert!(
+            lines[3].contains(" unresolved ") && lines[3].ends_with("new.example"),
+            "{table}"
+        );
+        // An older worker's JSON (no host, no resolved) still reads as a resolved server.
+        let old = r#"{"id":1,"backend":"b","name":"a","address":"127.0.0.1:1","admin":"ready","oper":"up",
+            "weight":1,"effective_weight":1,"backup":false,"maxconn":0,"active":0,"queued":0,
+            "last_change":0,"counters":{"connections":0,"requests":0,"bytes_to_server":0,
+            "bytes_to_client":0,"connect_failures":0,"retries":0,"responses_1xx":0,
+            "responses_2xx":0,"responses_3xx":0,"responses_4xx":0,"responses_5xx":0,
+            "responses_other":0}}"#;
+        let parsed: ServerView = serde_json::from_str(old).unwrap();
+        assert!(parsed.resolved && parsed.host.is_none());
     }
 
     #[test]

@@ -161,6 +161,7 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 id: ServerId(i as u32),
                 name: format!("s{i}"),
                 address: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+                host: None,
                 weight,
                 maxconn: 0,
                 backup: false,

@@ -25,6 +25,20 @@ pub(crate) struct ConfigFile {
     pub frontend: Vec<FrontendSection>,
     #[serde(default)]
     pub backend: Vec<BackendSection>,
+    /// `[resolvers]`: how server host names and SRV records are resolved.
+    pub resolvers: Option<ResolversSection>,
+}
+
+/// `[resolvers]`: the DNS client that re-resolves server host names and `discover` records.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResolversSection {
+    /// `"IP"` or `"IP:port"`; absent = the system's (/etc/resolv.conf).
+    pub nameservers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub resolve_interval: Option<Spanned<DurationValue>>,
+    /// One query attempt's limit.
+    pub timeout: Option<Spanned<DurationValue>>,
+    pub attempts: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -228,6 +242,9 @@ pub(crate) struct BackendSection {
     pub server: Vec<ServerSection>,
     /// `[backend.sticky]`: cookie persistence (HTTP backends).
     pub sticky: Option<Spanned<StickySection>>,
+    /// `[[backend.discover]]`: servers from DNS SRV records.
+    #[serde(default)]
+    pub discover: Vec<DiscoverSection>,
 }
 
 /// `[backend.sticky]`: the proxy inserts a cookie naming the server that answered, and
@@ -241,6 +258,15 @@ pub(crate) struct StickySection {
     pub httponly: Option<bool>,
     pub secure: Option<bool>,
     pub nocache: Option<bool>,
+}
+
+/// `[[backend.discover]]`: one SRV name whose records become servers of the backend.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DiscoverSection {
+    pub srv: Spanned<String>,
+    /// Every discovered server's `maxconn`.
+    pub maxconn: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

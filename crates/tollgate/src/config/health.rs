@@ -107,6 +107,8 @@ pub struct HealthCheck {
     pub on_marked_down: OnMarkedDown,
     /// How often the agent (`agent_port`) is asked.
     pub agent_interval: Duration,
+    /// The backend's passive `error_limit` (0 = off), for servers added at run time (DNS).
+    pub error_limit: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +175,7 @@ pub(super) fn backend_health(
         ));
     }
     let error_limit = b.error_limit.as_ref().map_or(0, |l| *l.get_ref());
+    let health = health.map(|h| HealthCheck { error_limit, ..h });
     let tls_default = b.health.as_ref().and_then(|h| h.tls.as_ref());
     for (j, s) in b.server.iter().enumerate() {
         let skey = format!("{key}.server[{j}]");
@@ -325,6 +328,7 @@ fn section(h: &HealthSection, key: &str, mode: ModeName, errors: &mut Errors) ->
             .as_ref()
             .map_or_else(OnMarkedDown::default, |o| *o.get_ref()),
         agent_interval,
+        error_limit: 0,
     }
 }
 

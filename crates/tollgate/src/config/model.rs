@@ -34,6 +34,34 @@ pub struct Config {
     pub watchdog: Watchdog,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
+    /// `[resolvers]`: the DNS client of `discover` (host-named servers, SRV records).
+    pub resolvers: Resolvers,
+}
+
+/// How server host names and SRV records are resolved (the `discover` module runs it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolvers {
+    /// Nameservers to ask; empty = the system's (/etc/resolv.conf, with /etc/hosts first).
+    pub nameservers: Vec<SocketAddr>,
+    /// How often every name is asked again.
+    pub resolve_interval: Duration,
+    /// One query attempt's limit.
+    pub timeout: Duration,
+    /// Attempts per query (each nameserver in turn) before the answer counts as a failure.
+    pub attempts: u32,
+}
+
+pub const DEFAULT_RESOLVE_INTERVAL: Duration = Duration::from_secs(10);
+
+impl Default for Resolvers {
+    fn default() -> Self {
+        Resolvers {
+            nameservers: Vec::new(),
+            resolve_interval: DEFAULT_RESOLVE_INTERVAL,
+            timeout: Duration::from_secs(1),
+            attempts: 2,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -300,6 +328,8 @@ pub struct Backend {
     pub servers: Vec<Server>,
     /// Cookie persistence (`[backend.sticky]`, HTTP backends only).
     pub sticky: Option<Sticky>,
+    /// `[[backend.discover]]`: SRV names whose records add servers at run time.
+    pub discover: Vec<Discover>,
 }
 
 /// Cookie persistence, as HAProxy's `cookie NAME insert indirect nocache`: responses get a
@@ -323,6 +353,22 @@ pub struct Sticky {
     pub nocache: bool,
 }
 
+/// Servers from the SRV records of one name (see `discover`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discover {
+    /// As written, e.g. `_http._tcp.app.example`.
+    pub srv: String,
+    /// Every discovered server's maxconn (0 = no limit).
+    pub maxconn: u32,
+}
+
+impl Backend {
+    /// Whether any of its servers comes from DNS at run time (a host-named address or SRV).
+    pub fn uses_dns(&self) -> bool {
+        !self.discover.is_empty() || self.servers.iter().any(|s| s.host.is_some())
+    }
+}
+
 /// What consistent hashing keys a connection or request by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HashKey {
@@ -341,7 +387,12 @@ pub struct Server {
     /// Stable across reloads (assigned by `ids::IdTable`).
     pub id: super::ids::ServerId,
     pub name: String,
+    /// With a `host`, the unspecified IP with the port until `discover` resolves the name at
+    /// start (the server is unusable until then).
     pub address: SocketAddr,
+    /// The host name of an address written `name:port`: resolved at start and every
+    /// `resolvers.resolve_interval` by `discover`, never at load.
+    pub host: Option<String>,
     pub weight: u32,
     /// 0 = no limit.
     pub maxconn: u32,

@@ -554,3 +554,73 @@ fn sticky_is_parsed_defaulted_and_refused_on_tcp_backends() {
     let e = first_error(&http("cookie = \"S\"\nmax_age = 5\n"));
     assert!(e.to_string().contains("max_age"), "unknown keys are refused: {e}");
 }
+
+/// `[resolvers]`, host-named addresses and `[[backend.discover]]`: syntax only, nothing is
+/// resolved at load.
+#[test]
+fn dns_keys_are_checked_not_resolved() {
+    let c = parse(GOOD, "t.toml").expect("valid");
+    let b = &c.backends[0].servers[1];
+    assert_eq!(b.host.as_deref(), Some("localhost"), "a name is kept for discovery");
+    assert!(b.address.ip().is_unspecified() && b.address.port() == 9002);
+    assert_eq!(c.backends[0].servers[0].host, None);
+    assert!(c.backends[0].uses_dns());
+    assert_eq!(c.resolvers, model::Resolvers::default());
+
+    // A name that no DNS knows still loads: `check` does not resolve.
+    let c = parse(&GOOD.replace("localhost:9002", "nowhere.invalid:9002"), "t.toml").expect("valid");
+    assert_eq!(c.backends[0].servers[1].host.as_deref(), Some("nowhere.invalid"));
+    for bad in ["bad name:80", "a..b:80", "app.example", "app.example:0", "::1:80"] {
+        let e = first_error(&GOOD.replace("localhost:9002", bad));
+        assert_eq!(e.key, "backend[0].server[1].address", "{bad}: {e}");
+    }
+
+    let discover_only = GOOD.replace(
+        "[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\nweight = 2\n[[backend.server]]\nname = \"b\"\naddress = \"localhost:9002\"\n",
+        "[[backend.discover]]\nsrv = \"_http._tcp.app.example\"\nmaxconn = 10\n\n[resolvers]\nnameservers = [\"127.0.0.1:5353\", \"::1\"]\nresolve_interval = \"500ms\"\ntimeout = \"250ms\"\nattempts = 3\n",
+    );
+    let c = parse(&discover_only, "t.toml").expect("a backend with only discover is valid");
+    assert!(c.backends[0].servers.is_empty());
+    assert_eq!(
+        c.backends[0].discover,
+        [model::Discover {
+            srv: "_http._tcp.app.example".into(),
+            maxconn: 10
+        }]
+    );
+    assert_eq!(
+        c.resolvers.nameservers,
+        [
+            "127.0.0.1:5353".parse::<std::net::SocketAddr>().unwrap(),
+            "[::1]:53".parse().unwrap()
+        ]
+    );
+    assert_eq!(c.resolvers.resolve_interval, std::time::Duration::from_millis(500));
+    assert_eq!((c.resolvers.timeout.as_millis(), c.resolvers.attempts), (250, 3));
+
+    for (from, to, key) in [
+        (
+            "\"127.0.0.1:5353\", \"::1\"",
+            "\"dns.example\"",
+            "resolvers.nameservers[0]",
+        ),
+        ("\"127.0.0.1:5353\", \"::1\"", "", "resolvers.nameservers"),
+        ("\"500ms\"", "\"1ms\"", "resolvers.resolve_interval"),
+        ("attempts = 3", "attempts = 0", "resolvers.attempts"),
+        (
+            "\"_http._tcp.app.example\"",
+            "\"not a name\"",
+            "backend[0].discover[0].srv",
+        ),
+    ] {
+        let e = first_error(&discover_only.replace(from, to));
+        assert_eq!(e.key, key, "{to}: {e}");
+    }
+    let twice = discover_only.replace(
+        "maxconn = 10\n",
+        "maxconn = 10\n[[backend.discover]]\nsrv = \"_HTTP._tcp.app.example\"\n",
+    );
+    assert_eq!(first_error(&twice).key, "backend[0].discover[1].srv");
+    let e = first_error(&discover_only.replace("maxconn = 10", "maxcon = 10"));
+    assert!(e.message.contains("unknown field"), "{e}");
+}

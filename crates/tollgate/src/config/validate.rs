@@ -1,15 +1,17 @@
 //! Turns the file as written into the model: defaults applied, names resolved to indexes,
-//! addresses resolved, and every inconsistency reported with the position of the value at fault.
+//! addresses parsed (host names are not resolved here: `discover` does it at run time), and every inconsistency reported with the position of the value at fault.
 
 use std::collections::HashSet;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
 use super::ConfigError;
-use super::file::{ConfigFile, FrontendSection, ModeName, OffloadSection, RouteSection, ServerSection, TlsSection};
+use super::file::{
+    BackendSection, ConfigFile, FrontendSection, ModeName, OffloadSection, RouteSection, ServerSection, TlsSection,
+};
 use super::model::*;
 use super::sni::SniMatcher;
 use super::tls as certs;
@@ -66,6 +68,7 @@ impl<'a> Validator<'a> {
         let http = self.http(&file, global.buffer_size);
         let watchdog = self.watchdog(&file);
         let backends = self.backends(&file);
+        let resolvers = self.resolvers(&file);
         let frontends = self.frontends(&file, &backends);
         if file.frontend.is_empty() {
             self.err(
@@ -85,6 +88,7 @@ impl<'a> Validator<'a> {
             watchdog,
             frontends,
             backends,
+            resolvers,
         })
     }
 
@@ -348,7 +352,7 @@ impl<'a> Validator<'a> {
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
                 self.unique_name(&mut server_names, &s.name, format!("{skey}.name"));
-                let address = match resolve(s.address.get_ref()) {
+                let (address, host) = match parse_address(s.address.get_ref()) {
                     Ok(a) => a,
                     Err(msg) => {
                         self.err(s.address.span(), format!("{skey}.address"), msg);
@@ -371,6 +375,7 @@ impl<'a> Validator<'a> {
                     id: Default::default(),
                     name: s.name.get_ref().clone(),
                     address,
+                    host,
                     weight,
                     maxconn: s.maxconn.unwrap_or(0),
                     backup: s.backup.unwrap_or(false),
@@ -392,6 +397,7 @@ impl<'a> Validator<'a> {
                 health,
                 servers,
                 sticky: self.sticky(b, &key, mode),
+                discover: self.discover(b, &key),
             });
         }
         out
@@ -995,25 +1001,120 @@ fn host_part(address: &str) -> &str {
     host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host)
 }
 
-/// "host:port" to one socket address; names are resolved once, at load.
-fn resolve(text: &str) -> Result<SocketAddr, String> {
+/// "IP:port", or "name:port": the name is checked here and resolved by `discover` at run
+/// time, so the address is then the unspecified IP with the port.
+fn parse_address(text: &str) -> Result<(SocketAddr, Option<String>), String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return if addr.port() == 0 {
             Err(format!("address `{text}` needs a non-zero port"))
         } else {
-            Ok(addr)
+            Ok((addr, None))
         };
     }
     let (host, port) = text
         .rsplit_once(':')
         .ok_or_else(|| format!("address `{text}` must be host:port"))?;
-    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
-        return Err(format!("address `{text}` must be host:port with a port in 1..65535"));
+    let port = match port.parse::<u16>() {
+        Ok(p) if p != 0 && !host.is_empty() => p,
+        _ => return Err(format!("address `{text}` must be host:port with a port in 1..65535")),
+    };
+    if !is_dns_name(host) {
+        return Err(format!(
+            "address `{text}`: `{host}` is neither an IP address nor a host name (IPv6 goes in brackets: `[::1]:80`)"
+        ));
     }
-    text.to_socket_addrs()
-        .map_err(|e| format!("address `{text}` does not resolve: {e}"))?
-        .next()
-        .ok_or_else(|| format!("address `{text}` resolves to nothing"))
+    Ok((
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+        Some(host.to_string()),
+    ))
+}
+
+/// A DNS name: labels of letters, digits, `-` and `_` (SRV names start with `_`), an optional
+/// final dot.
+fn is_dns_name(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.len() <= 253 && matches!(HostPattern::parse(name), Some(HostPattern::Exact(_)))
+}
+
+/// `[resolvers]` and `[[backend.discover]]`: the DNS side of the config.
+impl Validator<'_> {
+    fn resolvers(&mut self, file: &ConfigFile) -> Resolvers {
+        let mut out = Resolvers::default();
+        let Some(r) = &file.resolvers else {
+            return out;
+        };
+        if let Some(list) = &r.nameservers {
+            if list.get_ref().is_empty() {
+                self.err(
+                    list.span(),
+                    "resolvers.nameservers".into(),
+                    "must list at least one nameserver (leave the key out for the system's)".into(),
+                );
+            }
+            for (i, ns) in list.get_ref().iter().enumerate() {
+                match parse_nameserver(ns.get_ref()) {
+                    Some(addr) => out.nameservers.push(addr),
+                    None => self.err(
+                        ns.span(),
+                        format!("resolvers.nameservers[{i}]"),
+                        format!("`{}` must be an IP address or IP:port", ns.get_ref()),
+                    ),
+                }
+            }
+        }
+        for (key, value, slot) in [
+            ("resolve_interval", &r.resolve_interval, &mut out.resolve_interval),
+            ("timeout", &r.timeout, &mut out.timeout),
+        ] {
+            if let Some(v) = value {
+                if v.get_ref().0 < std::time::Duration::from_millis(10) {
+                    self.err(v.span(), format!("resolvers.{key}"), "must be at least 10ms".into());
+                } else {
+                    *slot = v.get_ref().0;
+                }
+            }
+        }
+        if let Some(a) = &r.attempts {
+            if (1..=10).contains(a.get_ref()) {
+                out.attempts = *a.get_ref();
+            } else {
+                self.err(a.span(), "resolvers.attempts".into(), "must be 1..=10".into());
+            }
+        }
+        out
+    }
+
+    fn discover(&mut self, b: &BackendSection, key: &str) -> Vec<Discover> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, d) in b.discover.iter().enumerate() {
+            let name = d.srv.get_ref();
+            let dkey = format!("{key}.discover[{i}].srv");
+            if !is_dns_name(name) {
+                self.err(
+                    d.srv.span(),
+                    dkey,
+                    format!("`{name}` is not a DNS name (e.g. \"_http._tcp.app.example\")"),
+                );
+            } else if !seen.insert(name.to_ascii_lowercase()) {
+                self.err(d.srv.span(), dkey, format!("`{name}` is listed twice"));
+            } else {
+                out.push(Discover {
+                    srv: name.clone(),
+                    maxconn: d.maxconn.unwrap_or(0),
+                });
+            }
+        }
+        out
+    }
+}
+
+/// A nameserver: "IP" (port 53) or "IP:port" ("[v6]:port").
+fn parse_nameserver(text: &str) -> Option<SocketAddr> {
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(SocketAddr::new(ip, 53));
+    }
+    text.parse::<SocketAddr>().ok().filter(|a| a.port() != 0)
 }
 
 impl ConfigError {

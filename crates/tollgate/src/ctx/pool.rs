@@ -6,20 +6,27 @@
 //! it shows EOF) and dropped once older than `timeouts.pool_idle`. LIFO: the most recently
 //! used connection is the warmest and the least likely to have been closed by the server.
 //! A server's list holds only connections of its kind (TLS for a `tls = true` server,
-//! plain otherwise): `put` drops any other.
+//! plain otherwise): `put` drops any other. A server readdressed by `discover` keeps its id:
+//! each idle connection remembers the address it was made to, and `take` discards those to
+//! an address the server no longer has (requests in flight to the old address finish;
+//! nothing new is sent there).
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::live::server::ServerLive;
 use crate::live::{IdMap, ServerId};
 use crate::relay::ServerConn;
 
 struct Idle {
     conn: ServerConn,
     since: Instant,
+    /// The server's address when the connection was made.
+    address: SocketAddr,
 }
 
 /// The idle connections to one server.
@@ -58,21 +65,25 @@ impl ServerPool {
         }
     }
 
-    /// A live idle connection to `server`, if any.
-    pub(crate) fn take(&self, server: ServerId, now: Instant) -> Option<ServerConn> {
+    /// A live idle connection to `server` at its current address, if any.
+    pub(crate) fn take(&self, server: &ServerLive, now: Instant) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
-        let list = &mut idle.get_mut(&server)?.conns;
+        let list = &mut idle.get_mut(&server.id)?.conns;
         while let Some(mut idle) = list.pop() {
-            if now.duration_since(idle.since) <= self.max_age && idle.conn.is_usable_idle() {
+            if idle.address == server.address
+                && now.duration_since(idle.since) <= self.max_age
+                && idle.conn.is_usable_idle()
+            {
                 return Some(idle.conn);
             }
         }
         None
     }
 
-    /// Keeps `conn` for later requests to server `id` (`tls`: whether it speaks TLS; a server
-    /// this worker has not pooled for yet, one added at run time, gets its list here).
-    pub(crate) fn put(&self, id: ServerId, tls: bool, conn: ServerConn) {
+    /// Keeps `conn` (made to `address`) for later requests to server `id` (`tls`: whether it
+    /// speaks TLS; a server this worker has not pooled for yet, one added at run time, gets
+    /// its list here).
+    pub(crate) fn put(&self, id: ServerId, tls: bool, address: SocketAddr, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
         let slot = idle.entry(id).or_insert_with(|| ServerIdle { tls, conns: Vec::new() });
         if conn.is_tls() != slot.tls {
@@ -81,7 +92,11 @@ impl ServerPool {
         let now = Instant::now();
         slot.conns.retain(|c| now.duration_since(c.since) <= self.max_age);
         if slot.conns.len() < self.max_per_server {
-            slot.conns.push(Idle { conn, since: now });
+            slot.conns.push(Idle {
+                conn,
+                since: now,
+                address,
+            });
         }
     }
 

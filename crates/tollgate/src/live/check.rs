@@ -168,6 +168,21 @@ impl CheckLive {
         }
     }
 
+    /// The same check state for the server at a new address (`ServerLive::readdressed`):
+    /// the counts and the last outcome carry over, the live-traffic error streak starts
+    /// again (it was about the old address).
+    pub(crate) fn carried(&self) -> Self {
+        let load = |a: &AtomicU64| AtomicU64::new(a.load(Ordering::Relaxed));
+        CheckLive {
+            settings: self.settings,
+            errors: AtomicU32::new(0),
+            marked_down: Notify::new(),
+            checks: load(&self.checks),
+            failed: load(&self.failed),
+            last: AtomicU32::new(self.last.load(Ordering::Relaxed)),
+        }
+    }
+
     /// Records a check's outcome (the checker's thread only).
     pub(crate) fn record(&self, outcome: Outcome) {
         self.checks.fetch_add(1, Ordering::Relaxed);

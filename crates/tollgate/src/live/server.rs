@@ -165,11 +165,17 @@ impl ServerCounters {
 #[derive(Debug)]
 pub(crate) struct ServerLive {
     pub id: ServerId,
-    #[expect(dead_code, reason = "identity kept with the live state; nothing reads it by id yet")]
     pub backend: BackendId,
     pub backend_name: Arc<str>,
     pub name: Arc<str>,
+    /// Where new connections go. A host-named server gets a new `ServerLive` (same id) when
+    /// its name resolves to another address (`discover`).
     pub address: SocketAddr,
+    /// The host name `address` was resolved from (a host-named or discovered server).
+    pub host: Option<Arc<str>>,
+    /// False while a host name has never resolved: `address` is a placeholder, the server
+    /// is unusable.
+    pub resolved: bool,
     pub maxconn: u32,
     pub backup: bool,
     /// TLS to this server (`tls = true`), with its verifier and SNI.
@@ -202,8 +208,9 @@ pub(crate) struct ServerLive {
     kill_epoch: AtomicU64,
     /// Unix seconds of the last admin or operational state change (0 = never).
     last_change: AtomicU64,
-    /// One cell per worker thread, indexed by worker id.
-    cells: Box<[ServerCounters]>,
+    /// One cell per worker thread, indexed by worker id. Shared with the `ServerLive`s that
+    /// replace this one on a readdress, so a server's counters outlive its addresses.
+    cells: Arc<[ServerCounters]>,
     /// The backend's notification, shared by its servers: a freed slot on any of them may
     /// unpark a request waiting for the backend.
     slot_freed: Arc<Notify>,
@@ -215,7 +222,13 @@ pub struct ServerView {
     pub id: ServerId,
     pub backend: String,
     pub name: String,
+    /// Unspecified (`0.0.0.0:port`) while `resolved` is false.
     pub address: SocketAddr,
+    /// The host name the address comes from (host-named and discovered servers).
+    #[serde(default)]
+    pub host: Option<String>,
+    #[serde(default = "resolved_default")]
+    pub resolved: bool,
     pub admin: AdminState,
     pub oper: OperState,
     pub weight: u32,
@@ -231,6 +244,10 @@ pub struct ServerView {
     pub check: Option<super::check::CheckView>,
 }
 
+fn resolved_default() -> bool {
+    true
+}
+
 impl ServerLive {
     pub(crate) fn new(
         server: &Server,
@@ -244,6 +261,9 @@ impl ServerLive {
             backend_name: Arc::clone(backend.1),
             name: Arc::from(server.name.as_str()),
             address: server.address,
+            host: server.host.as_deref().map(Arc::from),
+            // A host name is unresolved until `discover` readdresses the server.
+            resolved: server.host.is_none(),
             maxconn: server.maxconn,
             backup: server.backup,
             tls: server.tls.clone(),
@@ -263,6 +283,45 @@ impl ServerLive {
             last_change: AtomicU64::new(0),
             cells: (0..workers.max(1)).map(|_| ServerCounters::default()).collect(),
             slot_freed,
+        }
+    }
+
+    /// The same server (id, name, settings) at another address, or with another `backup`
+    /// flag, for the next set version. Carried over: admin and operational state, configured
+    /// weight, agent percentage, slow-start ramp, check counts and last outcome, kill epoch, last change, and the counters
+    /// (the cells are shared, so connections still open on this one keep counting into
+    /// them). Not carried over: `active` and `queued`, which stay with this `ServerLive`
+    /// until its connections close — the new address starts with no connection, and during
+    /// the overlap each address is held to `maxconn` separately.
+    pub(crate) fn readdressed(&self, address: SocketAddr, backup: bool) -> ServerLive {
+        let load = |a: &AtomicU32| AtomicU32::new(a.load(Ordering::Relaxed));
+        ServerLive {
+            id: self.id,
+            backend: self.backend,
+            backend_name: Arc::clone(&self.backend_name),
+            name: Arc::clone(&self.name),
+            address,
+            host: self.host.clone(),
+            resolved: true,
+            maxconn: self.maxconn,
+            backup,
+            tls: self.tls.clone(),
+            check: self.check.carried(),
+            slowstart: self.slowstart,
+            ramp_since: AtomicU64::new(self.ramp_since.load(Ordering::Relaxed)),
+            ramp_seen: AtomicU64::new(self.ramp_seen.load(Ordering::Relaxed)),
+            admin: AtomicU8::new(self.admin.load(Ordering::Relaxed)),
+            oper: AtomicU8::new(self.oper.load(Ordering::Relaxed)),
+            configured_weight: load(&self.configured_weight),
+            agent_percent: load(&self.agent_percent),
+            ramp_permille: load(&self.ramp_permille),
+            effective_weight: load(&self.effective_weight),
+            active: AtomicU32::new(0),
+            queued: AtomicU32::new(0),
+            kill_epoch: AtomicU64::new(self.kill_epoch.load(Ordering::Relaxed)),
+            last_change: AtomicU64::new(self.last_change.load(Ordering::Relaxed)),
+            cells: Arc::clone(&self.cells),
+            slot_freed: Arc::clone(&self.slot_freed),
         }
     }
 
@@ -411,9 +470,12 @@ impl ServerLive {
         self.effective_weight.swap(weight, Ordering::Relaxed) != weight
     }
 
-    /// May take new connections: ready, not seen down, weight above zero.
+    /// May take new connections: resolved, ready, not seen down, weight above zero.
     pub(crate) fn is_usable(&self) -> bool {
-        self.admin() == AdminState::Ready && self.oper() != OperState::Down && self.effective_weight() > 0
+        self.resolved
+            && self.admin() == AdminState::Ready
+            && self.oper() != OperState::Down
+            && self.effective_weight() > 0
     }
 
     pub(crate) fn active(&self) -> u32 {
@@ -459,6 +521,8 @@ impl ServerLive {
             backend: self.backend_name.to_string(),
             name: self.name.to_string(),
             address: self.address,
+            host: self.host.as_deref().map(str::to_string),
+            resolved: self.resolved,
             admin: self.admin(),
             oper: self.oper(),
             weight: self.weight(),

@@ -113,6 +113,7 @@ mod tests {
             id: crate::live::ServerId(0),
             name: "s".into(),
             address: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+            host: None,
             weight: 100,
             maxconn: 0,
             backup: false,

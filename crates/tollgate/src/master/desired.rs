@@ -33,9 +33,17 @@ fn check_definition(s: &Server) -> (std::net::SocketAddr, bool, crate::config::h
     (s.address, s.tls.is_some(), s.check)
 }
 
-/// The parts of a server's definition a reload can change.
-fn definition(s: &Server) -> (std::net::SocketAddr, u32, u32, bool, bool) {
-    (s.address, s.weight, s.maxconn, s.backup, s.tls.is_some())
+/// The parts of a server's definition a reload can change (a host name is part of the
+/// address).
+fn definition(s: &Server) -> (std::net::SocketAddr, Option<&str>, u32, u32, bool, bool) {
+    (
+        s.address,
+        s.host.as_deref(),
+        s.weight,
+        s.maxconn,
+        s.backup,
+        s.tls.is_some(),
+    )
 }
 
 fn find<'a>(config: &'a Config, backend: &str, server: &str) -> Option<&'a Server> {

@@ -96,7 +96,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     backend: usize,
     hash_key: Option<u64>,
     prefer: Option<ServerId>,
-    mut reuse: impl FnMut(ServerId, Instant) -> Option<S>,
+    mut reuse: impl FnMut(&ServerLive, Instant) -> Option<S>,
     retries: &mut u32,
 ) -> Result<Connected<'a, S>, Error> {
     let config = &ctx.shared.config;
@@ -129,7 +129,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         }
         let chosen = Instant::now();
         let (id, address) = (slot.server().id, slot.server().address);
-        if let Some(stream) = reuse(id, chosen) {
+        if let Some(stream) = reuse(slot.server(), chosen) {
             return Ok(Connected {
                 stream,
                 slot,

@@ -47,6 +47,8 @@ pub struct Running {
     _watchdog: Option<watchdog::Handle>,
     /// The health checker's thread, when some backend has checks (it stops with `Running`).
     checker: Option<JoinHandle<()>>,
+    /// DNS discovery's thread (when a backend uses DNS); stops when dropped.
+    _discover: Option<crate::discover::Handle>,
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
@@ -136,6 +138,8 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
     let (phase, phase_rx) = watch::channel(Phase::Running);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+    // Host names resolve (or are given up on) before any worker serves.
+    let discover = crate::discover::start(&shared, senders.clone())?;
     let dispatcher = Dispatcher {
         inboxes: senders.clone(),
         stats: shared.stats.clone(),
@@ -193,6 +197,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         inboxes: senders,
         _watchdog: watchdog,
         checker,
+        _discover: discover,
     })
 }
 

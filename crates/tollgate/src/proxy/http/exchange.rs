@@ -112,6 +112,7 @@ async fn exchange<C: ClientStream>(
         connected,
     } = conn;
     let (id, tls) = (slot.server().id, slot.server().tls.is_some());
+    let address = slot.server().address;
     let ctx = s.ctx;
     // Every byte to the server, by any path, is counted for the worker and this stream.
     let mut server = Counted::with_tally(stream, &ctx.stats.bytes_to_server, sent);
@@ -255,7 +256,7 @@ async fn exchange<C: ClientStream>(
         Ok(()) => {
             if keep_server && back.is_empty() {
                 drop(slot);
-                s.ctx.http_pool.put(id, tls, server.into_inner());
+                s.ctx.http_pool.put(id, tls, address, server.into_inner());
             }
             if server_first {
                 // The client may still be sending the body: closing with it unread would

@@ -6,6 +6,7 @@ use tokio::net::TcpStream;
 use crate::config::model::ServerTls;
 use crate::ctx::WorkerCtx;
 use crate::error::Error;
+use crate::live::server::ServerLive;
 use crate::proxy::connect::{self, Connected};
 use crate::relay::ServerConn;
 
@@ -21,7 +22,7 @@ pub(super) async fn open<'a>(
     retries: &mut u32,
 ) -> Result<Connected<'a, ServerConn>, Error> {
     let pool = &ctx.http_pool;
-    let reuse = |server, now| if fresh_only { None } else { pool.take(server, now) };
+    let reuse = |server: &ServerLive, now| if fresh_only { None } else { pool.take(server, now) };
     let conn = connect::connect_or_reuse(ctx, backend, hash_key, prefer, reuse, retries).await?;
     let Connected {
         stream,
