@@ -214,6 +214,10 @@ pub(crate) struct BackendSection {
     /// `balance = "hash"` only: percent of the average load (100..=1000, 0 = unbounded).
     pub hash_balance_factor: Option<Spanned<u32>>,
     pub retries: Option<u32>,
+    /// Requests that may wait for a server slot, process-wide (0 = no limit).
+    pub maxqueue: Option<u32>,
+    /// A queued request whose server leaves may go to another one.
+    pub redispatch: Option<bool>,
     #[serde(default)]
     pub server: Vec<ServerSection>,
 }

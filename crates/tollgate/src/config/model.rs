@@ -287,7 +287,28 @@ pub struct Backend {
     pub hash_balance_factor: u32,
     /// Connection attempts after the first one fails.
     pub retries: u32,
+    pub queue: QueueOptions,
     pub servers: Vec<Server>,
+}
+
+/// How a backend's requests wait when every usable server is at its `maxconn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Requests that may wait at once, process-wide; one more is refused with 503 (0 = no
+    /// limit, HAProxy's default).
+    pub maxqueue: u32,
+    /// A request waiting for one particular server may go to another when that server
+    /// leaves (drained, in maintenance, down); otherwise it fails with 503.
+    pub redispatch: bool,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            maxqueue: 0,
+            redispatch: true,
+        }
+    }
 }
 
 /// What consistent hashing keys a connection or request by.

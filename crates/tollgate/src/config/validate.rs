@@ -379,6 +379,7 @@ impl<'a> Validator<'a> {
                 hash_key,
                 hash_balance_factor,
                 retries: b.retries.unwrap_or(DEFAULT_RETRIES),
+                queue: queue_options(b),
                 servers,
             });
         }
@@ -905,6 +906,15 @@ impl<'a> Validator<'a> {
             sni,
             action,
         })
+    }
+}
+
+/// `maxqueue` and `redispatch` (any value is valid; defaults in `QueueOptions`).
+fn queue_options(b: &super::file::BackendSection) -> QueueOptions {
+    let default = QueueOptions::default();
+    QueueOptions {
+        maxqueue: b.maxqueue.unwrap_or(default.maxqueue),
+        redispatch: b.redispatch.unwrap_or(default.redispatch),
     }
 }
 

@@ -10,6 +10,8 @@
 //!   connections, queued requests, counters. One writer per field (the command applier for
 //!   states and weights, the owning thread for its counter cell), any number of readers;
 //!   plain atomics, no lock.
+//! - [`queue`]: a backend's queue of requests waiting for a slot, shared by every worker
+//!   thread, first come first served (a freed slot is handed to the oldest waiter).
 //! - [`backend`]: a backend's server set as a versioned snapshot, swapped whole. A worker
 //!   thread compares one atomic version per pick and rebuilds its balancer only when it moved.
 //!
@@ -18,6 +20,7 @@
 //! are not identities: whatever outlives a set version is keyed by [`ServerId`].
 
 pub(crate) mod backend;
+pub(crate) mod queue;
 pub(crate) mod server;
 
 pub(crate) use crate::ids::{BackendId, IdMap, ServerId};

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
 
+use super::queue::SlotQueue;
 use super::{BackendId, ServerId};
 use crate::config::Server;
 use crate::config::model::ServerTls;
@@ -194,9 +194,9 @@ pub(crate) struct ServerLive {
     last_change: AtomicU64,
     /// One cell per worker thread, indexed by worker id.
     cells: Box<[ServerCounters]>,
-    /// The backend's notification, shared by its servers: a freed slot on any of them may
-    /// unpark a request waiting for the backend.
-    slot_freed: Arc<Notify>,
+    /// The backend's queue, shared by its servers: a slot freed on any of them goes to the
+    /// oldest request waiting, and a state change wakes every waiter to pick again.
+    queue: Arc<SlotQueue>,
 }
 
 /// A point-in-time view of a server for the runtime API.
@@ -213,9 +213,17 @@ pub struct ServerView {
     pub backup: bool,
     pub maxconn: u32,
     pub active: u32,
+    /// Requests waiting for this server in particular (always 0 today: requests queue per
+    /// backend, see `backend_queued`).
     pub queued: u32,
     pub last_change: u64,
     pub counters: CounterTotals,
+    /// The server's backend: requests waiting for a slot on any of its servers now, and
+    /// requests refused so far because `maxqueue` were waiting.
+    #[serde(default)]
+    pub backend_queued: u32,
+    #[serde(default)]
+    pub backend_queue_full: u64,
 }
 
 impl ServerLive {
@@ -223,7 +231,7 @@ impl ServerLive {
         server: &Server,
         backend: (BackendId, &Arc<str>),
         workers: usize,
-        slot_freed: Arc<Notify>,
+        queue: Arc<SlotQueue>,
     ) -> Self {
         ServerLive {
             id: server.id,
@@ -245,7 +253,7 @@ impl ServerLive {
             kill_epoch: AtomicU64::new(0),
             last_change: AtomicU64::new(0),
             cells: (0..workers.max(1)).map(|_| ServerCounters::default()).collect(),
-            slot_freed,
+            queue,
         }
     }
 
@@ -257,7 +265,8 @@ impl ServerLive {
         OperState::from_u8(self.oper.load(Ordering::Relaxed))
     }
 
-    /// Sets the admin state; true if it changed.
+    /// Sets the admin state; true if it changed (then requests queued on the backend pick
+    /// again: a drained server's waiters move on, a readied one takes them).
     pub(crate) fn set_admin(&self, state: AdminState) -> bool {
         let changed = self.admin.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
         if changed {
@@ -266,7 +275,8 @@ impl ServerLive {
         changed
     }
 
-    /// Sets the operational state; true if it changed.
+    /// Sets the operational state; true if it changed (queued requests pick again, as for
+    /// `set_admin`: the health checker needs nothing more to redispatch them).
     #[allow(dead_code, reason = "written by health checks and slow start")]
     pub(crate) fn set_oper(&self, state: OperState) -> bool {
         let changed = self.oper.swap(state.to_u8(), Ordering::AcqRel) != state.to_u8();
@@ -276,7 +286,13 @@ impl ServerLive {
         changed
     }
 
+    /// A state change: stamped, and the backend's queued requests pick again.
     fn touch(&self) {
+        self.stamp();
+        self.queue.wake_all();
+    }
+
+    fn stamp(&self) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -341,7 +357,12 @@ impl ServerLive {
             self.agent_percent.load(Ordering::Relaxed),
             self.ramp_permille.load(Ordering::Relaxed),
         );
-        self.effective_weight.swap(weight, Ordering::Relaxed) != weight
+        let before = self.effective_weight.swap(weight, Ordering::Relaxed);
+        // Weight 0 is out of rotation: crossing it changes usability like a state does.
+        if (before == 0) != (weight == 0) {
+            self.queue.wake_all();
+        }
+        before != weight
     }
 
     /// May take new connections: ready, not seen down, weight above zero.
@@ -402,29 +423,58 @@ impl ServerLive {
             queued: self.queued(),
             last_change: self.last_change.load(Ordering::Relaxed),
             counters: self.totals(),
+            backend_queued: 0,
+            backend_queue_full: 0,
         }
     }
 
     /// Takes a connection slot if the server is below its maxconn.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<ServerSlot> {
-        if self.maxconn == 0 {
-            self.active.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.active
-                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                    (n < self.maxconn).then_some(n + 1)
-                })
-                .ok()?;
-        }
-        Some(ServerSlot {
+        self.take_count().then(|| ServerSlot {
             server: Arc::clone(self),
         })
     }
 
-    /// Counts a request waiting for a slot on this server's backend until the guard drops.
+    /// Counts one more slot in `active` if below maxconn.
+    fn take_count(&self) -> bool {
+        if self.maxconn == 0 {
+            self.active.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.active
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < self.maxconn).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back one slot: to the oldest request queued on the backend if any (the slot
+    /// changes hands, `active` stays), else to the server. Servers without a maxconn are
+    /// never full, so nobody waits for their slots.
+    fn release(self: &Arc<Self>) {
+        if self.maxconn == 0 {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        // Nothing new may go to a server that is not usable: its slot just goes back.
+        if self.queue.has_waiters() && self.is_usable() && self.queue.hand_over(self) {
+            return;
+        }
+        self.active.fetch_sub(1, Ordering::AcqRel);
+        // A request joining the queue meanwhile may have seen this slot still taken; it looks
+        // again after joining, this looks again after giving back (see `queue`'s doc).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.queue.has_waiters() && self.is_usable() && self.take_count() && !self.queue.hand_over(self) {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Counts a request waiting for this server in particular until the guard drops.
     #[expect(
         dead_code,
-        reason = "per-server queueing is not counted yet: requests queue on the backend"
+        reason = "no request is bound to one server yet (every algorithm moves on to a server with room, and \
+                  queued requests take the first slot freed on any usable server); a sticky request that \
+                  waits for its server will count here"
     )]
     pub(crate) fn enqueue(self: &Arc<Self>) -> QueuedGuard {
         self.queued.fetch_add(1, Ordering::Relaxed);
@@ -444,7 +494,8 @@ pub(crate) fn effective_weight(configured: u32, percent: u32, permille: u32) -> 
 /// nowhere rather than panicking.
 static DISCARDED: ServerCounters = ServerCounters::new();
 
-/// A held connection slot; dropping it releases the slot and wakes parked waiters.
+/// A held connection slot; dropping it releases the slot (to the oldest queued request,
+/// if any).
 #[derive(Debug)]
 pub(crate) struct ServerSlot {
     server: Arc<ServerLive>,
@@ -458,9 +509,36 @@ impl ServerSlot {
 
 impl Drop for ServerSlot {
     fn drop(&mut self) {
-        self.server.active.fetch_sub(1, Ordering::AcqRel);
-        if self.server.maxconn != 0 {
-            self.server.slot_freed.notify_waiters();
+        self.server.release();
+    }
+}
+
+/// A slot on its way to a queued request (counted in the server's `active`): the waiter
+/// takes it out as a [`ServerSlot`]; if the waiter is gone first, dropping the grant
+/// releases the slot like any other, so a hand-over never loses one.
+#[derive(Debug)]
+pub(crate) struct Grant(Option<Arc<ServerLive>>);
+
+impl Grant {
+    pub(super) fn new(server: Arc<ServerLive>) -> Self {
+        Grant(Some(server))
+    }
+
+    /// The slot, now the waiter's.
+    pub(crate) fn into_slot(mut self) -> Option<ServerSlot> {
+        self.0.take().map(|server| ServerSlot { server })
+    }
+
+    /// Forgets the slot without releasing it: the caller still holds it.
+    pub(super) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if let Some(server) = self.0.take() {
+            server.release();
         }
     }
 }
