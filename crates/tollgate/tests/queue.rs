@@ -13,8 +13,8 @@ mod master_support;
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
 use std::sync::Mutex;
+use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -189,7 +189,11 @@ fn queue_timeout_answers_503_and_leaves_nothing_queued() {
     release.send(()).unwrap();
     assert_eq!(hold.join().unwrap().0, 200);
     wait_until("slots back to zero", || queue_state(&proxy) == (0, 0, 0));
-    assert_eq!(origin.requests().len(), 1, "the timed-out request never reached a server");
+    assert_eq!(
+        origin.requests().len(),
+        1,
+        "the timed-out request never reached a server"
+    );
 }
 
 /// Polls `show servers` until the footer says `n` requests wait in `be`'s queue.
@@ -229,7 +233,10 @@ fn a_state_change_redispatches_queued_requests_at_once() {
     wait_queued_ctl(&master, 1);
     master.ctl_ok(&["set", "server", "be/b", "state", "maint"]);
     let table = master.ctl_ok(&["show", "servers", "be"]);
-    assert!(table.contains("backend be: 1 queued"), "a still usable: it waits\n{table}");
+    assert!(
+        table.contains("backend be: 1 queued"),
+        "a still usable: it waits\n{table}"
+    );
     let began = Instant::now();
     master.ctl_ok(&["set", "server", "be/a", "state", "drain"]);
     let (status, _, _) = stranded.join().unwrap();
@@ -247,8 +254,10 @@ fn a_state_change_redispatches_queued_requests_at_once() {
     assert_eq!(hold.join().unwrap().0, 200);
     assert_eq!(hold_b.join().unwrap().0, 200);
     assert!(
-        !a.requests().iter().chain(b.requests().iter()).any(|r| r.target == "/stranded"),
+        !a.requests()
+            .iter()
+            .chain(b.requests().iter())
+            .any(|r| r.target == "/stranded"),
         "the stranded request reached no server"
     );
 }
-

@@ -285,7 +285,7 @@ mod tests {
                 &added,
                 (spec.id, &name),
                 workers,
-                Arc::clone(queue),
+                Arc::clone(notify),
             )));
             next
         });

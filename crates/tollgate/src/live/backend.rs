@@ -86,14 +86,7 @@ impl BackendLive {
         let servers = backend
             .servers
             .iter()
-            .map(|s| {
-                Arc::new(ServerLive::new(
-                    s,
-                    (backend.id, &name),
-                    workers,
-                    Arc::clone(&queue),
-                ))
-            })
+            .map(|s| Arc::new(ServerLive::new(s, (backend.id, &name), workers, Arc::clone(&queue))))
             .collect();
         BackendLive {
             id: backend.id,

@@ -227,12 +227,7 @@ pub struct ServerView {
 }
 
 impl ServerLive {
-    pub(crate) fn new(
-        server: &Server,
-        backend: (BackendId, &Arc<str>),
-        workers: usize,
-        queue: Arc<SlotQueue>,
-    ) -> Self {
+    pub(crate) fn new(server: &Server, backend: (BackendId, &Arc<str>), workers: usize, queue: Arc<SlotQueue>) -> Self {
         ServerLive {
             id: server.id,
             backend: backend.0,

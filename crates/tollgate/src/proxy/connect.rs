@@ -12,10 +12,10 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::config::model::QueueOptions;
 use crate::ctx::WorkerCtx;
 use crate::ctx::backends::{LocalBackend, Position, Take, Tried};
 use crate::error::{Error, ErrorKind, Side};
-use crate::config::model::QueueOptions;
 use crate::live::ServerId;
 use crate::live::backend::QueuedGuard;
 use crate::live::queue::{Ticket, Wake};
