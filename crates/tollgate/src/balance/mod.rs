@@ -151,16 +151,7 @@ pub(crate) fn lookup(name: &str) -> Option<Constructor> {
 /// Test support: live servers with these weights, ids 0.., in backend "test".
 #[cfg(test)]
 pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
-    test_servers_in(weights, 0, &crate::live::queue::SlotQueue::new())
-}
-
-/// Test support: `test_servers` with this `maxconn`, sharing `queue`.
-#[cfg(test)]
-pub(crate) fn test_servers_in(
-    weights: &[u32],
-    maxconn: u32,
-    queue: &Arc<crate::live::queue::SlotQueue>,
-) -> Vec<Arc<ServerLive>> {
+    let queue = crate::live::queue::SlotQueue::new();
     let backend: Arc<str> = Arc::from("test");
     weights
         .iter()
@@ -171,7 +162,7 @@ pub(crate) fn test_servers_in(
                 name: format!("s{i}"),
                 address: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
                 weight,
-                maxconn,
+                maxconn: 0,
                 backup: false,
                 tls: None,
             };
@@ -179,7 +170,7 @@ pub(crate) fn test_servers_in(
                 &server,
                 (crate::live::BackendId(0), &backend),
                 1,
-                Arc::clone(queue),
+                Arc::clone(&queue),
             ))
         })
         .collect()

@@ -504,3 +504,26 @@ fn hash_options_are_parsed_defaulted_and_refused_where_they_do_nothing() {
         assert_eq!(e.key, "backend[0].hash_key", "{bad}: {e}");
     }
 }
+
+#[test]
+fn queue_options_default_like_haproxy_and_are_read() {
+    let c = parse(GOOD, "t.toml").expect("valid");
+    assert_eq!(
+        c.backends[0].queue,
+        model::QueueOptions {
+            maxqueue: 0,
+            redispatch: true
+        }
+    );
+    let src = GOOD.replace("name = \"app\"", "name = \"app\"\nmaxqueue = 50\nredispatch = false");
+    let c = parse(&src, "t.toml").expect("valid");
+    assert_eq!(
+        c.backends[0].queue,
+        model::QueueOptions {
+            maxqueue: 50,
+            redispatch: false
+        }
+    );
+    let e = first_error(&GOOD.replace("name = \"app\"", "name = \"app\"\nmaxqueue = -1"));
+    assert!(e.key.contains("maxqueue"), "{e}");
+}

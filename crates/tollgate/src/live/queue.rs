@@ -158,7 +158,7 @@ impl SlotQueue {
     fn remove(&self, ticket: Ticket) -> Option<Entry> {
         let mut waiters = self.lock();
         let at = waiters.entries.partition_point(|e| e.ticket < ticket);
-        if !waiters.entries.get(at).is_some_and(|e| e.ticket == ticket) {
+        if waiters.entries.get(at).is_none_or(|e| e.ticket != ticket) {
             return None;
         }
         self.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -210,7 +210,6 @@ mod tests {
     use std::task::{Context, Poll, Waker};
 
     use super::*;
-    use crate::balance::test_servers_in;
     use crate::live::server::OperState;
 
     /// Polls once: `Some` if ready.
@@ -225,9 +224,24 @@ mod tests {
         poll_now(pin!(w.woken()))
     }
 
+    /// A server with `maxconn = 1` on `queue`.
     fn full_server(queue: &Arc<SlotQueue>) -> Arc<ServerLive> {
-        let servers = test_servers_in(&[1], 1, queue);
-        servers.into_iter().next().expect("a server")
+        let server = crate::config::Server {
+            id: crate::live::ServerId(0),
+            name: "s".into(),
+            address: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+            weight: 1,
+            maxconn: 1,
+            backup: false,
+            tls: None,
+        };
+        let backend: Arc<str> = Arc::from("test");
+        Arc::new(ServerLive::new(
+            &server,
+            (crate::live::BackendId(0), &backend),
+            1,
+            Arc::clone(queue),
+        ))
     }
 
     #[test]
