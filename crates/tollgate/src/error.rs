@@ -23,6 +23,9 @@ pub enum ErrorKind {
     NoServer,
     /// Every usable server stayed at its maxconn past `timeouts.queue`.
     QueueTimeout,
+    /// Every usable server at its maxconn and the backend's `maxqueue` requests already
+    /// waiting: refused at once.
+    QueueFull,
     /// The peer closed or reset the connection.
     PeerClosed,
     /// The server closed or reset its connection before a single response byte: the one
@@ -111,6 +114,7 @@ impl ErrorKind {
             ErrorKind::ConnectTimeout => "connect-timeout",
             ErrorKind::NoServer => "no-server",
             ErrorKind::QueueTimeout => "queue-timeout",
+            ErrorKind::QueueFull => "queue-full",
             ErrorKind::PeerClosed => "peer-closed",
             ErrorKind::ServerEmpty => "empty-response",
             ErrorKind::IdleTimeout => "idle-timeout",
@@ -128,7 +132,7 @@ impl ErrorKind {
     fn phase(self) -> Phase {
         match self {
             ErrorKind::Connect | ErrorKind::ConnectTimeout | ErrorKind::Tls => Phase::Connect,
-            ErrorKind::NoServer | ErrorKind::QueueTimeout => Phase::Queue,
+            ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::QueueFull => Phase::Queue,
             ErrorKind::ServerEmpty | ErrorKind::ResponseTimeout | ErrorKind::BadResponse => Phase::Headers,
             ErrorKind::BadRequest(_) => Phase::Request,
             _ => Phase::Tunnel,
@@ -229,7 +233,7 @@ impl Error {
             ErrorKind::Killed => return None,
             ErrorKind::BadRequest(status) => status,
             ErrorKind::IdleTimeout if front => 408,
-            ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::Connect => 503,
+            ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::QueueFull | ErrorKind::Connect => 503,
             ErrorKind::ConnectTimeout | ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => 504,
             ErrorKind::Config => 500,
             ErrorKind::ServerEmpty
@@ -260,6 +264,7 @@ impl Error {
         let who = match self.kind {
             ErrorKind::Killed => b'K',
             ErrorKind::BadRequest(_) | ErrorKind::BadResponse => b'P',
+            ErrorKind::QueueFull => b'R',
             ErrorKind::IdleTimeout if front => b'c',
             ErrorKind::IdleTimeout
             | ErrorKind::ConnectTimeout
@@ -312,6 +317,7 @@ mod tests {
         assert_eq!(status(ErrorKind::ConnectTimeout, Side::Back), Some(504));
         assert_eq!(status(ErrorKind::NoServer, Side::Back), Some(503));
         assert_eq!(status(ErrorKind::QueueTimeout, Side::Back), Some(503));
+        assert_eq!(status(ErrorKind::QueueFull, Side::Back), Some(503));
         assert_eq!(status(ErrorKind::ResponseTimeout, Side::Back), Some(504));
         assert_eq!(status(ErrorKind::ServerEmpty, Side::Back), Some(502));
         assert_eq!(status(ErrorKind::BadResponse, Side::Back), Some(502));
@@ -360,6 +366,7 @@ mod tests {
         let t = |e: Error| e.termination().as_str().to_string();
         assert_eq!(t(Error::new(ErrorKind::Connect, Side::Back, "x")), "SC");
         assert_eq!(t(Error::new(ErrorKind::QueueTimeout, Side::Back, "x")), "sQ");
+        assert_eq!(t(Error::new(ErrorKind::QueueFull, Side::Back, "x")), "RQ");
         assert_eq!(t(Error::new(ErrorKind::ResponseTimeout, Side::Back, "x")), "sH");
         assert_eq!(t(Error::new(ErrorKind::BadRequest(400), Side::Front, "x")), "PR");
         assert_eq!(t(Error::new(ErrorKind::BadResponse, Side::Back, "x")), "PH");

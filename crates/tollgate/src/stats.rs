@@ -90,6 +90,9 @@ worker_stats! {
     /// Connections that waited for a server slot (server maxconn).
     server_queued,
     queue_timeouts,
+    /// Requests refused at once (503; TCP: closed) because the backend's `maxqueue` requests
+    /// were already waiting.
+    queue_full,
     /// Transfers stopped because nothing moved for the idle timeout: TCP relays and
     /// tunnels (`min(client, server)`), HTTP bodies (`timeouts.client` / `timeouts.server`).
     idle_timeouts,

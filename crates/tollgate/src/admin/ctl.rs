@@ -120,6 +120,27 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
         out.push('\n');
         out.push_str(&line(&mut row.iter().map(String::as_str)));
     }
+    out.push_str(&queue_lines(servers));
+    out
+}
+
+/// One line per backend whose queue is in use or has refused requests (nothing otherwise):
+/// the backend's queue is not any one server's.
+fn queue_lines(servers: &[ServerView]) -> String {
+    let mut out = String::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for s in servers {
+        if seen.contains(&s.backend.as_str()) {
+            continue;
+        }
+        seen.push(&s.backend);
+        if s.backend_queued != 0 || s.backend_queue_full != 0 {
+            out.push_str(&format!(
+                "\nbackend {}: {} queued, {} refused (queue full)",
+                s.backend, s.backend_queued, s.backend_queue_full
+            ));
+        }
+    }
     out
 }
 
@@ -172,6 +193,8 @@ mod tests {
             last_change: 0,
             counters: Default::default(),
             check: None,
+            backend_queued: 0,
+            backend_queue_full: 0,
         };
         let table = servers_table(&[
             view("ip", None, true),

@@ -151,7 +151,7 @@ pub(crate) fn lookup(name: &str) -> Option<Constructor> {
 /// Test support: live servers with these weights, ids 0.., in backend "test".
 #[cfg(test)]
 pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
-    let notify = Arc::new(tokio::sync::Notify::new());
+    let queue = crate::live::queue::SlotQueue::new();
     let backend: Arc<str> = Arc::from("test");
     weights
         .iter()
@@ -173,7 +173,7 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 &server,
                 (crate::live::BackendId(0), &backend),
                 1,
-                Arc::clone(&notify),
+                Arc::clone(&queue),
             ))
         })
         .collect()

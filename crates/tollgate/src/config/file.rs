@@ -238,6 +238,10 @@ pub(crate) struct BackendSection {
     pub health: Option<super::health::HealthSection>,
     /// Passive health: consecutive errors on live traffic that mark a server down.
     pub error_limit: Option<Spanned<u32>>,
+    /// Requests that may wait for a server slot, process-wide (0 = no limit).
+    pub maxqueue: Option<u32>,
+    /// A queued request whose server leaves may go to another one.
+    pub redispatch: Option<bool>,
     #[serde(default)]
     pub server: Vec<ServerSection>,
     /// `[backend.sticky]`: cookie persistence (HTTP backends).

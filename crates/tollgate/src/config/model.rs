@@ -325,6 +325,7 @@ pub struct Backend {
     pub slowstart: Duration,
     /// `[backend.health]`: active checks; `None` = none.
     pub health: Option<Arc<super::health::HealthCheck>>,
+    pub queue: QueueOptions,
     pub servers: Vec<Server>,
     /// Cookie persistence (`[backend.sticky]`, HTTP backends only).
     pub sticky: Option<Sticky>,
@@ -366,6 +367,27 @@ impl Backend {
     /// Whether any of its servers comes from DNS at run time (a host-named address or SRV).
     pub fn uses_dns(&self) -> bool {
         !self.discover.is_empty() || self.servers.iter().any(|s| s.host.is_some())
+    }
+}
+
+/// How a backend's requests wait when every usable server is at its `maxconn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// Requests that may wait at once, process-wide; one more is refused with 503 (0 = no
+    /// limit, HAProxy's default).
+    pub maxqueue: u32,
+    /// A sticky request whose connect to its server failed may retry on another server;
+    /// `false` keeps its retries on that server while it is usable (HAProxy's `option
+    /// redispatch`).
+    pub redispatch: bool,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            maxqueue: 0,
+            redispatch: true,
+        }
     }
 }
 

@@ -624,3 +624,26 @@ fn dns_keys_are_checked_not_resolved() {
     let e = first_error(&discover_only.replace("maxconn = 10", "maxcon = 10"));
     assert!(e.message.contains("unknown field"), "{e}");
 }
+
+#[test]
+fn queue_options_default_like_haproxy_and_are_read() {
+    let c = parse(GOOD, "t.toml").expect("valid");
+    assert_eq!(
+        c.backends[0].queue,
+        model::QueueOptions {
+            maxqueue: 0,
+            redispatch: true
+        }
+    );
+    let src = GOOD.replace("name = \"app\"", "name = \"app\"\nmaxqueue = 50\nredispatch = false");
+    let c = parse(&src, "t.toml").expect("valid");
+    assert_eq!(
+        c.backends[0].queue,
+        model::QueueOptions {
+            maxqueue: 50,
+            redispatch: false
+        }
+    );
+    let e = first_error(&GOOD.replace("name = \"app\"", "name = \"app\"\nmaxqueue = -1"));
+    assert!(e.key.contains("maxqueue"), "{e}");
+}

@@ -395,6 +395,7 @@ impl<'a> Validator<'a> {
                 retries: b.retries.unwrap_or(DEFAULT_RETRIES),
                 slowstart: backend_slowstart.unwrap_or_default(),
                 health,
+                queue: queue_options(b),
                 servers,
                 sticky: self.sticky(b, &key, mode),
                 discover: self.discover(b, &key),
@@ -985,6 +986,15 @@ impl<'a> Validator<'a> {
             sni,
             action,
         })
+    }
+}
+
+/// `maxqueue` and `redispatch` (any value is valid; defaults in `QueueOptions`).
+fn queue_options(b: &super::file::BackendSection) -> QueueOptions {
+    let default = QueueOptions::default();
+    QueueOptions {
+        maxqueue: b.maxqueue.unwrap_or(default.maxqueue),
+        redispatch: b.redispatch.unwrap_or(default.redispatch),
     }
 }
 

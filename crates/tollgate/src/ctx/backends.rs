@@ -133,6 +133,24 @@ impl LocalBackend {
         })
     }
 
+    /// A slot on `id` was handed over from the backend's queue (taken by another thread's
+    /// release): the balancer hears `taken` as for its own pick. A server no longer in the
+    /// set gets a position no version has (0), so its release falls back to the id.
+    pub(crate) fn adopted(&self, id: ServerId) -> Position {
+        let mut view = self.refreshed();
+        let View { set, balancer } = &mut *view;
+        match set.position(id) {
+            Some(index) => {
+                balancer.taken(index);
+                Position {
+                    version: set.version,
+                    index,
+                }
+            }
+            None => Position { version: 0, index: 0 },
+        }
+    }
+
     /// Whether any server of the set could take a connection once it has room (not
     /// drained, not in maintenance, not down): waiting in the queue makes sense only then.
     pub(crate) fn any_usable(&self) -> bool {

@@ -32,7 +32,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hickory_resolver::TokioResolver;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
+
+use crate::live::queue::SlotQueue;
 
 use self::plan::{Answers, SrvRecord, Step, Wanted};
 use self::resolve::Failure;
@@ -329,7 +331,7 @@ struct NextSet<'a> {
 
 impl NextSet<'_> {
     /// `new`: what a new `ServerLive` needs (the backend's notify, the worker count).
-    fn apply(&mut self, step: Step<'_>, out: &mut Vec<Arc<ServerLive>>, new: (&Arc<Notify>, usize)) {
+    fn apply(&mut self, step: Step<'_>, out: &mut Vec<Arc<ServerLive>>, new: (&Arc<SlotQueue>, usize)) {
         let backend = &*self.backend.1;
         match step {
             Step::Keep { server, weight } => {
@@ -374,7 +376,7 @@ impl NextSet<'_> {
     }
 
     /// A discovered server: its name's id (a new one the first time), resolved at once.
-    fn add(&mut self, discover: usize, wanted: &Wanted, (notify, workers): (&Arc<Notify>, usize)) -> ServerLive {
+    fn add(&mut self, discover: usize, wanted: &Wanted, (queue, workers): (&Arc<SlotQueue>, usize)) -> ServerLive {
         let next_id = &mut *self.next_id;
         let id = *self.b.ids.entry(wanted.name.clone()).or_insert_with(|| {
             let id = ServerId(*next_id);
@@ -385,7 +387,7 @@ impl NextSet<'_> {
         let maxconn = self.b.discover.get(discover).map_or(0, |d| d.maxconn);
         let spec = discovered_spec(id, wanted, maxconn, (self.b.slowstart, self.b.check));
         let backend = (self.backend.0, &self.backend.1);
-        ServerLive::new(&spec, backend, workers, Arc::clone(notify)).readdressed(wanted.address, wanted.backup)
+        ServerLive::new(&spec, backend, workers, Arc::clone(queue)).readdressed(wanted.address, wanted.backup)
     }
 }
 

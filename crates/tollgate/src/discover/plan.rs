@@ -229,7 +229,7 @@ mod tests {
             &spec,
             (BackendId(0), &Arc::from("b")),
             1,
-            Arc::new(tokio::sync::Notify::new()),
+            crate::live::queue::SlotQueue::new(),
         );
         // A discovered server exists only resolved.
         Arc::new(if host.is_some() && address.ip() != ip(0) {

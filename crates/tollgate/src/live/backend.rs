@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
-use tokio::sync::Notify;
 
+use super::queue::SlotQueue;
 use super::server::ServerLive;
 use super::{BackendId, IdMap, ServerId};
 use crate::config::Backend;
@@ -56,10 +56,15 @@ pub(crate) struct BackendLive {
     pub name: Arc<str>,
     version: AtomicU64,
     set: ArcSwap<ServerSet>,
-    slot_freed: Arc<Notify>,
+    /// Requests waiting for a slot, first come first served (shared with the servers, whose
+    /// released slots it hands over).
+    queue: Arc<SlotQueue>,
     workers: usize,
-    /// Requests waiting for a slot on any of this backend's servers.
+    /// Requests waiting for a slot on any of this backend's servers, including those woken
+    /// to pick again (what `maxqueue` bounds and `show servers` shows).
     queued: AtomicU32,
+    /// Requests refused because `maxqueue` were already waiting.
+    queue_full: AtomicU64,
     /// Serializes set writers (read-modify-write of the set); readers never take it.
     writer: std::sync::Mutex<()>,
 }
@@ -77,27 +82,21 @@ impl Drop for QueuedGuard<'_> {
 impl BackendLive {
     pub(crate) fn new(backend: &Backend, workers: usize) -> Self {
         let name: Arc<str> = Arc::from(backend.name.as_str());
-        let slot_freed = Arc::new(Notify::new());
+        let queue = SlotQueue::new();
         let servers = backend
             .servers
             .iter()
-            .map(|s| {
-                Arc::new(ServerLive::new(
-                    s,
-                    (backend.id, &name),
-                    workers,
-                    Arc::clone(&slot_freed),
-                ))
-            })
+            .map(|s| Arc::new(ServerLive::new(s, (backend.id, &name), workers, Arc::clone(&queue))))
             .collect();
         BackendLive {
             id: backend.id,
             name,
             version: AtomicU64::new(1),
             set: ArcSwap::from_pointee(ServerSet::new(1, servers)),
-            slot_freed,
+            queue,
             workers,
             queued: AtomicU32::new(0),
+            queue_full: AtomicU64::new(0),
             writer: std::sync::Mutex::new(()),
         }
     }
@@ -113,19 +112,30 @@ impl BackendLive {
     }
 
     /// Publishes a new set built from the current one by `change` (which gets the current
-    /// servers and the backend's notify for new `ServerLive`s). Writers are serialized.
+    /// servers and the backend's queue for new `ServerLive`s). Writers are serialized.
+    /// Queued requests pick again from the new set.
     pub(crate) fn update(
         &self,
-        change: impl FnOnce(&[Arc<ServerLive>], &Arc<Notify>, usize) -> Vec<Arc<ServerLive>>,
+        change: impl FnOnce(&[Arc<ServerLive>], &Arc<SlotQueue>, usize) -> Vec<Arc<ServerLive>>,
     ) -> u64 {
         // A poisoned lock only means another writer panicked; the set itself is whole.
-        let _writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let current = self.set.load_full();
         let version = current.version + 1;
-        let servers = change(&current.servers, &self.slot_freed, self.workers);
+        let servers = change(&current.servers, &self.queue, self.workers);
         self.set.store(Arc::new(ServerSet::new(version, servers)));
         self.version.store(version, Ordering::Release);
+        drop(writer);
+        self.state_changed();
         version
+    }
+
+    /// Every request queued on this backend picks again now (keeping its place in line).
+    /// Server state setters (`ServerLive::set_admin`, `set_oper`, a weight crossing 0) and
+    /// `update` call it themselves; anything else that makes a server usable or unusable
+    /// without them must call it, or the queue waits for a slot release to notice.
+    pub(crate) fn state_changed(&self) {
+        self.queue.wake_all();
     }
 
     /// Bumps the version without changing the set: every thread rebuilds its balancer from
@@ -136,20 +146,34 @@ impl BackendLive {
         self.update(|servers, _, _| servers.to_vec())
     }
 
-    #[expect(dead_code, reason = "the backend queue length is not shown anywhere yet")]
+    /// Requests waiting for a slot now.
     pub(crate) fn queued(&self) -> u32 {
         self.queued.load(Ordering::Relaxed)
     }
 
-    /// Counts one request waiting for a slot until the guard drops.
-    pub(crate) fn enqueue(&self) -> QueuedGuard<'_> {
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        QueuedGuard(&self.queued)
+    /// Requests refused so far because the queue was full.
+    pub(crate) fn queue_full(&self) -> u64 {
+        self.queue_full.load(Ordering::Relaxed)
     }
 
-    /// Completes when a slot on one of this backend's limited servers is released. Call
-    /// `enable()` on the pinned future before checking for room, or a release may be missed.
-    pub(crate) fn slot_released(&self) -> tokio::sync::futures::Notified<'_> {
-        self.slot_freed.notified()
+    /// Counts one request waiting for a slot until the guard drops; `None` (and counted in
+    /// `queue_full`) when `maxqueue` (0 = no limit) already wait, process-wide.
+    pub(crate) fn enqueue(&self, maxqueue: u32) -> Option<QueuedGuard<'_>> {
+        let admitted = self
+            .queued
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (maxqueue == 0 || n < maxqueue).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted {
+            self.queue_full.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(QueuedGuard(&self.queued))
+    }
+
+    /// The line itself: join it, be handed a slot.
+    pub(crate) fn queue(&self) -> &SlotQueue {
+        &self.queue
     }
 }

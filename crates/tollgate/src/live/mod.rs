@@ -11,6 +11,8 @@
 //!   states and weights, the owning thread for its counter cell), any number of readers;
 //!   plain atomics, no lock.
 //! - [`check`]: a server's health-check settings, last outcome and passive error streak.
+//! - [`queue`]: a backend's queue of requests waiting for a slot, shared by every worker
+//!   thread, first come first served (a freed slot is handed to the oldest waiter).
 //! - [`backend`]: a backend's server set as a versioned snapshot, swapped whole. A worker
 //!   thread compares one atomic version per pick and rebuilds its balancer only when it moved.
 //! - [`slowstart`]: a server that comes up ramps its effective weight over `slowstart`.
@@ -21,6 +23,7 @@
 
 pub(crate) mod backend;
 pub(crate) mod check;
+pub(crate) mod queue;
 pub(crate) mod server;
 pub(crate) mod slowstart;
 

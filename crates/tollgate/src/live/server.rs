@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
 
+use super::queue::SlotQueue;
 use super::{BackendId, ServerId};
 use crate::config::Server;
 use crate::config::model::ServerTls;
@@ -211,9 +211,9 @@ pub(crate) struct ServerLive {
     /// One cell per worker thread, indexed by worker id. Shared with the `ServerLive`s that
     /// replace this one on a readdress, so a server's counters outlive its addresses.
     cells: Arc<[ServerCounters]>,
-    /// The backend's notification, shared by its servers: a freed slot on any of them may
-    /// unpark a request waiting for the backend.
-    slot_freed: Arc<Notify>,
+    /// The backend's queue, shared by its servers: a slot freed on any of them goes to the
+    /// oldest request waiting, and a state change wakes every waiter to pick again.
+    queue: Arc<SlotQueue>,
 }
 
 /// A point-in-time view of a server for the runtime API.
@@ -236,9 +236,17 @@ pub struct ServerView {
     pub backup: bool,
     pub maxconn: u32,
     pub active: u32,
+    /// Requests waiting for this server in particular (always 0 today: requests queue per
+    /// backend, see `backend_queued`).
     pub queued: u32,
     pub last_change: u64,
     pub counters: CounterTotals,
+    /// The server's backend: requests waiting for a slot on any of its servers now, and
+    /// requests refused so far because `maxqueue` were waiting.
+    #[serde(default)]
+    pub backend_queued: u32,
+    #[serde(default)]
+    pub backend_queue_full: u64,
     /// Health checks (absent when nothing checks this server).
     #[serde(default)]
     pub check: Option<super::check::CheckView>,
@@ -249,12 +257,7 @@ fn resolved_default() -> bool {
 }
 
 impl ServerLive {
-    pub(crate) fn new(
-        server: &Server,
-        backend: (BackendId, &Arc<str>),
-        workers: usize,
-        slot_freed: Arc<Notify>,
-    ) -> Self {
+    pub(crate) fn new(server: &Server, backend: (BackendId, &Arc<str>), workers: usize, queue: Arc<SlotQueue>) -> Self {
         ServerLive {
             id: server.id,
             backend: backend.0,
@@ -282,7 +285,7 @@ impl ServerLive {
             kill_epoch: AtomicU64::new(0),
             last_change: AtomicU64::new(0),
             cells: (0..workers.max(1)).map(|_| ServerCounters::default()).collect(),
-            slot_freed,
+            queue,
         }
     }
 
@@ -321,7 +324,7 @@ impl ServerLive {
             kill_epoch: AtomicU64::new(self.kill_epoch.load(Ordering::Relaxed)),
             last_change: AtomicU64::new(self.last_change.load(Ordering::Relaxed)),
             cells: Arc::clone(&self.cells),
-            slot_freed: Arc::clone(&self.slot_freed),
+            queue: Arc::clone(&self.queue),
         }
     }
 
@@ -333,8 +336,9 @@ impl ServerLive {
         OperState::from_u8(self.oper.load(Ordering::Relaxed))
     }
 
-    /// Sets the admin state; true if it changed. Back to `ready` from `drain` or `maint`
-    /// (and not seen down) starts slow start.
+    /// Sets the admin state; true if it changed (then requests queued on the backend pick
+    /// again: a drained server's waiters move on, a readied one takes them). Back to `ready`
+    /// from `drain` or `maint` (and not seen down) starts slow start.
     pub(crate) fn set_admin(&self, state: AdminState) -> bool {
         let old = AdminState::from_u8(self.admin.swap(state.to_u8(), Ordering::AcqRel));
         if old == state {
@@ -347,8 +351,10 @@ impl ServerLive {
         true
     }
 
-    /// Sets the operational state; true if it changed. From `down` to `up` (while `ready`)
-    /// starts slow start; `unknown` to `up` does not (a process that starts ramps nothing).
+    /// Sets the operational state; true if it changed (queued requests pick again, as for
+    /// `set_admin`: the health checker needs nothing more to redispatch them). From `down`
+    /// to `up` (while `ready`) starts slow start; `unknown` to `up` does not (a process that
+    /// starts ramps nothing).
     pub(crate) fn set_oper(&self, state: OperState) -> bool {
         let old = OperState::from_u8(self.oper.swap(state.to_u8(), Ordering::AcqRel));
         if old == state {
@@ -405,7 +411,13 @@ impl ServerLive {
         })
     }
 
+    /// A state change: stamped, and the backend's queued requests pick again.
     fn touch(&self) {
+        self.stamp();
+        self.queue.wake_all();
+    }
+
+    fn stamp(&self) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -467,7 +479,12 @@ impl ServerLive {
             self.agent_percent.load(Ordering::Relaxed),
             self.ramp_permille.load(Ordering::Relaxed),
         );
-        self.effective_weight.swap(weight, Ordering::Relaxed) != weight
+        let before = self.effective_weight.swap(weight, Ordering::Relaxed);
+        // Weight 0 is out of rotation: crossing it changes usability like a state does.
+        if (before == 0) != (weight == 0) {
+            self.queue.wake_all();
+        }
+        before != weight
     }
 
     /// May take new connections: resolved, ready, not seen down, weight above zero.
@@ -534,29 +551,58 @@ impl ServerLive {
             last_change: self.last_change.load(Ordering::Relaxed),
             counters: self.totals(),
             check: self.check.view(self.agent_percent()),
+            backend_queued: 0,
+            backend_queue_full: 0,
         }
     }
 
     /// Takes a connection slot if the server is below its maxconn.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<ServerSlot> {
-        if self.maxconn == 0 {
-            self.active.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.active
-                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                    (n < self.maxconn).then_some(n + 1)
-                })
-                .ok()?;
-        }
-        Some(ServerSlot {
+        self.take_count().then(|| ServerSlot {
             server: Arc::clone(self),
         })
     }
 
-    /// Counts a request waiting for a slot on this server's backend until the guard drops.
+    /// Counts one more slot in `active` if below maxconn.
+    fn take_count(&self) -> bool {
+        if self.maxconn == 0 {
+            self.active.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        self.active
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < self.maxconn).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Gives back one slot: to the oldest request queued on the backend if any (the slot
+    /// changes hands, `active` stays), else to the server. Servers without a maxconn are
+    /// never full, so nobody waits for their slots.
+    fn release(self: &Arc<Self>) {
+        if self.maxconn == 0 {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        // Nothing new may go to a server that is not usable: its slot just goes back.
+        if self.queue.has_waiters() && self.is_usable() && self.queue.hand_over(self) {
+            return;
+        }
+        self.active.fetch_sub(1, Ordering::AcqRel);
+        // A request joining the queue meanwhile may have seen this slot still taken; it looks
+        // again after joining, this looks again after giving back (see `queue`'s doc).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.queue.has_waiters() && self.is_usable() && self.take_count() && !self.queue.hand_over(self) {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Counts a request waiting for this server in particular until the guard drops.
     #[expect(
         dead_code,
-        reason = "per-server queueing is not counted yet: requests queue on the backend"
+        reason = "no request is bound to one server yet (every algorithm moves on to a server with room, and \
+                  queued requests take the first slot freed on any usable server); a sticky request that \
+                  waits for its server will count here"
     )]
     pub(crate) fn enqueue(self: &Arc<Self>) -> QueuedGuard {
         self.queued.fetch_add(1, Ordering::Relaxed);
@@ -576,7 +622,8 @@ pub(crate) fn effective_weight(configured: u32, percent: u32, permille: u32) -> 
 /// nowhere rather than panicking.
 static DISCARDED: ServerCounters = ServerCounters::new();
 
-/// A held connection slot; dropping it releases the slot and wakes parked waiters.
+/// A held connection slot; dropping it releases the slot (to the oldest queued request,
+/// if any).
 #[derive(Debug)]
 pub(crate) struct ServerSlot {
     server: Arc<ServerLive>,
@@ -590,9 +637,36 @@ impl ServerSlot {
 
 impl Drop for ServerSlot {
     fn drop(&mut self) {
-        self.server.active.fetch_sub(1, Ordering::AcqRel);
-        if self.server.maxconn != 0 {
-            self.server.slot_freed.notify_waiters();
+        self.server.release();
+    }
+}
+
+/// A slot on its way to a queued request (counted in the server's `active`): the waiter
+/// takes it out as a [`ServerSlot`]; if the waiter is gone first, dropping the grant
+/// releases the slot like any other, so a hand-over never loses one.
+#[derive(Debug)]
+pub(crate) struct Grant(Option<Arc<ServerLive>>);
+
+impl Grant {
+    pub(super) fn new(server: Arc<ServerLive>) -> Self {
+        Grant(Some(server))
+    }
+
+    /// The slot, now the waiter's.
+    pub(crate) fn into_slot(mut self) -> Option<ServerSlot> {
+        self.0.take().map(|server| ServerSlot { server })
+    }
+
+    /// Forgets the slot without releasing it: the caller still holds it.
+    pub(super) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if let Some(server) = self.0.take() {
+            server.release();
         }
     }
 }

@@ -126,7 +126,7 @@ mod tests {
             &spec,
             (crate::live::BackendId(0), &backend),
             1,
-            std::sync::Arc::new(Notify::new()),
+            crate::live::queue::SlotQueue::new(),
         )
     }
 

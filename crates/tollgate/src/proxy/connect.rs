@@ -1,7 +1,8 @@
 //! Getting a server connection for a session: ask the worker's view of the backend for a
 //! usable server with room, take a slot on it, connect with a timeout; on failure try
 //! another server, up to the backend's `retries`. When every usable server is at its
-//! maxconn, wait (parked, not polling) for a slot up to `timeouts.queue`.
+//! maxconn, wait in the backend's queue (first come first served across threads, see
+//! `live::queue`) for a slot up to `timeouts.queue`, or refuse at once beyond `maxqueue`.
 //!
 //! Servers already tried are remembered by id (`Tried`), so a retry never goes back to a
 //! failed server however large the backend, until every server has been tried once.
@@ -11,11 +12,13 @@ use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::config::model::QueueOptions;
 use crate::ctx::WorkerCtx;
 use crate::ctx::backends::{LocalBackend, Position, Take, Tried};
 use crate::error::{Error, ErrorKind, Side};
 use crate::live::ServerId;
 use crate::live::backend::QueuedGuard;
+use crate::live::queue::{Ticket, Wake};
 use crate::live::server::{OperState, ServerLive, ServerSlot};
 
 /// A slot on a server, as this worker holds it: dropping it releases the slot and tells
@@ -117,7 +120,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     let mut last_error: Option<Error> = None;
     let mut previous: Option<Arc<ServerLive>> = None;
     for attempt in 0..attempts {
-        let slot = match take_server(ctx, local, &tried, hash_key, prefer).await {
+        let slot = match take_server(ctx, local, spec.queue, &tried, hash_key, prefer).await {
             Ok(found) => found,
             Err(e) => return Err(last_error.unwrap_or(e.at(backend, None))),
         };
@@ -170,13 +173,16 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     Err(last_error.unwrap_or_else(|| no_server("no server".into()).at(backend, None)))
 }
 
-/// A server and a slot on it; parks on the backend's slot-released notification when every
-/// usable server is full, until `timeouts.queue`. Fails at once when no server is usable at
-/// all (drained, in maintenance or down): waiting cannot help. A usable `prefer` server
-/// not yet tried is the only one taken (waited for when full, like HAProxy's persistence).
+/// A server and a slot on it. When every usable server is full, waits in the backend's
+/// queue ([`wait_in_queue`]). Fails at once when no server is usable at all (drained, in
+/// maintenance or down): waiting cannot help. A usable `prefer` server (a sticky request)
+/// is the only one taken, waited for in the queue when full like HAProxy's persistence; a
+/// connect failure to it moves the request to another server unless `redispatch = false`,
+/// which retries the same server while it stays usable.
 async fn take_server<'a>(
     ctx: &WorkerCtx,
     local: &'a LocalBackend,
+    queue: QueueOptions,
     tried: &Tried,
     hash_key: Option<u64>,
     prefer: Option<ServerId>,
@@ -193,54 +199,107 @@ async fn take_server<'a>(
         Take::Nothing => None,
     };
     let attempt = || {
-        if let Some(sticky) = prefer.and_then(|id| local.take_by_id(id, &|s| !tried.contains(s.id))) {
+        let again = |s: &ServerLive| !queue.redispatch || !tried.contains(s.id);
+        if let Some(sticky) = prefer.and_then(|id| local.take_by_id(id, &again)) {
             return held(sticky);
         }
         // Every server with room already failed once: going back to one beats queueing.
         let take = |accept: &dyn Fn(&ServerLive) -> bool| held(local.take(accept, hash_key));
         take(&fresh).or_else(|| if tried.is_empty() { None } else { take(&room) })
     };
-    let mut queue: Option<(Instant, QueuedGuard<'_>)> = None;
+    // A pick that lost its server's last slot to another thread picks again (that server
+    // no longer has room, so this ends).
+    let free_slot = || loop {
+        match attempt() {
+            Some(Some(held)) => return Some(held),
+            Some(None) => continue,
+            None => return None,
+        }
+    };
+    // The common case: a slot at once, without touching the queue or reading the clock.
+    match free_slot() {
+        Some(held) => Ok(held),
+        None => wait_in_queue(ctx, local, queue, free_slot).await,
+    }
+}
+
+/// Every usable server is full: waits in the backend's queue, first come first served
+/// across every worker thread, until a slot released on any usable server is handed over
+/// (up to `timeouts.queue`, then 503). Refused at once when `maxqueue` requests already
+/// wait. A server state change wakes the line: each waiter picks again (keeping its
+/// place), so a server that became usable takes them at once, and when none is usable any
+/// more they fail at once instead of waiting for their timeout.
+///
+/// Balancing keys (`hash`) do not bind a queued request to one server: bounded-load
+/// hashing already moves on to the next server with room, and in line the request takes
+/// the first slot freed on any usable server.
+async fn wait_in_queue<'a>(
+    ctx: &WorkerCtx,
+    local: &'a LocalBackend,
+    options: QueueOptions,
+    free_slot: impl Fn() -> Option<HeldSlot<'a>>,
+) -> Result<HeldSlot<'a>, Error> {
+    let live = &local.live;
+    let limit = ctx.shared.config.timeouts.queue;
+    let mut ticket: Option<Ticket> = None;
+    let mut counted: Option<(Instant, QueuedGuard<'_>)> = None;
     loop {
-        // The common case takes a slot at once, without registering for releases (a lock
-        // on the backend's `Notify`) or reading the clock.
-        match attempt() {
-            Some(Some(held)) => return Ok(held),
-            Some(None) => continue,
-            None => {}
-        }
-        // Nothing free: register for a release, then look again, so a slot freed in
-        // between is not missed.
-        let released = local.live.slot_released();
-        tokio::pin!(released);
-        released.as_mut().enable();
-        match attempt() {
-            Some(Some(held)) => return Ok(held),
-            Some(None) => continue,
-            None => {}
-        }
         if !local.any_usable() {
-            return Err(no_server(format!("backend {}: no usable server", local.live.name)));
+            return Err(no_server(format!("backend {}: no usable server", live.name)));
         }
-        let deadline = match &queue {
+        let deadline = match &counted {
             Some((deadline, _)) => *deadline,
             None => {
+                let Some(guard) = live.enqueue(options.maxqueue) else {
+                    ctx.stats.queue_full.add(1);
+                    return Err(Error::new(
+                        ErrorKind::QueueFull,
+                        Side::Back,
+                        format!(
+                            "backend {}: every server at maxconn and {} requests queued (maxqueue)",
+                            live.name, options.maxqueue
+                        ),
+                    ));
+                };
                 ctx.stats.server_queued.add(1);
-                let deadline = Instant::now() + ctx.shared.config.timeouts.queue;
-                queue = Some((deadline, local.live.enqueue()));
+                let deadline = Instant::now() + limit;
+                counted = Some((deadline, guard));
                 deadline
             }
         };
-        if tokio::time::timeout_at(deadline, released).await.is_err() {
-            ctx.stats.queue_timeouts.add(1);
-            return Err(Error::new(
-                ErrorKind::QueueTimeout,
-                Side::Back,
-                format!(
-                    "backend {}: every server at maxconn for {:?}",
-                    local.live.name, ctx.shared.config.timeouts.queue
-                ),
-            ));
+        let mut waiter = live.queue().join(ticket);
+        ticket = Some(waiter.ticket());
+        // A slot freed while this request joined may have been missed by its releaser:
+        // taken here, it goes straight back to the oldest waiter (perhaps this one).
+        drop(free_slot());
+        let wake = match tokio::time::timeout_at(deadline, waiter.woken()).await {
+            Ok(wake) => wake,
+            Err(_) => {
+                ctx.stats.queue_timeouts.add(1);
+                return Err(Error::new(
+                    ErrorKind::QueueTimeout,
+                    Side::Back,
+                    format!("backend {}: every server at maxconn for {limit:?}", live.name),
+                ));
+            }
+        };
+        drop(waiter);
+        if let Wake::Slot(grant) = wake
+            && let Some(slot) = grant.into_slot()
+        {
+            // Drained or down since it was handed over: back it goes (to the next waiter
+            // if the server is still usable for them), and this one picks again.
+            if slot.server().is_usable() {
+                let at = local.adopted(slot.server().id);
+                return Ok(HeldSlot {
+                    slot,
+                    at,
+                    backend: local,
+                });
+            }
+        }
+        if let Some(held) = free_slot() {
+            return Ok(held);
         }
     }
 }

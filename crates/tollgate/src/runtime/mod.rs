@@ -293,7 +293,18 @@ impl Running {
             .backends
             .iter()
             .filter(|b| backend.is_none_or(|name| *b.name == *name))
-            .flat_map(|b| b.servers().servers.iter().map(|s| s.view()).collect::<Vec<_>>())
+            .flat_map(|b| {
+                let (queued, queue_full) = (b.queued(), b.queue_full());
+                b.servers()
+                    .servers
+                    .iter()
+                    .map(|s| ServerView {
+                        backend_queued: queued,
+                        backend_queue_full: queue_full,
+                        ..s.view()
+                    })
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
