@@ -136,6 +136,9 @@ worker_stats! {
     /// kTLS connections closed because the peer sent a non-data record the kernel path does
     /// not handle (a TLS 1.3 KeyUpdate, for instance).
     ktls_unsupported_record,
+    /// Access log lines dropped because the log's writer fell behind (its queue was full
+    /// when this worker handed a buffer over): docs/logging.md.
+    log_dropped,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {
