@@ -80,6 +80,10 @@ fn assert_forwarded(v: &Value, path: &str) {
 
 #[test]
 fn keep_alive_and_pipelined_requests_each_get_one_json_line_curl() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        println!("skipped: curl is not installed");
+        return;
+    }
     let origin = http_origin(|r| ok(&format!("path {}", r.target)));
     let dir = TempDir::new();
     let log = dir.path("access.log");
@@ -375,4 +379,37 @@ fn sigusr1_reopens_the_file_in_master_mode() {
     let old = std::fs::read_to_string(&rotated).unwrap();
     assert_eq!(old.lines().count(), 1, "{old}");
     assert!(old.contains("\"/before\""));
+}
+
+#[test]
+fn https_lines_carry_the_tls_version_and_sni_curl() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        println!("skipped: curl is not installed");
+        return;
+    }
+    use common::tls::{Ca, cert_entry, path_str};
+    let origin = http_origin(|_| ok("secure"));
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let ca = Ca::new("ca");
+    let leaf = ca.leaf(&["web.example"], "web", false).write(&dir, "web");
+    let ca_path = ca.write(&dir, "ca.pem");
+    let config = format!(
+        "{}[global]\nworkers = 1\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [frontend.tls]\nalpn = [\"http/1.1\"]\n{}\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        log_table(&log, "json"),
+        cert_entry(&leaf, true),
+        origin.addr
+    );
+    let proxy = Proxy::start(&config);
+    let port = proxy.addr.port();
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--tlsv1.3", "--cacert", &path_str(&ca_path), "--resolve"])
+        .arg(format!("web.example:{port}:127.0.0.1"))
+        .arg(format!("https://web.example:{port}/tls"))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "secure", "{}", String::from_utf8_lossy(&out.stderr));
+    let v = &json_lines(&log, 1)[0];
+    assert_eq!((&v["path"], &v["tls_version"], &v["sni"]), (&"/tls".into(), &"TLSv1.3".into(), &"web.example".into()), "{v}");
 }

@@ -268,7 +268,7 @@ impl Local {
     pub(crate) fn give_line(&self, mut line: RequestLine) {
         line.clear();
         if let Ok(mut s) = self.state.try_borrow_mut()
-            && s.spare_lines.len() < 4096
+            && s.spare_lines.len() < 1024
         {
             s.spare_lines.push(line);
         }
@@ -284,5 +284,87 @@ pub(crate) struct LineSlot {
 impl Drop for LineSlot {
     fn drop(&mut self) {
         self.local.give_line(std::mem::take(&mut self.line));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    fn parse(log: &str) -> Result<Log, String> {
+        let text = format!(
+            "{log}\n[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"b\"\n\
+             [[backend]]\nname = \"b\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:1\"\n"
+        );
+        crate::config::parse(&text, "t.toml").map(|c| c.log).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn log_keys_parse_and_default_to_off() {
+        assert_eq!(parse("").unwrap(), Log::default());
+        assert_eq!(parse("").unwrap().access, LogSink::Off);
+        let l = parse("[log]\naccess = \"stdout\"\nformat = \"text\"").unwrap();
+        assert_eq!((l.access, l.format), (LogSink::Stdout, LogFormat::Text));
+        let l = parse("[log]\naccess = \"syslog://127.0.0.1:514\"").unwrap();
+        assert_eq!(l.access, LogSink::Syslog("127.0.0.1:514".parse().unwrap()));
+        assert_eq!(l.format, LogFormat::Json);
+        let l = parse("[log]\naccess = \"/var/log/t.log\"").unwrap();
+        assert_eq!(l.access, LogSink::File("/var/log/t.log".into()));
+        let bad = parse("[log]\naccess = \"syslog://nowhere\"").unwrap_err();
+        assert!(bad.contains("t.toml:1:") && bad.contains("log.access"), "{bad}");
+        let bad = parse("[log]\nformat = \"xml\"").unwrap_err();
+        assert!(bad.contains("format"), "{bad}");
+        let bad = parse("[log]\nacess = \"stdout\"").unwrap_err();
+        assert!(bad.contains("acess"), "{bad}");
+    }
+
+    /// A worker hands buffers over; with the writer stopped the queue fills and lines are
+    /// dropped and counted, never waited for.
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let log = Arc::new(AccessLog {
+            format: LogFormat::Json,
+            tx,
+            free: Mutex::new(Vec::new()),
+            reopen: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            writer: Mutex::new(None),
+        });
+        let stats = Arc::new(WorkerStats::default());
+        let local = Local::new(Arc::clone(&log), Arc::clone(&stats));
+        let line = RequestLine::with_capacity();
+        let entry = Entry {
+            time: std::time::SystemTime::UNIX_EPOCH,
+            client: "127.0.0.1:1".parse().unwrap(),
+            frontend: "f",
+            backend: None,
+            server: None,
+            request: Some(&line),
+            status: 0,
+            bytes_to_server: 0,
+            bytes_to_client: 0,
+            timings: format::Timings::default(),
+            retries: 0,
+            termination: crate::error::Termination::NORMAL,
+            tls_version: None,
+            sni: None,
+        };
+        local.write(&entry);
+        local.flush();
+        assert_eq!(stats.log_dropped.get(), 0, "the first buffer fits in the queue");
+        for _ in 0..3 {
+            local.write(&entry);
+        }
+        local.flush();
+        assert_eq!(stats.log_dropped.get(), 3, "the queue is full: dropped, counted");
+        let Ok(Msg::Lines(first)) = rx.try_recv() else {
+            panic!("one buffer queued")
+        };
+        assert_eq!(first.iter().filter(|&&b| b == b'\n').count(), 1);
+        local.write(&entry);
+        local.flush();
+        assert_eq!(stats.log_dropped.get(), 3, "room again");
     }
 }
