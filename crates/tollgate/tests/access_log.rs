@@ -404,12 +404,29 @@ fn https_lines_carry_the_tls_version_and_sni_curl() {
     let proxy = Proxy::start(&config);
     let port = proxy.addr.port();
     let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--tlsv1.3", "--cacert", &path_str(&ca_path), "--resolve"])
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--tlsv1.3",
+            "--cacert",
+            &path_str(&ca_path),
+            "--resolve",
+        ])
         .arg(format!("web.example:{port}:127.0.0.1"))
         .arg(format!("https://web.example:{port}/tls"))
         .output()
         .expect("curl");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "secure", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "secure",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = &json_lines(&log, 1)[0];
-    assert_eq!((&v["path"], &v["tls_version"], &v["sni"]), (&"/tls".into(), &"TLSv1.3".into(), &"web.example".into()), "{v}");
+    assert_eq!(
+        (&v["path"], &v["tls_version"], &v["sni"]),
+        (&"/tls".into(), &"TLSv1.3".into(), &"web.example".into()),
+        "{v}"
+    );
 }

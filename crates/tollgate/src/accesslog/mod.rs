@@ -142,18 +142,17 @@ fn write_loop(log: &AccessLog, rx: Receiver<Msg>, mut sink: sink::Sink) {
                 sink.write(&buf);
                 log.recycle(buf);
             }
-            Ok(Msg::Wake) | Err(RecvTimeoutError::Timeout) => {
-                if log.stop.load(Ordering::SeqCst) {
-                    while let Ok(msg) = rx.try_recv() {
-                        if let Msg::Lines(buf) = msg {
-                            sink.write(&buf);
-                        }
-                    }
-                    sink.flush();
-                    return;
+            Ok(Msg::Wake) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        // Set once every worker handed over its last lines: write what is queued, stop.
+        if log.stop.load(Ordering::SeqCst) {
+            while let Ok(msg) = rx.try_recv() {
+                if let Msg::Lines(buf) = msg {
+                    sink.write(&buf);
                 }
             }
-            Err(RecvTimeoutError::Disconnected) => break,
+            break;
         }
     }
     sink.flush();
@@ -297,7 +296,9 @@ mod tests {
             "{log}\n[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"b\"\n\
              [[backend]]\nname = \"b\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:1\"\n"
         );
-        crate::config::parse(&text, "t.toml").map(|c| c.log).map_err(|e| e.to_string())
+        crate::config::parse(&text, "t.toml")
+            .map(|c| c.log)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
