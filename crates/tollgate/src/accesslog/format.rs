@@ -370,7 +370,7 @@ mod tests {
         let mut out = Vec::new();
         text(&entry(Some(&line)), &mut out);
         let text = String::from_utf8(out).unwrap();
-        assert!(text.contains(&format!(" {}... ", "x".repeat(PATH_LIMIT))), "{text}");
+        assert!(text.contains(&format!(" {}...\" ", "x".repeat(PATH_LIMIT))), "{text}");
     }
 
     #[test]

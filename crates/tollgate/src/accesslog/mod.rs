@@ -313,7 +313,7 @@ mod tests {
         let l = parse("[log]\naccess = \"/var/log/t.log\"").unwrap();
         assert_eq!(l.access, LogSink::File("/var/log/t.log".into()));
         let bad = parse("[log]\naccess = \"syslog://nowhere\"").unwrap_err();
-        assert!(bad.contains("t.toml:1:") && bad.contains("log.access"), "{bad}");
+        assert!(bad.contains("t.toml:2:10") && bad.contains("log.access"), "{bad}");
         let bad = parse("[log]\nformat = \"xml\"").unwrap_err();
         assert!(bad.contains("format"), "{bad}");
         let bad = parse("[log]\nacess = \"stdout\"").unwrap_err();
