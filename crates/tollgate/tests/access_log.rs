@@ -430,3 +430,33 @@ fn https_lines_carry_the_tls_version_and_sni_curl() {
         "{v}"
     );
 }
+
+#[test]
+fn a_passthrough_session_logs_the_peeked_sni() {
+    use common::tls::{Ca, client_config, tls_origin, tls_request};
+    let ca = Ca::new("ca");
+    let leaf = ca.leaf(&["b.example"], "origin-b", false);
+    let origin = tls_origin(leaf.server_config(), |req, _| req);
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let toml = format!(
+        "{}[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\n\
+         [[frontend.route]]\nsni = \"b.example\"\nbackend = \"be_b\"\n\
+         [[backend]]\nname = \"be_b\"\n[[backend.server]]\nname = \"b\"\naddress = \"{origin}\"\n",
+        log_table(&log, "json")
+    );
+    let proxy = Proxy::start(&toml);
+    let (reply, _) = tls_request(proxy.addr, client_config(&ca), "b.example", b"ping").unwrap();
+    assert_eq!(reply, b"ping");
+    proxy.wait_idle(Duration::from_secs(5));
+    let v = &json_lines(&log, 1)[0];
+    assert_eq!(
+        (&v["sni"], &v["tls_version"], &v["server"]),
+        (&"b.example".into(), &Value::Null, &"b".into()),
+        "{v}"
+    );
+    assert!(
+        v["bytes_to_server"].as_u64().unwrap() > 4,
+        "the ClientHello and the request: {v}"
+    );
+}
