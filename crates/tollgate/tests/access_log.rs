@@ -337,7 +337,7 @@ fn a_blocked_sink_never_stalls_traffic_and_counts_drops() {
     assert!(dropped > 0);
     assert!(dropped < sent, "lines before the pipe filled were written");
     assert!(
-        slowest < Duration::from_secs(2),
+        slowest < Duration::from_secs(3),
         "a request waited on the log: {slowest:?}"
     );
 }
