@@ -5,7 +5,8 @@
 //!
 //! A counting global allocator wraps the system one. The origin and the client are written
 //! to allocate nothing per request (fixed buffers, blocking std sockets), so whatever the
-//! counter shows during the measured window is the proxy's. Run:
+//! counter shows during the measured window is the proxy's. Measured twice: access logs off,
+//! then JSON access logs to a file (the writer thread's allocations count too). Run:
 //!   cargo bench -p tollgate --bench proxy_allocs
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // a benchmark may panic
 
@@ -60,8 +61,23 @@ fn main() {
     let origin = origin();
     // The re-framed body ends in the only `0\r\n\r\n` of a request.
     let chunked_origin = origin_answering_after(b"0\r\n\r\n");
+    println!("-- access logs off");
+    measure(origin, chunked_origin, "");
+    let log = std::env::temp_dir().join(format!("tollgate-proxy-allocs-{}.log", std::process::id()));
+    println!("-- JSON access logs to a file");
+    measure(
+        origin,
+        chunked_origin,
+        &format!("[log]\naccess = \"{}\"\n", log.display()),
+    );
+    let lines = std::fs::read_to_string(&log).map_or(0, |t| t.lines().count());
+    println!("({lines} access log lines written)");
+    let _ = std::fs::remove_file(&log);
+}
+
+fn measure(origin: std::net::SocketAddr, chunked_origin: std::net::SocketAddr, log: &str) {
     let toml = format!(
-        "[global]\nworkers = 1\nbuffer_size = \"16KiB\"\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be\"\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n\
+        "{log}[global]\nworkers = 1\nbuffer_size = \"16KiB\"\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be\"\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n\
          [[frontend]]\nname = \"fe2\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be2\"\n[[backend]]\nname = \"be2\"\nmode = \"http\"\n[[backend.server]]\nname = \"o2\"\naddress = \"{chunked_origin}\"\n\
          [[frontend]]\nname = \"fe3\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nforwarded = \"none\"\ndefault_backend = \"be3\"\n[[backend]]\nname = \"be3\"\nmode = \"http\"\n[backend.sticky]\ncookie = \"SRV\"\n[[backend.server]]\nname = \"s1\"\naddress = \"{origin}\"\n[[backend.server]]\nname = \"s2\"\naddress = \"{origin}\"\n"
     );

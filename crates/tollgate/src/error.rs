@@ -93,6 +93,34 @@ impl Termination {
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).unwrap_or("??")
     }
+
+    /// The cause in words, for access logs: who ended the stream, then when (`normal` for
+    /// `--`), e.g. `server timeout` + `waiting for the response head`.
+    pub fn words(&self) -> (&'static str, &'static str) {
+        let [who, phase] = self.0;
+        let who = match who {
+            b'-' => return ("normal", ""),
+            b'C' => "client closed",
+            b'S' => "server failed",
+            b'P' => "proxy refused",
+            b'c' => "client timeout",
+            b's' => "server timeout",
+            b'K' => "killed by an operator",
+            b'R' => "resource exhausted",
+            b'I' => "internal error",
+            _ => "unknown",
+        };
+        let phase = match phase {
+            b'R' => "reading the request",
+            b'Q' => "waiting in the queue",
+            b'C' => "connecting to the server",
+            b'H' => "waiting for the response head",
+            b'D' => "sending the response",
+            b'T' => "relaying",
+            _ => "",
+        };
+        (who, phase)
+    }
 }
 
 impl std::fmt::Debug for Termination {

@@ -25,8 +25,8 @@
 //!   channel (JSON in length-prefixed frames).
 //! - `live`: the live model: backends and servers with stable ids and live state
 //!   (admin/operational state, weights, connections, counters) shared by every worker.
-//! - `budget`, `buffer`, [`stats`]: accept budgets, the per-worker copy-buffer pool charged
-//!   against a byte budget, counters.
+//! - `budget`, `buffer`, [`stats`], `accesslog`: accept budgets, the per-worker copy-buffer
+//!   pool charged against a byte budget, counters, access log lines and their writer thread.
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors), certificates
 //!   and SNI patterns included. [`http`]: the sans-io HTTP/1.1 codec. [`error`]: the one
 //!   error type (kind, side, retryable). `ids`: stable backend and server ids. [`origin`]:
@@ -37,6 +37,7 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+pub(crate) mod accesslog;
 pub mod admin;
 pub(crate) mod balance;
 pub(crate) mod budget;

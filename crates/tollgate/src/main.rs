@@ -374,8 +374,13 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
+        let mut usr1 = signal(SignalKind::user_defined1())?;
         loop {
             tokio::select! {
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1: reopening the access log");
+                    running.reopen_logs();
+                }
                 _ = term.recv() => {
                     tracing::info!(?hard_stop_after, "SIGTERM: finishing connections in flight, then exiting");
                     running.soft_stop();
@@ -398,6 +403,7 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
                     break;
                 }
                 _ = int.recv() => { running.hard_stop(); break; }
+                _ = usr1.recv() => running.reopen_logs(),
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
         }

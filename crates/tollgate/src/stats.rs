@@ -148,6 +148,9 @@ worker_stats! {
     dns_failures,
     /// Server-set versions DNS discovery published (addresses, SRV servers or weights moved).
     dns_updates,
+    /// Access log lines dropped because the log's writer fell behind (its queue was full
+    /// when this worker handed a buffer over): docs/logging.md.
+    log_dropped,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["balance"],
     &["command"],
     &["live"],
-    &["budget", "buffer", "stats"],
+    &["budget", "buffer", "stats", "accesslog"],
     &["config", "http", "error", "ids", "origin"],
 ];
 

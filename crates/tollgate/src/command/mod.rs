@@ -209,6 +209,8 @@ pub(crate) enum ToWorker {
         #[serde(default)]
         backend: Option<String>,
     },
+    /// Reopen the access log file (the master got SIGUSR1). No reply.
+    ReopenLogs,
 }
 
 /// Worker → master.

@@ -22,6 +22,8 @@ pub(crate) struct ConfigFile {
     #[serde(default)]
     pub watchdog: WatchdogSection,
     #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
     pub frontend: Vec<FrontendSection>,
     #[serde(default)]
     pub backend: Vec<BackendSection>,
@@ -68,6 +70,22 @@ pub(crate) struct GlobalSection {
     pub allow_root: Option<bool>,
     /// Hand a new connection from a crowded worker to the least loaded one.
     pub connection_rebalance: Option<bool>,
+}
+
+/// `[log]`: access logs (docs/logging.md).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LogSection {
+    /// `off`, `stdout`, a file path, or `syslog://HOST:PORT` (UDP).
+    pub access: Option<Spanned<String>>,
+    pub format: Option<Spanned<LogFormatName>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum LogFormatName {
+    Json,
+    Text,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.

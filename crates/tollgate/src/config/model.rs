@@ -32,6 +32,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub http: Http,
     pub watchdog: Watchdog,
+    pub log: Log,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
     /// `[resolvers]`: the DNS client of `discover` (host-named servers, SRV records).
@@ -109,6 +110,35 @@ pub struct RunAs {
 
 /// Where the master listens for `tollgate reload` unless `global.control_socket` says otherwise.
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/tollgate/tollgate.sock";
+
+/// `[log]`: where access log lines go and how they look (docs/logging.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Log {
+    pub access: LogSink,
+    pub format: LogFormat,
+}
+
+/// Where access log lines go.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum LogSink {
+    /// No access log (the default, as in HAProxy: nothing is logged unless configured).
+    #[default]
+    Off,
+    Stdout,
+    /// Appended to this file; reopened on SIGUSR1.
+    File(PathBuf),
+    /// One RFC 5424 datagram per line to this UDP address.
+    Syslog(SocketAddr),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// The fixed layout of docs/logging.md.
+    Text,
+}
 
 /// Stall detection for worker threads (see `runtime::watchdog`).
 #[derive(Debug, Clone, Copy)]

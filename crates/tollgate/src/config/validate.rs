@@ -67,6 +67,7 @@ impl<'a> Validator<'a> {
         let timeouts = self.timeouts(&file);
         let http = self.http(&file, global.buffer_size);
         let watchdog = self.watchdog(&file);
+        let log = self.log(&file);
         let backends = self.backends(&file);
         let resolvers = self.resolvers(&file);
         let frontends = self.frontends(&file, &backends);
@@ -86,6 +87,7 @@ impl<'a> Validator<'a> {
             timeouts,
             http,
             watchdog,
+            log,
             frontends,
             backends,
             resolvers,
@@ -184,6 +186,55 @@ impl<'a> Validator<'a> {
             );
         }
         resolved
+    }
+
+    /// `[log]`: `access` is `off`, `stdout`, `syslog://HOST:PORT` or a file path (relative
+    /// to the config file's directory).
+    fn log(&mut self, file: &ConfigFile) -> Log {
+        use super::file::LogFormatName;
+        let l = &file.log;
+        let format = match l.format.as_ref().map(|f| *f.get_ref()) {
+            Some(LogFormatName::Text) => LogFormat::Text,
+            Some(LogFormatName::Json) | None => LogFormat::Json,
+        };
+        let Some(access) = &l.access else {
+            return Log {
+                format,
+                ..Log::default()
+            };
+        };
+        let text = access.get_ref().trim();
+        let sink = if text.is_empty() {
+            self.err(
+                access.span(),
+                "log.access".into(),
+                "must not be empty (use \"off\")".into(),
+            );
+            LogSink::Off
+        } else if text == "off" {
+            LogSink::Off
+        } else if text == "stdout" {
+            LogSink::Stdout
+        } else if let Some(addr) = text.strip_prefix("syslog://") {
+            match std::net::ToSocketAddrs::to_socket_addrs(addr).ok().and_then(|mut a| a.next()) {
+                Some(a) => LogSink::Syslog(a),
+                None => {
+                    self.err(
+                        access.span(),
+                        "log.access".into(),
+                        format!("`{addr}` is not a HOST:PORT that resolves (syslog over UDP)"),
+                    );
+                    LogSink::Off
+                }
+            }
+        } else {
+            let path = Path::new(text);
+            LogSink::File(match &self.base_dir {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.to_path_buf(),
+            })
+        };
+        Log { access: sink, format }
     }
 
     fn watchdog(&mut self, file: &ConfigFile) -> Watchdog {

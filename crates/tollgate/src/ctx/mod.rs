@@ -51,4 +51,6 @@ pub struct Shared {
     pub stats: Vec<Arc<WorkerStats>>,
     /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
     pub(crate) handshakes: Arc<tokio::sync::Semaphore>,
+    /// The process's access log (`None`: `log.access = "off"`).
+    pub(crate) access_log: Option<Arc<crate::accesslog::AccessLog>>,
 }

@@ -43,6 +43,8 @@ pub(crate) struct WorkerCtx {
     warn_limit: RefCell<LogLimiter>,
     /// Wakes the task that reports a window's suppressed warn lines.
     warn_flush: Notify,
+    /// This thread's side of the access log (`None`: logs off).
+    pub access_log: Option<Rc<crate::accesslog::Local>>,
 }
 
 impl WorkerCtx {
@@ -67,6 +69,10 @@ impl WorkerCtx {
             .map(|(spec, live)| LocalBackend::new(spec, Arc::clone(live), id))
             .collect();
         let http_pool = ServerPool::new(&shared.config);
+        let access_log = shared
+            .access_log
+            .as_ref()
+            .map(|log| Rc::new(crate::accesslog::Local::new(Arc::clone(log), Arc::clone(&stats))));
         Rc::new(WorkerCtx {
             id,
             shared,
@@ -80,6 +86,7 @@ impl WorkerCtx {
             drained: Notify::new(),
             warn_limit: RefCell::new(LogLimiter::default()),
             warn_flush: Notify::new(),
+            access_log,
         })
     }
 

@@ -206,10 +206,11 @@ impl Master {
         requests: &mut mpsc::UnboundedReceiver<Request>,
     ) -> Result<(), Error> {
         let sig = |kind| signal(kind).map_err(internal("signal handler"));
-        let (mut hup, mut term, mut int) = (
+        let (mut hup, mut term, mut int, mut usr1) = (
             sig(SignalKind::hangup())?,
             sig(SignalKind::terminate())?,
             sig(SignalKind::interrupt())?,
+            sig(SignalKind::user_defined1())?,
         );
         let plan = self.plan.clone();
         let config = Arc::clone(&self.config);
@@ -235,6 +236,10 @@ impl Master {
                 _ = hup.recv() => {
                     tracing::info!("SIGHUP: reloading");
                     let _ = self.reload(events).await;
+                }
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1: workers reopen their access logs");
+                    self.reopen_logs().await;
                 }
                 _ = term.recv() => {
                     tracing::info!("SIGTERM: soft-stopping the workers, then exiting");
@@ -427,6 +432,23 @@ impl Master {
                     tracing::warn!(generations = ?waiting, "old generation(s) did not confirm they stopped accepting");
                     return;
                 }
+            }
+        }
+    }
+
+    /// Tells every generation (stopping ones too: they still log) to reopen its access log.
+    async fn reopen_logs(&mut self) {
+        for g in &mut self.gens {
+            let sent = tokio::time::timeout(
+                Duration::from_secs(1),
+                codec::write_async(&mut g.to_worker, &ToWorker::ReopenLogs),
+            );
+            if !matches!(sent.await, Ok(Ok(()))) {
+                tracing::warn!(
+                    generation = g.id,
+                    pid = g.pid,
+                    "could not tell the worker to reopen its logs"
+                );
             }
         }
     }

@@ -141,10 +141,11 @@ async fn control(
     let mut to_master = chan.try_clone().map_err(internal("socketpair"))?;
     let mut from_master = master_messages(chan)?;
     let sig = |kind| signal(kind).map_err(internal("signal handler"));
-    let (mut term, mut int, mut hup) = (
+    let (mut term, mut int, mut hup, mut usr1) = (
         sig(SignalKind::terminate())?,
         sig(SignalKind::interrupt())?,
         sig(SignalKind::hangup())?,
+        sig(SignalKind::user_defined1())?,
     );
     let hard = loop {
         tokio::select! {
@@ -154,6 +155,7 @@ async fn control(
                 Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => {
                     answer(&mut to_master, running, cmd);
                 }
+                Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 Some(other) => tracing::warn!(generation, ?other, "unexpected message from the master"),
                 None => {
                     tracing::warn!(generation, "master gone: soft-stopping");
@@ -169,6 +171,8 @@ async fn control(
             _ = int.recv() => break true,
             // The master, not the worker, owns reloads; a stray SIGHUP must not kill a worker.
             _ = hup.recv() => tracing::info!(generation, "SIGHUP ignored by a worker (send it to the master)"),
+            // Sent to the whole process group (`kill -USR1 -PGID`), or by hand: reopen too.
+            _ = usr1.recv() => running.reopen_logs(),
         }
     };
     if hard {
@@ -196,8 +200,11 @@ async fn control(
                 break;
             }
             _ = int.recv() => { running.hard_stop(); break; }
+            _ = usr1.recv() => running.reopen_logs(),
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::HardStop) => { running.hard_stop(); break; }
+                // A stopping generation still writes lines for its last sessions.
+                Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 // A stopping generation still has sessions: `--kill` must reach them.
                 Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => answer(&mut to_master, running, cmd),
                 Some(_) => {}

@@ -24,15 +24,16 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySock
         Mode::Tcp => {
             // A TCP session is one stream: one record. (HTTP mode records each request.)
             let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
+            let mut tls = record::TlsSeen::default();
             let result = match stream.into_registered() {
-                Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec).await,
+                Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
                 Err(e) => Err(Error::io(Side::Front, "register", e)),
             };
             if let Err(e) = &result {
                 rec.fail(e);
             }
             rec.close();
-            record::sink(ctx, &rec);
+            record::sink(ctx, &rec, tls.seen());
             result
         }
         Mode::Http => http::serve(ctx, frontend, stream, peer).await,

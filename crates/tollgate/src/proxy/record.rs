@@ -5,14 +5,16 @@
 //!
 //! Invariants: a record is a plain `Copy` value on the session's stack (no allocation per
 //! request); every stream that was accepted or read produces exactly one record; timing
-//! offsets only move forward (`None` = that step never happened). Today the sink feeds the
-//! per-server counters and a trace event (`tollgate::record`); access logs will write it.
+//! offsets only move forward (`None` = that step never happened). The sink feeds the
+//! per-server counters, a trace event (`tollgate::record`) and the access log (one line per
+//! record, formatted on this thread: `accesslog`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use crate::accesslog::format::{Entry, RequestLine, Timings};
 use crate::ctx::WorkerCtx;
 use crate::ctx::backends::Position;
 use crate::error::{Error, Termination};
@@ -111,14 +113,59 @@ impl StreamRecord {
     }
 }
 
+/// What the access log line says beyond the record, borrowed from the session at its end
+/// (nothing copied for it but the request line, captured at head-parse time).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Seen<'a> {
+    /// HTTP: the method and target.
+    pub request: Option<&'a RequestLine>,
+    /// The frontend terminated or peeked TLS: the version (terminated only) and the SNI.
+    pub tls_version: Option<&'static str>,
+    pub sni: Option<&'a str>,
+}
+
+/// The TLS facts of a TCP session, kept past the TLS stream's life (the session's record
+/// is sunk after the stream is gone). Made only when access logs are on.
+#[derive(Debug, Default)]
+pub(crate) struct TlsSeen {
+    pub version: Option<&'static str>,
+    pub sni: Option<Box<str>>,
+}
+
+impl TlsSeen {
+    pub(crate) fn seen(&self) -> Seen<'_> {
+        Seen {
+            request: None,
+            tls_version: self.version,
+            sni: self.sni.as_deref(),
+        }
+    }
+}
+
+/// `TLSv1.3`, as OpenSSL and HAProxy name versions.
+pub(crate) fn tls_version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'static str> {
+    match v? {
+        rustls::ProtocolVersion::TLSv1_3 => Some("TLSv1.3"),
+        rustls::ProtocolVersion::TLSv1_2 => Some("TLSv1.2"),
+        _ => Some("TLS"),
+    }
+}
+
 /// The worker's sink: every ended stream comes here once. Feeds the server's counters
-/// (requests, bytes, responses by class) from this thread's cell, and a trace event the
-/// tests (and a curious operator) can read with `RUST_LOG=tollgate::record=trace`.
-pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
+/// (requests, bytes, responses by class) from this thread's cell, a trace event the tests
+/// (and a curious operator) can read with `RUST_LOG=tollgate::record=trace`, and the
+/// access log when it is on.
+pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord, seen: Seen<'_>) {
+    let mut logged = ctx.access_log.is_none();
     if let (Some(backend), Some(id)) = (r.backend, r.server)
         && let Some(local) = ctx.backends.get(backend)
     {
         local.with_server(id, r.server_at, |server| {
+            if let Some(log) = &ctx.access_log {
+                // The live names: a server need not be in the config (added at runtime).
+                log.write(&entry(ctx, r, seen, Some(&server.backend_name), Some(&server.name)));
+                logged = true;
+            }
             let c = server.counters(ctx.id);
             c.requests.add(1);
             c.bytes_to_server.add(r.bytes_to_server);
@@ -127,6 +174,10 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
                 c.response(r.status);
             }
         });
+    }
+    if !logged && let Some(log) = &ctx.access_log {
+        let backend = r.backend.and_then(|b| ctx.shared.config.backends.get(b));
+        log.write(&entry(ctx, r, seen, backend.map(|b| b.name.as_str()), None));
     }
     let us = |d: Option<Duration>| d.map_or(-1, |d| d.as_micros() as i64);
     tracing::trace!(
@@ -147,6 +198,41 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord) {
         termination = %r.termination,
         "stream"
     );
+}
+
+/// The access log's view of a record: names looked up, offsets as the log names them.
+fn entry<'a>(
+    ctx: &'a WorkerCtx,
+    r: &StreamRecord,
+    seen: Seen<'a>,
+    backend: Option<&'a str>,
+    server: Option<&'a str>,
+) -> Entry<'a> {
+    let config = &ctx.shared.config;
+    let t = &r.timing;
+    Entry {
+        // One clock read: the record closed just now, `end` after it began.
+        time: SystemTime::now().checked_sub(t.end).unwrap_or(SystemTime::UNIX_EPOCH),
+        client: r.client,
+        frontend: config.frontends.get(r.frontend).map_or("-", |f| f.name.as_str()),
+        backend,
+        server,
+        request: seen.request.filter(|l| !l.is_empty()),
+        status: r.status,
+        bytes_to_server: r.bytes_to_server,
+        bytes_to_client: r.bytes_to_client,
+        timings: Timings {
+            head: t.head,
+            queued: t.chosen,
+            connected: t.connected,
+            response: t.response,
+            total: t.end,
+        },
+        retries: r.retries,
+        termination: r.termination,
+        tls_version: seen.tls_version,
+        sni: seen.sni,
+    }
 }
 
 #[cfg(test)]

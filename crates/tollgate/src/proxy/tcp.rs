@@ -13,7 +13,7 @@ use std::rc::Rc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::record::StreamRecord;
+use super::record::{StreamRecord, TlsSeen};
 use crate::config::model::Frontend;
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
@@ -25,6 +25,7 @@ pub(crate) async fn serve(
     frontend: usize,
     client: TcpStream,
     rec: &mut StreamRecord,
+    seen: &mut TlsSeen,
 ) -> Result<(), Error> {
     let fe = ctx
         .shared
@@ -35,10 +36,10 @@ pub(crate) async fn serve(
     if let Some(tls) = &fe.tls {
         // Boxed: the TLS states are large, and a plain TCP session should not carry (and copy
         // into its task) their size.
-        return Box::pin(serve_tls(ctx, fe, tls, client, rec)).await;
+        return Box::pin(serve_tls(ctx, fe, tls, client, rec, seen)).await;
     }
     let backend = match fe.sni_routes {
-        Some(_) => inspect(ctx, fe, &client).await?,
+        Some(_) => inspect(ctx, fe, &client, seen).await?,
         None => fe
             .default_backend
             .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?,
@@ -52,19 +53,30 @@ async fn serve_tls(
     tls: &crate::config::model::FrontendTls,
     client: TcpStream,
     rec: &mut StreamRecord,
+    seen: &mut TlsSeen,
 ) -> Result<(), Error> {
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
         // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
         // per process at startup, cached): rustls over a CorkStream, handed to the kernel
         // after `after_bytes` (tls::ktls).
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
+        note_tls(ctx, client.get_ref().1, seen);
         let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
         return to_server(ctx, fe, backend, client, rec).await;
     }
     let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+    note_tls(ctx, client.get_ref().1, seen);
     let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
     to_server(ctx, fe, backend, Layered(client), rec).await
+}
+
+/// The handshake's version and SNI, for the access log (copied only when it is on).
+fn note_tls(ctx: &WorkerCtx, conn: &rustls::ServerConnection, seen: &mut TlsSeen) {
+    if ctx.access_log.is_some() {
+        seen.version = super::record::tls_version_name(conn.protocol_version());
+        seen.sni = conn.server_name().map(Box::from);
+    }
 }
 
 fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize, Error> {
@@ -75,14 +87,19 @@ fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize,
 }
 
 /// Peeks the ClientHello (a pooled buffer is held only while peeking) and routes on its SNI.
-async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream) -> Result<usize, Error> {
+async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream, seen: &mut TlsSeen) -> Result<usize, Error> {
     let deadline = Instant::now() + ctx.shared.config.timeouts.tls_inspect;
     let hello = {
         let mut buf = ctx.buffers.get(false).await;
         passthrough::peek_client_hello(client, &mut buf, deadline).await
     };
     match hello {
-        Ok(info) => route_sni(ctx, fe, info.sni()),
+        Ok(info) => {
+            if ctx.access_log.is_some() {
+                seen.sni = info.sni().map(Box::from);
+            }
+            route_sni(ctx, fe, info.sni())
+        }
         Err(e) => {
             ctx.stats.sni_inspect_failures.add(1);
             // A client that hung up is routine; anything else is a refusal worth a warn line.

@@ -41,6 +41,10 @@ impl<'c, W> Counted<'c, W> {
         }
     }
 
+    pub(crate) fn get_ref(&self) -> &W {
+        &self.inner
+    }
+
     pub(crate) fn get_mut(&mut self) -> &mut W {
         &mut self.inner
     }

@@ -132,6 +132,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         budgets: AcceptBudgets::new(&config, config.global.effective_maxconn(limits::nofile_limit())),
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
+        access_log: crate::accesslog::AccessLog::start(&config.log, workers)?,
         config,
     });
     crate::health::seed(&shared.backends, &options.health_seed);
@@ -328,7 +329,17 @@ impl Running {
                 .map_err(|_| std::io::Error::other("the health checker panicked"))?;
         }
         log_counters(&self.shared, " at stop");
+        if let Some(log) = &self.shared.access_log {
+            log.finish();
+        }
         Ok(())
+    }
+
+    /// Reopens the access log file (SIGUSR1, after logrotate renamed it).
+    pub fn reopen_logs(&self) {
+        if let Some(log) = &self.shared.access_log {
+            log.reopen();
+        }
     }
 
     pub fn is_finished(&self) -> bool {

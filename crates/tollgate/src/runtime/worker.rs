@@ -64,6 +64,9 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
     rt.block_on(async move {
         let ctx = WorkerCtx::new(plan.id, shared, phase);
         tokio::task::spawn_local(Rc::clone(&ctx).flush_suppressed());
+        if let Some(log) = &ctx.access_log {
+            tokio::task::spawn_local(Rc::clone(log).flush_every());
+        }
         if plan.id == 0 {
             tokio::task::spawn_local(super::log_counters_every(
                 Arc::clone(&ctx.shared),
@@ -126,6 +129,10 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
         ctx.stopping().await;
         ctx.drain().await;
         inbox.abort();
+        if let Some(log) = &ctx.access_log {
+            // The last lines (sessions ended by a hard stop are dropped unlogged).
+            log.flush();
+        }
         tracing::debug!(worker = ctx.id, "worker stopped");
         Ok(())
     })

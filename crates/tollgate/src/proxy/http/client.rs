@@ -37,6 +37,11 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// (its readiness is not the plaintext's). `Ok(true)` = the client closed.
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool>;
 
+    /// The TLS version and SNI the client's handshake settled on (plain sockets: none).
+    fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
+        (None, None)
+    }
+
     /// After a 101: relays both ways until both sides are done.
     async fn tunnel<S: Endpoint>(
         &mut self,
@@ -77,6 +82,10 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
 
     fn read_now(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<Option<bool>> {
         self.get_mut().read_now(front, pool)
+    }
+
+    fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
+        self.get_ref().tls_seen()
     }
 
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
@@ -161,6 +170,14 @@ impl ClientStream for LazySocket {
 
 impl ClientStream for ServerTlsStream {
     const PROTO: Proto = Proto::Https;
+
+    fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
+        let conn = self.get_ref().1;
+        (
+            crate::proxy::record::tls_version_name(conn.protocol_version()),
+            conn.server_name(),
+        )
+    }
 
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
         front.read_from(self, pool, false).await.map(|n| n == 0)

@@ -94,6 +94,9 @@ pub(super) struct Session<'a, C> {
     stream_began: Instant,
     /// `client.written()` when the current stream began.
     client_mark: u64,
+    /// The current request's method and target for the access log (taken from the
+    /// thread's spares at the first request, only when access logs are on).
+    line: Option<crate::accesslog::LineSlot>,
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
@@ -114,6 +117,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             rec: StreamRecord::new(frontend, peer, accepted),
             stream_began: accepted,
             client_mark: 0,
+            line: None,
         })
     }
 
@@ -149,6 +153,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 }
             };
             self.rec.timing.head = Some(self.rec.timing.now());
+            self.capture_line(&head);
             self.served += 1;
             let served = self.serve_request(head, kills.as_mut()).await;
             if let Err(e) = &served {
@@ -165,6 +170,19 @@ impl<'a, C: ClientStream> Session<'a, C> {
     fn begin_stream(&mut self) {
         self.rec = StreamRecord::new(self.frontend, self.peer, self.stream_began);
         self.client_mark = self.client.written();
+        if let Some(slot) = &mut self.line {
+            slot.line.clear();
+        }
+    }
+
+    /// Copies the method and target for the access log (bounded: `accesslog::format`).
+    fn capture_line(&mut self, head: &RequestHead) {
+        let Some(log) = &self.ctx.access_log else {
+            return;
+        };
+        let slot = self.line.get_or_insert_with(|| log.slot());
+        let buf = self.front.data();
+        slot.line.set(head.method_span.of(buf), head.target.of(buf));
     }
 
     /// The stream's record is complete: hand it to the worker's sink.
@@ -172,7 +190,13 @@ impl<'a, C: ClientStream> Session<'a, C> {
         // Plus what a tunnel relayed past the counted writer (already in the record).
         self.rec.bytes_to_client += self.client.written() - self.client_mark;
         self.rec.close();
-        crate::proxy::record::sink(self.ctx, &self.rec);
+        let (tls_version, sni) = self.client.tls_seen();
+        let seen = crate::proxy::record::Seen {
+            request: self.line.as_ref().map(|s| &s.line),
+            tls_version,
+            sni,
+        };
+        crate::proxy::record::sink(self.ctx, &self.rec, seen);
         self.stream_began = self.rec.timing.began + self.rec.timing.end;
     }
 
