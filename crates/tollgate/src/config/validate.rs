@@ -216,7 +216,10 @@ impl<'a> Validator<'a> {
         } else if text == "stdout" {
             LogSink::Stdout
         } else if let Some(addr) = text.strip_prefix("syslog://") {
-            match std::net::ToSocketAddrs::to_socket_addrs(addr).ok().and_then(|mut a| a.next()) {
+            match std::net::ToSocketAddrs::to_socket_addrs(addr)
+                .ok()
+                .and_then(|mut a| a.next())
+            {
                 Some(a) => LogSink::Syslog(a),
                 None => {
                     self.err(

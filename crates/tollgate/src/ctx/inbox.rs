@@ -8,11 +8,59 @@
 //! per operator command).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 
 use crate::budget::ConnPermits;
 use crate::live::ServerId;
+
+/// Connections handed to each worker and not yet turned into a session there. A stopping
+/// worker keeps its inbox until its count is zero and no accept loop of the process runs
+/// any more: a connection accepted just before the stop and still in the channel would
+/// otherwise be dropped unserved (a reset, during every reload).
+#[derive(Debug)]
+pub(crate) struct HandoffCounts(Box<[AtomicUsize]>);
+
+impl HandoffCounts {
+    pub(crate) fn new(workers: usize) -> Self {
+        HandoffCounts((0..workers).map(|_| AtomicUsize::new(0)).collect())
+    }
+
+    /// Handed to `worker` and not served yet.
+    pub(crate) fn pending(&self, worker: usize) -> usize {
+        self.0.get(worker).map_or(0, |c| c.load(Ordering::Acquire))
+    }
+}
+
+/// One handed-over connection in its target's count, until dropped (after its session is
+/// spawned, or with the message if the target never read it).
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    counts: Arc<HandoffCounts>,
+    worker: usize,
+}
+
+impl InFlight {
+    pub(crate) fn new(counts: &Arc<HandoffCounts>, worker: usize) -> Self {
+        if let Some(c) = counts.0.get(worker) {
+            c.fetch_add(1, Ordering::AcqRel);
+        }
+        InFlight {
+            counts: Arc::clone(counts),
+            worker,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(c) = self.counts.0.get(self.worker) {
+            c.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
 
 /// A connection accepted on one worker and served by another.
 pub(crate) struct Handoff {
@@ -22,6 +70,8 @@ pub(crate) struct Handoff {
     pub stream: std::net::TcpStream,
     pub peer: SocketAddr,
     pub permits: ConnPermits,
+    /// Counted in the target's `HandoffCounts` while on its way.
+    pub in_flight: Option<InFlight>,
 }
 
 pub(crate) enum Message {

@@ -165,16 +165,28 @@ impl WorkerCtx {
         }
     }
 
-    /// Resolves once no session is left, or at a hard stop.
-    pub(crate) async fn drain(&self) {
+    /// Resolves once no session is left and `no_more_arrivals` says none can come (no
+    /// accept loop of the process runs, no handoff to this thread is on its way), or at a
+    /// hard stop.
+    pub(crate) async fn drain(&self, no_more_arrivals: impl Fn() -> bool) {
         let mut phase = self.phase.clone();
         loop {
             let drained = self.drained.notified();
-            if self.stats.sessions_active.get() == 0 {
+            let arrivals_done = no_more_arrivals();
+            if arrivals_done && self.stats.sessions_active.get() == 0 {
                 return;
             }
+            // Arrivals (other threads' accept loops ending, handoffs reaching this inbox)
+            // signal nothing here: looked at again shortly, only while stopping.
+            let recheck = async {
+                if arrivals_done {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            };
             tokio::select! {
                 _ = drained => {}
+                _ = recheck => {}
                 _ = phase.wait_for(|p| *p == Phase::HardStop) => return,
             }
         }

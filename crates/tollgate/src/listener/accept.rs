@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use super::spawn_session;
 use crate::budget::Taken;
 use crate::ctx::WorkerCtx;
-use crate::ctx::inbox::{Handoff, Message};
+use crate::ctx::inbox::{Handoff, HandoffCounts, InFlight, Message};
 use crate::stats::WorkerStats;
 
 /// Senders to every worker's inbox, with their load, for a shared socket's accept loop.
@@ -36,6 +36,8 @@ use crate::stats::WorkerStats;
 pub(crate) struct Dispatcher {
     pub inboxes: Vec<crate::ctx::inbox::Sender>,
     pub stats: Vec<Arc<WorkerStats>>,
+    /// Connections handed to each worker, not yet served (a stopping worker waits for its own).
+    pub in_flight: Arc<HandoffCounts>,
 }
 
 impl Dispatcher {
@@ -157,6 +159,7 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
                                 stream,
                                 peer,
                                 permits,
+                                in_flight: None,
                             },
                         ) {
                             ctx.stats.connections_rebalanced.add(1);
@@ -170,6 +173,7 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
                         stream,
                         peer,
                         permits,
+                        in_flight: None,
                     };
                     hand_off(&ctx, d, d.least_loaded(ctx.id), handoff);
                 }
@@ -185,7 +189,7 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
 
 /// Has `target` serve the connection; true if it went to another worker. The socket was
 /// never registered with this worker's reactor, so it leaves nothing behind here.
-fn hand_off(ctx: &Rc<WorkerCtx>, d: &Dispatcher, target: usize, h: Handoff) -> bool {
+fn hand_off(ctx: &Rc<WorkerCtx>, d: &Dispatcher, target: usize, mut h: Handoff) -> bool {
     let inbox = match d.inboxes.get(target) {
         Some(inbox) if target != ctx.id => inbox,
         _ => {
@@ -193,6 +197,7 @@ fn hand_off(ctx: &Rc<WorkerCtx>, d: &Dispatcher, target: usize, h: Handoff) -> b
             return false;
         }
     };
+    h.in_flight = Some(InFlight::new(&d.in_flight, target));
     match inbox.send(Message::Connection(h)) {
         Ok(()) => true,
         Err(mpsc::error::SendError(Message::Connection(h))) => {

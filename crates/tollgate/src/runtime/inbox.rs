@@ -11,7 +11,11 @@ use crate::ctx::inbox::{Message, Receiver};
 pub(crate) async fn run(ctx: Rc<WorkerCtx>, mut inbox: Receiver) {
     while let Some(msg) = inbox.recv().await {
         match msg {
-            Message::Connection(h) => crate::listener::spawn_session(&ctx, h.frontend, h.stream, h.peer, h.permits),
+            Message::Connection(h) => {
+                crate::listener::spawn_session(&ctx, h.frontend, h.stream, h.peer, h.permits);
+                // Now in `sessions_active`: the worker's drain waits for it there.
+                drop(h.in_flight);
+            }
             Message::Weight {
                 backend,
                 server,

@@ -144,6 +144,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     let dispatcher = Dispatcher {
         inboxes: senders.clone(),
         stats: shared.stats.clone(),
+        in_flight: Arc::new(crate::ctx::inbox::HandoffCounts::new(workers)),
     };
 
     let mut own: Vec<Vec<BoundSocket>> = (0..workers).map(|_| Vec::new()).collect();

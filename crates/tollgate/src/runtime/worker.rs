@@ -127,7 +127,12 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
         }
         let inbox = tokio::task::spawn_local(super::inbox::run(Rc::clone(&ctx), plan.inbox));
         ctx.stopping().await;
-        ctx.drain().await;
+        // Handoffs sent before every accept loop stopped must still become sessions here.
+        ctx.drain(|| {
+            plan.accepting.load(std::sync::atomic::Ordering::Acquire) == 0
+                && plan.dispatcher.in_flight.pending(ctx.id) == 0
+        })
+        .await;
         inbox.abort();
         if let Some(log) = &ctx.access_log {
             // The last lines (sessions ended by a hard stop are dropped unlogged).
