@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["relay"],
     &["balance"],
     &["command"],
+    &["metrics"],
     &["live"],
     &["budget", "buffer", "stats"],
     &["config", "http", "error", "ids", "origin"],

@@ -22,6 +22,8 @@ pub(crate) struct ConfigFile {
     #[serde(default)]
     pub watchdog: WatchdogSection,
     #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
     pub frontend: Vec<FrontendSection>,
     #[serde(default)]
     pub backend: Vec<BackendSection>,
@@ -50,6 +52,14 @@ pub(crate) struct GlobalSection {
     pub group: Option<Spanned<String>>,
     /// Workers may run as root without a warning.
     pub allow_root: Option<bool>,
+}
+
+/// `[admin]`: the operator's HTTP endpoint (`GET /metrics`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdminSection {
+    /// `IP:port` the master (or a `--no-master` process) serves `/metrics` on.
+    pub bind: Option<Spanned<String>>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.

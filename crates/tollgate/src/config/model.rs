@@ -32,6 +32,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub http: Http,
     pub watchdog: Watchdog,
+    pub admin: Admin,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
 }
@@ -63,6 +64,14 @@ pub struct Global {
     pub run_as: Option<RunAs>,
     /// Workers running as root is deliberate: no warning.
     pub allow_root: bool,
+}
+
+/// `[admin]`: the operator's HTTP endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admin {
+    /// Where `GET /metrics` is served (`None`: nowhere). Bound by the master, so it lives
+    /// across reloads; a changed value takes effect at the next start.
+    pub bind: Option<SocketAddr>,
 }
 
 /// The user and group a worker switches to, resolved at load.

@@ -49,4 +49,6 @@ pub struct Shared {
     pub stats: Vec<Arc<WorkerStats>>,
     /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
     pub(crate) handshakes: Arc<tokio::sync::Semaphore>,
+    /// Per-frontend counters and per-backend timing histograms, by worker id.
+    pub(crate) metrics: Vec<crate::metrics::ThreadCells>,
 }

@@ -136,7 +136,6 @@ impl BackendLive {
         self.update(|servers, _, _| servers.to_vec())
     }
 
-    #[expect(dead_code, reason = "the backend queue length is not shown anywhere yet")]
     pub(crate) fn queued(&self) -> u32 {
         self.queued.load(Ordering::Relaxed)
     }

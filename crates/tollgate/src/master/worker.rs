@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::command::{Answer, Reply, ToMaster, ToWorker, codec};
+use crate::command::{Answer, GenerationMetrics, MetricsReport, Reply, ToMaster, ToWorker, codec};
 use crate::error::{Error, ErrorKind, Result, Side};
 use crate::runtime::{self, Running, StartOptions};
 
@@ -140,7 +140,7 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
                     answer(&mut to_master, running, cmd);
                 }
                 Some(other) => tracing::warn!(generation, ?other, "unexpected message from the master"),
@@ -183,7 +183,9 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::HardStop) => { running.hard_stop(); break; }
                 // A stopping generation still has sessions: `--kill` must reach them.
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => answer(&mut to_master, running, cmd),
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
+                    answer(&mut to_master, running, cmd)
+                }
                 Some(_) => {}
                 // The master is gone: keep finishing in-flight sessions until the deadline.
                 None => { tokio::time::sleep_until(deadline).await; }
@@ -206,6 +208,17 @@ fn answer(to_master: &mut UnixStream, running: &Running, cmd: ToWorker) {
             Answer::Servers {
                 servers: running.show_servers(backend.as_deref()),
             },
+        ),
+        // The master knows which generation answered and fills it in.
+        ToWorker::Metrics { id } => Reply::ok(
+            id,
+            Answer::Metrics(MetricsReport {
+                master: None,
+                generations: vec![GenerationMetrics {
+                    generation: 0,
+                    metrics: running.metrics(),
+                }],
+            }),
         ),
         _ => return,
     };

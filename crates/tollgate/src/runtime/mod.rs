@@ -7,6 +7,7 @@
 
 pub(crate) mod inbox;
 pub mod limits;
+pub(crate) mod metrics;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
 
@@ -106,6 +107,9 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         budgets: AcceptBudgets::new(&config, config.global.effective_maxconn(limits::nofile_limit())),
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
+        metrics: (0..workers)
+            .map(|_| crate::metrics::ThreadCells::new(config.frontends.len(), config.backends.len()))
+            .collect(),
         config,
     });
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
@@ -238,6 +242,11 @@ impl Running {
             // A thread that has already stopped has nothing left to change.
             let _ = inbox.send(msg());
         }
+    }
+
+    /// Every thread's metrics of this process, summed (the answer to a scrape).
+    pub fn metrics(&self) -> crate::metrics::MetricsSnapshot {
+        metrics::snapshot(&self.shared)
     }
 
     /// Every server's live state (of one backend).
