@@ -14,11 +14,19 @@ use std::time::Duration;
 use common::{echo, origin, tcp_config};
 use master_support::{BIN, Master, TempDir, global};
 
-/// The next notification, as text.
+/// The next notification that is more than a `STATUS=` update (those come whenever a
+/// generation starts serving or exits), as text.
 fn next(sock: &UnixDatagram) -> String {
     let mut buf = [0u8; 4096];
-    let n = sock.recv(&mut buf).expect("a notification within the timeout");
-    String::from_utf8(buf[..n].to_vec()).unwrap()
+    for _ in 0..100 {
+        let n = sock.recv(&mut buf).expect("a notification within the timeout");
+        let text = String::from_utf8(buf[..n].to_vec()).unwrap();
+        if text.lines().any(|l| !l.starts_with("STATUS=")) {
+            return text;
+        }
+        assert!(text.starts_with("STATUS=serving generation"), "{text:?}");
+    }
+    panic!("only STATUS updates");
 }
 
 fn field<'a>(message: &'a str, key: &str) -> Option<&'a str> {

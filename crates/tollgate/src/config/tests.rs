@@ -504,3 +504,14 @@ fn hash_options_are_parsed_defaulted_and_refused_where_they_do_nothing() {
         assert_eq!(e.key, "backend[0].hash_key", "{bad}: {e}");
     }
 }
+
+#[test]
+fn admin_bind_is_an_ip_and_port() {
+    let c = parse(&format!("[admin]\nbind = \"127.0.0.1:9100\"\n{GOOD}"), "t.toml").expect("valid");
+    assert_eq!(c.admin.bind, Some("127.0.0.1:9100".parse().expect("addr")));
+    assert_eq!(parse(GOOD, "t.toml").expect("valid").admin.bind, None);
+    let e = first_error(&format!("[admin]\nbind = \"localhost\"\n{GOOD}"));
+    assert_eq!((e.line, e.key.as_str()), (2, "admin.bind"));
+    let e = first_error(&format!("[admin]\nstats = true\n{GOOD}"));
+    assert_eq!(e.line, 2, "{e}");
+}

@@ -504,6 +504,7 @@ impl Master {
                     g.state = GenState::Serving;
                     tracing::info!(generation = id, pid = g.pid, "worker serving");
                 }
+                self.notify.status(&self.status_line());
             }
             Event::Draining(id) => tracing::debug!(generation = id, "stopped accepting"),
             Event::Failed(id, msg) => tracing::error!(generation = id, "worker failed to start: {msg}"),
@@ -529,6 +530,7 @@ impl Master {
                     self.check_serving(lived);
                 }
                 self.release_sockets();
+                self.notify.status(&self.status_line());
             }
         }
     }

@@ -129,6 +129,12 @@ fn master_messages(chan: UnixStream) -> Result<tokio::sync::mpsc::UnboundedRecei
 async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop_after: Duration) -> Result<()> {
     let mut to_master = chan.try_clone().map_err(internal("socketpair"))?;
     let mut from_master = master_messages(chan)?;
+    // Replies can be large (a metrics snapshot of every server) and the socket is
+    // non-blocking: they are written through the runtime, which waits for room.
+    let mut replies = to_master
+        .try_clone()
+        .and_then(tokio::net::UnixStream::from_std)
+        .map_err(internal("socketpair"))?;
     let sig = |kind| signal(kind).map_err(internal("signal handler"));
     let (mut term, mut int, mut hup) = (
         sig(SignalKind::terminate())?,
@@ -141,7 +147,7 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
                 Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
-                    answer(&mut to_master, running, cmd);
+                    answer(&mut replies, running, cmd).await;
                 }
                 Some(other) => tracing::warn!(generation, ?other, "unexpected message from the master"),
                 None => {
@@ -184,7 +190,7 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
                 Some(ToWorker::HardStop) => { running.hard_stop(); break; }
                 // A stopping generation still has sessions: `--kill` must reach them.
                 Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
-                    answer(&mut to_master, running, cmd)
+                    answer(&mut replies, running, cmd).await
                 }
                 Some(_) => {}
                 // The master is gone: keep finishing in-flight sessions until the deadline.
@@ -197,7 +203,7 @@ async fn control(generation: u64, chan: UnixStream, running: &Running, hard_stop
 }
 
 /// Carries out a runtime command from the master and answers it.
-fn answer(to_master: &mut UnixStream, running: &Running, cmd: ToWorker) {
+async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: ToWorker) {
     let reply = match cmd {
         ToWorker::Apply { id, change } => match running.apply(&change) {
             Ok(()) => Reply::text(id, change.describe()),
@@ -222,7 +228,7 @@ fn answer(to_master: &mut UnixStream, running: &Running, cmd: ToWorker) {
         ),
         _ => return,
     };
-    if let Err(e) = codec::write(to_master, &ToMaster::Reply(reply)) {
+    if let Err(e) = codec::write_async(to_master, &ToMaster::Reply(reply)).await {
         tracing::warn!(error = %e, "could not answer the master");
     }
 }
