@@ -16,6 +16,8 @@ use crate::config::Config;
 #[derive(Debug)]
 pub(crate) struct AcceptBudgets {
     global: Arc<Semaphore>,
+    /// The global semaphore's size (for metrics: in use = size − available).
+    global_max: u32,
     frontends: Vec<Option<Arc<Semaphore>>>,
     pub rate: AcceptRate,
 }
@@ -38,6 +40,7 @@ impl AcceptBudgets {
     pub(crate) fn new(config: &Config, global_max: u32) -> Self {
         AcceptBudgets {
             global: Arc::new(Semaphore::new(global_max as usize)),
+            global_max,
             frontends: config
                 .frontends
                 .iter()
@@ -65,6 +68,21 @@ impl AcceptBudgets {
         } else {
             Taken::Now(permits)
         }
+    }
+}
+
+impl AcceptBudgets {
+    /// The process maxconn and the connections holding a permit of it now.
+    pub(crate) fn global_usage(&self) -> (u32, u64) {
+        let free = self.global.available_permits() as u64;
+        (self.global_max, u64::from(self.global_max).saturating_sub(free))
+    }
+
+    /// Connections holding a permit of `frontend`'s maxconn now (`None`: no maxconn).
+    /// `limit` is the frontend's `maxconn`, the semaphore's size.
+    pub(crate) fn frontend_in_use(&self, frontend: usize, limit: u32) -> Option<u64> {
+        let sem = self.frontends.get(frontend)?.as_ref()?;
+        Some(u64::from(limit).saturating_sub(sem.available_permits() as u64))
     }
 }
 

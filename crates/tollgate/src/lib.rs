@@ -23,6 +23,8 @@
 //! - `balance`: load-balancing algorithms behind one trait, registered by name.
 //! - [`command`]: the typed command protocol of the control socket and the master ↔ worker
 //!   channel (JSON in length-prefixed frames).
+//! - `metrics`: per-thread frontend counters and backend timing histograms, and the
+//!   snapshot a worker process answers a scrape with.
 //! - `live`: the live model: backends and servers with stable ids and live state
 //!   (admin/operational state, weights, connections, counters) shared by every worker.
 //! - `budget`, `buffer`, [`stats`], `accesslog`: accept budgets, the per-worker copy-buffer
@@ -53,6 +55,7 @@ pub(crate) mod ids;
 pub mod listener;
 pub(crate) mod live;
 pub mod master;
+pub(crate) mod metrics;
 pub mod origin;
 pub(crate) mod proxy;
 pub(crate) mod relay;

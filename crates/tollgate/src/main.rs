@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tollgate::config::{self, Config, ConfigErrors};
 use tollgate::runtime;
 
@@ -27,6 +27,7 @@ Examples:
   tollgate reload --config tollgate.toml    reload a running master (or: kill -HUP <master pid>)
   tollgate ctl -c tollgate.toml show servers                  live server state (--json)
   tollgate ctl -c tollgate.toml set server app/a state drain  ready | drain | maint [--kill]
+  tollgate completions bash                 shell completions (bash, zsh, fish); `tollgate man`: the man page
   RUST_LOG=tollgate=debug tollgate run      per-connection events and counters
 
 Without --config, `run` reads ./tollgate.toml, then /etc/tollgate/tollgate.toml, and
@@ -69,6 +70,14 @@ enum Command {
     Status(ControlArgs),
     /// Runtime API of the running master: show and change live server state.
     Ctl(CtlArgs),
+    /// Print a shell completion script: `tollgate completions bash > /etc/bash_completion.d/tollgate`.
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell).
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `tollgate man > tollgate.1; man ./tollgate.1`.
+    Man,
     /// Internal: a worker process started by the master (stdin is its socketpair).
     #[command(hide = true)]
     Worker {
@@ -121,6 +130,8 @@ enum CtlShow {
         /// Only this backend.
         backend: Option<String>,
     },
+    /// Every metric, in the Prometheus text format `GET /metrics` serves.
+    Metrics,
 }
 
 #[derive(Subcommand)]
@@ -176,6 +187,8 @@ fn main() -> ExitCode {
         Some(Command::Reload(args)) => control(&args, tollgate::command::Command::Reload, false),
         Some(Command::Status(args)) => control(&args, tollgate::command::Command::Status, false),
         Some(Command::Ctl(args)) => ctl(args),
+        Some(Command::Completions { shell }) => completions(shell),
+        Some(Command::Man) => man(),
         Some(Command::Worker { generation }) => report(worker(generation)),
         Some(Command::Run(args)) => report(run(args)),
         None => report(run(cli.run)),
@@ -226,6 +239,7 @@ fn ctl(args: CtlArgs) -> ExitCode {
         CtlCommand::Show {
             what: CtlShow::Servers { backend },
         } => Ok(tollgate::command::Command::ShowServers { backend }),
+        CtlCommand::Show { what: CtlShow::Metrics } => Ok(tollgate::command::Command::Metrics),
         CtlCommand::Set {
             what: CtlSet::Server { server, field },
         } => match field {
@@ -238,6 +252,28 @@ fn ctl(args: CtlArgs) -> ExitCode {
         Err(msg) => {
             eprintln!("tollgate ctl: {msg}");
             ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "tollgate", &mut std::io::stdout());
+    ExitCode::SUCCESS
+}
+
+/// The man page, generated from this very CLI definition (so it never drifts from `--help`).
+fn man() -> ExitCode {
+    let mut out = Vec::new();
+    match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+        Ok(()) => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&out);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("tollgate: man page: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -353,6 +389,13 @@ fn find_config(explicit: Option<PathBuf>) -> Option<PathBuf> {
 
 fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
     let sockets = tollgate::listener::bind_all(&config)?;
+    let admin = config
+        .admin
+        .bind
+        .map(tollgate::admin::http::bind)
+        .transpose()
+        .map_err(plain)?;
+    let notify = tollgate::master::notify::Notifier::from_env();
     tollgate::master::privileges::warn_if_root(&config.global);
     // Sockets bound, config (and certificates) read, no worker thread started yet.
     tollgate::master::privileges::drop_privileges(&config.global).map_err(plain)?;
@@ -371,6 +414,10 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
     let signals = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     signals.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
+        if let Some(listener) = admin {
+            tokio::spawn(tollgate::admin::http::serve_process(listener, Arc::clone(running.shared())));
+        }
+        notify.ready(&format!("serving (no master), {} worker threads", config.global.workers));
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;
@@ -383,11 +430,13 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
                 }
                 _ = term.recv() => {
                     tracing::info!(?hard_stop_after, "SIGTERM: finishing connections in flight, then exiting");
+                    notify.stopping("stopping: finishing the connections in flight");
                     running.soft_stop();
                     break;
                 }
                 _ = int.recv() => {
                     tracing::info!("SIGINT: exiting now");
+                    notify.stopping("stopping now (SIGINT)");
                     running.hard_stop();
                     break;
                 }

@@ -230,14 +230,15 @@ fn backups_take_the_traffic_once_checks_mark_every_primary_down() {
 #[test]
 fn error_limit_marks_down_on_consecutive_errors_until_checks_bring_it_back() {
     let (good, bad) = (Origin::start("good"), Origin::start("bad"));
-    // Checks every second: the passive mark-down is seen long before a check could.
-    let health = "type = \"http\"\npath = \"/health\"\ninterval = \"1s\"\nrise = 2\nfall = 3";
+    // Checks every 2 s with rise 2: the passive mark-down holds for at least 4 s before
+    // passing checks can lift it, room enough for the requests below on a loaded machine.
+    let health = "type = \"http\"\npath = \"/health\"\ninterval = \"2s\"\nrise = 2\nfall = 3";
     let proxy = common::Proxy::start(&config(
         "error_limit = 3\nretries = 0",
         health,
         &[("good", good.addr, ""), ("bad", bad.addr, "")],
     ));
-    wait_oper(&proxy, "bad", "up", Duration::from_secs(5));
+    wait_oper(&proxy, "bad", "up", Duration::from_secs(10));
     bad.behaviour.garbage.store(true, Ordering::SeqCst);
     let mut c = Client::new(proxy.addr);
     let mut errors = 0;
@@ -251,7 +252,7 @@ fn error_limit_marks_down_on_consecutive_errors_until_checks_bring_it_back() {
     let (oper, check, _, _) = state(&proxy, "bad");
     assert_eq!((oper.as_str(), check.as_str()), ("down", "PASSIVE"));
     // The checks still pass (only traffic is broken): they bring it back after `rise`.
-    wait_oper(&proxy, "bad", "up", Duration::from_secs(5));
+    wait_oper(&proxy, "bad", "up", Duration::from_secs(10));
 }
 
 /// A TCP backend whose server is checked on a separate port: closing that port marks it

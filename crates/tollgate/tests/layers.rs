@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["relay"],
     &["balance"],
     &["command"],
+    &["metrics"],
     &["live"],
     &["budget", "buffer", "stats", "accesslog"],
     &["config", "http", "error", "ids", "origin"],

@@ -46,6 +46,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
         Outcome::Ok { answer } => match answer {
             Answer::Text { text } => text.clone(),
             Answer::Servers { servers } => servers_table(servers),
+            Answer::Metrics(report) => super::prometheus::render(report),
             Answer::Reload(report) => {
                 let mut out = report.text.clone();
                 for line in &report.kept {

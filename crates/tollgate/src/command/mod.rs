@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ids::IdTable;
 use crate::live::server::{AdminState, OperState, ServerView};
+use crate::metrics::MetricsSnapshot;
 
 /// The protocol version this build speaks.
 pub(crate) const VERSION: u32 = 1;
@@ -45,6 +46,8 @@ pub enum Command {
         server: String,
         weight: u32,
     },
+    /// Every metric of every live generation (what `GET /metrics` renders).
+    Metrics,
 }
 
 impl Command {
@@ -55,6 +58,7 @@ impl Command {
             Command::ShowServers { .. } => "show servers",
             Command::SetServerState { .. } => "set server state",
             Command::SetServerWeight { .. } => "set server weight",
+            Command::Metrics => "metrics",
         }
     }
 }
@@ -79,6 +83,36 @@ pub enum Answer {
         servers: Vec<ServerView>,
     },
     Reload(ReloadReport),
+    Metrics(MetricsReport),
+}
+
+/// The master's own figures and one snapshot per live worker generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricsReport {
+    /// `None` without a master (`--no-master`).
+    #[serde(default)]
+    pub master: Option<MasterMetrics>,
+    #[serde(default)]
+    pub generations: Vec<GenerationMetrics>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MasterMetrics {
+    /// Reloads that put a new generation in service, and reloads refused.
+    pub reloads: u64,
+    pub reloads_refused: u64,
+    /// The newest serving generation (0: none).
+    pub current_generation: u64,
+    /// Live generations by state: `(state, count)`.
+    #[serde(default)]
+    pub generations: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationMetrics {
+    pub generation: u64,
+    #[serde(default)]
+    pub metrics: MetricsSnapshot,
 }
 
 /// The answer to a request: same id, the answer or why not.
@@ -211,6 +245,10 @@ pub(crate) enum ToWorker {
     },
     /// Reopen the access log file (the master got SIGUSR1). No reply.
     ReopenLogs,
+    /// Answered with `Answer::Metrics` holding one generation: this process's snapshot.
+    Metrics {
+        id: u64,
+    },
 }
 
 /// Worker → master.

@@ -24,6 +24,8 @@ pub(crate) struct ConfigFile {
     #[serde(default)]
     pub log: LogSection,
     #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
     pub frontend: Vec<FrontendSection>,
     #[serde(default)]
     pub backend: Vec<BackendSection>,
@@ -86,6 +88,14 @@ pub(crate) struct LogSection {
 pub(crate) enum LogFormatName {
     Json,
     Text,
+}
+
+/// `[admin]`: the operator's HTTP endpoint (`GET /metrics`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdminSection {
+    /// `IP:port` the master (or a `--no-master` process) serves `/metrics` on.
+    pub bind: Option<Spanned<String>>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.

@@ -33,6 +33,7 @@ pub struct Config {
     pub http: Http,
     pub watchdog: Watchdog,
     pub log: Log,
+    pub admin: Admin,
     pub frontends: Vec<Frontend>,
     pub backends: Vec<Backend>,
     /// `[resolvers]`: the DNS client of `discover` (host-named servers, SRV records).
@@ -97,6 +98,14 @@ pub struct Global {
     /// With per-worker SO_REUSEPORT sockets, a worker with more than `least + 1 + least / 4`
     /// sessions open (`least`: the least loaded worker's) hands a new connection to that one.
     pub connection_rebalance: bool,
+}
+
+/// `[admin]`: the operator's HTTP endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Admin {
+    /// Where `GET /metrics` is served (`None`: nowhere). Bound by the master, so it lives
+    /// across reloads; a changed value takes effect at the next start.
+    pub bind: Option<SocketAddr>,
 }
 
 /// The user and group a worker switches to, resolved at load.

@@ -647,3 +647,14 @@ fn queue_options_default_like_haproxy_and_are_read() {
     let e = first_error(&GOOD.replace("name = \"app\"", "name = \"app\"\nmaxqueue = -1"));
     assert!(e.key.contains("maxqueue"), "{e}");
 }
+
+#[test]
+fn admin_bind_is_an_ip_and_port() {
+    let c = parse(&format!("[admin]\nbind = \"127.0.0.1:9100\"\n{GOOD}"), "t.toml").expect("valid");
+    assert_eq!(c.admin.bind, Some("127.0.0.1:9100".parse().expect("addr")));
+    assert_eq!(parse(GOOD, "t.toml").expect("valid").admin.bind, None);
+    let e = first_error(&format!("[admin]\nbind = \"localhost\"\n{GOOD}"));
+    assert_eq!((e.line, e.key.as_str()), (2, "admin.bind"));
+    let e = first_error(&format!("[admin]\nstats = true\n{GOOD}"));
+    assert_eq!(e.line, 2, "{e}");
+}

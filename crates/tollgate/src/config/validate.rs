@@ -68,6 +68,7 @@ impl<'a> Validator<'a> {
         let http = self.http(&file, global.buffer_size);
         let watchdog = self.watchdog(&file);
         let log = self.log(&file);
+        let admin = self.admin(&file);
         let backends = self.backends(&file);
         let resolvers = self.resolvers(&file);
         let frontends = self.frontends(&file, &backends);
@@ -88,10 +89,32 @@ impl<'a> Validator<'a> {
             http,
             watchdog,
             log,
+            admin,
             frontends,
             backends,
             resolvers,
         })
+    }
+
+    /// `[admin]`: an `IP:port` (port 0 = any free port, logged at start; for tests).
+    fn admin(&mut self, file: &ConfigFile) -> Admin {
+        let Some(bind) = &file.admin.bind else {
+            return Admin::default();
+        };
+        match bind.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => Admin { bind: Some(addr) },
+            Err(_) => {
+                self.err(
+                    bind.span(),
+                    "admin.bind".into(),
+                    format!(
+                        "`{}` is not an IP:port address (e.g. \"127.0.0.1:9100\")",
+                        bind.get_ref()
+                    ),
+                );
+                Admin::default()
+            }
+        }
     }
 
     fn global(&mut self, file: &ConfigFile) -> Global {

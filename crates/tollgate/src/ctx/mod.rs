@@ -53,4 +53,6 @@ pub struct Shared {
     pub(crate) handshakes: Arc<tokio::sync::Semaphore>,
     /// The process's access log (`None`: `log.access = "off"`).
     pub(crate) access_log: Option<Arc<crate::accesslog::AccessLog>>,
+    /// Per-frontend counters and per-backend timing histograms, by worker id.
+    pub(crate) metrics: Vec<crate::metrics::ThreadCells>,
 }

@@ -16,7 +16,9 @@ use tokio::time::Instant;
 use super::control::Request;
 use super::desired::Desired;
 use super::{Event, GenState, Master};
-use crate::command::{Answer, Command, Outcome, Reply, ServerChange, ToWorker, codec};
+use crate::command::{
+    Answer, Command, GenerationMetrics, MasterMetrics, MetricsReport, Outcome, Reply, ServerChange, ToWorker, codec,
+};
 use crate::live::server::ServerView;
 
 /// Longest the master waits for workers to answer a command.
@@ -27,6 +29,8 @@ enum Gather {
     Servers,
     /// An acknowledgement from every generation.
     Applied { what: String },
+    /// A metrics snapshot from every live generation, with the master's own figures.
+    Metrics { master: MasterMetrics },
 }
 
 pub(crate) struct Pending {
@@ -36,6 +40,7 @@ pub(crate) struct Pending {
     asked: usize,
     gather: Gather,
     servers: Vec<ServerView>,
+    metrics: Vec<GenerationMetrics>,
     errors: Vec<String>,
     deadline: Instant,
     /// When the master sent the command (the answer says how long the workers took).
@@ -57,6 +62,17 @@ impl Pending {
                         servers: std::mem::take(&mut self.servers),
                     },
                 ),
+                Gather::Metrics { master } => {
+                    let mut generations = std::mem::take(&mut self.metrics);
+                    generations.sort_by_key(|g| g.generation);
+                    Reply::ok(
+                        self.client_id,
+                        Answer::Metrics(MetricsReport {
+                            master: Some(master.clone()),
+                            generations,
+                        }),
+                    )
+                }
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
                     format!(
@@ -107,6 +123,20 @@ impl Master {
                 self.send_and_gather(request, id, reply, Gather::Servers, &[generation], &msg)
                     .await;
             }
+            Command::Metrics => {
+                // Every live generation: a stopping one still serves connections.
+                let generations: Vec<u64> = self
+                    .gens
+                    .iter()
+                    .filter(|g| g.state != GenState::Starting)
+                    .map(|g| g.id)
+                    .collect();
+                let request = self.next_request_id();
+                let master = self.master_metrics();
+                let msg = ToWorker::Metrics { id: request };
+                self.send_and_gather(request, id, reply, Gather::Metrics { master }, &generations, &msg)
+                    .await;
+            }
             Command::SetServerState {
                 backend,
                 server,
@@ -137,6 +167,27 @@ impl Master {
                 self.apply(id, reply, change).await;
             }
         }
+    }
+
+    /// Reload counters and generations by state, for a metrics answer.
+    fn master_metrics(&self) -> MasterMetrics {
+        let count = |state: GenState| self.gens.iter().filter(|g| g.state == state).count() as u64;
+        let states = [GenState::Starting, GenState::Serving, GenState::Stopping];
+        MasterMetrics {
+            reloads: self.reloads.done,
+            reloads_refused: self.reloads.refused,
+            current_generation: self.serving_generation().unwrap_or(0),
+            generations: states.iter().map(|s| (s.as_str().to_string(), count(*s))).collect(),
+        }
+    }
+
+    /// The newest serving generation.
+    pub(super) fn serving_generation(&self) -> Option<u64> {
+        self.gens
+            .iter()
+            .filter(|g| g.state == GenState::Serving)
+            .map(|g| g.id)
+            .max()
     }
 
     fn next_request_id(&mut self) -> u64 {
@@ -177,6 +228,7 @@ impl Master {
             asked: 0,
             gather,
             servers: Vec::new(),
+            metrics: Vec::new(),
             errors: Vec::new(),
             deadline: Instant::now() + REPLY_TIMEOUT,
             sent: Instant::now(),
@@ -212,6 +264,12 @@ impl Master {
             Outcome::Ok {
                 answer: Answer::Servers { servers },
             } => pending.servers.extend(servers),
+            Outcome::Ok {
+                answer: Answer::Metrics(report),
+            } => pending.metrics.extend(report.generations.into_iter().map(|mut g| {
+                g.generation = generation;
+                g
+            })),
             Outcome::Ok { .. } => {}
             Outcome::Error { message } => pending.errors.push(format!("generation {generation}: {message}")),
         }

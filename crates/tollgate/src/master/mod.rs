@@ -20,6 +20,8 @@
 pub(crate) mod commands;
 pub mod control;
 pub(crate) mod desired;
+pub(crate) mod metrics;
+pub mod notify;
 pub mod privileges;
 pub(crate) mod sockets;
 pub(crate) mod supervise;
@@ -118,6 +120,16 @@ struct Master {
     /// Commands sent to workers, waiting for their replies, by master-side request id.
     pending: HashMap<u64, Pending>,
     next_request: u64,
+    /// systemd's `NOTIFY_SOCKET`, if set.
+    notify: notify::Notifier,
+    reloads: ReloadCounts,
+}
+
+/// Reloads by outcome since the master started (for metrics).
+#[derive(Debug, Default)]
+struct ReloadCounts {
+    done: u64,
+    refused: u64,
 }
 
 fn internal(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
@@ -148,6 +160,7 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
         tracing::info!(frontend = %frontend, addr = %s.local, "listening");
     }
     let (sockets, plan) = SocketTable::from_bound(sockets);
+    let admin = config.admin.bind.map(metrics::bind).transpose()?;
     tracing::info!(config = %config_path.display(), pid = std::process::id(), "master: {}", config.summary());
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -174,8 +187,13 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
             desired,
             pending: HashMap::new(),
             next_request: 1,
+            notify: notify::Notifier::from_env(),
+            reloads: ReloadCounts::default(),
         };
         let (requests_tx, mut requests) = mpsc::unbounded_channel();
+        if let Some(listener) = admin {
+            metrics::spawn(listener, requests_tx.clone());
+        }
         let control = match control::bind(&control_path) {
             Ok(listener) => {
                 tracing::info!(path = %control_path.display(), "control socket ready (tollgate reload)");
@@ -227,6 +245,7 @@ impl Master {
                 format!("first worker: {msg}"),
             ));
         }
+        self.notify.ready(&self.status_line());
         let mut ticker = tokio::time::interval(Duration::from_millis(250));
         loop {
             let restart_at = self.restart_at;
@@ -243,11 +262,13 @@ impl Master {
                 }
                 _ = term.recv() => {
                     tracing::info!("SIGTERM: soft-stopping the workers, then exiting");
+                    self.notify.stopping("stopping: finishing the connections in flight");
                     self.shutdown(events, &mut int).await;
                     return Ok(());
                 }
                 _ = int.recv() => {
                     tracing::info!("SIGINT: killing the workers and exiting now");
+                    self.notify.stopping("stopping now (SIGINT)");
                     self.exiting = true;
                     self.kill_all();
                     self.reap_all(events, Duration::from_secs(2)).await;
@@ -273,6 +294,8 @@ impl Master {
             .arg("worker")
             .arg("--generation")
             .arg(id.to_string())
+            // Only the master speaks for the service (systemd's NotifyAccess=main).
+            .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .spawn()?;
         let pid = child.id().unwrap_or(0);
@@ -351,7 +374,20 @@ impl Master {
         outcome
     }
 
+    /// A reload as the service manager and the metrics see it: `RELOADING=1`, the reload,
+    /// `READY=1` whatever its outcome (a refused reload leaves the old generation serving).
     async fn reload(&mut self, events: &mut mpsc::UnboundedReceiver<Event>) -> Result<ReloadReport, String> {
+        self.notify.reloading();
+        let outcome = self.reload_generation(events).await;
+        match &outcome {
+            Ok(_) => self.reloads.done += 1,
+            Err(_) => self.reloads.refused += 1,
+        }
+        self.notify.ready(&self.status_line());
+        outcome
+    }
+
+    async fn reload_generation(&mut self, events: &mut mpsc::UnboundedReceiver<Event>) -> Result<ReloadReport, String> {
         let began = Instant::now();
         let refuse = |text: String| {
             tracing::error!("reload refused, the current generation keeps serving: {text}");
@@ -365,6 +401,9 @@ impl Master {
             || config.global.master != self.config.global.master
         {
             tracing::warn!("global.control_socket and global.master take effect at the next start, not on reload");
+        }
+        if config.admin != self.config.admin {
+            tracing::warn!("[admin] bind takes effect at the next start, not on reload");
         }
         if config.global.run_as != self.config.global.run_as
             || config.global.allow_root != self.config.global.allow_root
@@ -491,6 +530,7 @@ impl Master {
                     g.state = GenState::Serving;
                     tracing::info!(generation = id, pid = g.pid, "worker serving");
                 }
+                self.notify.status(&self.status_line());
             }
             Event::Draining(id) => tracing::debug!(generation = id, "stopped accepting"),
             Event::Failed(id, msg) => tracing::error!(generation = id, "worker failed to start: {msg}"),
@@ -526,6 +566,7 @@ impl Master {
                     self.check_serving(lived);
                 }
                 self.release_sockets();
+                self.notify.status(&self.status_line());
             }
         }
     }
@@ -631,6 +672,19 @@ impl Master {
             }
         }
         tracing::info!("every worker stopped; master exiting");
+    }
+
+    /// One line for systemd's `STATUS=`: what serves now.
+    fn status_line(&self) -> String {
+        let workers = self.config.global.workers;
+        let stopping = self.gens.iter().filter(|g| g.state == GenState::Stopping).count();
+        match self.gens.iter().find(|g| Some(g.id) == self.serving_generation()) {
+            Some(g) => format!(
+                "serving generation {} (pid {}), {workers} worker threads; {stopping} generation(s) stopping",
+                g.id, g.pid
+            ),
+            None => "no generation serving".to_string(),
+        }
     }
 
     fn status(&self) -> String {

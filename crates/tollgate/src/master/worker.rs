@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::command::{Answer, Reply, ToMaster, ToWorker, codec};
+use crate::command::{Answer, GenerationMetrics, MetricsReport, Reply, ToMaster, ToWorker, codec};
 use crate::error::{Error, ErrorKind, Result, Side};
 use crate::runtime::{self, Running, StartOptions};
 
@@ -140,6 +140,12 @@ async fn control(
 ) -> Result<()> {
     let mut to_master = chan.try_clone().map_err(internal("socketpair"))?;
     let mut from_master = master_messages(chan)?;
+    // Replies can be large (a metrics snapshot of every server) and the socket is
+    // non-blocking: they are written through the runtime, which waits for room.
+    let mut replies = to_master
+        .try_clone()
+        .and_then(tokio::net::UnixStream::from_std)
+        .map_err(internal("socketpair"))?;
     let sig = |kind| signal(kind).map_err(internal("signal handler"));
     let (mut term, mut int, mut hup, mut usr1) = (
         sig(SignalKind::terminate())?,
@@ -152,8 +158,8 @@ async fn control(
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => {
-                    answer(&mut to_master, running, cmd);
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
+                    answer(&mut replies, running, cmd).await;
                 }
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 Some(other) => tracing::warn!(generation, ?other, "unexpected message from the master"),
@@ -206,7 +212,9 @@ async fn control(
                 // A stopping generation still writes lines for its last sessions.
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 // A stopping generation still has sessions: `--kill` must reach them.
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. })) => answer(&mut to_master, running, cmd),
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
+                    answer(&mut replies, running, cmd).await
+                }
                 Some(_) => {}
                 // The master is gone: keep finishing in-flight sessions until the deadline.
                 None => { tokio::time::sleep_until(deadline).await; }
@@ -218,7 +226,7 @@ async fn control(
 }
 
 /// Carries out a runtime command from the master and answers it.
-fn answer(to_master: &mut UnixStream, running: &Running, cmd: ToWorker) {
+async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: ToWorker) {
     let reply = match cmd {
         ToWorker::Apply { id, change } => match running.apply(&change) {
             Ok(()) => Reply::text(id, change.describe()),
@@ -230,9 +238,20 @@ fn answer(to_master: &mut UnixStream, running: &Running, cmd: ToWorker) {
                 servers: running.show_servers(backend.as_deref()),
             },
         ),
+        // The master knows which generation answered and fills it in.
+        ToWorker::Metrics { id } => Reply::ok(
+            id,
+            Answer::Metrics(MetricsReport {
+                master: None,
+                generations: vec![GenerationMetrics {
+                    generation: 0,
+                    metrics: running.metrics(),
+                }],
+            }),
+        ),
         _ => return,
     };
-    if let Err(e) = codec::write(to_master, &ToMaster::Reply(reply)) {
+    if let Err(e) = codec::write_async(to_master, &ToMaster::Reply(reply)).await {
         tracing::warn!(error = %e, "could not answer the master");
     }
 }

@@ -19,6 +19,7 @@ use crate::ctx::WorkerCtx;
 use crate::ctx::backends::Position;
 use crate::error::{Error, Termination};
 use crate::ids::ServerId;
+use crate::metrics::StreamTimes;
 
 /// When each step of a stream happened, as offsets from its start: the accept for a TCP
 /// session and an HTTP connection's first request, the end of the previous response for a
@@ -179,6 +180,14 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord, seen: Seen<'_>) {
         let backend = r.backend.and_then(|b| ctx.shared.config.backends.get(b));
         log.write(&entry(ctx, r, seen, backend.map(|b| b.name.as_str()), None));
     }
+    if let Some(cells) = ctx.shared.metrics.get(ctx.id) {
+        cells.stream(
+            r.frontend,
+            (r.bytes_to_server, r.bytes_to_client),
+            r.backend,
+            &times(&r.timing),
+        );
+    }
     let us = |d: Option<Duration>| d.map_or(-1, |d| d.as_micros() as i64);
     tracing::trace!(
         target: "tollgate::record",
@@ -232,6 +241,18 @@ fn entry<'a>(
         termination: r.termination,
         tls_version: seen.tls_version,
         sni: seen.sni,
+    }
+}
+
+/// What the backend histograms observe: connect = server chosen → connected; response =
+/// connected → response head; total = request head complete (HTTP; the accept in TCP mode)
+/// → end, so a keep-alive connection's idle time between requests is not counted.
+fn times(t: &Timing) -> StreamTimes {
+    let between = |from: Option<Duration>, to: Option<Duration>| Some(to?.saturating_sub(from?));
+    StreamTimes {
+        connect: between(t.chosen, t.connected),
+        response: between(t.connected, t.response),
+        total: t.end.saturating_sub(t.head.unwrap_or(Duration::ZERO)),
     }
 }
 

@@ -7,6 +7,7 @@
 
 pub(crate) mod inbox;
 pub mod limits;
+pub(crate) mod metrics;
 pub(crate) mod slowstart;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
@@ -133,6 +134,9 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
         access_log: crate::accesslog::AccessLog::start(&config.log, workers)?,
+        metrics: (0..workers)
+            .map(|_| crate::metrics::ThreadCells::new(config.frontends.len(), config.backends.len()))
+            .collect(),
         config,
     });
     crate::health::seed(&shared.backends, &options.health_seed);
@@ -287,6 +291,11 @@ impl Running {
             // A thread that has already stopped has nothing left to change.
             let _ = inbox.send(msg());
         }
+    }
+
+    /// Every thread's metrics of this process, summed (the answer to a scrape).
+    pub fn metrics(&self) -> crate::metrics::MetricsSnapshot {
+        metrics::snapshot(&self.shared)
     }
 
     /// Every server's live state (of one backend).

@@ -1,0 +1,436 @@
+//! The Prometheus text exposition format (version 0.0.4) of a [`MetricsReport`]: the master's
+//! own series, then every family over every live generation. docs/metrics.md lists each
+//! series with its type and labels.
+//!
+//! Every per-process series carries `generation="N"`: a reload starts a new worker process
+//! whose counters start at zero, and its series are new ones, while the old generation's
+//! series stay until it has finished its connections and exited (then they go stale). So
+//! no series ever goes backwards, and `sum without (generation) (rate(...))` is the rate
+//! over the whole proxy. Label values are escaped (`\\`, `\"`, `\n`); families are written
+//! once with their `# HELP` and `# TYPE` lines.
+
+use std::fmt::Write;
+
+use crate::command::{GenerationMetrics, MetricsReport};
+use crate::live::server::{AdminState, OperState, ServerView};
+use crate::metrics::{BUCKETS_US, HistogramSnapshot};
+
+/// Process counters that are gauges (the rest of `stats` count up).
+const GAUGES: &[&str] = &[
+    "sessions_active",
+    "buffers_in_use",
+    "buffer_waiters",
+    "tls_handshakes_active",
+    "pipes_in_use",
+    "pipes_pooled",
+];
+
+/// Handshake counters shown as one family by outcome instead of one family each.
+const TLS_OUTCOMES: &[(&str, &str)] = &[
+    ("tls_handshakes_full", "full"),
+    ("tls_handshakes_resumed", "resumed"),
+    ("tls_fail_timeout", "timeout"),
+    ("tls_fail_protocol", "protocol_error"),
+    ("tls_fail_no_cert", "no_certificate"),
+    ("tls_fail_closed", "closed"),
+];
+
+const RESPONSE_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+
+/// The whole text a scrape answers with.
+pub fn render(report: &MetricsReport) -> String {
+    let servers: usize = report.generations.iter().map(|g| g.metrics.servers.len()).sum();
+    let mut out = Out(String::with_capacity(16 * 1024 + servers * 1400));
+    if let Some(m) = &report.master {
+        out.family(
+            "tollgate_reloads_total",
+            "counter",
+            "Reloads by outcome (done: a new generation serves).",
+        );
+        out.sample("tollgate_reloads_total", &[("outcome", "done")], m.reloads);
+        out.sample("tollgate_reloads_total", &[("outcome", "refused")], m.reloads_refused);
+        out.family(
+            "tollgate_current_generation",
+            "gauge",
+            "The newest serving worker generation.",
+        );
+        out.sample("tollgate_current_generation", &[], m.current_generation);
+        out.family("tollgate_generations", "gauge", "Live worker generations by state.");
+        for (state, n) in &m.generations {
+            out.sample("tollgate_generations", &[("state", state)], n);
+        }
+    }
+    let gens: Vec<(String, &GenerationMetrics)> = report
+        .generations
+        .iter()
+        .map(|g| (g.generation.to_string(), g))
+        .collect();
+    process(&mut out, &gens);
+    budgets(&mut out, &gens);
+    frontends(&mut out, &gens);
+    backends(&mut out, &gens);
+    servers_families(&mut out, &gens);
+    out.0
+}
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                self.0.push_str(k);
+                self.0.push_str("=\"");
+                escape(&mut self.0, v);
+                self.0.push('"');
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    /// `_bucket` (cumulative, `le` in seconds), `_sum` (seconds) and `_count`.
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
+        let bucket = format!("{name}_bucket");
+        let mut with_le: Vec<(&str, &str)> = labels.to_vec();
+        let mut cumulative = 0;
+        let bounds: Vec<String> = BUCKETS_US.iter().map(|us| seconds(*us)).collect();
+        for (i, n) in h.buckets.iter().enumerate() {
+            cumulative += n;
+            let le = bounds.get(i).map_or("+Inf", String::as_str);
+            with_le.push(("le", le));
+            self.sample(&bucket, &with_le, cumulative);
+            with_le.pop();
+        }
+        self.sample(&format!("{name}_sum"), labels, seconds(h.sum_us));
+        self.sample(&format!("{name}_count"), labels, h.count());
+    }
+}
+
+fn escape(out: &mut String, v: &str) {
+    if !v.contains(['\\', '"', '\n']) {
+        out.push_str(v);
+        return;
+    }
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Microseconds as seconds, exactly (`0.0005`, `1`, `2.5`).
+fn seconds(us: u64) -> String {
+    let (s, frac) = (us / 1_000_000, us % 1_000_000);
+    if frac == 0 {
+        return s.to_string();
+    }
+    let digits = format!("{frac:06}");
+    format!("{s}.{}", digits.trim_end_matches('0'))
+}
+
+type Gens<'a> = [(String, &'a GenerationMetrics)];
+
+fn process(out: &mut Out, gens: &Gens<'_>) {
+    out.family(
+        "tollgate_worker_threads",
+        "gauge",
+        "Worker threads of the generation's process.",
+    );
+    for (g, m) in gens {
+        out.sample("tollgate_worker_threads", &[("generation", g)], m.metrics.workers);
+    }
+    // Families in the order the first generation lists them; a newer binary may add some.
+    let mut names: Vec<&str> = Vec::new();
+    for (_, m) in gens {
+        for (n, _) in &m.metrics.counters {
+            if !names.contains(&n.as_str()) && !TLS_OUTCOMES.iter().any(|(f, _)| f == n) {
+                names.push(n);
+            }
+        }
+    }
+    for name in names {
+        let gauge = GAUGES.contains(&name);
+        let metric = if gauge {
+            format!("tollgate_{name}")
+        } else {
+            format!("tollgate_{name}_total")
+        };
+        let help = format!("Process counter `{name}`, summed over worker threads (docs/architecture.md).");
+        out.family(&metric, if gauge { "gauge" } else { "counter" }, &help);
+        for (g, m) in gens {
+            if let Some((_, v)) = m.metrics.counters.iter().find(|(n, _)| n == name) {
+                out.sample(&metric, &[("generation", g)], v);
+            }
+        }
+    }
+    let name = "tollgate_tls_handshakes_total";
+    out.family(name, "counter", "TLS handshakes (termination) by outcome.");
+    for (g, m) in gens {
+        for (field, outcome) in TLS_OUTCOMES {
+            if let Some((_, v)) = m.metrics.counters.iter().find(|(n, _)| n == field) {
+                out.sample(name, &[("generation", g), ("outcome", outcome)], v);
+            }
+        }
+    }
+}
+
+fn budgets(out: &mut Out, gens: &Gens<'_>) {
+    type Pick = fn(&crate::metrics::BudgetMetrics) -> Option<u64>;
+    let families: [(&str, &str, &str, Pick); 4] = [
+        ("tollgate_budget_limit", "gauge", "A budget's limit.", |b| Some(b.limit)),
+        (
+            "tollgate_budget_in_use",
+            "gauge",
+            "What is taken of a budget now.",
+            |b| b.in_use,
+        ),
+        (
+            "tollgate_budget_parked_total",
+            "counter",
+            "Times a taker had to wait for a budget.",
+            |b| b.parked,
+        ),
+        (
+            "tollgate_budget_waiting",
+            "gauge",
+            "Takers waiting for a budget now.",
+            |b| b.waiting,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        out.family(name, kind, help);
+        for (g, m) in gens {
+            for b in &m.metrics.budgets {
+                if let Some(v) = pick(b) {
+                    out.sample(name, &[("generation", g), ("budget", &b.name)], v);
+                }
+            }
+        }
+    }
+}
+
+fn frontends(out: &mut Out, gens: &Gens<'_>) {
+    type Pick = fn(&crate::metrics::FrontendMetrics) -> Option<u64>;
+    let families: [(&str, &str, &str, Pick); 5] = [
+        (
+            "tollgate_frontend_requests_total",
+            "counter",
+            "Streams ended: HTTP requests, TCP sessions.",
+            |f| Some(f.streams),
+        ),
+        (
+            "tollgate_frontend_bytes_in_total",
+            "counter",
+            "Bytes from clients forwarded to servers.",
+            |f| Some(f.bytes_in),
+        ),
+        (
+            "tollgate_frontend_bytes_out_total",
+            "counter",
+            "Bytes written to clients.",
+            |f| Some(f.bytes_out),
+        ),
+        (
+            "tollgate_frontend_maxconn",
+            "gauge",
+            "The frontend's maxconn (0: none).",
+            |f| Some(u64::from(f.maxconn)),
+        ),
+        (
+            "tollgate_frontend_connections",
+            "gauge",
+            "Client connections holding the frontend's maxconn now.",
+            |f| f.connections,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        out.family(name, kind, help);
+        for (g, m) in gens {
+            for f in &m.metrics.frontends {
+                if let Some(v) = pick(f) {
+                    out.sample(name, &[("generation", g), ("frontend", &f.name)], v);
+                }
+            }
+        }
+    }
+}
+
+fn backends(out: &mut Out, gens: &Gens<'_>) {
+    let name = "tollgate_backend_queue_length";
+    out.family(name, "gauge", "Requests waiting for a server slot now.");
+    for (g, m) in gens {
+        for b in &m.metrics.backends {
+            out.sample(name, &[("generation", g), ("backend", &b.name)], b.queued);
+        }
+    }
+    type Pick = fn(&crate::metrics::BackendMetrics) -> &HistogramSnapshot;
+    let histograms: [(&str, &str, Pick); 3] = [
+        (
+            "tollgate_backend_connect_seconds",
+            "Server chosen to connected (or a pooled connection taken).",
+            |b| &b.connect,
+        ),
+        (
+            "tollgate_backend_response_seconds",
+            "Connected to the response head received (HTTP).",
+            |b| &b.response,
+        ),
+        (
+            "tollgate_backend_total_seconds",
+            "Request head received (TCP: accept) to the end of the stream.",
+            |b| &b.total,
+        ),
+    ];
+    for (name, help, pick) in histograms {
+        out.family(name, "histogram", help);
+        for (g, m) in gens {
+            for b in &m.metrics.backends {
+                out.histogram(name, &[("generation", g), ("backend", &b.name)], pick(b));
+            }
+        }
+    }
+}
+
+fn is_up(s: &ServerView) -> bool {
+    s.admin == AdminState::Ready && s.oper != OperState::Down && s.effective_weight > 0
+}
+
+fn servers_families(out: &mut Out, gens: &Gens<'_>) {
+    type Pick = fn(&ServerView) -> u64;
+    let families: [(&str, &str, &str, Pick); 11] = [
+        (
+            "tollgate_server_up",
+            "gauge",
+            "1 if the server takes new connections (ready, not down, weight > 0).",
+            |s| u64::from(is_up(s)),
+        ),
+        (
+            "tollgate_server_weight",
+            "gauge",
+            "The effective weight balancers use.",
+            |s| u64::from(s.effective_weight),
+        ),
+        (
+            "tollgate_server_active_connections",
+            "gauge",
+            "Connection slots taken on the server now.",
+            |s| u64::from(s.active),
+        ),
+        (
+            "tollgate_server_queue_length",
+            "gauge",
+            "Requests queued for this server now.",
+            |s| u64::from(s.queued),
+        ),
+        (
+            "tollgate_server_maxconn",
+            "gauge",
+            "The server's maxconn (0: none).",
+            |s| u64::from(s.maxconn),
+        ),
+        (
+            "tollgate_server_connections_total",
+            "counter",
+            "New connections established to the server.",
+            |s| s.counters.connections,
+        ),
+        (
+            "tollgate_server_requests_total",
+            "counter",
+            "HTTP requests sent (TCP: sessions relayed).",
+            |s| s.counters.requests,
+        ),
+        (
+            "tollgate_server_bytes_to_server_total",
+            "counter",
+            "Bytes written to the server.",
+            |s| s.counters.bytes_to_server,
+        ),
+        (
+            "tollgate_server_bytes_to_client_total",
+            "counter",
+            "Bytes from the server written to clients.",
+            |s| s.counters.bytes_to_client,
+        ),
+        (
+            "tollgate_server_connect_failures_total",
+            "counter",
+            "Connects that failed or timed out.",
+            |s| s.counters.connect_failures,
+        ),
+        (
+            "tollgate_server_retries_total",
+            "counter",
+            "Attempts moved to another server after this one failed.",
+            |s| s.counters.retries,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        out.family(name, kind, help);
+        for (g, m) in gens {
+            for s in &m.metrics.servers {
+                out.sample(
+                    name,
+                    &[("generation", g), ("backend", &s.backend), ("server", &s.name)],
+                    pick(s),
+                );
+            }
+        }
+    }
+    let name = "tollgate_server_responses_total";
+    out.family(name, "counter", "Responses by status class.");
+    for (g, m) in gens {
+        for s in &m.metrics.servers {
+            let c = &s.counters;
+            let counts = [
+                c.responses_1xx,
+                c.responses_2xx,
+                c.responses_3xx,
+                c.responses_4xx,
+                c.responses_5xx,
+                c.responses_other,
+            ];
+            for (code, n) in RESPONSE_CLASSES.iter().zip(counts) {
+                out.sample(
+                    name,
+                    &[
+                        ("generation", g),
+                        ("backend", &s.backend),
+                        ("server", &s.name),
+                        ("code", code),
+                    ],
+                    n,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_and_escaping_are_exact() {
+        assert_eq!(seconds(500), "0.0005");
+        assert_eq!(seconds(1_000_000), "1");
+        assert_eq!(seconds(2_500_000), "2.5");
+        assert_eq!(seconds(0), "0");
+        let mut s = String::new();
+        escape(&mut s, "a\"b\\c\nd");
+        assert_eq!(s, r#"a\"b\\c\nd"#);
+    }
+}

@@ -1,0 +1,110 @@
+//! A worker process's answer to a scrape: every thread's cells summed into one
+//! [`MetricsSnapshot`] (process counters, budgets, frontends, backends with their timing
+//! histograms, servers). Reads atomics only; never blocks a worker thread.
+
+use crate::ctx::Shared;
+use crate::metrics::{BackendMetrics, BudgetMetrics, FrontendMetrics, MetricsSnapshot, sum_histogram};
+use crate::stats::{self, Snapshot};
+
+/// Sums the cells of every worker thread of this process.
+pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
+    let counters = stats::sum(shared.stats.iter().map(|s| s.as_ref()));
+    MetricsSnapshot {
+        workers: u32::try_from(shared.stats.len()).unwrap_or(u32::MAX),
+        counters: counters.fields().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        budgets: budgets(shared, &counters),
+        frontends: frontends(shared),
+        backends: backends(shared),
+        servers: shared
+            .backends
+            .iter()
+            .flat_map(|b| b.servers().servers.iter().map(|s| s.view()).collect::<Vec<_>>())
+            .collect(),
+    }
+}
+
+fn budgets(shared: &Shared, c: &Snapshot) -> Vec<BudgetMetrics> {
+    let g = &shared.config.global;
+    let workers = shared.stats.len() as u64;
+    let (maxconn, conns) = shared.budgets.global_usage();
+    let handshakes_free = shared.handshakes.available_permits() as u64;
+    vec![
+        BudgetMetrics {
+            name: "maxconn".into(),
+            limit: u64::from(maxconn),
+            in_use: Some(conns),
+            parked: Some(c.accept_paused),
+            waiting: None,
+        },
+        BudgetMetrics {
+            name: "accept_rate".into(),
+            limit: u64::from(g.max_accept_rate),
+            in_use: None,
+            parked: Some(c.accept_rate_delayed),
+            waiting: None,
+        },
+        BudgetMetrics {
+            name: "buffers".into(),
+            limit: g.buffer_budget / (g.buffer_size.max(1) as u64),
+            in_use: Some(c.buffers_in_use),
+            parked: Some(c.buffer_waits),
+            waiting: Some(c.buffer_waiters),
+        },
+        BudgetMetrics {
+            name: "handshakes".into(),
+            limit: u64::from(g.max_handshakes),
+            in_use: Some(u64::from(g.max_handshakes).saturating_sub(handshakes_free)),
+            parked: Some(c.tls_handshake_waits),
+            waiting: None,
+        },
+        BudgetMetrics {
+            name: "pipes".into(),
+            limit: u64::from(g.max_pipes) * workers,
+            in_use: Some(c.pipes_in_use),
+            parked: None,
+            waiting: None,
+        },
+    ]
+}
+
+fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
+    shared
+        .config
+        .frontends
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let cells = shared.metrics.iter().filter_map(|t| t.frontends.get(i));
+            let mut m = FrontendMetrics {
+                name: f.name.clone(),
+                maxconn: f.maxconn,
+                connections: shared.budgets.frontend_in_use(i, f.maxconn),
+                ..FrontendMetrics::default()
+            };
+            for c in cells {
+                m.streams += c.streams.get();
+                m.bytes_in += c.bytes_in.get();
+                m.bytes_out += c.bytes_out.get();
+            }
+            m
+        })
+        .collect()
+}
+
+fn backends(shared: &Shared) -> Vec<BackendMetrics> {
+    shared
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let cells = || shared.metrics.iter().filter_map(move |t| t.backends.get(i));
+            BackendMetrics {
+                name: b.name.to_string(),
+                queued: b.queued(),
+                connect: sum_histogram(cells().map(|c| &c.connect)),
+                response: sum_histogram(cells().map(|c| &c.response)),
+                total: sum_histogram(cells().map(|c| &c.total)),
+            }
+        })
+        .collect()
+}
