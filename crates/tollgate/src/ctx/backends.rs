@@ -91,20 +91,8 @@ impl LocalBackend {
             let Some(server) = set.servers.get(index) else {
                 continue;
             };
-            return match server.try_take() {
-                Some(slot) => {
-                    balancer.taken(index);
-                    Take::Slot(
-                        slot,
-                        Position {
-                            version: set.version,
-                            index,
-                        },
-                    )
-                }
-                // Another worker took the last slot between the pick and the take.
-                None => Take::Lost,
-            };
+            // `Lost`: another worker took the last slot between the pick and the take.
+            return take_slot(set, balancer.as_mut(), index, server, Take::Lost);
         }
         Take::Nothing
     }
@@ -118,19 +106,7 @@ impl LocalBackend {
         let View { set, balancer } = &mut *view;
         let index = set.position(id)?;
         let server = set.servers.get(index).filter(|s| s.is_usable() && accept(s))?;
-        Some(match server.try_take() {
-            Some(slot) => {
-                balancer.taken(index);
-                Take::Slot(
-                    slot,
-                    Position {
-                        version: set.version,
-                        index,
-                    },
-                )
-            }
-            None => Take::Nothing,
-        })
+        Some(take_slot(set, balancer.as_mut(), index, server, Take::Nothing))
     }
 
     /// A slot on `id` was handed over from the backend's queue (taken by another thread's
@@ -210,6 +186,24 @@ impl LocalBackend {
     /// A weight command reached this thread: tell the balancer.
     pub(crate) fn set_weight(&self, id: ServerId, weight: u32) {
         self.with_position(id, |b, i| b.set_weight(i, weight));
+    }
+}
+
+/// A slot on `server`, at `index` of `set`, which `balancer` hears of at once; `full` when
+/// the server has no room left.
+fn take_slot(set: &ServerSet, balancer: &mut dyn Balancer, index: usize, server: &Arc<ServerLive>, full: Take) -> Take {
+    match server.try_take() {
+        Some(slot) => {
+            balancer.taken(index);
+            Take::Slot(
+                slot,
+                Position {
+                    version: set.version,
+                    index,
+                },
+            )
+        }
+        None => full,
     }
 }
 
