@@ -216,3 +216,58 @@ fn forged_unknown_and_malformed_cookies_are_balanced_and_get_a_fresh_cookie() {
     }
     assert_eq!(answered.len(), 3, "forged cookies are balanced normally: {answered:?}");
 }
+
+/// A server that answers one request (`D`, `Connection: close`), then closes its listening
+/// socket: later connects to it are refused.
+fn one_shot_origin() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        while std::io::BufRead::read_line(&mut r, &mut line).unwrap_or(0) > 0 && line != "\r\n" {
+            line.clear();
+        }
+        let _ = r
+            .get_mut()
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nD");
+    });
+    addr
+}
+
+/// A sticky request whose server refuses connections: with `redispatch = true` (the
+/// default) its retry goes to another server, which answers and sets its own cookie; with
+/// `redispatch = false` every retry stays on the cookie's server, and the client gets 503.
+#[test]
+fn redispatch_decides_where_a_sticky_requests_retries_go() {
+    for redispatch in [true, false] {
+        let a = http_origin(|_| ok("A"));
+        let d = one_shot_origin();
+        let cfg = format!(
+            "[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\n\
+             [[backend]]\nname = \"be\"\nmode = \"http\"\nretries = 2\nredispatch = {redispatch}\n\
+             [backend.sticky]\ncookie = \"SRV\"\n\
+             [[backend.server]]\nname = \"A\"\naddress = \"{}\"\n\
+             [[backend.server]]\nname = \"D\"\naddress = \"{d}\"\n",
+            a.addr
+        );
+        let proxy = common::Proxy::start(&cfg);
+        // Round robin over two servers: D answers one of the first two requests (once).
+        let d_cookie = (0..2)
+            .map(|_| get_with(proxy.addr, &[]))
+            .find(|r| r.2 == b"D")
+            .and_then(|r| set_cookie_value(&r))
+            .expect("D answered one of the first two requests, with its cookie");
+        let a_served = a.requests.lock().unwrap().len();
+        let resp = get_with(proxy.addr, &[&format!("SRV={d_cookie}")]);
+        if redispatch {
+            assert_eq!((resp.0, resp.2.as_slice()), (200, b"A".as_slice()), "redispatched to A");
+            let moved = set_cookie_value(&resp).expect("A's cookie");
+            assert_ne!(moved, d_cookie);
+        } else {
+            assert_eq!(resp.0, 503, "every retry stayed on D: {resp:?}");
+            assert_eq!(a.requests.lock().unwrap().len(), a_served, "A never saw it");
+        }
+    }
+}
