@@ -188,3 +188,34 @@ fn stopping_generation_closes_leftovers_after_hard_stop_after() {
     assert_eq!(generation, 2);
     exchange(master.addr, b"new generation").unwrap();
 }
+
+/// The control socket is the owner's alone (0600) unless `control_socket_mode` opens it to
+/// a group, and `ctl` still reaches it; a mode that locks the owner out is refused.
+#[test]
+fn the_control_socket_is_owner_only_by_default_and_takes_its_configured_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let origin = origin(echo);
+    for (extra, want) in [("", 0o600), ("control_socket_mode = \"0660\"", 0o660)] {
+        let dir = TempDir::new("sup-ctlmode");
+        let config = tcp_config(&global(&dir.0, extra), &[("o", origin.addr, 1)]);
+        let master = Master::start(dir, &config, &[]);
+        let mode = std::fs::metadata(&master.socket).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, want, "{extra:?}: mode {mode:o}");
+        assert!(master.ctl_ok(&["show", "servers"]).contains("o"));
+    }
+    let dir = TempDir::new("sup-ctlmode-bad");
+    let bad = tcp_config(
+        &global(&dir.0, "control_socket_mode = \"0460\""),
+        &[("o", origin.addr, 1)],
+    );
+    let file = dir.0.join("bad.toml");
+    std::fs::write(&file, bad).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("global.control_socket_mode"), "{err}");
+}

@@ -72,6 +72,10 @@ pub(crate) struct GlobalSection {
     pub allow_root: Option<bool>,
     /// Hand a new connection from a crowded worker to the least loaded one.
     pub connection_rebalance: Option<bool>,
+    /// Permissions of the control socket file, octal (`"0600"`).
+    pub control_socket_mode: Option<Spanned<String>>,
+    /// Group the control socket file is given (name or gid).
+    pub control_socket_group: Option<Spanned<String>>,
 }
 
 /// `[log]`: access logs (docs/logging.md).

@@ -98,6 +98,29 @@ pub struct Global {
     /// With per-worker SO_REUSEPORT sockets, a worker with more than `least + 1 + least / 4`
     /// sessions open (`least`: the least loaded worker's) hands a new connection to that one.
     pub connection_rebalance: bool,
+    /// Who may use the control socket: its file's permission bits and group.
+    pub control_access: SocketAccess,
+}
+
+/// The control socket file's permissions (connecting needs write permission on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketAccess {
+    /// Permission bits; always includes the owner's read and write.
+    pub mode: u32,
+    /// Group to give the file (`None`: the master's).
+    pub gid: Option<u32>,
+}
+
+/// Owner only, HAProxy's `stats socket ... mode 600`.
+pub const DEFAULT_CONTROL_SOCKET_MODE: u32 = 0o600;
+
+impl Default for SocketAccess {
+    fn default() -> Self {
+        SocketAccess {
+            mode: DEFAULT_CONTROL_SOCKET_MODE,
+            gid: None,
+        }
+    }
 }
 
 /// `[admin]`: the operator's HTTP endpoint.

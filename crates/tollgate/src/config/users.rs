@@ -31,7 +31,7 @@ pub(super) fn run_as(g: &GlobalSection) -> Result<Option<RunAs>, Refusal> {
         (None, Err(_)) => return Err(refuse(format!("no user `{name}` on this system"))),
     };
     let gid = match (&g.group, primary_gid) {
-        (Some(group), _) => group_id(group)?,
+        (Some(group), _) => group_id(group, "global.group")?,
         (None, Some(gid)) => gid,
         (None, None) => {
             return Err(refuse(
@@ -46,9 +46,10 @@ pub(super) fn run_as(g: &GlobalSection) -> Result<Option<RunAs>, Refusal> {
     }))
 }
 
-fn group_id(group: &Spanned<String>) -> Result<u32, Refusal> {
+/// A group name (or a number that is no group's name) as a gid; `key` is the refused key.
+pub(super) fn group_id(group: &Spanned<String>, key: &'static str) -> Result<u32, Refusal> {
     let name = group.get_ref();
-    let refuse = |msg: String| (group.span(), "global.group", msg);
+    let refuse = |msg: String| (group.span(), key, msg);
     let found = tollgate_sys::credentials::group_by_name(name)
         .map_err(|e| refuse(format!("cannot look up group `{name}`: {e}")))?;
     match (found, name.parse::<u32>()) {

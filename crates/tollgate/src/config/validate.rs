@@ -189,7 +189,34 @@ impl<'a> Validator<'a> {
             }),
             allow_root: g.allow_root.unwrap_or(false),
             connection_rebalance: g.connection_rebalance.unwrap_or(true),
+            control_access: self.control_access(g),
         }
+    }
+
+    /// `control_socket_mode` (octal, the owner's read and write always in it) and
+    /// `control_socket_group`.
+    fn control_access(&mut self, g: &super::file::GlobalSection) -> super::model::SocketAccess {
+        let mut access = super::model::SocketAccess::default();
+        if let Some(mode) = &g.control_socket_mode {
+            let text = mode.get_ref();
+            match u32::from_str_radix(text.trim_start_matches("0o"), 8) {
+                Ok(bits) if bits <= 0o777 && bits & 0o600 == 0o600 => access.mode = bits,
+                _ => self.err(
+                    mode.span(),
+                    "global.control_socket_mode".into(),
+                    format!(
+                        "`{text}` is not an octal mode from 600 to 777 that lets the owner read and write (e.g. \"0660\")"
+                    ),
+                ),
+            }
+        }
+        if let Some(group) = &g.control_socket_group {
+            match super::users::group_id(group, "global.control_socket_group") {
+                Ok(gid) => access.gid = Some(gid),
+                Err((span, key, msg)) => self.err(span, key.into(), msg),
+            }
+        }
+        access
     }
 
     fn control_socket(&mut self, path: Option<&Spanned<String>>) -> std::path::PathBuf {

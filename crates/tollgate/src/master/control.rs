@@ -15,6 +15,7 @@ use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::command::{self, Command, Reply, codec};
+use crate::config::model::SocketAccess;
 
 /// A command from a control connection, with where its reply goes.
 pub struct Request {
@@ -26,8 +27,10 @@ pub struct Request {
 /// Longest a client waits for an answer (a reload waits for the new worker's READY).
 pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Binds the control socket, replacing a stale one (a socket file nobody answers on).
-pub fn bind(path: &Path) -> io::Result<UnixListener> {
+/// Binds the control socket, replacing a stale one (a socket file nobody answers on), and
+/// gives the file `access`'s mode and group. Until the mode is set the file has the
+/// process umask's (with the usual 022, only the owner may connect already).
+pub fn bind(path: &Path, access: SocketAccess) -> io::Result<UnixListener> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
@@ -40,7 +43,12 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
-    UnixListener::bind(path)
+    let listener = UnixListener::bind(path)?;
+    if let Some(gid) = access.gid {
+        std::os::unix::fs::chown(path, None, Some(gid))?;
+    }
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(access.mode))?;
+    Ok(listener)
 }
 
 /// Accepts control connections and forwards their requests to the master loop.

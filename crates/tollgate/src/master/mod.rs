@@ -171,6 +171,7 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
     local.block_on(&rt, async move {
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let control_path = config.global.control_socket.clone();
+        let config_access = config.global.control_access;
         let mut master = Master {
             exe,
             config_path: config_path.to_path_buf(),
@@ -194,7 +195,7 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
         if let Some(listener) = admin {
             metrics::spawn(listener, requests_tx.clone());
         }
-        let control = match control::bind(&control_path) {
+        let control = match control::bind(&control_path, config_access) {
             Ok(listener) => {
                 tracing::info!(path = %control_path.display(), "control socket ready (tollgate reload)");
                 tokio::task::spawn_local(control::serve(listener, requests_tx));
@@ -398,9 +399,12 @@ impl Master {
             Err(msg) => return refuse(msg),
         };
         if config.global.control_socket != self.config.global.control_socket
+            || config.global.control_access != self.config.global.control_access
             || config.global.master != self.config.global.master
         {
-            tracing::warn!("global.control_socket and global.master take effect at the next start, not on reload");
+            tracing::warn!(
+                "global.control_socket, control_socket_mode, control_socket_group and master take effect at the next start, not on reload"
+            );
         }
         if config.admin != self.config.admin {
             tracing::warn!("[admin] bind takes effect at the next start, not on reload");
