@@ -121,6 +121,30 @@ enum CtlCommand {
         #[command(subcommand)]
         what: CtlSet,
     },
+    /// Close established sessions: `shutdown sessions server app/a`.
+    Shutdown {
+        #[command(subcommand)]
+        what: CtlShutdown,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlShutdown {
+    /// Sessions of one kind.
+    Sessions {
+        #[command(subcommand)]
+        of: CtlSessionsOf,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlSessionsOf {
+    /// Every established session on a server, on every worker thread (its state, weight
+    /// and new connections are unchanged).
+    Server {
+        /// BACKEND/SERVER
+        server: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -246,6 +270,11 @@ fn ctl(args: CtlArgs) -> ExitCode {
             CtlServerField::State { state, kill } => ctl::set_state(&server, &state, kill),
             CtlServerField::Weight { weight } => ctl::set_weight(&server, weight),
         },
+        CtlCommand::Shutdown {
+            what: CtlShutdown::Sessions {
+                of: CtlSessionsOf::Server { server },
+            },
+        } => ctl::shutdown_sessions(&server),
     };
     match command {
         Ok(command) => control(&args.target, command, args.json),

@@ -395,3 +395,49 @@ fn retries_never_go_back_to_a_failed_server_in_a_thousand() {
     let failures: u64 = before.iter().map(|c| c.2).sum();
     assert!(failures >= 100, "the dead servers were offered: {failures} failures");
 }
+
+/// `shutdown sessions server` closes the server's established sessions and changes nothing
+/// else: it stays ready, new connections still reach it, and a reload has nothing to keep.
+#[test]
+fn shutdown_sessions_closes_a_servers_sessions_and_leaves_its_state() {
+    let b = origin(common::echo);
+    let dir = TempDir::new("live-shutdown");
+    let config = tcp_config(&global(&dir.0, ""), &[("b", b.addr, 1)]);
+    let master = Master::start(dir, &config, &[]);
+    let mut held = TcpStream::connect(master.addr).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    held.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    held.read_exact(&mut buf).unwrap();
+
+    let began = Instant::now();
+    let out = master.ctl_ok(&["shutdown", "sessions", "server", "be/b"]);
+    assert!(out.contains("be/b") && out.contains("sessions killed"), "{out}");
+    let mut rest = Vec::new();
+    let end = held.read_to_end(&mut rest);
+    assert!(
+        matches!(end, Ok(0))
+            || end
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the session should end, got {end:?} {rest:?}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(2), "{:?}", began.elapsed());
+
+    let table = master.ctl_ok(&["show", "servers"]);
+    assert!(
+        table.lines().any(|l| l.contains(" b ") && l.contains("ready")),
+        "{table}"
+    );
+    let mut fresh = TcpStream::connect(master.addr).unwrap();
+    fresh.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    fresh.write_all(b"new!").unwrap();
+    fresh.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"new!", "new connections still reach the server");
+    let report = master.reload_ok();
+    assert!(!report.contains("kept runtime change"), "{report}");
+
+    let (code, _, err) = master.ctl(&["shutdown", "sessions", "server", "be/zz"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no server `zz`"), "{err}");
+}

@@ -25,6 +25,11 @@ pub fn set_state(server: &str, state: &str, kill: bool) -> Result<Command, Strin
     })
 }
 
+pub fn shutdown_sessions(server: &str) -> Result<Command, String> {
+    let (backend, server) = split_server(server)?;
+    Ok(Command::ShutdownSessions { backend, server })
+}
+
 pub fn set_weight(server: &str, weight: u32) -> Result<Command, String> {
     let (backend, server) = split_server(server)?;
     Ok(Command::SetServerWeight {

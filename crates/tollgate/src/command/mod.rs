@@ -46,6 +46,9 @@ pub enum Command {
         server: String,
         weight: u32,
     },
+    /// Close the server's established sessions (HAProxy's `shutdown sessions server`),
+    /// changing nothing else: new connections may still pick it.
+    ShutdownSessions { backend: String, server: String },
     /// Every metric of every live generation (what `GET /metrics` renders).
     Metrics,
 }
@@ -58,6 +61,7 @@ impl Command {
             Command::ShowServers { .. } => "show servers",
             Command::SetServerState { .. } => "set server state",
             Command::SetServerWeight { .. } => "set server weight",
+            Command::ShutdownSessions { .. } => "shutdown sessions",
             Command::Metrics => "metrics",
         }
     }

@@ -166,6 +166,16 @@ impl Master {
                 };
                 self.apply(id, reply, change).await;
             }
+            Command::ShutdownSessions { backend, server } => {
+                let change = ServerChange {
+                    backend,
+                    server,
+                    state: None,
+                    weight: None,
+                    kill: true,
+                };
+                self.apply(id, reply, change).await;
+            }
         }
     }
 

@@ -64,17 +64,22 @@ impl Desired {
         {
             return Err(format!("weight {w} is out of range (0 to 256)"));
         }
-        if change.kill && change.state != Some(AdminState::Maint) {
+        // A kill alone is `shutdown sessions`; with a state it is `maint --kill`.
+        if change.kill && change.state.is_some_and(|s| s != AdminState::Maint) {
             return Err("--kill goes with state maint".into());
         }
-        if change.state.is_none() && change.weight.is_none() {
+        if change.state.is_none() && change.weight.is_none() && !change.kill {
             return Err("nothing to change".into());
         }
         Ok(())
     }
 
-    /// Records a validated change, merged with earlier ones to the same server.
+    /// Records a validated change, merged with earlier ones to the same server. A kill is
+    /// an action, not a state: a change that only kills records nothing.
     pub(crate) fn record(&mut self, change: &ServerChange) {
+        if change.state.is_none() && change.weight.is_none() {
+            return;
+        }
         let entry = self
             .changes
             .entry((change.backend.clone(), change.server.clone()))
@@ -215,6 +220,13 @@ mod tests {
         kill.kill = true;
         assert!(Desired::validate(&c, &kill).unwrap_err().contains("maint"));
         assert!(Desired::validate(&c, &change("a", None, None)).is_err());
+        // `shutdown sessions`: a kill alone is valid, and leaves nothing to re-apply.
+        let mut shutdown = change("a", None, None);
+        shutdown.kill = true;
+        assert!(Desired::validate(&c, &shutdown).is_ok());
+        let mut d = Desired::default();
+        d.record(&shutdown);
+        assert!(d.changes().is_empty());
     }
 
     #[test]
