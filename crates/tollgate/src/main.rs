@@ -121,11 +121,27 @@ enum CtlCommand {
         #[command(subcommand)]
         what: CtlSet,
     },
+    /// Resume accepting on a frontend: `enable frontend web`.
+    Enable {
+        #[command(subcommand)]
+        what: CtlFrontend,
+    },
+    /// Stop accepting on a frontend, keep serving its connections: `disable frontend web`.
+    Disable {
+        #[command(subcommand)]
+        what: CtlFrontend,
+    },
     /// Close established sessions: `shutdown sessions server app/a`.
     Shutdown {
         #[command(subcommand)]
         what: CtlShutdown,
     },
+}
+
+#[derive(Subcommand)]
+enum CtlFrontend {
+    /// A frontend, by name (kept across reloads while the file has it).
+    Frontend { name: String },
 }
 
 #[derive(Subcommand)]
@@ -270,6 +286,18 @@ fn ctl(args: CtlArgs) -> ExitCode {
             CtlServerField::State { state, kill } => ctl::set_state(&server, &state, kill),
             CtlServerField::Weight { weight } => ctl::set_weight(&server, weight),
         },
+        CtlCommand::Enable {
+            what: CtlFrontend::Frontend { name },
+        } => Ok(tollgate::command::Command::SetFrontend {
+            frontend: name,
+            enabled: true,
+        }),
+        CtlCommand::Disable {
+            what: CtlFrontend::Frontend { name },
+        } => Ok(tollgate::command::Command::SetFrontend {
+            frontend: name,
+            enabled: false,
+        }),
         CtlCommand::Shutdown {
             what: CtlShutdown::Sessions {
                 of: CtlSessionsOf::Server { server },

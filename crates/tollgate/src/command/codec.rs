@@ -127,6 +127,7 @@ mod tests {
                     weight: Some(3),
                     kill: false,
                 }],
+                disabled_frontends: vec!["web".into()],
                 health: vec![crate::command::HealthReport {
                     backend: "app".into(),
                     server: "a".into(),

@@ -46,6 +46,9 @@ pub enum Command {
         server: String,
         weight: u32,
     },
+    /// Stop (`enabled = false`) or resume accepting on a frontend; its established
+    /// connections are served either way.
+    SetFrontend { frontend: String, enabled: bool },
     /// Close the server's established sessions (HAProxy's `shutdown sessions server`),
     /// changing nothing else: new connections may still pick it.
     ShutdownSessions { backend: String, server: String },
@@ -62,6 +65,8 @@ impl Command {
             Command::SetServerState { .. } => "set server state",
             Command::SetServerWeight { .. } => "set server weight",
             Command::ShutdownSessions { .. } => "shutdown sessions",
+            Command::SetFrontend { enabled: true, .. } => "enable frontend",
+            Command::SetFrontend { enabled: false, .. } => "disable frontend",
             Command::Metrics => "metrics",
         }
     }
@@ -230,6 +235,9 @@ pub(crate) enum ToWorker {
         ids: IdTable,
         #[serde(default)]
         changes: Vec<ServerChange>,
+        /// Frontends an operator disabled: the generation starts with them not accepting.
+        #[serde(default)]
+        disabled_frontends: Vec<String>,
         /// Health states of the previous generation (see `HealthReport`).
         #[serde(default)]
         health: Vec<HealthReport>,
@@ -252,6 +260,12 @@ pub(crate) enum ToWorker {
     /// Answered with `Answer::Metrics` holding one generation: this process's snapshot.
     Metrics {
         id: u64,
+    },
+    /// Enable or disable a frontend (answered like `Apply`).
+    Frontend {
+        id: u64,
+        frontend: String,
+        enabled: bool,
     },
 }
 

@@ -55,4 +55,54 @@ pub struct Shared {
     pub(crate) access_log: Option<Arc<crate::accesslog::AccessLog>>,
     /// Per-frontend counters and per-backend timing histograms, by worker id.
     pub(crate) metrics: Vec<crate::metrics::ThreadCells>,
+    /// Frontends an operator disabled (`ctl disable frontend`): their accept loops wait.
+    pub(crate) paused: FrontendSwitch,
+}
+
+/// Which frontends accept, as the operator set it at run time. Accept loops read one
+/// relaxed flag per accept; a disabled frontend's loops wait for `enabled` (connections
+/// stay in the kernel's backlog meanwhile).
+#[derive(Debug)]
+pub(crate) struct FrontendSwitch {
+    disabled: Box<[std::sync::atomic::AtomicBool]>,
+    enabled: tokio::sync::Notify,
+}
+
+impl FrontendSwitch {
+    pub(crate) fn new(frontends: usize, disabled: impl Fn(usize) -> bool) -> Self {
+        FrontendSwitch {
+            disabled: (0..frontends)
+                .map(|f| std::sync::atomic::AtomicBool::new(disabled(f)))
+                .collect(),
+            enabled: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub(crate) fn is_disabled(&self, frontend: usize) -> bool {
+        self.disabled
+            .get(frontend)
+            .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    pub(crate) fn set(&self, frontend: usize, enabled: bool) {
+        if let Some(d) = self.disabled.get(frontend) {
+            d.store(!enabled, std::sync::atomic::Ordering::Release);
+        }
+        if enabled {
+            self.enabled.notify_waiters();
+        }
+    }
+
+    /// Resolves once `frontend` is enabled.
+    pub(crate) async fn wait_enabled(&self, frontend: usize) {
+        loop {
+            let enabled = self.enabled.notified();
+            tokio::pin!(enabled);
+            enabled.as_mut().enable();
+            if !self.is_disabled(frontend) {
+                return;
+            }
+            enabled.await;
+        }
+    }
 }

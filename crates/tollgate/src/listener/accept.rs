@@ -117,6 +117,14 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
     let stop = ctx.stopping();
     tokio::pin!(stop);
     loop {
+        // Disabled by the operator: take no budget and accept nothing until enabled.
+        if shared.paused.is_disabled(frontend) {
+            tokio::select! {
+                biased;
+                _ = &mut stop => return,
+                () = shared.paused.wait_enabled(frontend) => {}
+            }
+        }
         let permits = tokio::select! {
             biased;
             taken = shared.budgets.acquire(frontend) => match taken {
@@ -145,6 +153,16 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
             _ = &mut stop => return,
             r = accept(&listener) => r,
         };
+        // Disabled while this loop already waited in accept(): the connection is held
+        // unserved until the frontend is enabled, as it would have waited in the backlog.
+        // A stop serves it rather than reset it (then the loop ends).
+        let stopping = accepted.is_ok()
+            && shared.paused.is_disabled(frontend)
+            && tokio::select! {
+                biased;
+                () = shared.paused.wait_enabled(frontend) => false,
+                _ = &mut stop => true,
+            };
         match accepted {
             Ok((stream, peer)) => match &placement {
                 Placement::Here => spawn_session(&ctx, frontend, stream, peer, permits),
@@ -183,6 +201,9 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
                 ctx.stats.accept_errors.add(1);
                 accept_error_pause(&e).await;
             }
+        }
+        if stopping {
+            return;
         }
     }
 }

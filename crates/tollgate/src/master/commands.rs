@@ -166,6 +166,24 @@ impl Master {
                 };
                 self.apply(id, reply, change).await;
             }
+            Command::SetFrontend { frontend, enabled } => {
+                if let Err(msg) = Desired::validate_frontend(&self.config, &frontend) {
+                    let _ = reply.send(Reply::error(id, msg));
+                    return;
+                }
+                self.desired.record_frontend(&frontend, enabled);
+                let what = format!("frontend {frontend} {}", if enabled { "enabled" } else { "disabled" });
+                tracing::info!("runtime change: {what}");
+                let generations: Vec<u64> = self.gens.iter().map(|g| g.id).collect();
+                let request = self.next_request_id();
+                let msg = ToWorker::Frontend {
+                    id: request,
+                    frontend,
+                    enabled,
+                };
+                self.send_and_gather(request, id, reply, Gather::Applied { what }, &generations, &msg)
+                    .await;
+            }
             Command::ShutdownSessions { backend, server } => {
                 let change = ServerChange {
                     backend,

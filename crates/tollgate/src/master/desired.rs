@@ -26,6 +26,8 @@ pub(crate) struct Desired {
     changes: BTreeMap<(String, String), ServerChange>,
     /// Health as last reported, keyed `(backend, server)`.
     health: BTreeMap<(String, String), HealthReport>,
+    /// Frontends an operator disabled (`ctl disable frontend`), by name.
+    disabled_frontends: std::collections::BTreeSet<String>,
 }
 
 /// What a server's health state depends on: where and how it is checked.
@@ -125,6 +127,17 @@ impl Desired {
             }
             keep
         });
+        self.disabled_frontends.retain(|name| {
+            let keep = new.frontends.iter().any(|f| f.name == *name);
+            if keep {
+                report.kept.push(format!("frontend {name} disabled"));
+            } else {
+                report
+                    .overridden
+                    .push(format!("frontend {name} disabled (frontend removed by the file)"));
+            }
+            keep
+        });
         let before = self.health.len();
         self.health.retain(|(backend, server), _| {
             let after = find(new, backend, server).map(check_definition);
@@ -137,6 +150,33 @@ impl Desired {
             );
         }
         report
+    }
+
+    /// Checks that `frontend` exists in `config`.
+    pub(crate) fn validate_frontend(config: &Config, frontend: &str) -> Result<(), String> {
+        if config.frontends.iter().any(|f| f.name == frontend) {
+            Ok(())
+        } else {
+            Err(format!("no frontend `{frontend}`"))
+        }
+    }
+
+    /// Records an enable or disable of a validated frontend.
+    pub(crate) fn record_frontend(&mut self, frontend: &str, enabled: bool) {
+        if enabled {
+            self.disabled_frontends.remove(frontend);
+        } else {
+            self.disabled_frontends.insert(frontend.to_string());
+        }
+    }
+
+    /// The frontends a generation on `new` starts disabled: those still in the file.
+    pub(crate) fn disabled_frontends(&self, new: &Config) -> Vec<String> {
+        self.disabled_frontends
+            .iter()
+            .filter(|name| new.frontends.iter().any(|f| f.name == **name))
+            .cloned()
+            .collect()
     }
 
     /// Records a server's health as its generation's checker reported it.
@@ -256,6 +296,24 @@ mod tests {
                 .any(|l| l.contains("app/c") && l.contains("removed"))
         );
         assert_eq!(d.changes(), [change("a", Some(AdminState::Drain), Some(7))]);
+    }
+
+    #[test]
+    fn a_disabled_frontend_stays_disabled_while_the_file_keeps_it() {
+        let c = config(1, true);
+        assert!(Desired::validate_frontend(&c, "f").is_ok());
+        assert!(
+            Desired::validate_frontend(&c, "g")
+                .unwrap_err()
+                .contains("no frontend `g`")
+        );
+        let mut d = Desired::default();
+        d.record_frontend("f", false);
+        assert_eq!(d.disabled_frontends(&c), ["f"]);
+        let report = d.reconcile(&c, &c);
+        assert_eq!(report.kept, ["frontend f disabled"]);
+        d.record_frontend("f", true);
+        assert!(d.disabled_frontends(&c).is_empty());
     }
 
     #[test]

@@ -313,6 +313,7 @@ impl Master {
                 text: text.to_string(),
                 ids: self.desired.ids.clone(),
                 changes,
+                disabled_frontends: self.desired.disabled_frontends(config),
                 health,
             };
             codec::write(&mut &ours, &msg)?;

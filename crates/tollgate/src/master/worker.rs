@@ -38,6 +38,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
         text,
         mut ids,
         changes,
+        disabled_frontends,
         health,
     } = first
     else {
@@ -71,6 +72,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     // Health states start where the previous generation left them; changes go to the master.
     let (health_tx, health_rx) = tokio::sync::mpsc::unbounded_channel();
     options.health_seed = health;
+    options.disabled_frontends = disabled_frontends;
     options.health_reports = Some(health_tx);
     let running = match runtime::start_with(Arc::new(config), sockets, options) {
         Ok(r) => r,
@@ -158,7 +160,7 @@ async fn control(
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. })) => {
                     answer(&mut replies, running, cmd).await;
                 }
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
@@ -212,7 +214,7 @@ async fn control(
                 // A stopping generation still writes lines for its last sessions.
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 // A stopping generation still has sessions: `--kill` must reach them.
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. })) => {
                     answer(&mut replies, running, cmd).await
                 }
                 Some(_) => {}
@@ -230,6 +232,10 @@ async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: 
     let reply = match cmd {
         ToWorker::Apply { id, change } => match running.apply(&change) {
             Ok(()) => Reply::text(id, change.describe()),
+            Err(e) => Reply::error(id, e),
+        },
+        ToWorker::Frontend { id, frontend, enabled } => match running.set_frontend(&frontend, enabled) {
+            Ok(()) => Reply::text(id, format!("frontend {frontend}")),
             Err(e) => Reply::error(id, e),
         },
         ToWorker::ShowServers { id, backend } => Reply::ok(

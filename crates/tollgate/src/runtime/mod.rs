@@ -108,6 +108,9 @@ pub struct StartOptions {
     pub health_seed: Vec<crate::command::HealthReport>,
     /// Where the checker reports each change (the worker process forwards them to the master).
     pub health_reports: Option<mpsc::UnboundedSender<crate::command::HealthReport>>,
+    /// Frontends an operator disabled before this generation: they accept nothing until
+    /// enabled (from the master, across a reload).
+    pub disabled_frontends: Vec<String>,
 }
 
 /// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
@@ -137,6 +140,12 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         metrics: (0..workers)
             .map(|_| crate::metrics::ThreadCells::new(config.frontends.len(), config.backends.len()))
             .collect(),
+        paused: crate::ctx::FrontendSwitch::new(config.frontends.len(), |f| {
+            config
+                .frontends
+                .get(f)
+                .is_some_and(|fe| options.disabled_frontends.contains(&fe.name))
+        }),
         config,
     });
     crate::health::seed(&shared.backends, &options.health_seed);
@@ -284,6 +293,21 @@ impl Running {
                 }
             }
         }
+    }
+
+    /// Enables or disables a frontend (`ctl enable|disable frontend`): a disabled one accepts
+    /// nothing (its sockets stay bound; connections wait in the backlog) and keeps serving
+    /// the connections it has.
+    pub(crate) fn set_frontend(&self, name: &str, enabled: bool) -> Result<(), String> {
+        let index = self
+            .shared
+            .config
+            .frontends
+            .iter()
+            .position(|f| f.name == name)
+            .ok_or_else(|| format!("no frontend `{name}`"))?;
+        self.shared.paused.set(index, enabled);
+        Ok(())
     }
 
     fn tell_threads(&self, msg: impl Fn() -> Message) {
