@@ -446,21 +446,46 @@ fn explain_names_frontend_routes_backend_and_server() {
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "frontend web (http): binds port 18080", "{out}");
-    assert_eq!(lines[1], "route[0] skipped: host api.example does not match www.example", "{out}");
-    assert_eq!(lines[2], "route[1] skipped: header x-tenant is absent, not \"blue\"", "{out}");
-    assert_eq!(lines[3], "route[2] skipped: path /v1/x does not start with /ping", "{out}");
-    assert_eq!(lines[4], "route: no route matched: the frontend's default backend", "{out}");
+    assert_eq!(
+        lines[1], "route[0] skipped: host api.example does not match www.example",
+        "{out}"
+    );
+    assert_eq!(
+        lines[2], "route[1] skipped: header x-tenant is absent, not \"blue\"",
+        "{out}"
+    );
+    assert_eq!(
+        lines[3], "route[2] skipped: path /v1/x does not start with /ping",
+        "{out}"
+    );
+    assert_eq!(
+        lines[4], "route: no route matched: the frontend's default backend",
+        "{out}"
+    );
     assert_eq!(lines[5], "backend app", "{out}");
     assert_eq!(lines[6], "balance roundrobin", "{out}");
     assert!(
-        out.contains("server a 127.0.0.1:9001: admin ready, oper unknown, weight 3 (effective 3), primary, load 0, usable"),
+        out.contains(
+            "server a 127.0.0.1:9001: admin ready, oper unknown, weight 3 (effective 3), primary, load 0, usable"
+        ),
         "{out}"
     );
-    assert!(out.contains("server spare 127.0.0.1:9002: admin ready, oper unknown, weight 1 (effective 1), backup,"), "{out}");
-    assert!(out.contains("pick: a: roundrobin picks it among the usable servers; it is a usable primary"), "{out}");
+    assert!(
+        out.contains("server spare 127.0.0.1:9002: admin ready, oper unknown, weight 1 (effective 1), backup,"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pick: a: roundrobin picks it among the usable servers; it is a usable primary"),
+        "{out}"
+    );
 
     let (code, out, err) = tollgate(&[
-        "explain", "--config", config, "http://api.example:18080/v1/x", "-H", "X-Tenant: blue",
+        "explain",
+        "--config",
+        config,
+        "http://api.example:18080/v1/x",
+        "-H",
+        "X-Tenant: blue",
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("route[1] matched: every condition holds"), "{out}");
@@ -470,13 +495,28 @@ fn explain_names_frontend_routes_backend_and_server() {
 
     let (code, out, _) = tollgate(&["explain", "--config", config, "http://x:18080/ping"]);
     assert_eq!(code, 0);
-    assert!(out.contains("route[2] matched") && out.contains("return 200 (text/plain"), "{out}");
+    assert!(
+        out.contains("route[2] matched") && out.contains("return 200 (text/plain"),
+        "{out}"
+    );
     assert!(!out.contains("pick:"), "a fixed response picks no server: {out}");
 
-    let (code, out, err) = tollgate(&["explain", "--config", config, "--port", "18443", "--sni", "a.example", "x"]);
+    let (code, out, err) = tollgate(&[
+        "explain",
+        "--config",
+        config,
+        "--port",
+        "18443",
+        "--sni",
+        "a.example",
+        "x",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("frontend tls (tcp): binds port 18443"), "{out}");
-    assert!(out.contains("route[0] matched: its sni pattern matches") && out.contains("pick: r1:"), "{out}");
+    assert!(
+        out.contains("route[0] matched: its sni pattern matches") && out.contains("pick: r1:"),
+        "{out}"
+    );
 
     let (code, out, _) = tollgate(&["explain", "--config", config, "--json", "http://api.example:18080/"]);
     assert_eq!(code, 0);

@@ -69,7 +69,11 @@ fn parse_url(text: &str) -> Result<Url, String> {
     let port = port
         .map(|p| p.parse::<u16>().map_err(|_| format!("bad port {p:?} in {text:?}")))
         .transpose()?;
-    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_string() };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
     Ok(Url {
         scheme,
         host: (!host.is_empty()).then(|| host.to_ascii_lowercase()),
@@ -89,9 +93,17 @@ pub struct Skipped {
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Target {
-    Backend { name: String },
-    Return { status: u16, content_type: String, body: String },
-    Refused { reason: String },
+    Backend {
+        name: String,
+    },
+    Return {
+        status: u16,
+        content_type: String,
+        body: String,
+    },
+    Refused {
+        reason: String,
+    },
 }
 
 /// One server as the pick saw it.
@@ -176,11 +188,18 @@ fn choose_frontend<'c>(config: &'c Config, query: &Query, url: &Url) -> Result<(
     let bound = |f: &&Frontend| port.is_some_and(|p| f.binds.iter().any(|a| a.port() == p));
     let on_port: Vec<&Frontend> = config.frontends.iter().filter(bound).collect();
     let tls_wanted = url.scheme.as_deref() == Some("https");
-    let by_scheme = on_port.iter().find(|f| f.tls.is_some() == tls_wanted).or(on_port.first());
+    let by_scheme = on_port
+        .iter()
+        .find(|f| f.tls.is_some() == tls_wanted)
+        .or(on_port.first());
     if let (Some(fe), Some(p)) = (by_scheme, port) {
         let mut why = format!("binds port {p}");
         if on_port.len() > 1 {
-            let _ = write!(why, ", {} with TLS as the scheme asks", if tls_wanted { "terminates" } else { "no" });
+            let _ = write!(
+                why,
+                ", {} with TLS as the scheme asks",
+                if tls_wanted { "terminates" } else { "no" }
+            );
         }
         return Ok((fe, why));
     }
@@ -242,7 +261,8 @@ fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) ->
             ),
             (Miss::Header, r) => {
                 let (name, want) = r.header.clone().unwrap_or_default();
-                let got = header_of(query, &name).map_or_else(|| "absent".to_string(), |v| format!("{:?}", String::from_utf8_lossy(v)));
+                let got = header_of(query, &name)
+                    .map_or_else(|| "absent".to_string(), |v| format!("{:?}", String::from_utf8_lossy(v)));
                 format!("header {name} is {got}, not {want:?}")
             }
         };
@@ -280,11 +300,7 @@ fn sni_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> 
         return default_backend(fe, out);
     }
     let sni = query.sni.as_deref().or(url.host.as_deref());
-    let matched = fe
-        .sni_routes
-        .as_ref()
-        .zip(sni)
-        .and_then(|(m, name)| m.lookup(name));
+    let matched = fe.sni_routes.as_ref().zip(sni).and_then(|(m, name)| m.lookup(name));
     for (i, r) in fe.routes.iter().enumerate() {
         if Some(i) == matched {
             break;
@@ -327,7 +343,10 @@ fn hash_key(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Option<(u64, S
             .map(|v| (v, format!("cookie {name}"))),
     };
     Some(match found {
-        Some((bytes, what)) => (key_of_bytes(bytes), format!("{what} = {:?}", String::from_utf8_lossy(bytes))),
+        Some((bytes, what)) => (
+            key_of_bytes(bytes),
+            format!("{what} = {:?}", String::from_utf8_lossy(bytes)),
+        ),
         None => (key_of_ip(query.source), format!("source {}", query.source)),
     })
 }
@@ -375,7 +394,11 @@ fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Pick {
         let ctx = PickContext::new(&set.servers, &usable, key.as_ref().map(|(k, _)| *k))
             .with_balance_factor(b.hash_balance_factor);
         if let Some(server) = balancer.pick(&ctx).and_then(|i| set.servers.get(i)) {
-            let role = if backup { "a backup: no primary is usable" } else { "a usable primary" };
+            let role = if backup {
+                "a backup: no primary is usable"
+            } else {
+                "a usable primary"
+            };
             pick.reason = format!("{} picks it among the usable servers; it is {role}", b.balance);
             pick.server = Some(server.name.to_string());
             break;
@@ -386,7 +409,11 @@ fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Pick {
 
 impl fmt::Display for Explanation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "frontend {} ({}): {}", self.frontend, self.mode, self.frontend_reason)?;
+        writeln!(
+            f,
+            "frontend {} ({}): {}",
+            self.frontend, self.mode, self.frontend_reason
+        )?;
         for s in &self.skipped {
             writeln!(f, "route[{}] skipped: {}", s.route, s.reason)?;
         }

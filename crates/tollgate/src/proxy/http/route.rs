@@ -51,17 +51,20 @@ pub(crate) fn first_miss<'h>(
     path: &[u8],
     header: impl Fn(&str) -> Option<&'h [u8]>,
 ) -> Option<Miss> {
-    if !r.host.as_ref().is_none_or(|p| host.is_some_and(|h| p.matches(h))) {
+    let host_ok = r.host.as_ref().is_none_or(|p| host.is_some_and(|h| p.matches(h)));
+    let path_ok = || r.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()));
+    let header_ok = || {
+        r.header
+            .as_ref()
+            .is_none_or(|(name, value)| header(name).is_some_and(|v| v == value.as_bytes()))
+    };
+    if !host_ok {
         return Some(Miss::Host);
     }
-    if !r.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_bytes())) {
+    if !path_ok() {
         return Some(Miss::PathPrefix);
     }
-    if !r
-        .header
-        .as_ref()
-        .is_none_or(|(name, value)| header(name).is_some_and(|v| v == value.as_bytes()))
-    {
+    if !header_ok() {
         return Some(Miss::Header);
     }
     None
