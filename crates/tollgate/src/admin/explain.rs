@@ -333,7 +333,7 @@ fn hash_key(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Option<(u64, S
     let spec = b.hash_key.as_ref()?;
     let found: Option<(&[u8], String)> = match (mode, spec) {
         (Mode::Tcp, _) | (_, HashKey::Source) => None,
-        (_, HashKey::Uri) => Some((url.path.as_bytes(), format!("uri {}", url.path))),
+        (_, HashKey::Uri) => Some((url.path.as_bytes(), "uri".to_string())),
         (_, HashKey::Header(name)) => header_of(query, name).map(|v| (v, format!("header {name}"))),
         (_, HashKey::Cookie(name)) => query
             .headers
@@ -604,6 +604,19 @@ address = "127.0.0.1:9013"
             explain(&c, &q).unwrap().pick.unwrap().server != first.server
         });
         assert!(moved);
+    }
+
+    #[test]
+    fn a_cookie_key_names_its_value_and_a_missing_one_falls_back_to_the_source() {
+        let text = HTTP.replace(r#"hash_key = "source""#, r#"hash_key = "cookie:sid""#);
+        let c = config(&text);
+        let mut q = query("http://x.example:8080/");
+        q.headers.push(("Cookie".into(), "a=1; sid=42".into()));
+        let pick = explain(&c, &q).unwrap().pick.unwrap();
+        assert_eq!(pick.hash_key.as_deref(), Some(r#"cookie sid = "42""#));
+        q.headers.clear();
+        let pick = explain(&c, &q).unwrap().pick.unwrap();
+        assert_eq!(pick.hash_key.as_deref(), Some("source 127.0.0.1"));
     }
 
     #[test]
