@@ -78,6 +78,9 @@ enum Command {
     },
     /// Print the manual page (roff): `tollgate man > tollgate.1; man ./tollgate.1`.
     Man,
+    /// Explain, from the config alone, where a request would go: frontend, each route tried
+    /// and why it did not match, backend or fixed response, and the server a pick would choose.
+    Explain(ExplainArgs),
     /// Internal: a worker process started by the master (stdin is its socketpair).
     #[command(hide = true)]
     Worker {
@@ -199,6 +202,35 @@ enum CtlServerField {
     Weight { weight: u32 },
 }
 
+#[derive(clap::Args)]
+struct ExplainArgs {
+    /// Config file (TOML).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The request: `[METHOD] URL`, e.g. `GET https://api.example/v1/x` (scheme and port
+    /// choose the frontend; host and path are what routes match).
+    #[arg(required = true, num_args = 1..=2)]
+    request: Vec<String>,
+    /// A request header, `Name: value` (repeatable).
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// The TLS server name (TCP frontends; default: the URL's host).
+    #[arg(long)]
+    sni: Option<String>,
+    /// The frontend to explain, by name (default: the one bound to the URL's port).
+    #[arg(long)]
+    frontend: Option<String>,
+    /// Pick the frontend bound to this port.
+    #[arg(long)]
+    port: Option<u16>,
+    /// The client address (what `hash_key = "source"` hashes).
+    #[arg(long, default_value = "127.0.0.1")]
+    source: std::net::IpAddr,
+    /// Print JSON instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(clap::Args, Default)]
 struct RunArgs {
     /// Config file (TOML); default ./tollgate.toml, then /etc/tollgate/tollgate.toml, else the
@@ -229,6 +261,7 @@ fn main() -> ExitCode {
         Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man) => man(),
+        Some(Command::Explain(args)) => explain(args),
         Some(Command::Worker { generation }) => report(worker(generation)),
         Some(Command::Run(args)) => report(run(args)),
         None => report(run(cli.run)),
@@ -257,6 +290,61 @@ fn plain(e: tollgate::error::Error) -> anyhow::Error {
     match &e.source {
         Some(source) => anyhow::anyhow!("{}: {}", e.context, tollgate::error::os_message(source)),
         None => anyhow::anyhow!("{}", e.context),
+    }
+}
+
+/// `tollgate explain`: exit 0 with the explanation, 2 for a refused config, 64 for a
+/// request that names no frontend or cannot be read.
+fn explain(args: ExplainArgs) -> ExitCode {
+    use tollgate::admin::explain::{Query, explain};
+    let config = match config::load(&args.config) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(EXIT_REFUSED);
+        }
+    };
+    let (method, url) = match args.request.as_slice() {
+        [url] => ("GET".to_string(), url.clone()),
+        [method, url] => (method.clone(), url.clone()),
+        _ => return ExitCode::from(EXIT_USAGE),
+    };
+    let mut headers = Vec::new();
+    for h in &args.headers {
+        let Some((name, value)) = h.split_once(':') else {
+            eprintln!("tollgate: header {h:?} is not `Name: value`");
+            return ExitCode::from(EXIT_USAGE);
+        };
+        headers.push((name.trim().to_string(), value.trim().to_string()));
+    }
+    let query = Query {
+        method,
+        url,
+        headers,
+        sni: args.sni,
+        frontend: args.frontend,
+        port: args.port,
+        source: args.source,
+    };
+    match explain(&config, &query) {
+        Ok(e) if args.json => match serde_json::to_string_pretty(&e) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("tollgate: {err}");
+                ExitCode::FAILURE
+            }
+        },
+        Ok(e) => {
+            print!("{e}");
+            ExitCode::SUCCESS
+        }
+        Err(reason) => {
+            eprintln!("tollgate: {reason}");
+            ExitCode::from(EXIT_USAGE)
+        }
     }
 }
 

@@ -312,6 +312,7 @@ fn every_option_has_a_help_line() {
         &["ctl", "set", "server"],
         &["ctl", "set", "server", "app/a", "state"],
         &["ctl", "set", "server", "app/a", "weight"],
+        &["explain"],
     ] {
         let mut args = command.to_vec();
         args.push("--help");
@@ -368,4 +369,164 @@ fn check_refuses_h2_alpn_on_http_frontends() {
     let (code, stdout, stderr) = check("alpn-tcp.toml", &config("tcp"));
     assert_eq!(code, 0, "{stdout}{stderr}");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+const EXPLAIN: &str = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:18080"]
+mode = "http"
+default_backend = "app"
+
+[[frontend.route]]
+host = "www.example"
+backend = "app"
+
+[[frontend.route]]
+path_prefix = "/v1/"
+header = { name = "x-tenant", value = "blue" }
+backend = "blue"
+
+[[frontend.route]]
+path_prefix = "/ping"
+return = { status = 200, body = "pong" }
+
+[[frontend]]
+name = "tls"
+bind = ["127.0.0.1:18443"]
+default_backend = "raw"
+
+[[frontend.route]]
+sni = "a.example"
+backend = "raw"
+
+[[backend]]
+name = "app"
+mode = "http"
+
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+weight = 3
+
+[[backend.server]]
+name = "spare"
+address = "127.0.0.1:9002"
+backup = true
+
+[[backend]]
+name = "blue"
+mode = "http"
+balance = "hash"
+hash_key = "header:x-tenant"
+
+[[backend.server]]
+name = "b1"
+address = "127.0.0.1:9011"
+
+[[backend]]
+name = "raw"
+
+[[backend.server]]
+name = "r1"
+address = "127.0.0.1:9021"
+"#;
+
+/// `explain` runs the binary against a config: it names the frontend by port, each skipped
+/// route with what differed, the backend and the server a pick chooses (the primary, with
+/// its state and weight); a fixed response; SNI routing on a TCP frontend; `--json`.
+#[test]
+fn explain_names_frontend_routes_backend_and_server() {
+    let dir = tempdir("explain");
+    let path = dir.join("explain.toml");
+    std::fs::write(&path, EXPLAIN).unwrap();
+    let config = path.to_str().unwrap();
+
+    let (code, out, err) = tollgate(&["explain", "--config", config, "GET", "http://api.example:18080/v1/x"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "frontend web (http): binds port 18080", "{out}");
+    assert_eq!(
+        lines[1], "route[0] skipped: host api.example does not match www.example",
+        "{out}"
+    );
+    assert_eq!(
+        lines[2], "route[1] skipped: header x-tenant is absent, not \"blue\"",
+        "{out}"
+    );
+    assert_eq!(
+        lines[3], "route[2] skipped: path /v1/x does not start with /ping",
+        "{out}"
+    );
+    assert_eq!(
+        lines[4], "route: no route matched: the frontend's default backend",
+        "{out}"
+    );
+    assert_eq!(lines[5], "backend app", "{out}");
+    assert_eq!(lines[6], "balance roundrobin", "{out}");
+    assert!(
+        out.contains(
+            "server a 127.0.0.1:9001: admin ready, oper unknown, weight 3 (effective 3), primary, load 0, usable"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("server spare 127.0.0.1:9002: admin ready, oper unknown, weight 1 (effective 1), backup,"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pick: a: roundrobin picks it among the usable servers; it is a usable primary"),
+        "{out}"
+    );
+
+    let (code, out, err) = tollgate(&[
+        "explain",
+        "--config",
+        config,
+        "http://api.example:18080/v1/x",
+        "-H",
+        "X-Tenant: blue",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("route[1] matched: every condition holds"), "{out}");
+    assert!(out.contains("backend blue"), "{out}");
+    assert!(out.contains("hash key: header x-tenant = \"blue\""), "{out}");
+    assert!(out.contains("pick: b1:"), "{out}");
+
+    let (code, out, _) = tollgate(&["explain", "--config", config, "http://x:18080/ping"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("route[2] matched") && out.contains("return 200 (text/plain"),
+        "{out}"
+    );
+    assert!(!out.contains("pick:"), "a fixed response picks no server: {out}");
+
+    let (code, out, err) = tollgate(&[
+        "explain",
+        "--config",
+        config,
+        "--port",
+        "18443",
+        "--sni",
+        "a.example",
+        "x",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("frontend tls (tcp): binds port 18443"), "{out}");
+    assert!(
+        out.contains("route[0] matched: its sni pattern matches") && out.contains("pick: r1:"),
+        "{out}"
+    );
+
+    let (code, out, _) = tollgate(&["explain", "--config", config, "--json", "http://api.example:18080/"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["frontend"], "web");
+    assert_eq!(v["target"]["kind"], "backend");
+    assert_eq!(v["pick"]["server"], "a");
+    assert_eq!(v["pick"]["servers"][1]["backup"], true);
+
+    let (code, _, err) = tollgate(&["explain", "--config", config, "--frontend", "nope", "http://x/"]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("no frontend named"), "{err}");
 }

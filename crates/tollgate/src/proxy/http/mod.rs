@@ -12,7 +12,7 @@
 mod client;
 mod exchange;
 mod inbound;
-mod route;
+pub(crate) mod route;
 mod server_conn;
 mod stream;
 mod upload;

@@ -1,7 +1,7 @@
 //! Choosing what answers a request: the frontend's routes in order (host, path prefix,
 //! header), else its default backend.
 
-use crate::config::model::{Frontend, RouteAction};
+use crate::config::model::{Frontend, Route, RouteAction};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 
 pub(super) enum Decision<'a> {
@@ -21,13 +21,9 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> De
         let mut host_buf = [0u8; 256];
         let host = request_host(head, buf, &mut host_buf);
         let path = request_path(head, buf);
-        fe.routes.iter().find(|r| {
-            r.host.as_ref().is_none_or(|p| host.is_some_and(|h| p.matches(h)))
-                && r.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()))
-                && r.header.as_ref().is_none_or(|(name, value)| {
-                    head.header(buf, name.as_bytes()).is_some_and(|v| v == value.as_bytes())
-                })
-        })
+        fe.routes
+            .iter()
+            .find(|r| first_miss(r, host, path, |name| head.header(buf, name.as_bytes())).is_none())
     };
     match chosen.map(|r| &r.action) {
         Some(RouteAction::Backend(b)) => Decision::Backend(*b),
@@ -42,6 +38,44 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> De
         },
         None => fe.default_backend.map_or(Decision::NoRoute, Decision::Backend),
     }
+}
+
+/// The first condition of route `r` the request does not meet, in the order they are
+/// checked (host, path prefix, header); `None` = the route matches. `header` returns a
+/// request header's first value by (case-insensitive) name. `tollgate explain` calls this
+/// too, so what it reports is what the proxy decides.
+#[inline]
+pub(crate) fn first_miss<'h>(
+    r: &Route,
+    host: Option<&str>,
+    path: &[u8],
+    header: impl Fn(&str) -> Option<&'h [u8]>,
+) -> Option<Miss> {
+    let host_ok = r.host.as_ref().is_none_or(|p| host.is_some_and(|h| p.matches(h)));
+    let path_ok = || r.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()));
+    let header_ok = || {
+        r.header
+            .as_ref()
+            .is_none_or(|(name, value)| header(name).is_some_and(|v| v == value.as_bytes()))
+    };
+    if !host_ok {
+        return Some(Miss::Host);
+    }
+    if !path_ok() {
+        return Some(Miss::PathPrefix);
+    }
+    if !header_ok() {
+        return Some(Miss::Header);
+    }
+    None
+}
+
+/// Which condition of a route a request missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Miss {
+    Host,
+    PathPrefix,
+    Header,
 }
 
 /// The host the request is for, lowercase, without port: the absolute-form target's

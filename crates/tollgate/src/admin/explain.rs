@@ -1,0 +1,630 @@
+//! `tollgate explain`: what the proxy would do with one request, from the config alone.
+//!
+//! Sans-io: given a loaded [`Config`] and a [`Query`] (method, URL, headers, SNI, client
+//! address) it names the frontend and why, each route tried and the condition that failed
+//! it, the backend or fixed response, and the server a dry-run pick chooses and why.
+//!
+//! Invariant: nothing here decides on its own. Route conditions are checked by the proxy's
+//! own `route::first_miss`, SNI routing by `tls::passthrough::route`, and the pick is the
+//! backend's real balancer (from the registry) over a fresh live server set, built and asked
+//! the way `ctx::backends::LocalBackend::take` does: primaries first, then backups. Offline,
+//! every server is in its configured state (admin ready, oper unknown, no load).
+
+use std::fmt::{self, Write as _};
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::balance::{self, Candidate, PickContext};
+use crate::config::model::{HashKey, RouteAction};
+use crate::config::{Backend, Config, Frontend, Mode};
+use crate::live::backend::BackendLive;
+use crate::proxy::http::route::{self, Miss};
+
+/// One request to explain.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub method: String,
+    /// `scheme://host[:port]/path?query` (scheme and port optional).
+    pub url: String,
+    /// Request headers, `(name, value)`.
+    pub headers: Vec<(String, String)>,
+    /// The TLS SNI (TCP/TLS frontends); defaults to the URL's host.
+    pub sni: Option<String>,
+    /// Pick this frontend by name.
+    pub frontend: Option<String>,
+    /// Pick the frontend bound to this port (default: the URL's port, else its scheme's).
+    pub port: Option<u16>,
+    /// The client address (hashing by source).
+    pub source: IpAddr,
+}
+
+/// The URL split as routing reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Url {
+    scheme: Option<String>,
+    /// Lowercase, without port.
+    host: Option<String>,
+    port: Option<u16>,
+    /// Path and query, `/` when absent.
+    path: String,
+}
+
+fn parse_url(text: &str) -> Result<Url, String> {
+    let (scheme, rest) = match text.split_once("://") {
+        Some((s, r)) => (Some(s.to_ascii_lowercase()), r),
+        None => (None, text),
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => (rest.get(..i).unwrap_or(""), rest.get(i..).unwrap_or("/")),
+        None => (rest, "/"),
+    };
+    // `[v6]:port` keeps its brackets in the host, as the request's Host would.
+    let (host, port) = match authority.rfind(':') {
+        Some(i) if !authority.starts_with('[') || authority.get(..i).is_some_and(|h| h.ends_with(']')) => {
+            (authority.get(..i).unwrap_or(""), authority.get(i + 1..))
+        }
+        _ => (authority, None),
+    };
+    let port = port
+        .map(|p| p.parse::<u16>().map_err(|_| format!("bad port {p:?} in {text:?}")))
+        .transpose()?;
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    Ok(Url {
+        scheme,
+        host: (!host.is_empty()).then(|| host.to_ascii_lowercase()),
+        port,
+        path,
+    })
+}
+
+/// Why a route was passed over.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Skipped {
+    pub route: usize,
+    pub reason: String,
+}
+
+/// Where the request goes.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Target {
+    Backend {
+        name: String,
+    },
+    Return {
+        status: u16,
+        content_type: String,
+        body: String,
+    },
+    Refused {
+        reason: String,
+    },
+}
+
+/// One server as the pick saw it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ServerState {
+    pub name: String,
+    pub address: String,
+    pub admin: String,
+    pub oper: String,
+    pub weight: u32,
+    pub effective_weight: u32,
+    pub backup: bool,
+    pub usable: bool,
+    pub load: u32,
+}
+
+/// The dry-run pick.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Pick {
+    pub algorithm: String,
+    /// What the hash key was made from, when the backend hashes.
+    pub hash_key: Option<String>,
+    pub servers: Vec<ServerState>,
+    /// The chosen server, if any.
+    pub server: Option<String>,
+    pub reason: String,
+}
+
+/// The whole answer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Explanation {
+    pub frontend: String,
+    pub frontend_reason: String,
+    pub mode: String,
+    pub skipped: Vec<Skipped>,
+    /// The route that matched (index), or `None` for the default backend / refusal.
+    pub route: Option<usize>,
+    pub route_reason: String,
+    pub target: Target,
+    pub pick: Option<Pick>,
+}
+
+/// Explains `query` against `config`.
+pub fn explain(config: &Config, query: &Query) -> Result<Explanation, String> {
+    let url = parse_url(&query.url)?;
+    let (fe, frontend_reason) = choose_frontend(config, query, &url)?;
+    let mut out = Explanation {
+        frontend: fe.name.clone(),
+        frontend_reason,
+        mode: fe.mode.as_str().to_string(),
+        skipped: Vec::new(),
+        route: None,
+        route_reason: String::new(),
+        target: Target::Refused { reason: String::new() },
+        pick: None,
+    };
+    let backend = match fe.mode {
+        Mode::Http => http_route(fe, query, &url, &mut out),
+        Mode::Tcp => sni_route(fe, query, &url, &mut out),
+    };
+    if let Some(b) = backend.and_then(|b| config.backends.get(b)) {
+        out.target = Target::Backend { name: b.name.clone() };
+        out.pick = Some(dry_pick(b, query, &url, fe.mode));
+    }
+    Ok(out)
+}
+
+fn choose_frontend<'c>(config: &'c Config, query: &Query, url: &Url) -> Result<(&'c Frontend, String), String> {
+    if let Some(name) = &query.frontend {
+        let fe = config
+            .frontends
+            .iter()
+            .find(|f| &f.name == name)
+            .ok_or_else(|| format!("no frontend named {name:?}"))?;
+        return Ok((fe, "named with --frontend".to_string()));
+    }
+    let port = query.port.or(url.port).or(match url.scheme.as_deref() {
+        Some("https") => Some(443),
+        Some("http") => Some(80),
+        _ => None,
+    });
+    let bound = |f: &&Frontend| port.is_some_and(|p| f.binds.iter().any(|a| a.port() == p));
+    let on_port: Vec<&Frontend> = config.frontends.iter().filter(bound).collect();
+    let tls_wanted = url.scheme.as_deref() == Some("https");
+    let by_scheme = on_port
+        .iter()
+        .find(|f| f.tls.is_some() == tls_wanted)
+        .or(on_port.first());
+    if let (Some(fe), Some(p)) = (by_scheme, port) {
+        let mut why = format!("binds port {p}");
+        if on_port.len() > 1 {
+            let _ = write!(
+                why,
+                ", {} with TLS as the scheme asks",
+                if tls_wanted { "terminates" } else { "no" }
+            );
+        }
+        return Ok((fe, why));
+    }
+    match config.frontends.as_slice() {
+        [only] => Ok((only, "the only frontend".to_string())),
+        _ => Err(match port {
+            Some(p) => format!("no frontend binds port {p}; name one with --frontend"),
+            None => "several frontends: name one with --frontend or --port".to_string(),
+        }),
+    }
+}
+
+fn header_of<'q>(query: &'q Query, name: &str) -> Option<&'q [u8]> {
+    query
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_bytes())
+}
+
+/// HTTP routing: each route in order through the proxy's own condition check.
+fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> Option<usize> {
+    // The URL's authority is the request's host (absolute form wins over Host), else Host.
+    let host_header = header_of(query, "host")
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n).to_ascii_lowercase());
+    let host = url.host.clone().or(host_header);
+    let path = url.path.as_bytes();
+    for (i, r) in fe.routes.iter().enumerate() {
+        let Some(miss) = route::first_miss(r, host.as_deref(), path, |n| header_of(query, n)) else {
+            out.route = Some(i);
+            out.route_reason = "every condition holds".to_string();
+            return match &r.action {
+                RouteAction::Backend(b) => Some(*b),
+                RouteAction::Return {
+                    status,
+                    body,
+                    content_type,
+                } => {
+                    out.target = Target::Return {
+                        status: *status,
+                        content_type: content_type.clone(),
+                        body: body.clone(),
+                    };
+                    None
+                }
+            };
+        };
+        let reason = match (miss, r) {
+            (Miss::Host, r) => format!(
+                "host {} does not match {}",
+                host.as_deref().unwrap_or("(none)"),
+                r.host.as_ref().map_or_else(String::new, pattern)
+            ),
+            (Miss::PathPrefix, r) => format!(
+                "path {} does not start with {}",
+                url.path,
+                r.path_prefix.as_deref().unwrap_or("")
+            ),
+            (Miss::Header, r) => {
+                let (name, want) = r.header.clone().unwrap_or_default();
+                let got = header_of(query, &name)
+                    .map_or_else(|| "absent".to_string(), |v| format!("{:?}", String::from_utf8_lossy(v)));
+                format!("header {name} is {got}, not {want:?}")
+            }
+        };
+        out.skipped.push(Skipped { route: i, reason });
+    }
+    default_backend(fe, out)
+}
+
+fn default_backend(fe: &Frontend, out: &mut Explanation) -> Option<usize> {
+    match fe.default_backend {
+        Some(b) => {
+            out.route_reason = "no route matched: the frontend's default backend".to_string();
+            Some(b)
+        }
+        None => {
+            out.route_reason = "no route matched and no default backend".to_string();
+            out.target = Target::Refused {
+                reason: "no route (503)".to_string(),
+            };
+            None
+        }
+    }
+}
+
+fn pattern(p: &crate::config::model::HostPattern) -> String {
+    match p {
+        crate::config::model::HostPattern::Exact(n) => n.clone(),
+        crate::config::model::HostPattern::Wildcard(s) => format!("*{s}"),
+    }
+}
+
+/// TCP routing: the SNI (given, else the URL's host) through the proxy's own SNI router.
+fn sni_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> Option<usize> {
+    if fe.sni_routes.is_none() {
+        return default_backend(fe, out);
+    }
+    let sni = query.sni.as_deref().or(url.host.as_deref());
+    let matched = fe.sni_routes.as_ref().zip(sni).and_then(|(m, name)| m.lookup(name));
+    for (i, r) in fe.routes.iter().enumerate() {
+        if Some(i) == matched {
+            break;
+        }
+        if let Some(p) = &r.sni {
+            out.skipped.push(Skipped {
+                route: i,
+                reason: format!("sni {} does not match {}", sni.unwrap_or("(none)"), pattern(p)),
+            });
+        }
+    }
+    let chosen = crate::tls::passthrough::route(fe, sni);
+    out.route = matched;
+    out.route_reason = match (matched, chosen) {
+        (Some(_), Some(_)) => "its sni pattern matches".to_string(),
+        (_, None) => {
+            out.target = Target::Refused {
+                reason: "no sni route matches (reject_unknown_sni, or nowhere to go)".to_string(),
+            };
+            "no sni route matched".to_string()
+        }
+        (None, Some(_)) => "no sni route matched: the route without conditions, else the default backend".to_string(),
+    };
+    chosen
+}
+
+/// What the backend hashes this request by, as the proxy computes it.
+fn hash_key(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Option<(u64, String)> {
+    use crate::balance::hash::{cookie_value, key_of_bytes, key_of_ip};
+    let spec = b.hash_key.as_ref()?;
+    let found: Option<(&[u8], String)> = match (mode, spec) {
+        (Mode::Tcp, _) | (_, HashKey::Source) => None,
+        (_, HashKey::Uri) => Some((url.path.as_bytes(), "uri".to_string())),
+        (_, HashKey::Header(name)) => header_of(query, name).map(|v| (v, format!("header {name}"))),
+        (_, HashKey::Cookie(name)) => query
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+            .find_map(|(_, v)| cookie_value(v.as_bytes(), name.as_bytes()))
+            .map(|v| (v, format!("cookie {name}"))),
+    };
+    Some(match found {
+        Some((bytes, what)) => (
+            key_of_bytes(bytes),
+            format!("{what} = {:?}", String::from_utf8_lossy(bytes)),
+        ),
+        None => (key_of_ip(query.source), format!("source {}", query.source)),
+    })
+}
+
+/// Asks the backend's real balancer, over a fresh server set, as a worker would.
+fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Pick {
+    let live = BackendLive::new(b, 1);
+    let set = live.servers();
+    let candidates: Vec<Candidate> = set
+        .servers
+        .iter()
+        .map(|s| Candidate {
+            id: s.id,
+            weight: s.effective_weight(),
+            name_hash: balance::hash::name_hash(&s.name),
+        })
+        .collect();
+    let build = balance::lookup(&b.balance).unwrap_or(balance::RoundRobin::boxed);
+    let mut balancer = build(&candidates, 0);
+    let key = hash_key(b, query, url, mode);
+    let servers: Vec<ServerState> = set
+        .servers
+        .iter()
+        .map(|s| ServerState {
+            name: s.name.to_string(),
+            address: s.address.to_string(),
+            admin: s.admin().as_str().to_string(),
+            oper: s.oper().as_str().to_string(),
+            weight: s.weight(),
+            effective_weight: s.effective_weight(),
+            backup: s.backup,
+            usable: s.is_usable(),
+            load: s.active().saturating_add(s.queued()),
+        })
+        .collect();
+    let mut pick = Pick {
+        algorithm: b.balance.clone(),
+        hash_key: key.as_ref().map(|(_, what)| what.clone()),
+        servers,
+        server: None,
+        reason: "no usable server (503)".to_string(),
+    };
+    for backup in [false, true] {
+        let usable = |i: usize| set.servers.get(i).is_some_and(|s| s.backup == backup && s.is_usable());
+        let ctx = PickContext::new(&set.servers, &usable, key.as_ref().map(|(k, _)| *k))
+            .with_balance_factor(b.hash_balance_factor);
+        if let Some(server) = balancer.pick(&ctx).and_then(|i| set.servers.get(i)) {
+            let role = if backup {
+                "a backup: no primary is usable"
+            } else {
+                "a usable primary"
+            };
+            pick.reason = format!("{} picks it among the usable servers; it is {role}", b.balance);
+            pick.server = Some(server.name.to_string());
+            break;
+        }
+    }
+    pick
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "frontend {} ({}): {}",
+            self.frontend, self.mode, self.frontend_reason
+        )?;
+        for s in &self.skipped {
+            writeln!(f, "route[{}] skipped: {}", s.route, s.reason)?;
+        }
+        match self.route {
+            Some(i) => writeln!(f, "route[{i}] matched: {}", self.route_reason)?,
+            None => writeln!(f, "route: {}", self.route_reason)?,
+        }
+        match &self.target {
+            Target::Backend { name } => writeln!(f, "backend {name}")?,
+            Target::Return {
+                status,
+                content_type,
+                body,
+            } => writeln!(f, "return {status} ({content_type}): {body:?}")?,
+            Target::Refused { reason } => writeln!(f, "refused: {reason}")?,
+        }
+        if let Some(p) = &self.pick {
+            writeln!(f, "balance {}", p.algorithm)?;
+            if let Some(k) = &p.hash_key {
+                writeln!(f, "hash key: {k}")?;
+            }
+            for s in &p.servers {
+                writeln!(
+                    f,
+                    "server {} {}: admin {}, oper {}, weight {} (effective {}), {}, load {}, {}",
+                    s.name,
+                    s.address,
+                    s.admin,
+                    s.oper,
+                    s.weight,
+                    s.effective_weight,
+                    if s.backup { "backup" } else { "primary" },
+                    s.load,
+                    if s.usable { "usable" } else { "not usable" }
+                )?;
+            }
+            match &p.server {
+                Some(s) => writeln!(f, "pick: {s}: {}", p.reason)?,
+                None => writeln!(f, "pick: none: {}", p.reason)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        crate::config::parse(text, "test.toml").unwrap()
+    }
+
+    fn query(url: &str) -> Query {
+        Query {
+            method: "GET".into(),
+            url: url.into(),
+            headers: Vec::new(),
+            sni: None,
+            frontend: None,
+            port: None,
+            source: IpAddr::from([127, 0, 0, 1]),
+        }
+    }
+
+    const HTTP: &str = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+mode = "http"
+default_backend = "api"
+
+[[frontend.route]]
+host = "www.example"
+backend = "api"
+
+[[frontend.route]]
+path_prefix = "/admin"
+backend = "api"
+
+[[frontend.route]]
+header = { name = "x-beta", value = "1" }
+backend = "api"
+
+[[frontend.route]]
+path_prefix = "/gone"
+return = { status = 410, body = "gone" }
+
+[[frontend.route]]
+host = "*.example"
+backend = "hashed"
+
+[[backend]]
+name = "api"
+mode = "http"
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+[[backend.server]]
+name = "b"
+address = "127.0.0.1:9002"
+backup = true
+
+[[backend]]
+name = "hashed"
+mode = "http"
+balance = "hash"
+hash_key = "source"
+[[backend.server]]
+name = "h1"
+address = "127.0.0.1:9011"
+[[backend.server]]
+name = "h2"
+address = "127.0.0.1:9012"
+[[backend.server]]
+name = "h3"
+address = "127.0.0.1:9013"
+"#;
+
+    #[test]
+    fn urls_split_as_routing_reads_them() {
+        let u = parse_url("https://API.example:8443/v1/x?y=1").unwrap();
+        assert_eq!(u.host.as_deref(), Some("api.example"));
+        assert_eq!(u.port, Some(8443));
+        assert_eq!(u.path, "/v1/x?y=1");
+        assert_eq!(parse_url("http://h").unwrap().path, "/");
+        assert!(parse_url("http://h:x/").is_err());
+        let v6 = parse_url("[::1]:8080/p").unwrap();
+        assert_eq!((v6.host.as_deref(), v6.port), (Some("[::1]"), Some(8080)));
+        assert_eq!(parse_url("/only/path").unwrap().host, None);
+    }
+
+    #[test]
+    fn each_skipped_route_names_what_differed() {
+        let c = config(HTTP);
+        let mut q = query("http://api.example:8080/v1/x");
+        q.headers.push(("X-Beta".into(), "2".into()));
+        let e = explain(&c, &q).unwrap();
+        assert_eq!(e.frontend, "web");
+        assert_eq!(e.frontend_reason, "binds port 8080");
+        let reasons: Vec<&str> = e.skipped.iter().map(|s| s.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "host api.example does not match www.example",
+                "path /v1/x does not start with /admin",
+                "header x-beta is \"2\", not \"1\"",
+                "path /v1/x does not start with /gone",
+            ]
+        );
+        assert_eq!(e.route, Some(4));
+        assert_eq!(e.target, Target::Backend { name: "hashed".into() });
+    }
+
+    #[test]
+    fn a_fixed_response_is_the_target() {
+        let e = explain(&config(HTTP), &query("http://other.test:8080/gone/x")).unwrap();
+        assert_eq!(e.route, Some(3));
+        assert!(matches!(e.target, Target::Return { status: 410, .. }));
+        assert!(e.pick.is_none());
+        assert!(e.to_string().contains("return 410"));
+    }
+
+    #[test]
+    fn no_route_falls_to_the_default_backend_and_its_primary() {
+        let e = explain(&config(HTTP), &query("http://other.test:8080/x")).unwrap();
+        assert_eq!(e.route, None);
+        assert_eq!(e.target, Target::Backend { name: "api".into() });
+        let pick = e.pick.unwrap();
+        assert_eq!(pick.server.as_deref(), Some("a"), "offline every primary is usable");
+        assert!(pick.reason.contains("a usable primary"));
+        assert!(pick.servers.iter().any(|s| s.backup && s.name == "b" && s.usable));
+    }
+
+    #[test]
+    fn hashing_by_source_names_the_key_and_is_stable() {
+        let c = config(HTTP);
+        let mut q = query("http://x.example:8080/");
+        q.source = IpAddr::from([10, 0, 0, 7]);
+        let first = explain(&c, &q).unwrap().pick.unwrap();
+        assert_eq!(first.hash_key.as_deref(), Some("source 10.0.0.7"));
+        assert_eq!(first.algorithm, "hash");
+        let again = explain(&c, &q).unwrap().pick.unwrap();
+        assert_eq!(first.server, again.server, "the same key picks the same server");
+        // Some other source lands elsewhere: the key is really used.
+        let moved = (1..=50u8).any(|i| {
+            q.source = IpAddr::from([10, 0, 1, i]);
+            explain(&c, &q).unwrap().pick.unwrap().server != first.server
+        });
+        assert!(moved);
+    }
+
+    #[test]
+    fn a_cookie_key_names_its_value_and_a_missing_one_falls_back_to_the_source() {
+        let text = HTTP.replace(r#"hash_key = "source""#, r#"hash_key = "cookie:sid""#);
+        let c = config(&text);
+        let mut q = query("http://x.example:8080/");
+        q.headers.push(("Cookie".into(), "a=1; sid=42".into()));
+        let pick = explain(&c, &q).unwrap().pick.unwrap();
+        assert_eq!(pick.hash_key.as_deref(), Some(r#"cookie sid = "42""#));
+        q.headers.clear();
+        let pick = explain(&c, &q).unwrap().pick.unwrap();
+        assert_eq!(pick.hash_key.as_deref(), Some("source 127.0.0.1"));
+    }
+
+    #[test]
+    fn an_unknown_frontend_or_port_is_an_error() {
+        let c = config(HTTP);
+        let mut q = query("http://a.example:9999/");
+        assert!(explain(&c, &q).is_ok(), "the only frontend answers any port");
+        q.frontend = Some("nope".into());
+        assert!(explain(&c, &q).unwrap_err().contains("no frontend named"));
+    }
+}
