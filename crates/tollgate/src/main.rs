@@ -175,6 +175,9 @@ enum CtlShow {
     },
     /// Every metric, in the Prometheus text format `GET /metrics` serves.
     Metrics,
+    /// Version, uptime, generations, worker threads, every budget (limit, in use, parked)
+    /// and the non-zero process counters.
+    Info,
 }
 
 #[derive(Subcommand)]
@@ -368,6 +371,15 @@ fn ctl(args: CtlArgs) -> ExitCode {
             what: CtlShow::Servers { backend },
         } => Ok(tollgate::command::Command::ShowServers { backend }),
         CtlCommand::Show { what: CtlShow::Metrics } => Ok(tollgate::command::Command::Metrics),
+        CtlCommand::Show { what: CtlShow::Info } => {
+            // The metrics answer, summed up for a person.
+            return control_with(
+                &args.target,
+                tollgate::command::Command::Metrics,
+                args.json,
+                tollgate::admin::ctl::render_info,
+            );
+        }
         CtlCommand::Set {
             what: CtlSet::Server { server, field },
         } => match field {
@@ -425,10 +437,20 @@ fn man() -> ExitCode {
 
 /// Sends one command to the master: exit 0 done, 2 refused, 1 master unreachable.
 fn control(args: &ControlArgs, command: tollgate::command::Command, json: bool) -> ExitCode {
+    control_with(args, command, json, tollgate::admin::ctl::render)
+}
+
+/// `control`, printing the answer with `render`.
+fn control_with(
+    args: &ControlArgs,
+    command: tollgate::command::Command,
+    json: bool,
+    render: fn(&tollgate::command::Reply, bool) -> (String, bool),
+) -> ExitCode {
     let path = tollgate::master::control::client_path(args.socket.clone(), args.config.as_deref());
     let name = command.name();
     match tollgate::master::control::request(&path, command) {
-        Ok(reply) => match tollgate::admin::ctl::render(&reply, json) {
+        Ok(reply) => match render(&reply, json) {
             (text, true) => {
                 println!("{text}");
                 ExitCode::SUCCESS

@@ -271,3 +271,46 @@ fn a_scrape_of_a_thousand_servers_is_fast() {
     // build gets 5x room, on the best of seven so a busy machine does not fail it.
     assert!(times[0] < Duration::from_millis(250), "best scrape {:?}", times[0]);
 }
+
+/// `ctl show info`: the master (version, generation serving, reloads), each generation's
+/// worker threads, every budget with its limit, and the non-zero counters; `--json` is the
+/// metrics answer itself.
+#[test]
+fn show_info_sums_up_master_budgets_and_counters() {
+    let (a, b) = (http_origin(|_| ok("a")), http_origin(|_| ok("b")));
+    let dir = TempDir::new("metrics-info");
+    let config = http_two(&global(&dir.0, "maxconn = 777"), a.addr, b.addr);
+    let master = Master::start(dir, &config, &[]);
+    assert_eq!(
+        exchange(master.addr, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").0,
+        200
+    );
+    master.reload_ok();
+    master.wait_single_generation(Duration::from_secs(10));
+
+    let info = master.ctl_ok(&["show", "info"]);
+    let first = info.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with(&format!("tollgate {}", env!("CARGO_PKG_VERSION"))),
+        "{info}"
+    );
+    assert!(
+        first.contains("generation 2 serving") && first.contains("reloads 1 (0 refused)"),
+        "{info}"
+    );
+    assert!(info.contains("generation 2: 2 worker thread(s)"), "{info}");
+    assert!(
+        info.lines().any(|l| l.starts_with("BUDGET") && l.contains("PARKED")),
+        "{info}"
+    );
+    assert!(
+        info.lines()
+            .any(|l| l.split_whitespace().take(2).eq(["maxconn", "777"])),
+        "the maxconn budget with its limit: {info}"
+    );
+    assert!(info.contains("counters (non-zero):"), "{info}");
+
+    let json: serde_json::Value = serde_json::from_str(&master.ctl_ok(&["--json", "show", "info"])).unwrap();
+    assert_eq!(json["answer"]["master"]["current_generation"], 2, "{json}");
+    assert!(json["answer"]["master"]["uptime_seconds"].is_u64(), "{json}");
+}

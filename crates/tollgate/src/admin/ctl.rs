@@ -39,6 +39,86 @@ pub fn set_weight(server: &str, weight: u32) -> Result<Command, String> {
     })
 }
 
+/// `show info`: the metrics answer as a summary for a person — the master, each
+/// generation's threads, every budget with its limit, use and parks, the process counters.
+/// Other answers (and `--json`) render as `render` does.
+pub fn render_info(reply: &Reply, json: bool) -> (String, bool) {
+    let Outcome::Ok {
+        answer: Answer::Metrics(report),
+    } = &reply.outcome
+    else {
+        return render(reply, json);
+    };
+    if json {
+        return render(reply, json);
+    }
+    let mut out = String::new();
+    match &report.master {
+        Some(m) => {
+            let states: Vec<String> = m.generations.iter().map(|(s, n)| format!("{s} {n}")).collect();
+            out.push_str(&format!(
+                "tollgate {}, master up {} s, generation {} serving; generations: {}; reloads {} ({} refused)\n",
+                m.version,
+                m.uptime_seconds,
+                m.current_generation,
+                states.join(", "),
+                m.reloads,
+                m.reloads_refused
+            ));
+        }
+        None => out.push_str("no master (--no-master)\n"),
+    }
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    for g in &report.generations {
+        let m = &g.metrics;
+        out.push_str(&format!(
+            "\ngeneration {}: {} worker thread(s)\n",
+            g.generation, m.workers
+        ));
+        let rows: Vec<Vec<String>> = m
+            .budgets
+            .iter()
+            .map(|b| {
+                vec![
+                    b.name.clone(),
+                    b.limit.to_string(),
+                    opt(b.in_use),
+                    opt(b.parked),
+                    opt(b.waiting),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["BUDGET", "LIMIT", "IN USE", "PARKED", "WAITING"], &rows));
+        let counters: Vec<String> = m
+            .counters
+            .iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push_str(&format!("counters (non-zero): {}\n", counters.join(" ")));
+    }
+    (out.trim_end().to_string(), true)
+}
+
+/// Columns aligned to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        padded.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
 /// What to print and whether the command succeeded.
 pub fn render(reply: &Reply, json: bool) -> (String, bool) {
     let ok = matches!(reply.outcome, Outcome::Ok { .. });
@@ -108,24 +188,9 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
             ]
         })
         .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |cells: &mut dyn Iterator<Item = &str>| {
-        let parts: Vec<String> = cells
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<width$}", width = *w))
-            .collect();
-        parts.join("  ").trim_end().to_string()
-    };
-    let mut out = line(&mut header.iter().copied());
-    for row in &rows {
-        out.push('\n');
-        out.push_str(&line(&mut row.iter().map(String::as_str)));
-    }
+    let mut out = table(&header, &rows);
+    // The table ends each line; the queue lines start theirs.
+    out.pop();
     out.push_str(&queue_lines(servers));
     out
 }

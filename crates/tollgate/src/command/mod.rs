@@ -115,6 +115,11 @@ pub struct MasterMetrics {
     /// Live generations by state: `(state, count)`.
     #[serde(default)]
     pub generations: Vec<(String, u64)>,
+    /// The master's version and how long it has run (`show info`).
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub uptime_seconds: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -206,6 +206,8 @@ impl Master {
             reloads_refused: self.reloads.refused,
             current_generation: self.serving_generation().unwrap_or(0),
             generations: states.iter().map(|s| (s.as_str().to_string(), count(*s))).collect(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_seconds: self.began.elapsed().as_secs(),
         }
     }
 

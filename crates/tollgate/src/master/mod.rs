@@ -101,6 +101,8 @@ enum Event {
 }
 
 struct Master {
+    /// When the master started (`show info`'s uptime).
+    began: Instant,
     /// The binary to run workers from, resolved at start: replacing the file on disk and
     /// reloading upgrades the workers.
     exe: PathBuf,
@@ -180,6 +182,7 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
             plan,
             sockets,
             gens: Vec::new(),
+            began: Instant::now(),
             next_id: 1,
             backoff: supervise::Backoff::default(),
             restart_at: None,
