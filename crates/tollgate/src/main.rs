@@ -139,6 +139,9 @@ enum CtlCommand {
         #[command(subcommand)]
         what: CtlShutdown,
     },
+    /// Where a request would go now: `tollgate explain` against the running config and the
+    /// servers' live states, weights and connections.
+    Explain(ExplainRequest),
 }
 
 #[derive(Subcommand)]
@@ -210,6 +213,16 @@ struct ExplainArgs {
     /// Config file (TOML).
     #[arg(long, short)]
     config: PathBuf,
+    #[command(flatten)]
+    request: ExplainRequest,
+    /// Print JSON instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The request to explain, for `tollgate explain` and `ctl explain`.
+#[derive(clap::Args)]
+struct ExplainRequest {
     /// The request: `[METHOD] URL`, e.g. `GET https://api.example/v1/x` (scheme and port
     /// choose the frontend; host and path are what routes match).
     #[arg(required = true, num_args = 1..=2)]
@@ -229,9 +242,33 @@ struct ExplainArgs {
     /// The client address (what `hash_key = "source"` hashes).
     #[arg(long, default_value = "127.0.0.1")]
     source: std::net::IpAddr,
-    /// Print JSON instead of lines.
-    #[arg(long)]
-    json: bool,
+}
+
+impl ExplainRequest {
+    fn into_query(self) -> Result<tollgate::admin::explain::Query, String> {
+        let mut request = self.request.into_iter();
+        let (method, url) = match (request.next(), request.next()) {
+            (Some(url), None) => ("GET".to_string(), url),
+            (Some(method), Some(url)) => (method, url),
+            _ => return Err("expected `[METHOD] URL`".into()),
+        };
+        let mut headers = Vec::new();
+        for h in &self.headers {
+            let Some((name, value)) = h.split_once(':') else {
+                return Err(format!("header {h:?} is not `Name: value`"));
+            };
+            headers.push((name.trim().to_string(), value.trim().to_string()));
+        }
+        Ok(tollgate::admin::explain::Query {
+            method,
+            url,
+            headers,
+            sni: self.sni,
+            frontend: self.frontend,
+            port: self.port,
+            source: self.source,
+        })
+    }
 }
 
 #[derive(clap::Args, Default)]
@@ -299,7 +336,7 @@ fn plain(e: tollgate::error::Error) -> anyhow::Error {
 /// `tollgate explain`: exit 0 with the explanation, 2 for a refused config, 64 for a
 /// request that names no frontend or cannot be read.
 fn explain(args: ExplainArgs) -> ExitCode {
-    use tollgate::admin::explain::{Query, explain};
+    use tollgate::admin::explain::explain;
     let config = match config::load(&args.config) {
         Ok(c) => c,
         Err(errors) => {
@@ -307,27 +344,12 @@ fn explain(args: ExplainArgs) -> ExitCode {
             return ExitCode::from(EXIT_REFUSED);
         }
     };
-    let (method, url) = match args.request.as_slice() {
-        [url] => ("GET".to_string(), url.clone()),
-        [method, url] => (method.clone(), url.clone()),
-        _ => return ExitCode::from(EXIT_USAGE),
-    };
-    let mut headers = Vec::new();
-    for h in &args.headers {
-        let Some((name, value)) = h.split_once(':') else {
-            eprintln!("tollgate: header {h:?} is not `Name: value`");
+    let query = match args.request.into_query() {
+        Ok(query) => query,
+        Err(msg) => {
+            eprintln!("tollgate: {msg}");
             return ExitCode::from(EXIT_USAGE);
-        };
-        headers.push((name.trim().to_string(), value.trim().to_string()));
-    }
-    let query = Query {
-        method,
-        url,
-        headers,
-        sni: args.sni,
-        frontend: args.frontend,
-        port: args.port,
-        source: args.source,
+        }
     };
     match explain(&config, &query) {
         Ok(e) if args.json => match serde_json::to_string_pretty(&e) {
@@ -403,6 +425,9 @@ fn ctl(args: CtlArgs) -> ExitCode {
                 of: CtlSessionsOf::Server { server },
             },
         } => ctl::shutdown_sessions(&server),
+        CtlCommand::Explain(request) => request
+            .into_query()
+            .map(|query| tollgate::command::Command::Explain { query }),
     };
     match command {
         Ok(command) => control(&args.target, command, args.json),

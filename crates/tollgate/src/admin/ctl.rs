@@ -131,6 +131,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
         Outcome::Ok { answer } => match answer {
             Answer::Text { text } => text.clone(),
             Answer::Servers { servers } => servers_table(servers),
+            Answer::Explained { text, .. } => text.trim_end().to_string(),
             Answer::Metrics(report) => super::prometheus::render(report),
             Answer::Reload(report) => {
                 let mut out = report.text.clone();

@@ -1,4 +1,5 @@
-//! `tollgate explain`: what the proxy would do with one request, from the config alone.
+//! `tollgate explain` and `ctl explain`: what the proxy would do with one request, from
+//! the config alone or from a running generation's config and live server states.
 //!
 //! Sans-io: given a loaded [`Config`] and a [`Query`] (method, URL, headers, SNI, client
 //! address) it names the frontend and why, each route tried and the condition that failed
@@ -8,10 +9,12 @@
 //! own `route::first_miss`, SNI routing by `tls::passthrough::route`, and the pick is the
 //! backend's real balancer (from the registry) over a fresh live server set, built and asked
 //! the way `ctx::backends::LocalBackend::take` does: primaries first, then backups. Offline,
-//! every server is in its configured state (admin ready, oper unknown, no load).
+//! every server is in its configured state (admin ready, oper unknown, no load); against a
+//! running process (`explain_live`) the dry servers take the live states, effective weights
+//! and connection counts first. A round-robin pick is a fresh balancer's first pick: each
+//! worker thread's rotation is its own.
 
 use std::fmt::{self, Write as _};
-use std::net::IpAddr;
 
 use serde::Serialize;
 
@@ -19,25 +22,11 @@ use crate::balance::{self, Candidate, PickContext};
 use crate::config::model::{HashKey, RouteAction};
 use crate::config::{Backend, Config, Frontend, Mode};
 use crate::live::backend::BackendLive;
+use crate::live::server::ServerView;
 use crate::proxy::http::route::{self, Miss};
 
-/// One request to explain.
-#[derive(Debug, Clone)]
-pub struct Query {
-    pub method: String,
-    /// `scheme://host[:port]/path?query` (scheme and port optional).
-    pub url: String,
-    /// Request headers, `(name, value)`.
-    pub headers: Vec<(String, String)>,
-    /// The TLS SNI (TCP/TLS frontends); defaults to the URL's host.
-    pub sni: Option<String>,
-    /// Pick this frontend by name.
-    pub frontend: Option<String>,
-    /// Pick the frontend bound to this port (default: the URL's port, else its scheme's).
-    pub port: Option<u16>,
-    /// The client address (hashing by source).
-    pub source: IpAddr,
-}
+/// One request to explain (the protocol's type: `ctl explain` sends it to the master).
+pub use crate::command::ExplainQuery as Query;
 
 /// The URL split as routing reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,8 +135,19 @@ pub struct Explanation {
     pub pick: Option<Pick>,
 }
 
-/// Explains `query` against `config`.
+/// Explains `query` against `config`, every server in its configured state.
 pub fn explain(config: &Config, query: &Query) -> Result<Explanation, String> {
+    explain_with(config, query, &[])
+}
+
+/// Explains `query` against `config` with the servers as `live` shows them (a running
+/// generation's `show servers`): their admin and operational states, effective weights and
+/// active connections. Servers `live` does not name keep their configured state.
+pub fn explain_live(config: &Config, query: &Query, live: &[ServerView]) -> Result<Explanation, String> {
+    explain_with(config, query, live)
+}
+
+fn explain_with(config: &Config, query: &Query, live: &[ServerView]) -> Result<Explanation, String> {
     let url = parse_url(&query.url)?;
     let (fe, frontend_reason) = choose_frontend(config, query, &url)?;
     let mut out = Explanation {
@@ -166,7 +166,7 @@ pub fn explain(config: &Config, query: &Query) -> Result<Explanation, String> {
     };
     if let Some(b) = backend.and_then(|b| config.backends.get(b)) {
         out.target = Target::Backend { name: b.name.clone() };
-        out.pick = Some(dry_pick(b, query, &url, fe.mode));
+        out.pick = Some(dry_pick(b, query, &url, fe.mode, live));
     }
     Ok(out)
 }
@@ -352,9 +352,21 @@ fn hash_key(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Option<(u64, S
 }
 
 /// Asks the backend's real balancer, over a fresh server set, as a worker would.
-fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Pick {
-    let live = BackendLive::new(b, 1);
-    let set = live.servers();
+fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode, live: &[ServerView]) -> Pick {
+    let dry = BackendLive::new(b, 1);
+    let set = dry.servers();
+    let view_of = |name: &str| live.iter().find(|v| v.backend == b.name && v.name == name);
+    // Held until the pick is made: the dry servers carry the live ones' load.
+    let mut held = Vec::new();
+    for s in &set.servers {
+        if let Some(v) = view_of(&s.name) {
+            s.set_admin(v.admin);
+            s.set_oper(v.oper);
+            // The live effective weight already folds in the agent's % and the ramp.
+            s.set_weight(v.effective_weight);
+            held.extend((0..v.active).map_while(|_| s.try_take()));
+        }
+    }
     let candidates: Vec<Candidate> = set
         .servers
         .iter()
@@ -370,16 +382,22 @@ fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Pick {
     let servers: Vec<ServerState> = set
         .servers
         .iter()
-        .map(|s| ServerState {
-            name: s.name.to_string(),
-            address: s.address.to_string(),
-            admin: s.admin().as_str().to_string(),
-            oper: s.oper().as_str().to_string(),
-            weight: s.weight(),
-            effective_weight: s.effective_weight(),
-            backup: s.backup,
-            usable: s.is_usable(),
-            load: s.active().saturating_add(s.queued()),
+        .map(|s| {
+            let view = view_of(&s.name);
+            ServerState {
+                name: s.name.to_string(),
+                address: view.map_or_else(|| s.address.to_string(), |v| v.address.to_string()),
+                admin: s.admin().as_str().to_string(),
+                oper: s.oper().as_str().to_string(),
+                weight: view.map_or_else(|| s.weight(), |v| v.weight),
+                effective_weight: s.effective_weight(),
+                backup: s.backup,
+                usable: s.is_usable(),
+                load: view.map_or_else(
+                    || s.active().saturating_add(s.queued()),
+                    |v| v.active.saturating_add(v.queued),
+                ),
+            }
         })
         .collect();
     let mut pick = Pick {
@@ -404,6 +422,7 @@ fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Pick {
             break;
         }
     }
+    drop(held);
     pick
 }
 
@@ -461,6 +480,8 @@ impl fmt::Display for Explanation {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     fn config(text: &str) -> Config {

@@ -54,6 +54,31 @@ pub enum Command {
     ShutdownSessions { backend: String, server: String },
     /// Every metric of every live generation (what `GET /metrics` renders).
     Metrics,
+    /// Where a request would go now: the serving generation's config and its live server
+    /// states (`tollgate ctl explain`).
+    Explain { query: ExplainQuery },
+}
+
+/// One request to explain (`tollgate explain`, `ctl explain`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExplainQuery {
+    pub method: String,
+    /// `scheme://host[:port]/path?query` (scheme and port optional).
+    pub url: String,
+    /// Request headers, `(name, value)`.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// The TLS SNI (TCP/TLS frontends); defaults to the URL's host.
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// Pick this frontend by name.
+    #[serde(default)]
+    pub frontend: Option<String>,
+    /// Pick the frontend bound to this port (default: the URL's port, else its scheme's).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The client address (hashing by source).
+    pub source: std::net::IpAddr,
 }
 
 impl Command {
@@ -68,6 +93,7 @@ impl Command {
             Command::SetFrontend { enabled: true, .. } => "enable frontend",
             Command::SetFrontend { enabled: false, .. } => "disable frontend",
             Command::Metrics => "metrics",
+            Command::Explain { .. } => "explain",
         }
     }
 }
@@ -93,6 +119,11 @@ pub enum Answer {
     },
     Reload(ReloadReport),
     Metrics(MetricsReport),
+    /// `ctl explain`: the explanation as lines and as data.
+    Explained {
+        text: String,
+        detail: serde_json::Value,
+    },
 }
 
 /// The master's own figures and one snapshot per live worker generation.

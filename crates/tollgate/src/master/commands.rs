@@ -8,6 +8,7 @@
 //! exited, or at `REPLY_TIMEOUT` naming the ones that did not.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -17,8 +18,10 @@ use super::control::Request;
 use super::desired::Desired;
 use super::{Event, GenState, Master};
 use crate::command::{
-    Answer, Command, GenerationMetrics, MasterMetrics, MetricsReport, Outcome, Reply, ServerChange, ToWorker, codec,
+    Answer, Command, ExplainQuery, GenerationMetrics, MasterMetrics, MetricsReport, Outcome, Reply, ServerChange,
+    ToWorker, codec,
 };
+use crate::config::Config;
 use crate::live::server::ServerView;
 
 /// Longest the master waits for workers to answer a command.
@@ -31,6 +34,11 @@ enum Gather {
     Applied { what: String },
     /// A metrics snapshot from every live generation, with the master's own figures.
     Metrics { master: MasterMetrics },
+    /// The serving generation's servers, to explain `query` against `config` (its config).
+    Explain {
+        config: Arc<Config>,
+        query: Box<ExplainQuery>,
+    },
 }
 
 pub(crate) struct Pending {
@@ -73,6 +81,7 @@ impl Pending {
                         }),
                     )
                 }
+                Gather::Explain { config, query } => explained(self.client_id, config, query, &self.servers),
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
                     format!(
@@ -84,6 +93,20 @@ impl Pending {
             }
         };
         let _ = tx.send(reply);
+    }
+}
+
+/// `ctl explain`'s answer: the explanation against the live server states.
+fn explained(client_id: u64, config: &Config, query: &ExplainQuery, servers: &[ServerView]) -> Reply {
+    match crate::admin::explain::explain_live(config, query, servers) {
+        Ok(explanation) => Reply::ok(
+            client_id,
+            Answer::Explained {
+                text: explanation.to_string(),
+                detail: serde_json::to_value(&explanation).unwrap_or(serde_json::Value::Null),
+            },
+        ),
+        Err(message) => Reply::error(client_id, message),
     }
 }
 
@@ -108,20 +131,14 @@ impl Master {
                     let _ = reply.send(Reply::error(id, format!("no backend `{b}`")));
                     return;
                 }
-                let newest = self
-                    .gens
-                    .iter()
-                    .filter(|g| g.state == GenState::Serving)
-                    .map(|g| g.id)
-                    .max();
-                let Some(generation) = newest else {
-                    let _ = reply.send(Reply::error(id, "no generation is serving"));
-                    return;
+                self.gather_servers(id, reply, backend, Gather::Servers).await;
+            }
+            Command::Explain { query } => {
+                let gather = Gather::Explain {
+                    config: Arc::clone(&self.config),
+                    query: Box::new(query),
                 };
-                let request = self.next_request_id();
-                let msg = ToWorker::ShowServers { id: request, backend };
-                self.send_and_gather(request, id, reply, Gather::Servers, &[generation], &msg)
-                    .await;
+                self.gather_servers(id, reply, None, gather).await;
             }
             Command::Metrics => {
                 // Every live generation: a stopping one still serves connections.
@@ -195,6 +212,24 @@ impl Master {
                 self.apply(id, reply, change).await;
             }
         }
+    }
+
+    /// Asks the newest serving generation for its servers (of `backend`), for `gather`.
+    async fn gather_servers(
+        &mut self,
+        client_id: u64,
+        reply: oneshot::Sender<Reply>,
+        backend: Option<String>,
+        gather: Gather,
+    ) {
+        let Some(generation) = self.serving_generation() else {
+            let _ = reply.send(Reply::error(client_id, "no generation is serving"));
+            return;
+        };
+        let request = self.next_request_id();
+        let msg = ToWorker::ShowServers { id: request, backend };
+        self.send_and_gather(request, client_id, reply, gather, &[generation], &msg)
+            .await;
     }
 
     /// Reload counters and generations by state, for a metrics answer.
