@@ -127,7 +127,7 @@ pids+=($!)
 sleep 2
 
 flags=(--headless --disable-gpu --disable-dev-shm-usage --no-first-run --hide-scrollbars
-  --user-data-dir="$work/profile" --window-size=1280,470 --virtual-time-budget=5000)
+  --user-data-dir="$work/profile" --window-size=1400,470 --virtual-time-budget=5000)
 [ "$(id -u)" -eq 0 ] && flags+=(--no-sandbox)
 "$browser" "${flags[@]}" --screenshot="$PWD/docs/stats.png" \
   "http://ops:demo@127.0.0.1:$admin/stats" 2>"$work/chromium.log"

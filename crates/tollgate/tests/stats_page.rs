@@ -77,7 +77,9 @@ fn start(tag: &str, admin: &str, servers: &[(&str, SocketAddr)]) -> Master {
         global(&dir.0, "")
     );
     for (name, addr) in servers {
-        config.push_str(&format!("[[backend.server]]\nname = \"{name}\"\naddress = \"{addr}\"\n"));
+        config.push_str(&format!(
+            "[[backend.server]]\nname = \"{name}\"\naddress = \"{addr}\"\n"
+        ));
     }
     Master::start(dir, &config, &[])
 }
@@ -94,7 +96,11 @@ fn ctl_admin_state(master: &Master, name: &str) -> String {
 #[test]
 fn stats_auth_guards_the_page_its_data_and_its_actions() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let master = start("stats-auth", "stats_auth = \"ops:s3cret\"", &[("a", a.addr), ("b", b.addr)]);
+    let master = start(
+        "stats-auth",
+        "stats_auth = \"ops:s3cret\"",
+        &[("a", a.addr), ("b", b.addr)],
+    );
     let admin = admin_addr(&master);
 
     for path in ["/", "/stats", "/stats.json"] {
@@ -119,6 +125,7 @@ fn stats_auth_guards_the_page_its_data_and_its_actions() {
     assert_eq!(v["actions"], true);
     assert!(v["version"].as_str().is_some_and(|s| !s.is_empty()));
     assert!(v["time"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(v["time_ms"].as_u64().unwrap() / 1000, v["time"].as_u64().unwrap());
     assert!(v["uptime_seconds"].is_u64());
     assert_eq!(v["frontends"][0]["name"], "fe");
     assert_eq!(v["frontends"][0]["disabled"], false);
@@ -134,7 +141,15 @@ fn stats_auth_guards_the_page_its_data_and_its_actions() {
         .collect();
     assert_eq!(names, ["a", "b"]);
     let s = &backend["servers"][0];
-    for key in ["admin", "oper", "weight", "effective_weight", "active", "last_change", "address"] {
+    for key in [
+        "admin",
+        "oper",
+        "weight",
+        "effective_weight",
+        "active",
+        "last_change",
+        "address",
+    ] {
         assert!(!s[key].is_null(), "server field {key}: {s}");
     }
     assert!(s["counters"]["requests"].is_u64() && s["counters"]["responses_5xx"].is_u64());
@@ -144,17 +159,31 @@ fn stats_auth_guards_the_page_its_data_and_its_actions() {
     let drain_b = "backend=be&server=b&state=drain";
     let header = "X-Tollgate-Action: 1\r\n";
     assert_eq!(post(admin, drain_b, header).0, 401);
-    assert_eq!(post(admin, drain_b, &format!("Authorization: {WRONG}\r\n{header}")).0, 401);
+    assert_eq!(
+        post(admin, drain_b, &format!("Authorization: {WRONG}\r\n{header}")).0,
+        401
+    );
     let authed = format!("Authorization: {GOOD}\r\n");
     let (status, body) = post(admin, drain_b, &authed);
     assert_eq!(status, 403, "no X-Tollgate-Action: {body}");
-    let (status, body) = post(admin, drain_b, &format!("{authed}{header}Origin: http://evil.example\r\n"));
+    let (status, body) = post(
+        admin,
+        drain_b,
+        &format!("{authed}{header}Origin: http://evil.example\r\n"),
+    );
     assert_eq!(status, 403, "cross-origin: {body}");
     assert_eq!(ctl_admin_state(&master, "b"), "ready", "nothing was changed yet");
-    let (status, body) = post(admin, "backend=be&server=nope&state=drain", &format!("{authed}{header}"));
+    let (status, body) = post(
+        admin,
+        "backend=be&server=nope&state=drain",
+        &format!("{authed}{header}"),
+    );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("nope"), "{body}");
-    assert_eq!(post(admin, "backend=be&server=b&state=sleep", &format!("{authed}{header}")).0, 400);
+    assert_eq!(
+        post(admin, "backend=be&server=b&state=sleep", &format!("{authed}{header}")).0,
+        400
+    );
     let same_origin = format!("{authed}{header}Origin: http://{admin}\r\n");
     let (status, body) = post(admin, drain_b, &same_origin);
     assert_eq!(status, 200, "{body}");
@@ -162,11 +191,17 @@ fn stats_auth_guards_the_page_its_data_and_its_actions() {
     assert_eq!(ctl_admin_state(&master, "b"), "drain");
     // Logged like a ctl command, with the user instead of a uid.
     let line = master
-        .wait_log(|l| l.contains("admin http") && l.contains("control: command"), Duration::from_secs(5))
+        .wait_log(
+            |l| l.contains("admin http") && l.contains("control: command"),
+            Duration::from_secs(5),
+        )
         .expect("the action is logged");
     assert!(line.contains("ops") && line.contains("set server state"), "{line}");
     // GET is not an action.
-    assert_eq!(get(admin, "/stats/server?backend=be&server=b&state=ready", Some(GOOD)).0, 405);
+    assert_eq!(
+        get(admin, "/stats/server?backend=be&server=b&state=ready", Some(GOOD)).0,
+        405
+    );
 }
 
 #[test]
@@ -190,7 +225,10 @@ fn without_stats_auth_the_page_is_read_only_and_self_contained() {
     assert_eq!(get(admin, "/nothing", None).0, 404);
 
     // Nothing loads from elsewhere: no absolute or protocol-relative URL anywhere.
-    assert!(!page.contains("http://") && !page.contains("https://"), "an absolute URL in the page");
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "an absolute URL in the page"
+    );
     for attr in ["src=", "href=", "url("] {
         for (i, _) in page.match_indices(attr) {
             let value = page[i + attr.len()..].trim_start_matches(['"', '\'', ' ']);
@@ -378,7 +416,11 @@ fn in_a_browser_a_server_turns_down_and_the_drain_button_drains() {
     };
     let mut a = Origin::start("a");
     let b = Origin::start("b");
-    let master = start("stats-browser", "stats_auth = \"ops:s3cret\"", &[("a", a.addr), ("b", b.addr)]);
+    let master = start(
+        "stats-browser",
+        "stats_auth = \"ops:s3cret\"",
+        &[("a", a.addr), ("b", b.addr)],
+    );
     let admin = admin_addr(&master);
 
     let mut browser = Browser::launch(&binary);
@@ -392,14 +434,26 @@ fn in_a_browser_a_server_turns_down_and_the_drain_button_drains() {
     let long = Duration::from_secs(20);
     browser.wait_value(&row_state("a"), &json!("up UP"), long);
     browser.wait_value(&row_state("b"), &json!("up UP"), long);
+    let frontend = browser.eval("document.querySelector('tr[data-frontend=\"fe\"]').textContent");
+    assert!(frontend.as_str().unwrap().starts_with("feOPEN"), "{frontend}");
     // A mark on this document: a reload would make a new one without it.
     browser.eval("window.__mark = 'same page'; 'ok'");
-    let refreshes = browser.eval("Number(document.body.dataset.refreshes)").as_u64().unwrap();
+    let refreshes = browser
+        .eval("Number(document.body.dataset.refreshes)")
+        .as_u64()
+        .unwrap();
 
     a.stop();
     browser.wait_value(&row_state("a"), &json!("down DOWN"), long);
-    assert_eq!(browser.eval("window.__mark"), json!("same page"), "the page was not reloaded");
-    let now = browser.eval("Number(document.body.dataset.refreshes)").as_u64().unwrap();
+    assert_eq!(
+        browser.eval("window.__mark"),
+        json!("same page"),
+        "the page was not reloaded"
+    );
+    let now = browser
+        .eval("Number(document.body.dataset.refreshes)")
+        .as_u64()
+        .unwrap();
     assert!(now > refreshes, "redrawn in place ({refreshes} -> {now})");
     // The check column says why.
     let check = browser.eval("document.querySelector('tr[data-server=\"be/a\"] td.check').textContent");
@@ -418,7 +472,10 @@ fn in_a_browser_a_server_turns_down_and_the_drain_button_drains() {
     assert_eq!(browser.eval("window.__mark"), json!("same page"));
     assert!(
         master
-            .wait_log(|l| l.contains("admin http") && l.contains("ops"), Duration::from_secs(5))
+            .wait_log(
+                |l| l.contains("admin http") && l.contains("ops"),
+                Duration::from_secs(5)
+            )
             .is_some()
     );
 }

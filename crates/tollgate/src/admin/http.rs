@@ -300,10 +300,7 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Asked>> {
             Ok(Some(head)) => {
                 let target = String::from_utf8_lossy(head.target.of(seen));
                 let (path, query) = target.split_once('?').unwrap_or((&target, ""));
-                let field = |name: &[u8]| {
-                    head.header(seen, name)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                };
+                let field = |name: &[u8]| head.header(seen, name).map(|v| String::from_utf8_lossy(v).into_owned());
                 let asked = Asked {
                     method: Some(head.method),
                     path: path.to_string(),
@@ -311,9 +308,7 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Asked>> {
                     authorization: field(b"authorization"),
                     action_header: field(b"x-tollgate-action").as_deref() == Some("1"),
                     origin: field(b"origin"),
-                    host: head
-                        .host
-                        .map(|h| String::from_utf8_lossy(h.of(seen)).into_owned()),
+                    host: head.host.map(|h| String::from_utf8_lossy(h.of(seen)).into_owned()),
                 };
                 head.reclaim(&mut scratch);
                 return Ok(Some(asked));

@@ -137,6 +137,8 @@ struct View<'a> {
     /// Seconds since the epoch now: the page shows last changes relative to it, so the
     /// browser's clock does not matter.
     time: u64,
+    /// The same in milliseconds: the page's rates are per second of this clock.
+    time_ms: u64,
     /// Whether the page offers drain/maint/ready (`stats_auth` is set).
     actions: bool,
     frontends: &'a [FrontendMetrics],
@@ -169,13 +171,15 @@ fn view(report: &MetricsReport, actions: bool) -> Option<View<'_>> {
             servers: m.servers.iter().filter(|s| s.backend == b.name).collect(),
         })
         .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     Some(View {
         version: env!("CARGO_PKG_VERSION"),
         uptime_seconds: report.master.as_ref().map(|m| m.uptime_seconds),
         generation: generation.generation,
-        time: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        time: now.as_secs(),
+        time_ms: u64::try_from(now.as_millis()).unwrap_or(u64::MAX),
         actions,
         frontends: &m.frontends,
         backends,
@@ -248,7 +252,11 @@ fn set_state(query: &str) -> Result<Command, String> {
         }
     }
     let need = |v: Option<String>, key: &str| v.filter(|v| !v.is_empty()).ok_or(format!("`{key}` is missing"));
-    let (backend, server, state) = (need(backend, "backend")?, need(server, "server")?, need(state, "state")?);
+    let (backend, server, state) = (
+        need(backend, "backend")?,
+        need(server, "server")?,
+        need(state, "state")?,
+    );
     let state = AdminState::parse(&state).ok_or_else(|| format!("unknown state `{state}` (ready, drain, maint)"))?;
     Ok(Command::SetServerState {
         backend,
@@ -328,7 +336,11 @@ mod tests {
                 kill: false
             }
         );
-        assert!(set_state("backend=app&server=a&state=sleep").unwrap_err().contains("unknown state"));
+        assert!(
+            set_state("backend=app&server=a&state=sleep")
+                .unwrap_err()
+                .contains("unknown state")
+        );
         assert!(set_state("backend=app&state=drain").unwrap_err().contains("`server`"));
         assert!(set_state("backend=app&server=a&state=maint&kill=1").is_err());
         assert!(set_state("backend=a%zz&server=a&state=ready").is_err());

@@ -671,5 +671,8 @@ fn stats_auth_is_user_colon_password_and_needs_the_endpoint() {
         assert_eq!((e.line, e.key.as_str()), (3, "admin.stats_auth"), "{bad}: {e}");
     }
     let e = first_error(&format!("[admin]\nstats_auth = \"a:b\"\n{GOOD}"));
-    assert!(e.key == "admin.stats_auth" && e.to_string().contains("admin.bind"), "{e}");
+    assert!(
+        e.key == "admin.stats_auth" && e.to_string().contains("admin.bind"),
+        "{e}"
+    );
 }

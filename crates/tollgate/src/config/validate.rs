@@ -99,20 +99,24 @@ impl<'a> Validator<'a> {
     /// `[admin]`: an `IP:port` (port 0 = any free port, logged at start; for tests) and
     /// the stats page's credentials, which need the endpoint.
     fn admin(&mut self, file: &ConfigFile) -> Admin {
-        let bind = file.admin.bind.as_ref().and_then(|bind| match bind.get_ref().parse::<SocketAddr>() {
-            Ok(addr) => Some(addr),
-            Err(_) => {
-                self.err(
-                    bind.span(),
-                    "admin.bind".into(),
-                    format!(
-                        "`{}` is not an IP:port address (e.g. \"127.0.0.1:9100\")",
-                        bind.get_ref()
-                    ),
-                );
-                None
-            }
-        });
+        let bind = file
+            .admin
+            .bind
+            .as_ref()
+            .and_then(|bind| match bind.get_ref().parse::<SocketAddr>() {
+                Ok(addr) => Some(addr),
+                Err(_) => {
+                    self.err(
+                        bind.span(),
+                        "admin.bind".into(),
+                        format!(
+                            "`{}` is not an IP:port address (e.g. \"127.0.0.1:9100\")",
+                            bind.get_ref()
+                        ),
+                    );
+                    None
+                }
+            });
         let stats_auth = file.admin.stats_auth.as_ref().and_then(|auth| {
             let parsed = stats_auth(auth.get_ref());
             let parsed = match (parsed, &file.admin.bind) {
