@@ -57,6 +57,12 @@ pub type Ran = Pin<Box<dyn Future<Output = Result<Answer, Failed>> + Send>>;
 /// Runs runtime commands for the endpoint, exactly as the control socket would.
 pub trait Commands: Send + Sync + 'static {
     fn run(&self, command: Command) -> Ran;
+
+    /// Whether runtime changes can be made this way (the stats page hides its buttons
+    /// otherwise).
+    fn changes(&self) -> bool {
+        true
+    }
 }
 
 /// What one endpoint serves with: who runs its commands, who may use the stats page.
@@ -128,6 +134,10 @@ impl Commands for Process {
             ))),
         };
         Box::pin(std::future::ready(answer))
+    }
+
+    fn changes(&self) -> bool {
+        false
     }
 }
 

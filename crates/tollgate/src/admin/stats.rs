@@ -118,7 +118,7 @@ pub(crate) async fn json(endpoint: &Endpoint, asked: &Asked) -> Response {
             return Response::text("503 Service Unavailable", format!("{e}\n"));
         }
     };
-    match view(&report, endpoint.auth.is_some()) {
+    match view(&report, endpoint.auth.is_some() && endpoint.commands.changes()) {
         Some(view) => Response {
             content_type: "application/json",
             ..Response::text("200 OK", serde_json::to_string(&view).unwrap_or_default())
@@ -139,7 +139,7 @@ struct View<'a> {
     time: u64,
     /// The same in milliseconds: the page's rates are per second of this clock.
     time_ms: u64,
-    /// Whether the page offers drain/maint/ready (`stats_auth` is set).
+    /// Whether the page offers drain/maint/ready (`stats_auth` is set and a master runs).
     actions: bool,
     frontends: &'a [FrontendMetrics],
     backends: Vec<BackendView<'a>>,
