@@ -196,7 +196,12 @@ fn stats_auth_guards_the_page_its_data_and_its_actions() {
             Duration::from_secs(5),
         )
         .expect("the action is logged");
-    assert!(line.contains("ops") && line.contains("set server state"), "{line}");
+    assert!(line.contains("user=ops") && line.contains("set server state"), "{line}");
+    let drained = master.wait_log(
+        |l| l.contains("admin http") && l.contains("be/b"),
+        Duration::from_secs(5),
+    );
+    assert!(drained.is_some_and(|l| l.contains("drain")), "the drain is logged");
     // GET is not an action.
     assert_eq!(
         get(admin, "/stats/server?backend=be&server=b&state=ready", Some(GOOD)).0,

@@ -361,6 +361,30 @@ mod tests {
         assert!(same_origin(&asked(true, Some("null"))).is_err());
     }
 
+    // What a client sends in the query and the Authorization header never panics, and what
+    // a browser's URLSearchParams encodes decodes back.
+    proptest::proptest! {
+        #[test]
+        fn any_query_or_header_is_an_answer_not_a_panic(query in ".{0,80}", header in ".{0,80}") {
+            let _ = set_state(&query);
+            let c = Credentials::new(&StatsAuth { user: "u".into(), password: "p".into() });
+            proptest::prop_assert!(!c.accepts(Some(&header)) || header.trim().ends_with("dTpw"));
+        }
+
+        #[test]
+        fn percent_encoding_round_trips(name in "\\PC{0,40}") {
+            let encoded: String = name
+                .bytes()
+                .map(|b| match b {
+                    b' ' => "+".to_string(),
+                    b if b.is_ascii_alphanumeric() => char::from(b).to_string(),
+                    b => format!("%{b:02X}"),
+                })
+                .collect();
+            proptest::prop_assert_eq!(percent_decode(&encoded), Some(name));
+        }
+    }
+
     #[test]
     fn the_view_is_the_current_generation_grouped_by_backend() {
         use crate::command::MasterMetrics;
