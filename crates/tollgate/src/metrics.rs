@@ -162,6 +162,9 @@ pub struct FrontendMetrics {
     pub maxconn: u32,
     #[serde(default)]
     pub connections: Option<u64>,
+    /// An operator disabled it (`ctl disable frontend`): not accepting, still serving.
+    #[serde(default)]
+    pub disabled: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

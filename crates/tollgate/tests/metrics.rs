@@ -207,7 +207,7 @@ fn counters_match_the_traffic_sent() {
     );
 
     // What the endpoint does not serve.
-    assert_eq!(http(admin, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").0, 404);
+    assert_eq!(http(admin, "GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n").0, 404);
     assert_eq!(
         http(admin, "POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n").0,
         405

@@ -94,12 +94,14 @@ pub(crate) enum LogFormatName {
     Text,
 }
 
-/// `[admin]`: the operator's HTTP endpoint (`GET /metrics`).
+/// `[admin]`: the operator's HTTP endpoint (`GET /metrics`, the stats page).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AdminSection {
     /// `IP:port` the master (or a `--no-master` process) serves `/metrics` on.
     pub bind: Option<Spanned<String>>,
+    /// `user:password` for the stats page; with it, the page offers drain/maint/ready.
+    pub stats_auth: Option<Spanned<String>>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.

@@ -129,6 +129,26 @@ pub struct Admin {
     /// Where `GET /metrics` is served (`None`: nowhere). Bound by the master, so it lives
     /// across reloads; a changed value takes effect at the next start.
     pub bind: Option<SocketAddr>,
+    /// `stats_auth`: who may use the stats page (`None`: anyone, read-only).
+    pub stats_auth: Option<StatsAuth>,
+}
+
+/// `[admin] stats_auth = "user:password"`: HTTP Basic credentials for the stats page and
+/// its actions. Both parts non-empty; the user has no `:` (RFC 7617). `Debug` hides the
+/// password, so the config can be logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StatsAuth {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for StatsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatsAuth")
+            .field("user", &self.user)
+            .field("password", &"<hidden>")
+            .finish()
+    }
 }
 
 /// The user and group a worker switches to, resolved at load.

@@ -658,3 +658,21 @@ fn admin_bind_is_an_ip_and_port() {
     let e = first_error(&format!("[admin]\nstats = true\n{GOOD}"));
     assert_eq!(e.line, 2, "{e}");
 }
+
+#[test]
+fn stats_auth_is_user_colon_password_and_needs_the_endpoint() {
+    let with = |auth: &str| format!("[admin]\nbind = \"127.0.0.1:0\"\nstats_auth = \"{auth}\"\n{GOOD}");
+    let c = parse(&with("ops:s3:cret"), "t.toml").expect("valid");
+    let auth = c.admin.stats_auth.expect("stats_auth");
+    assert_eq!((auth.user.as_str(), auth.password.as_str()), ("ops", "s3:cret"));
+    assert!(!format!("{auth:?}").contains("s3:cret"), "Debug hides the password");
+    for bad in ["ops", ":pw", "ops:", "", "ops:p\\tw"] {
+        let e = first_error(&with(bad));
+        assert_eq!((e.line, e.key.as_str()), (3, "admin.stats_auth"), "{bad}: {e}");
+    }
+    let e = first_error(&format!("[admin]\nstats_auth = \"a:b\"\n{GOOD}"));
+    assert!(
+        e.key == "admin.stats_auth" && e.to_string().contains("admin.bind"),
+        "{e}"
+    );
+}

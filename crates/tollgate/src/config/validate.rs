@@ -96,25 +96,38 @@ impl<'a> Validator<'a> {
         })
     }
 
-    /// `[admin]`: an `IP:port` (port 0 = any free port, logged at start; for tests).
+    /// `[admin]`: an `IP:port` (port 0 = any free port, logged at start; for tests) and
+    /// the stats page's credentials, which need the endpoint.
     fn admin(&mut self, file: &ConfigFile) -> Admin {
-        let Some(bind) = &file.admin.bind else {
-            return Admin::default();
-        };
-        match bind.get_ref().parse::<SocketAddr>() {
-            Ok(addr) => Admin { bind: Some(addr) },
-            Err(_) => {
-                self.err(
-                    bind.span(),
-                    "admin.bind".into(),
-                    format!(
-                        "`{}` is not an IP:port address (e.g. \"127.0.0.1:9100\")",
-                        bind.get_ref()
-                    ),
-                );
-                Admin::default()
-            }
-        }
+        let bind = file
+            .admin
+            .bind
+            .as_ref()
+            .and_then(|bind| match bind.get_ref().parse::<SocketAddr>() {
+                Ok(addr) => Some(addr),
+                Err(_) => {
+                    self.err(
+                        bind.span(),
+                        "admin.bind".into(),
+                        format!(
+                            "`{}` is not an IP:port address (e.g. \"127.0.0.1:9100\")",
+                            bind.get_ref()
+                        ),
+                    );
+                    None
+                }
+            });
+        let stats_auth = file.admin.stats_auth.as_ref().and_then(|auth| {
+            let parsed = stats_auth(auth.get_ref());
+            let parsed = match (parsed, &file.admin.bind) {
+                (Ok(_), None) => Err("needs admin.bind (the endpoint that serves the stats page)".to_string()),
+                (other, _) => other,
+            };
+            parsed
+                .map_err(|msg| self.err(auth.span(), "admin.stats_auth".into(), msg))
+                .ok()
+        });
+        Admin { bind, stats_auth }
     }
 
     fn global(&mut self, file: &ConfigFile) -> Global {
@@ -1251,4 +1264,21 @@ fn line_col(src: &str, offset: usize) -> (usize, usize) {
         before.get(nl + 1..).map_or(0, |s| s.chars().count())
     }) + 1;
     (line, column)
+}
+
+/// `user:password`: both non-empty, printable ASCII or UTF-8 without control characters
+/// (they could not travel in an `Authorization` header); the first `:` splits them.
+fn stats_auth(text: &str) -> Result<StatsAuth, String> {
+    let shape = "expected \"user:password\", both parts non-empty";
+    let (user, password) = text.split_once(':').ok_or_else(|| shape.to_string())?;
+    if user.is_empty() || password.is_empty() {
+        return Err(shape.into());
+    }
+    if text.chars().any(char::is_control) {
+        return Err("control characters are not allowed".into());
+    }
+    Ok(StatsAuth {
+        user: user.to_string(),
+        password: password.to_string(),
+    })
 }

@@ -196,7 +196,7 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
         };
         let (requests_tx, mut requests) = mpsc::unbounded_channel();
         if let Some(listener) = admin {
-            metrics::spawn(listener, requests_tx.clone());
+            metrics::spawn(listener, master.config.admin.stats_auth.clone(), requests_tx.clone());
         }
         let control = match control::bind(&control_path, config_access) {
             Ok(listener) => {
@@ -411,7 +411,7 @@ impl Master {
             );
         }
         if config.admin != self.config.admin {
-            tracing::warn!("[admin] bind takes effect at the next start, not on reload");
+            tracing::warn!("[admin] bind and stats_auth take effect at the next start, not on reload");
         }
         if config.global.run_as != self.config.global.run_as
             || config.global.allow_root != self.config.global.allow_root

@@ -79,6 +79,7 @@ fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
                 name: f.name.clone(),
                 maxconn: f.maxconn,
                 connections: shared.budgets.frontend_in_use(i, f.maxconn),
+                disabled: shared.paused.is_disabled(i),
                 ..FrontendMetrics::default()
             };
             for c in cells {
