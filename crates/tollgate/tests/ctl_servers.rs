@@ -323,3 +323,44 @@ fn garbage_on_the_control_socket_gets_an_error_and_the_proxy_keeps_serving() {
     assert_error(silent.join().unwrap(), "silent client", "no request within");
     assert_eq!(connect(master.addr).1, "A");
 }
+
+#[test]
+fn an_added_server_is_health_checked_and_a_move_restarts_its_checks() {
+    let (a, c) = (named("A"), named("C"));
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = TempDir::new("ctl-servers-health");
+    let config = format!(
+        "{}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"be\"\n\n\
+         [[backend]]\nname = \"be\"\n[backend.health]\ntype = \"tcp\"\ninterval = \"100ms\"\nfall = 1\nrise = 1\n\
+         [[backend.server]]\nname = \"a\"\naddress = \"{}\"\n",
+        global(&dir.0, ""),
+        a.addr
+    );
+    let master = Master::start(dir, &config, &[]);
+    // Nothing listens at `closed`: checks fail, the server is marked down, no traffic.
+    master.ctl_ok(&[
+        "add",
+        "server",
+        "be/h",
+        &format!("address={closed}"),
+        "check",
+        "enabled",
+    ]);
+    wait_for(|| server(&master, "h").is_some_and(|h| h["oper"] == "down" && h["check"]["checks"].as_u64() >= Some(3)));
+    let before = server(&master, "h").unwrap()["check"]["checks"].as_u64().unwrap();
+    assert_eq!(shares(master.addr, 10).get("A"), Some(&10));
+
+    // Moved to a live origin: its checks start over (no history, state unknown, so it
+    // takes traffic at once) and pass.
+    master.ctl_ok(&["set", "server", "be/h", "address", &c.addr.to_string()]);
+    let h = server(&master, "h").unwrap();
+    assert!(
+        h["check"]["checks"].as_u64().unwrap() < before && h["oper"] != "down",
+        "checks restart at the new address: {h}"
+    );
+    wait_for(|| server(&master, "h").is_some_and(|h| h["oper"] == "up"));
+    assert!(shares(master.addr, 20).contains_key("C"));
+}
