@@ -364,3 +364,67 @@ fn an_added_server_is_health_checked_and_a_move_restarts_its_checks() {
     wait_for(|| server(&master, "h").is_some_and(|h| h["oper"] == "up"));
     assert!(shares(master.addr, 20).contains_key("C"));
 }
+
+/// A keep-alive HTTP/1.1 origin answering every request with its one-letter name; its
+/// `current` counts the connections it holds open (the proxy's pooled ones among them).
+fn http_named(name: &'static str) -> common::Origin {
+    origin(move |s| {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while let Ok(1) = s.read(&mut byte) {
+            head.push(byte[0]);
+            if head.ends_with(b"\r\n\r\n") {
+                head.clear();
+                let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n{name}");
+                if s.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// One GET on a fresh keep-alive connection, dropped after the response; the body (one
+/// byte, as `http_named` answers).
+fn get(addr: SocketAddr) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    c.read_exact(&mut byte).unwrap();
+    String::from_utf8_lossy(&byte).into_owned()
+}
+
+#[test]
+fn a_move_drops_idle_pooled_connections_to_the_old_address() {
+    let (b, c) = (http_named("B"), http_named("C"));
+    let dir = TempDir::new("ctl-servers-pool");
+    let config = format!(
+        "{}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"s\"\naddress = \"{}\"\n",
+        global(&dir.0, ""),
+        b.addr
+    );
+    let master = Master::start(dir, &config, &[]);
+    // Each of the two worker threads opens at most one connection to b and reuses it: the
+    // clients are gone, the proxy keeps those connections idle in its pools.
+    for _ in 0..4 {
+        assert_eq!(get(master.addr), "B");
+    }
+    let opened = b.total.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        opened <= 2,
+        "4 requests, {opened} connections to b: the pool reuses them"
+    );
+    wait_for(|| b.current.load(std::sync::atomic::Ordering::SeqCst) == opened);
+    master.ctl_ok(&["set", "server", "be/s", "address", &c.addr.to_string()]);
+    wait_for(|| b.current.load(std::sync::atomic::Ordering::SeqCst) == 0);
+    for _ in 0..6 {
+        assert_eq!(get(master.addr), "C");
+    }
+}
