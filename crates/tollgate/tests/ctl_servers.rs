@@ -267,7 +267,7 @@ fn garbage_on_the_control_socket_gets_an_error_and_the_proxy_keeps_serving() {
     let config = tcp_config(&global(&dir.0, ""), &[("a", a.addr, 1)]);
     let master = Master::start(dir, &config, &[]);
     // A client that connects and says nothing: answered once the master stops waiting
-    // (10 s), meanwhile everything else goes on.
+    // (5 s), meanwhile everything else goes on.
     let mut silent = UnixStream::connect(&master.socket).unwrap();
     silent.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let silent = std::thread::spawn(move || read_reply(&mut silent));

@@ -27,7 +27,7 @@ pub struct Request {
 }
 
 /// Longest the master waits for a connected client's request.
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest a client waits for an answer (a reload waits for the new worker's READY).
 pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
