@@ -142,25 +142,34 @@ fn added_server_takes_traffic_survives_a_reload_moves_and_is_deleted_once_draine
         matches!(&still, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
         "the established connection was closed by the move: {still:?}"
     );
-    drop(on_c);
     let err = refused(&master, &["set", "server", "be/n", "address", "127.0.0.1:0"]);
     assert!(err.contains("0"), "{err}");
 
-    // Busy: deleting is refused, and says why.
+    // Busy (one connection at its address, one still at its former one): deleting is
+    // refused, and says why.
     let held = connect_to(&master, "D");
     let err = refused(&master, &["del", "server", "be/n"]);
     assert!(
-        err.contains("be/n has 1 active connection(s); set it to maint and wait for them to finish"),
+        err.contains("be/n has 2 active connection(s); set it to maint and wait for them to finish"),
         "{err}"
     );
     master.ctl_ok(&["set", "server", "be/n", "state", "maint"]);
-    let err = refused(&master, &["del", "server", "be/n"]);
-    assert!(err.contains("1 active connection(s)"), "{err}");
-    assert!(server(&master, "n").is_some(), "a refused del removes nothing");
-    // Closed: the slot is given back, the delete goes through.
     drop(held);
     wait_for(|| server(&master, "n").is_some_and(|n| n["active"] == 0));
-    let out = master.ctl_ok(&["del", "server", "be/n"]);
+    let err = refused(&master, &["del", "server", "be/n"]);
+    assert!(
+        err.contains("1 active connection(s)"),
+        "the one at the former address: {err}"
+    );
+    assert!(server(&master, "n").is_some(), "a refused del removes nothing");
+    // Closed: the slot is given back, the delete goes through.
+    drop(on_c);
+    let mut out = String::new();
+    wait_for(|| {
+        let (code, stdout, _) = master.ctl(&["del", "server", "be/n"]);
+        out = stdout;
+        code == 0
+    });
     assert!(out.contains("be/n deleted"), "{out}");
     assert!(server(&master, "n").is_none(), "deleted server still listed");
     let d_before = d.total.load(std::sync::atomic::Ordering::SeqCst);
@@ -188,7 +197,7 @@ fn connect_to(master: &Master, want: &str) -> TcpStream {
 }
 
 /// Polls `cond` (bounded: 10 s).
-fn wait_for(cond: impl Fn() -> bool) {
+fn wait_for(mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !cond() {
         assert!(Instant::now() < deadline, "condition not met within 10 s");

@@ -51,6 +51,9 @@ pub struct Running {
     checker: Option<JoinHandle<()>>,
     /// DNS discovery's thread (when a backend uses DNS); stops when dropped.
     _discover: Option<crate::discover::Handle>,
+    /// Servers `set server address` replaced, alive while connections to their old address
+    /// are (`del server` counts those).
+    retired: servers::Retired,
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
@@ -214,6 +217,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _watchdog: watchdog,
         checker,
         _discover: discover,
+        retired: servers::Retired::default(),
     })
 }
 

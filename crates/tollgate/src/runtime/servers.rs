@@ -7,8 +7,9 @@
 //! Invariants: a server joins a set with its admin state already set (a server added in
 //! maint is never picked, not even once); a server leaves a set only when no connection
 //! holds one of its slots and nothing waits for it, unless the change is re-applied to a
-//! generation that has not served it yet (`checked = false`); a moved server keeps its id,
-//! state, weights and counters, and its health starts afresh at the new address.
+//! generation that has not served it yet (`checked = false`) — connections still open to a
+//! moved server's former address count; a moved server keeps its id, state, weights and
+//! counters, and its health starts afresh at the new address.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,29 @@ use crate::ctx::inbox::{Ack, Message};
 use crate::live::ServerId;
 use crate::live::backend::BackendLive;
 use crate::live::server::{AdminState, ServerLive, Source};
+
+/// Servers replaced by a move, weakly: a connection to the old address holds its
+/// `ServerLive` (through its slot) until it closes.
+#[derive(Debug, Default)]
+pub(super) struct Retired(std::sync::Mutex<Vec<std::sync::Weak<ServerLive>>>);
+
+impl Retired {
+    fn keep(&self, server: &Arc<ServerLive>) {
+        let mut list = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(server));
+    }
+
+    /// Connections still open to server `id`'s former addresses.
+    fn active(&self, id: ServerId) -> u32 {
+        let list = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|s| s.id == id)
+            .map(|s| s.active())
+            .sum()
+    }
+}
 
 impl Running {
     /// The set changes of `change` (delete, then add, then address), before its state and
@@ -58,7 +82,7 @@ impl Running {
             return Ok(());
         };
         if checked {
-            deletable(&server)?;
+            deletable(&server, self.retired.active(server.id))?;
         }
         let mut refused = None;
         backend.update(|servers, _, _| {
@@ -66,7 +90,7 @@ impl Running {
             if let Some(why) = servers
                 .iter()
                 .find(|s| s.id == server.id && checked)
-                .and_then(|s| deletable(s).err())
+                .and_then(|s| deletable(s, self.retired.active(s.id)).err())
             {
                 refused = Some(why);
                 return servers.to_vec();
@@ -142,6 +166,7 @@ impl Running {
                     if s.address == address {
                         return Arc::clone(s);
                     }
+                    self.retired.keep(s);
                     Arc::new(s.moved(address))
                 })
                 .collect()
@@ -173,11 +198,12 @@ impl Running {
     }
 }
 
-/// HAProxy's rule for `del server`: out of rotation (maint, or drain), no connection on it,
-/// nothing queued for it. The error says what to do.
-fn deletable(s: &ServerLive) -> Result<(), String> {
+/// HAProxy's rule for `del server`: out of rotation (maint, or drain), no connection on it
+/// (`elsewhere`: those still open to its former addresses), nothing queued for it. The error
+/// says what to do.
+fn deletable(s: &ServerLive, elsewhere: u32) -> Result<(), String> {
     let who = format!("{}/{}", s.backend_name, s.name);
-    let (admin, active, queued) = (s.admin(), s.active(), s.queued());
+    let (admin, active, queued) = (s.admin(), s.active().saturating_add(elsewhere), s.queued());
     if active > 0 {
         let what = if admin == AdminState::Ready {
             "set it to maint and wait for them to finish"
