@@ -437,3 +437,31 @@ fn a_move_drops_idle_pooled_connections_to_the_old_address() {
         assert_eq!(get(master.addr), "C");
     }
 }
+
+#[test]
+fn a_worker_restarted_after_a_crash_gets_the_runtime_servers() {
+    let (a, c) = (named("A"), named("C"));
+    let dir = TempDir::new("ctl-servers-crash");
+    let config = tcp_config(&global(&dir.0, ""), &[("a", a.addr, 1)]);
+    let master = Master::start(dir, &config, &[]);
+    master.ctl_ok(&["add", "server", "be/n", &format!("address={}", c.addr), "enabled"]);
+    master.ctl_ok(&["set", "server", "be/a", "state", "maint"]);
+    let (generation, pid, _) = master.wait_single_generation(Duration::from_secs(5));
+    master.signal(pid, rustix::process::Signal::KILL);
+    wait_for(|| {
+        master
+            .generations()
+            .iter()
+            .any(|g| g.0 > generation && g.2 == "serving")
+    });
+    let n = server(&master, "n").expect("n re-added by the new worker");
+    assert_eq!(
+        (n["source"].as_str(), n["admin"].as_str()),
+        (Some("runtime"), Some("ready"))
+    );
+    assert_eq!(
+        shares(master.addr, 10).get("C"),
+        Some(&10),
+        "a in maint, n takes everything"
+    );
+}
