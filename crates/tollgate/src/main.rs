@@ -142,6 +142,38 @@ enum CtlCommand {
     /// Where a request would go now: `tollgate explain` against the running config and the
     /// servers' live states, weights and connections.
     Explain(ExplainRequest),
+    /// Add a server: `add server app/n address=10.0.0.5:80 [weight=N] [maxconn=N] [backup]
+    /// [check] [slowstart=DUR] [enabled]` (in maint unless `enabled`).
+    Add {
+        #[command(subcommand)]
+        what: CtlAdd,
+    },
+    /// Remove a server in maint (or drain) with no connection: `del server app/n`.
+    Del {
+        #[command(subcommand)]
+        what: CtlDel,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlAdd {
+    /// A server, kept across reloads unless the file defines one of that name.
+    Server {
+        /// BACKEND/SERVER
+        server: String,
+        /// address=IP:PORT, weight=N, maxconn=N, slowstart=DUR, backup, check, enabled.
+        words: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlDel {
+    /// A server (from the file or added at run time); a file server stays deleted across
+    /// reloads until the file changes it.
+    Server {
+        /// BACKEND/SERVER
+        server: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -206,6 +238,8 @@ enum CtlServerField {
     },
     /// Weight 0 to 256 (0: no new connections).
     Weight { weight: u32 },
+    /// IP:PORT, or IP to keep the port: new connections go there, established ones finish.
+    Address { address: String },
 }
 
 #[derive(clap::Args)]
@@ -407,6 +441,7 @@ fn ctl(args: CtlArgs) -> ExitCode {
         } => match field {
             CtlServerField::State { state, kill } => ctl::set_state(&server, &state, kill),
             CtlServerField::Weight { weight } => ctl::set_weight(&server, weight),
+            CtlServerField::Address { address } => ctl::set_address(&server, &address),
         },
         CtlCommand::Enable {
             what: CtlFrontend::Frontend { name },
@@ -428,6 +463,12 @@ fn ctl(args: CtlArgs) -> ExitCode {
         CtlCommand::Explain(request) => request
             .into_query()
             .map(|query| tollgate::command::Command::Explain { query }),
+        CtlCommand::Add {
+            what: CtlAdd::Server { server, words },
+        } => ctl::add_server(&server, &words),
+        CtlCommand::Del {
+            what: CtlDel::Server { server },
+        } => ctl::del_server(&server),
     };
     match command {
         Ok(command) => control(&args.target, command, args.json),

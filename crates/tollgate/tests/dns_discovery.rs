@@ -418,6 +418,8 @@ fn srv_records_fill_the_backend_and_follow_changes() {
         ]
     );
     assert!(servers.iter().all(|s| s.host.is_some() && s.resolved));
+    // `show servers` marks them as discovered (`SRC dns`).
+    assert!(servers.iter().all(|s| s.source.as_str() == "dns"));
     let split = shares(proxy.addr, 200);
     let (sa, sb) = (
         split.get("A").copied().unwrap_or(0),

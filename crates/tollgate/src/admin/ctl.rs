@@ -1,6 +1,6 @@
 //! `tollgate ctl`: arguments → `Command`, `Reply` → text. Sans-io; `main` does the socket.
 
-use crate::command::{Answer, Command, Outcome, Reply};
+use crate::command::{AddServerArgs, Answer, Command, Outcome, Reply};
 use crate::live::server::{AdminState, ServerView};
 
 /// `BACKEND/SERVER` → its two names.
@@ -37,6 +37,56 @@ pub fn set_weight(server: &str, weight: u32) -> Result<Command, String> {
         server,
         weight,
     })
+}
+
+/// `set server B/S address IP[:PORT]` (the master checks the address: it knows the port to keep).
+pub fn set_address(server: &str, address: &str) -> Result<Command, String> {
+    let (backend, server) = split_server(server)?;
+    Ok(Command::SetServerAddress {
+        backend,
+        server,
+        address: address.to_string(),
+    })
+}
+
+/// `add server B/S address=IP:PORT [weight=N] [maxconn=N] [backup] [check] [slowstart=DUR]
+/// [enabled | state=ready|maint]`, HAProxy's words.
+pub fn add_server(server: &str, words: &[String]) -> Result<Command, String> {
+    let (backend, server) = split_server(server)?;
+    let mut spec = AddServerArgs::default();
+    let mut address = None;
+    for word in words {
+        let number = |v: &str| v.parse::<u32>().map_err(|_| format!("`{word}`: expected a number"));
+        match word.split_once('=') {
+            Some(("address", v)) => address = Some(v.to_string()),
+            Some(("weight", v)) => spec.weight = Some(number(v)?),
+            Some(("maxconn", v)) => spec.maxconn = Some(number(v)?),
+            Some(("slowstart", v)) => {
+                let d = crate::config::units::parse_duration(v)?;
+                spec.slowstart_ms = Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            }
+            Some(("state", "ready")) => spec.enabled = true,
+            Some(("state", "maint")) => spec.enabled = false,
+            Some(("state", v)) => return Err(format!("`state={v}`: a new server starts ready or maint")),
+            None if word == "backup" => spec.backup = true,
+            None if word == "check" => spec.check = true,
+            None if word == "enabled" => spec.enabled = true,
+            None if word == "disabled" => spec.enabled = false,
+            _ => {
+                return Err(format!(
+                    "`{word}`: expected address=IP:PORT, weight=N, maxconn=N, slowstart=DUR, backup, check, enabled \
+                     or state=ready|maint"
+                ));
+            }
+        }
+    }
+    spec.address = address.ok_or("address=IP:PORT is required")?;
+    Ok(Command::AddServer { backend, server, spec })
+}
+
+pub fn del_server(server: &str) -> Result<Command, String> {
+    let (backend, server) = split_server(server)?;
+    Ok(Command::DelServer { backend, server })
 }
 
 /// `show info`: the metrics answer as a summary for a person — the master, each
@@ -151,8 +201,8 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
 /// One line a server, columns aligned.
 pub(crate) fn servers_table(servers: &[ServerView]) -> String {
     let header = [
-        "BACKEND", "SERVER", "ID", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS", "FAILS",
-        "5XX", "CHECK", "CHECKS", "HOST",
+        "BACKEND", "SERVER", "ID", "SRC", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS",
+        "FAILS", "5XX", "CHECK", "CHECKS", "HOST",
     ];
     let rows: Vec<Vec<String>> = servers
         .iter()
@@ -166,6 +216,7 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.backend.clone(),
                 s.name.clone(),
                 s.id.to_string(),
+                s.source.as_str().to_string(),
                 if s.resolved {
                     s.address.to_string()
                 } else {
@@ -267,6 +318,7 @@ mod tests {
             check: None,
             backend_queued: 0,
             backend_queue_full: 0,
+            source: Default::default(),
         };
         let table = servers_table(&[
             view("ip", None, true),
@@ -293,6 +345,62 @@ mod tests {
             "responses_other":0}}"#;
         let parsed: ServerView = serde_json::from_str(old).unwrap();
         assert!(parsed.resolved && parsed.host.is_none());
+    }
+
+    #[test]
+    fn server_commands_parse_haproxy_words() {
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let add = add_server(
+            "app/n",
+            &words(&[
+                "address=10.0.0.1:80",
+                "weight=5",
+                "maxconn=9",
+                "backup",
+                "check",
+                "slowstart=2s",
+                "enabled",
+            ]),
+        )
+        .unwrap();
+        let Command::AddServer { backend, server, spec } = add else {
+            panic!("{add:?}");
+        };
+        assert_eq!((backend.as_str(), server.as_str()), ("app", "n"));
+        assert_eq!(
+            spec,
+            AddServerArgs {
+                address: "10.0.0.1:80".into(),
+                weight: Some(5),
+                maxconn: Some(9),
+                backup: true,
+                check: true,
+                slowstart_ms: Some(2000),
+                enabled: true,
+            }
+        );
+        assert!(
+            add_server("app/n", &words(&["weight=2"]))
+                .unwrap_err()
+                .contains("address")
+        );
+        assert!(
+            add_server("app/n", &words(&["address=1.2.3.4:5", "weight=x"]))
+                .unwrap_err()
+                .contains("number")
+        );
+        assert!(
+            add_server("app/n", &words(&["address=1.2.3.4:5", "tls"]))
+                .unwrap_err()
+                .contains("expected")
+        );
+        assert!(add_server("app/n", &words(&["address=1.2.3.4:5", "state=drain"])).is_err());
+        assert!(matches!(del_server("app/n").unwrap(), Command::DelServer { .. }));
+        assert!(del_server("app").is_err());
+        assert!(matches!(
+            set_address("app/a", "10.0.0.2").unwrap(),
+            Command::SetServerAddress { address, .. } if address == "10.0.0.2"
+        ));
     }
 
     #[test]

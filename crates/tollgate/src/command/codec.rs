@@ -50,6 +50,27 @@ pub(crate) fn decode_request(body: &[u8]) -> io::Result<Request> {
     decode(body)
 }
 
+/// The stream ended after `got` bytes of a frame header: cleanly between frames, or with a
+/// truncated header (an error that says so, not a silent end).
+fn end_of_stream(got: usize) -> io::Result<Option<Vec<u8>>> {
+    if got == 0 {
+        Ok(None)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("truncated frame: the stream ended after {got} of the 4 header bytes"),
+        ))
+    }
+}
+
+fn truncated(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        io::Error::new(e.kind(), "truncated frame: the stream ended inside the body")
+    } else {
+        e
+    }
+}
+
 fn body_len(header: [u8; 4]) -> io::Result<usize> {
     let len = u32::from_le_bytes(header) as usize;
     if len > MAX_FRAME {
@@ -66,13 +87,17 @@ pub fn write<T: Serialize>(w: &mut impl Write, msg: &T) -> io::Result<()> {
 /// One frame's body, or `None` at a clean end of stream (between frames).
 pub(crate) fn read_body(r: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; 4];
-    match r.read_exact(&mut header) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    let mut got = 0;
+    while got < header.len() {
+        match r.read(header.get_mut(got..).unwrap_or_default()) {
+            Ok(0) => return end_of_stream(got),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
     let mut body = vec![0u8; body_len(header)?];
-    r.read_exact(&mut body)?;
+    r.read_exact(&mut body).map_err(truncated)?;
     Ok(Some(body))
 }
 
@@ -89,13 +114,15 @@ pub(crate) async fn write_async<T: Serialize>(w: &mut (impl AsyncWrite + Unpin),
 /// callers keep one read in flight and do not drop it midway.
 pub(crate) async fn read_body_async(r: &mut (impl AsyncRead + Unpin)) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; 4];
-    match r.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    let mut got = 0;
+    while got < header.len() {
+        match r.read(header.get_mut(got..).unwrap_or_default()).await? {
+            0 => return end_of_stream(got),
+            n => got += n,
+        }
     }
     let mut body = vec![0u8; body_len(header)?];
-    r.read_exact(&mut body).await?;
+    r.read_exact(&mut body).await.map_err(truncated)?;
     Ok(Some(body))
 }
 
@@ -106,6 +133,25 @@ mod tests {
     use crate::command::{Command, Reply, ServerChange, ToMaster, ToWorker};
     use crate::live::server::AdminState;
     use proptest::prelude::*;
+
+    /// Any JSON value, two levels deep.
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            any::<u32>().prop_map(|n| serde_json::json!(n)),
+            "[ -~]{0,24}".prop_map(serde_json::Value::String),
+            Just(serde_json::json!("127.0.0.1:80")),
+        ];
+        leaf.prop_recursive(2, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
 
     fn frame(body: &[u8]) -> Vec<u8> {
         let mut out = (body.len() as u32).to_le_bytes().to_vec();
@@ -125,7 +171,7 @@ mod tests {
                     server: "a".into(),
                     state: Some(AdminState::Drain),
                     weight: Some(3),
-                    kill: false,
+                    ..Default::default()
                 }],
                 disabled_frontends: vec!["web".into()],
                 health: vec![crate::command::HealthReport {
@@ -194,7 +240,16 @@ mod tests {
     #[test]
     fn truncated_and_oversized_frames_are_errors() {
         let mut r: &[u8] = &[5, 0, 0, 0, b's'];
-        assert!(read_body(&mut r).is_err());
+        assert!(read_body(&mut r).unwrap_err().to_string().contains("truncated"));
+        let mut r: &[u8] = &[5, 0];
+        assert!(
+            read_body(&mut r)
+                .unwrap_err()
+                .to_string()
+                .contains("2 of the 4 header bytes")
+        );
+        let mut r: &[u8] = &[];
+        assert!(read_body(&mut r).unwrap().is_none(), "a clean end between frames");
         let huge = ((MAX_FRAME + 1) as u32).to_le_bytes();
         let mut r: &[u8] = &huge;
         assert_eq!(read_body(&mut r).unwrap_err().kind(), io::ErrorKind::InvalidData);
@@ -213,6 +268,47 @@ mod tests {
             let _ = read::<Request>(&mut r);
             let mut raw = bytes.as_slice();
             let _ = read::<Request>(&mut raw);
+        }
+
+        /// Requests shaped like real ones — a known or made-up command type, made-up fields
+        /// with any JSON values, any version — are decoded into a request that encodes back
+        /// to itself, or refused with a message; never a panic.
+        #[test]
+        fn plausible_requests_are_decoded_or_refused(
+            ty in prop_oneof![
+                Just("add_server".to_string()),
+                Just("del_server".to_string()),
+                Just("set_server_address".to_string()),
+                Just("set_server_state".to_string()),
+                Just("show_servers".to_string()),
+                Just("status".to_string()),
+                "[a-z_]{0,16}",
+            ],
+            fields in proptest::collection::btree_map(
+                prop_oneof![
+                    Just("backend".to_string()),
+                    Just("server".to_string()),
+                    Just("address".to_string()),
+                    Just("spec".to_string()),
+                    Just("state".to_string()),
+                    "[a-z_]{1,8}",
+                ],
+                json_value(),
+                0..6,
+            ),
+            v in prop_oneof![Just(1u32), any::<u32>()],
+        ) {
+            let mut command: serde_json::Map<String, serde_json::Value> = fields.into_iter().collect();
+            command.insert("type".into(), serde_json::Value::String(ty));
+            let body = serde_json::json!({"v": v, "id": 1, "command": command});
+            match decode_request(&serde_json::to_vec(&body).unwrap()) {
+                Ok(req) => {
+                    prop_assert_eq!(v, VERSION);
+                    let again = decode_request(&serde_json::to_vec(&req).unwrap()).unwrap();
+                    prop_assert_eq!(again, req);
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
         }
 
         #[test]

@@ -57,6 +57,20 @@ pub enum Command {
     /// Where a request would go now: the serving generation's config and its live server
     /// states (`tollgate ctl explain`).
     Explain { query: ExplainQuery },
+    /// Move a server to another address (`IP:PORT`, or `IP` to keep its port).
+    SetServerAddress {
+        backend: String,
+        server: String,
+        address: String,
+    },
+    /// Add a server to a backend (HAProxy's `add server`): in maint unless `enabled`.
+    AddServer {
+        backend: String,
+        server: String,
+        spec: AddServerArgs,
+    },
+    /// Remove a server that is in maint (or drain) with no connection and no queued request.
+    DelServer { backend: String, server: String },
 }
 
 /// One request to explain (`tollgate explain`, `ctl explain`).
@@ -81,6 +95,28 @@ pub struct ExplainQuery {
     pub source: std::net::IpAddr,
 }
 
+/// `add server`'s settings as the operator gave them (the master checks them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddServerArgs {
+    /// `IP:PORT`.
+    pub address: String,
+    #[serde(default)]
+    pub weight: Option<u32>,
+    #[serde(default)]
+    pub maxconn: Option<u32>,
+    #[serde(default)]
+    pub backup: bool,
+    /// Health-checked (needs the backend's `[backend.health]`).
+    #[serde(default)]
+    pub check: bool,
+    /// The ramp after it comes up; the backend's `slowstart` when absent.
+    #[serde(default)]
+    pub slowstart_ms: Option<u64>,
+    /// Starts `ready` instead of `maint`.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
 impl Command {
     pub fn name(&self) -> &'static str {
         match self {
@@ -94,6 +130,9 @@ impl Command {
             Command::SetFrontend { enabled: false, .. } => "disable frontend",
             Command::Metrics => "metrics",
             Command::Explain { .. } => "explain",
+            Command::SetServerAddress { .. } => "set server address",
+            Command::AddServer { .. } => "add server",
+            Command::DelServer { .. } => "del server",
         }
     }
 }
@@ -201,7 +240,7 @@ impl Reply {
 }
 
 /// One runtime change to a server, as the master keeps it and workers apply it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerChange {
     pub backend: String,
     pub server: String,
@@ -213,12 +252,55 @@ pub struct ServerChange {
     /// across a reload: it is an action, not a state.
     #[serde(default)]
     pub kill: bool,
+    /// New connections go here (`set server address`).
+    #[serde(default)]
+    pub address: Option<std::net::SocketAddr>,
+    /// A server created at run time (`add server`), with this definition.
+    #[serde(default)]
+    pub add: Option<NewServer>,
+    /// The server is removed (`del server`); with `add`, a file server replaced by a
+    /// runtime one of the same name.
+    #[serde(default)]
+    pub delete: bool,
+}
+
+/// A runtime server's definition, checked by the master (its id from the master's table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewServer {
+    pub id: crate::ids::ServerId,
+    pub address: std::net::SocketAddr,
+    pub weight: u32,
+    #[serde(default)]
+    pub maxconn: u32,
+    #[serde(default)]
+    pub backup: bool,
+    #[serde(default)]
+    pub check: bool,
+    #[serde(default)]
+    pub slowstart_ms: Option<u64>,
 }
 
 impl ServerChange {
     /// `app/a state=drain weight=5`, for logs and reload reports.
     pub fn describe(&self) -> String {
         let mut out = format!("{}/{}", self.backend, self.server);
+        if self.delete {
+            out.push_str(" deleted");
+        }
+        if let Some(n) = &self.add {
+            out.push_str(&format!(" added address={} weight={}", n.address, n.weight));
+            if n.maxconn != 0 {
+                out.push_str(&format!(" maxconn={}", n.maxconn));
+            }
+            for (on, word) in [(n.backup, " backup"), (n.check, " check")] {
+                if on {
+                    out.push_str(word);
+                }
+            }
+        }
+        if let Some(a) = self.address {
+            out.push_str(&format!(" address={a}"));
+        }
         if let Some(s) = self.state {
             out.push_str(&format!(" state={}", s.as_str()));
         }

@@ -387,7 +387,10 @@ impl NextSet<'_> {
         let maxconn = self.b.discover.get(discover).map_or(0, |d| d.maxconn);
         let spec = discovered_spec(id, wanted, maxconn, (self.b.slowstart, self.b.check));
         let backend = (self.backend.0, &self.backend.1);
-        ServerLive::new(&spec, backend, workers, Arc::clone(queue)).readdressed(wanted.address, wanted.backup)
+        let mut live =
+            ServerLive::new(&spec, backend, workers, Arc::clone(queue)).readdressed(wanted.address, wanted.backup);
+        live.source = crate::live::server::Source::Dns;
+        live
     }
 }
 

@@ -68,6 +68,29 @@ impl AdminState {
     }
 }
 
+/// Where a server came from (`show servers`' `SRC`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// The config file.
+    #[default]
+    File,
+    /// `ctl add server`.
+    Runtime,
+    /// DNS discovery (`[[backend.discover]]`).
+    Dns,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::File => "file",
+            Source::Runtime => "runtime",
+            Source::Dns => "dns",
+        }
+    }
+}
+
 /// What the health checks observed (written by them; `unknown` until a check has run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -182,6 +205,8 @@ pub(crate) struct ServerLive {
     pub tls: Option<ServerTls>,
     /// Health checks: settings, last outcome, passive error streak.
     pub check: super::check::CheckLive,
+    /// Set once, before the server joins a set; carried by `readdressed`.
+    pub source: Source,
     admin: AtomicU8,
     oper: AtomicU8,
     configured_weight: AtomicU32,
@@ -250,6 +275,9 @@ pub struct ServerView {
     /// Health checks (absent when nothing checks this server).
     #[serde(default)]
     pub check: Option<super::check::CheckView>,
+    /// Where the server came from (older workers: `file`).
+    #[serde(default)]
+    pub source: Source,
 }
 
 fn resolved_default() -> bool {
@@ -271,6 +299,7 @@ impl ServerLive {
             backup: server.backup,
             tls: server.tls.clone(),
             check: super::check::CheckLive::new(server.check),
+            source: Source::File,
             admin: AtomicU8::new(AdminState::Ready.to_u8()),
             oper: AtomicU8::new(OperState::Unknown.to_u8()),
             configured_weight: AtomicU32::new(server.weight),
@@ -310,6 +339,7 @@ impl ServerLive {
             backup,
             tls: self.tls.clone(),
             check: self.check.carried(),
+            source: self.source,
             slowstart: self.slowstart,
             ramp_since: AtomicU64::new(self.ramp_since.load(Ordering::Relaxed)),
             ramp_seen: AtomicU64::new(self.ramp_seen.load(Ordering::Relaxed)),
@@ -326,6 +356,19 @@ impl ServerLive {
             cells: Arc::clone(&self.cells),
             queue: Arc::clone(&self.queue),
         }
+    }
+
+    /// The server moved by an operator (`set server address`): `readdressed`, except that
+    /// its health starts afresh — `unknown`, no check history, no agent percentage — since
+    /// what was observed at the old address says nothing about the new one.
+    pub(crate) fn moved(&self, address: SocketAddr) -> ServerLive {
+        let mut moved = self.readdressed(address, self.backup);
+        moved.check = super::check::CheckLive::new(self.check.settings);
+        moved.oper.store(OperState::Unknown.to_u8(), Ordering::Relaxed);
+        moved.agent_percent.store(100, Ordering::Relaxed);
+        moved.recompute_effective_weight();
+        moved.stamp();
+        moved
     }
 
     pub(crate) fn admin(&self) -> AdminState {
@@ -553,6 +596,7 @@ impl ServerLive {
             check: self.check.view(self.agent_percent()),
             backend_queued: 0,
             backend_queue_full: 0,
+            source: self.source,
         }
     }
 

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::control::Request;
 use super::desired::Desired;
+use super::desired::servers::Undo;
 use super::{Event, GenState, Master};
 use crate::command::{
     Answer, Command, ExplainQuery, GenerationMetrics, MasterMetrics, MetricsReport, Outcome, Reply, ServerChange,
@@ -41,6 +42,15 @@ enum Gather {
     },
 }
 
+/// A command on its way to the workers: where its answer goes and how it is gathered.
+struct Ask {
+    request: u64,
+    client_id: u64,
+    reply: oneshot::Sender<Reply>,
+    gather: Gather,
+    undo: Option<Undo>,
+}
+
 pub(crate) struct Pending {
     client_id: u64,
     reply: Option<oneshot::Sender<Reply>>,
@@ -53,14 +63,16 @@ pub(crate) struct Pending {
     deadline: Instant,
     /// When the master sent the command (the answer says how long the workers took).
     sent: Instant,
+    /// For an `add` or `del` the workers may refuse: the record to put back if they do.
+    undo: Option<Undo>,
 }
 
 impl Pending {
-    fn finish(&mut self) {
-        let Some(tx) = self.reply.take() else {
-            return;
-        };
-        let reply = if !self.errors.is_empty() {
+    /// Answers the client; returns the record to put back when the command failed.
+    fn finish(&mut self) -> Option<Undo> {
+        let tx = self.reply.take()?;
+        let failed = !self.errors.is_empty();
+        let reply = if failed {
             Reply::error(self.client_id, self.errors.join("; "))
         } else {
             match &self.gather {
@@ -93,6 +105,7 @@ impl Pending {
             }
         };
         let _ = tx.send(reply);
+        if failed { self.undo.take() } else { None }
     }
 }
 
@@ -164,8 +177,8 @@ impl Master {
                     backend,
                     server,
                     state: Some(state),
-                    weight: None,
                     kill,
+                    ..Default::default()
                 };
                 self.apply(id, reply, change).await;
             }
@@ -177,9 +190,8 @@ impl Master {
                 let change = ServerChange {
                     backend,
                     server,
-                    state: None,
                     weight: Some(weight),
-                    kill: false,
+                    ..Default::default()
                 };
                 self.apply(id, reply, change).await;
             }
@@ -205,9 +217,35 @@ impl Master {
                 let change = ServerChange {
                     backend,
                     server,
-                    state: None,
-                    weight: None,
                     kill: true,
+                    ..Default::default()
+                };
+                self.apply(id, reply, change).await;
+            }
+            Command::SetServerAddress {
+                backend,
+                server,
+                address,
+            } => match self.desired.readdress(&self.config, &backend, &server, &address) {
+                Ok(change) => self.apply(id, reply, change).await,
+                Err(msg) => {
+                    let _ = reply.send(Reply::error(id, msg));
+                }
+            },
+            Command::AddServer { backend, server, spec } => {
+                match self.desired.new_server(&self.config, &backend, &server, &spec) {
+                    Ok(change) => self.apply(id, reply, change).await,
+                    Err(msg) => {
+                        let _ = reply.send(Reply::error(id, msg));
+                    }
+                }
+            }
+            Command::DelServer { backend, server } => {
+                let change = ServerChange {
+                    backend,
+                    server,
+                    delete: true,
+                    ..Default::default()
                 };
                 self.apply(id, reply, change).await;
             }
@@ -263,18 +301,26 @@ impl Master {
 
     /// Validates and records `change`, then sends it to every live generation.
     async fn apply(&mut self, client_id: u64, reply: oneshot::Sender<Reply>, change: ServerChange) {
-        if let Err(msg) = Desired::validate(&self.config, &change) {
+        if let Err(msg) = self.desired.validate(&self.config, &change) {
             let _ = reply.send(Reply::error(client_id, msg));
             return;
         }
+        // Workers refuse a `del` of a busy server; an `add` they refuse did not happen either.
+        let undo = (change.delete || change.add.is_some()).then(|| self.desired.undo_point(&change));
         self.desired.record(&change);
         let what = change.describe() + if change.kill { " (sessions killed)" } else { "" };
         tracing::info!("runtime change: {what}");
         let generations: Vec<u64> = self.gens.iter().map(|g| g.id).collect();
         let request = self.next_request_id();
         let msg = ToWorker::Apply { id: request, change };
-        self.send_and_gather(request, client_id, reply, Gather::Applied { what }, &generations, &msg)
-            .await;
+        let ask = Ask {
+            request,
+            client_id,
+            reply,
+            gather: Gather::Applied { what },
+            undo,
+        };
+        self.ask(ask, &generations, &msg).await;
     }
 
     async fn send_and_gather(
@@ -286,6 +332,25 @@ impl Master {
         generations: &[u64],
         msg: &ToWorker,
     ) {
+        let ask = Ask {
+            request,
+            client_id,
+            reply,
+            gather,
+            undo: None,
+        };
+        self.ask(ask, generations, msg).await;
+    }
+
+    /// Sends `msg` to `generations` and gathers their replies into one answer.
+    async fn ask(&mut self, ask: Ask, generations: &[u64], msg: &ToWorker) {
+        let Ask {
+            request,
+            client_id,
+            reply,
+            gather,
+            undo,
+        } = ask;
         let mut pending = Pending {
             client_id,
             reply: Some(reply),
@@ -297,6 +362,7 @@ impl Master {
             errors: Vec::new(),
             deadline: Instant::now() + REPLY_TIMEOUT,
             sent: Instant::now(),
+            undo,
         };
         for g in self.gens.iter_mut().filter(|g| generations.contains(&g.id)) {
             let sent = tokio::time::timeout(Duration::from_secs(1), codec::write_async(&mut g.to_worker, msg)).await;
@@ -311,7 +377,9 @@ impl Master {
             if pending.asked == 0 && generations.is_empty() {
                 pending.errors.push("no worker generation is running".into());
             }
-            pending.finish();
+            if let Some(undo) = pending.finish() {
+                self.desired.restore(undo);
+            }
             return;
         }
         self.pending.insert(request, pending);
@@ -339,25 +407,32 @@ impl Master {
             Outcome::Error { message } => pending.errors.push(format!("generation {generation}: {message}")),
         }
         if pending.waiting.is_empty() {
-            pending.finish();
+            if let Some(undo) = pending.finish() {
+                self.desired.restore(undo);
+            }
             self.pending.remove(&reply.id);
         }
     }
 
     /// A generation exited: stop waiting for it.
     pub(super) fn forget_generation(&mut self, generation: u64) {
+        let mut undo = Vec::new();
         self.pending.retain(|_, p| {
             if p.waiting.remove(&generation) && p.waiting.is_empty() {
-                p.finish();
+                undo.extend(p.finish());
                 return false;
             }
             true
         });
+        for u in undo {
+            self.desired.restore(u);
+        }
     }
 
     /// Answers the requests whose workers did not reply in time.
     pub(super) fn expire_pending(&mut self) {
         let now = Instant::now();
+        let mut undo = Vec::new();
         self.pending.retain(|_, p| {
             if now < p.deadline {
                 return true;
@@ -365,8 +440,11 @@ impl Master {
             let late: Vec<String> = p.waiting.iter().map(u64::to_string).collect();
             p.errors
                 .push(format!("no answer from generation(s) {}", late.join(", ")));
-            p.finish();
+            undo.extend(p.finish());
             false
         });
+        for u in undo {
+            self.desired.restore(u);
+        }
     }
 }

@@ -4,7 +4,9 @@
 //! master answers one `Reply` with the same id and closes. A reload answers only once it is
 //! over (new generation ready and the old one told to stop, or the reason it was refused),
 //! so `tollgate reload` can exit with the outcome. A request that cannot be decoded gets an
-//! error reply saying why (id 0), never silence.
+//! error reply saying why (id 0), never silence: bad JSON, an unknown command, another
+//! protocol version, a frame over the size limit, a truncated frame, a connection closed or
+//! left silent (`REQUEST_TIMEOUT`) before a request.
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -23,6 +25,9 @@ pub struct Request {
     pub command: Command,
     pub reply: oneshot::Sender<Reply>,
 }
+
+/// Longest the master waits for a connected client's request.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest a client waits for an answer (a reload waits for the new worker's READY).
 pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -69,12 +74,22 @@ pub async fn serve(listener: UnixListener, requests: mpsc::UnboundedSender<Reque
 
 async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSender<Request>) -> io::Result<()> {
     let caller = stream.peer_cred().ok().map(|c| c.uid());
-    let body = tokio::time::timeout(Duration::from_secs(10), codec::read_body_async(&mut stream))
+    // Every way a request can fail to arrive is answered: silence, an early close, a
+    // truncated or oversized frame.
+    let body = tokio::time::timeout(REQUEST_TIMEOUT, codec::read_body_async(&mut stream))
         .await
-        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no request within {REQUEST_TIMEOUT:?}"),
+            ))
+        });
     let request = match body {
         Ok(Some(body)) => codec::decode_request(&body),
-        Ok(None) => return Ok(()),
+        Ok(None) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "no request: the connection ended before a frame",
+        )),
         Err(e) => Err(e),
     };
     let request = match request {
@@ -162,4 +177,75 @@ pub fn client_path(explicit: Option<PathBuf>, config: Option<&Path>) -> PathBuf 
         })
     });
     from_config.unwrap_or_else(|| PathBuf::from(crate::config::model::DEFAULT_CONTROL_SOCKET))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::command::Outcome;
+    use tokio::io::AsyncWriteExt;
+
+    /// What the master's connection handler answers to `bytes` (sent, then half-closed).
+    async fn answer_to(bytes: &[u8]) -> Option<Reply> {
+        let (mut client, server) = tokio::net::UnixStream::pair().unwrap();
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let handler = tokio::spawn(session(server, tx));
+        let _ = client.write_all(bytes).await;
+        let _ = client.shutdown().await;
+        let body = codec::read_body_async(&mut client).await.ok()??;
+        let _ = handler.await;
+        codec::decode(&body).ok()
+    }
+
+    /// Bounded random inputs, raw and framed, plus the shapes a broken client produces:
+    /// each gets an error reply (never silence, never a request reaching the master loop).
+    #[test]
+    fn every_kind_of_garbage_gets_an_error_reply() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut inputs: Vec<Vec<u8>> = vec![
+                Vec::new(),
+                vec![3, 0],
+                vec![200, 0, 0, 0, b'{'],
+                (MAX_FRAME_PLUS_ONE).to_le_bytes().to_vec(),
+                b"reload\n".to_vec(),
+            ];
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+            for i in 0..200usize {
+                let len = 1 + i % 97;
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                let mut framed = (bytes.len() as u32).to_le_bytes().to_vec();
+                framed.extend_from_slice(&bytes);
+                inputs.push(bytes);
+                inputs.push(framed);
+            }
+            for bytes in inputs {
+                let reply = answer_to(&bytes).await;
+                assert!(
+                    matches!(
+                        reply,
+                        Some(Reply {
+                            id: 0,
+                            outcome: Outcome::Error { .. },
+                            ..
+                        })
+                    ),
+                    "{bytes:?} got {reply:?}"
+                );
+            }
+        });
+    }
+
+    const MAX_FRAME_PLUS_ONE: u32 = (16 << 20) + 1;
 }

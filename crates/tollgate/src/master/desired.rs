@@ -1,11 +1,14 @@
 //! The master's desired state: the config it runs, the id table every generation shares,
-//! and the runtime changes operators made since (weights, admin states).
+//! and the runtime changes operators made since (weights, admin states, addresses, servers
+//! added and deleted: see `servers`).
 //!
 //! Sans-io. A change is recorded only after validation against the current config, so
 //! every recorded change names a real server. On reload, `reconcile` decides per change:
 //! kept (re-applied to the new generation) unless the new file changes that server's
 //! definition or removes it — the file is what the operator edited last, so it wins — and
-//! says which in the reload's answer. A `kill` is an action, never recorded.
+//! says which in the reload's answer (`carry`). A runtime server is kept while the file
+//! defines no server of its name; a deleted file server stays deleted while the file leaves
+//! it as it was. A `kill` is an action, never recorded.
 //!
 //! Health states (`HealthReport`, sent by the serving generation's checker on every change)
 //! are kept the same way, keyed by backend and server name: a new generation starts from
@@ -13,6 +16,8 @@
 //! checks start afresh, from `unknown`).
 
 use std::collections::BTreeMap;
+
+pub(crate) mod servers;
 
 use crate::command::{HealthReport, ReloadReport, ServerChange};
 use crate::config::ids::IdTable;
@@ -52,13 +57,44 @@ fn find<'a>(config: &'a Config, backend: &str, server: &str) -> Option<&'a Serve
     config.backend(backend)?.servers.iter().find(|s| s.name == server)
 }
 
+/// What a reload from `old` to `new` does with a recorded change: keeps it (as returned)
+/// unless the file now says something about that server — the file wins — or the reason
+/// it is dropped.
+fn carry(change: &ServerChange, old: &Config, new: &Config) -> Result<ServerChange, String> {
+    let (b, s) = (&change.backend, &change.server);
+    if new.backend(b).is_none() {
+        return Err("backend removed by the file".into());
+    }
+    let before = find(old, b, s).map(definition);
+    let after = find(new, b, s).map(definition);
+    match (change.add.is_some(), change.delete) {
+        // A runtime server: kept while the file has no server of that name.
+        (true, false) if after.is_some() => Err(format!("the file defines {b}/{s}")),
+        (true, false) => Ok(change.clone()),
+        // A file server deleted (and perhaps replaced): kept while the file leaves it as it
+        // was. A replacement outlives a file server the file removes.
+        (true, true) if after.is_none() => Ok(ServerChange {
+            delete: false,
+            ..change.clone()
+        }),
+        _ if after.is_none() => Err("server removed by the file".into()),
+        _ if before == after => Ok(change.clone()),
+        _ => Err(format!("the file changes {b}/{s}")),
+    }
+}
+
 impl Desired {
-    /// Checks `change` against `config`; the error is for the operator.
-    pub(crate) fn validate(config: &Config, change: &ServerChange) -> Result<(), String> {
-        let Some(backend) = config.backend(&change.backend) else {
+    /// Checks `change` against `config` and the runtime changes made since; the error is
+    /// for the operator.
+    pub(crate) fn validate(&self, config: &Config, change: &ServerChange) -> Result<(), String> {
+        if config.backend(&change.backend).is_none() {
             return Err(format!("no backend `{}`", change.backend));
-        };
-        if !backend.servers.iter().any(|s| s.name == change.server) {
+        }
+        // An added server was checked when its definition was built (`new_server`).
+        if change.add.is_some() {
+            return Ok(());
+        }
+        if !self.exists(config, &change.backend, &change.server) {
             return Err(format!("no server `{}` in backend `{}`", change.server, change.backend));
         }
         if let Some(w) = change.weight
@@ -70,7 +106,12 @@ impl Desired {
         if change.kill && change.state.is_some_and(|s| s != AdminState::Maint) {
             return Err("--kill goes with state maint".into());
         }
-        if change.state.is_none() && change.weight.is_none() && !change.kill {
+        if change.state.is_none()
+            && change.weight.is_none()
+            && !change.kill
+            && change.address.is_none()
+            && !change.delete
+        {
             return Err("nothing to change".into());
         }
         Ok(())
@@ -79,25 +120,63 @@ impl Desired {
     /// Records a validated change, merged with earlier ones to the same server. A kill is
     /// an action, not a state: a change that only kills records nothing.
     pub(crate) fn record(&mut self, change: &ServerChange) {
-        if change.state.is_none() && change.weight.is_none() {
+        let key = (change.backend.clone(), change.server.clone());
+        if change.delete || change.add.is_some() || change.address.is_some() {
+            // Health observed at another address, or of another server, means nothing now.
+            self.health.remove(&key);
+        }
+        if change.delete {
+            self.record_delete(key);
             return;
         }
-        let entry = self
-            .changes
-            .entry((change.backend.clone(), change.server.clone()))
-            .or_insert_with(|| ServerChange {
-                backend: change.backend.clone(),
-                server: change.server.clone(),
-                state: None,
-                weight: None,
+        if change.state.is_none() && change.weight.is_none() && change.address.is_none() && change.add.is_none() {
+            return;
+        }
+        let entry = self.changes.entry(key).or_insert_with(|| ServerChange {
+            backend: change.backend.clone(),
+            server: change.server.clone(),
+            ..Default::default()
+        });
+        if change.add.is_some() {
+            // A new server: nothing of an earlier one of that name applies (but a deleted
+            // file server of that name stays deleted).
+            *entry = ServerChange {
+                delete: entry.delete,
                 kill: false,
-            });
+                ..change.clone()
+            };
+            return;
+        }
         if change.state.is_some() {
             entry.state = change.state;
         }
         if change.weight.is_some() {
             entry.weight = change.weight;
         }
+        if change.address.is_some() {
+            entry.address = change.address;
+        }
+    }
+
+    /// A deleted runtime server leaves nothing behind (unless it had replaced a file server,
+    /// which stays deleted); a deleted file server is recorded as deleted.
+    fn record_delete(&mut self, key: (String, String)) {
+        let runtime = self.changes.get(&key).and_then(|c| c.add.as_ref()).is_some();
+        let replaced_file_server = self.changes.get(&key).is_some_and(|c| c.delete);
+        if runtime && !replaced_file_server {
+            self.changes.remove(&key);
+            return;
+        }
+        let (backend, server) = key.clone();
+        self.changes.insert(
+            key,
+            ServerChange {
+                backend,
+                server,
+                delete: true,
+                ..Default::default()
+            },
+        );
     }
 
     /// The changes a new generation must apply before it serves.
@@ -110,23 +189,17 @@ impl Desired {
     /// accepted (a refused reload changes nothing).
     pub(crate) fn reconcile(&mut self, old: &Config, new: &Config) -> ReloadReport {
         let mut report = ReloadReport::default();
-        self.changes.retain(|(backend, server), change| {
-            let before = find(old, backend, server).map(definition);
-            let after = find(new, backend, server).map(definition);
-            let keep = after.is_some() && before == after;
-            if keep {
-                report.kept.push(change.describe());
-            } else if after.is_none() {
-                report
-                    .overridden
-                    .push(format!("{} (server removed by the file)", change.describe()));
-            } else {
-                report
-                    .overridden
-                    .push(format!("{} (the file changes {backend}/{server})", change.describe()));
+        let mut kept = BTreeMap::new();
+        for (key, change) in std::mem::take(&mut self.changes) {
+            match carry(&change, old, new) {
+                Ok(carried) => {
+                    report.kept.push(carried.describe());
+                    kept.insert(key, carried);
+                }
+                Err(why) => report.overridden.push(format!("{} ({why})", change.describe())),
             }
-            keep
-        });
+        }
+        self.changes = kept;
         self.disabled_frontends.retain(|name| {
             let keep = new.frontends.iter().any(|f| f.name == *name);
             if keep {
@@ -201,14 +274,7 @@ impl Desired {
     /// What `reconcile` would keep, without changing anything (for the new generation's
     /// config message, sent before it is known to start).
     pub(crate) fn preview(&self, old: &Config, new: &Config) -> Vec<ServerChange> {
-        self.changes
-            .iter()
-            .filter(|((b, s), _)| {
-                let after = find(new, b, s).map(definition);
-                after.is_some() && find(old, b, s).map(definition) == after
-            })
-            .map(|(_, c)| c.clone())
-            .collect()
+        self.changes.values().filter_map(|c| carry(c, old, new).ok()).collect()
     }
 }
 
@@ -238,32 +304,38 @@ mod tests {
             server: server.into(),
             state,
             weight,
-            kill: false,
+            ..Default::default()
         }
     }
 
     #[test]
     fn validation_names_what_is_wrong() {
         let c = config(1, true);
-        assert!(Desired::validate(&c, &change("a", Some(AdminState::Drain), None)).is_ok());
         assert!(
-            Desired::validate(&c, &change("zz", None, Some(2)))
+            Desired::default()
+                .validate(&c, &change("a", Some(AdminState::Drain), None))
+                .is_ok()
+        );
+        assert!(
+            Desired::default()
+                .validate(&c, &change("zz", None, Some(2)))
                 .unwrap_err()
                 .contains("no server `zz`")
         );
         assert!(
-            Desired::validate(&c, &change("a", None, Some(999)))
+            Desired::default()
+                .validate(&c, &change("a", None, Some(999)))
                 .unwrap_err()
                 .contains("out of range")
         );
         let mut kill = change("a", Some(AdminState::Drain), None);
         kill.kill = true;
-        assert!(Desired::validate(&c, &kill).unwrap_err().contains("maint"));
-        assert!(Desired::validate(&c, &change("a", None, None)).is_err());
+        assert!(Desired::default().validate(&c, &kill).unwrap_err().contains("maint"));
+        assert!(Desired::default().validate(&c, &change("a", None, None)).is_err());
         // `shutdown sessions`: a kill alone is valid, and leaves nothing to re-apply.
         let mut shutdown = change("a", None, None);
         shutdown.kill = true;
-        assert!(Desired::validate(&c, &shutdown).is_ok());
+        assert!(Desired::default().validate(&c, &shutdown).is_ok());
         let mut d = Desired::default();
         d.record(&shutdown);
         assert!(d.changes().is_empty());

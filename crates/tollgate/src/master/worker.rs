@@ -90,7 +90,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     // Runtime changes made before this generation (the master kept them across the reload)
     // hold before it serves a single request.
     for change in &changes {
-        if let Err(e) = running.apply(change) {
+        if let Err(e) = running.reapply(change) {
             tracing::warn!("runtime change {} not re-applied: {e}", change.describe());
         }
     }

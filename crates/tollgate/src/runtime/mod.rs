@@ -8,6 +8,7 @@
 pub(crate) mod inbox;
 pub mod limits;
 pub(crate) mod metrics;
+mod servers;
 pub(crate) mod slowstart;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
@@ -50,6 +51,9 @@ pub struct Running {
     checker: Option<JoinHandle<()>>,
     /// DNS discovery's thread (when a backend uses DNS); stops when dropped.
     _discover: Option<crate::discover::Handle>,
+    /// Servers `set server address` replaced, alive while connections to their old address
+    /// are (`del server` counts those).
+    retired: servers::Retired,
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
@@ -213,6 +217,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _watchdog: watchdog,
         checker,
         _discover: discover,
+        retired: servers::Retired::default(),
     })
 }
 
@@ -241,6 +246,16 @@ impl Running {
     /// Applies a runtime change to the live state every thread reads, and tells every
     /// thread what it must act on itself (its balancer's weights, its sessions to close).
     pub(crate) fn apply(&self, change: &ServerChange) -> Result<(), String> {
+        self.apply_checked(change, true)
+    }
+
+    /// `apply` for a change re-applied to a generation before it serves (kept across a
+    /// reload): a deletion needs no drained server, there is no traffic to protect yet.
+    pub(crate) fn reapply(&self, change: &ServerChange) -> Result<(), String> {
+        self.apply_checked(change, false)
+    }
+
+    fn apply_checked(&self, change: &ServerChange, checked: bool) -> Result<(), String> {
         let config = &self.shared.config;
         let index = config
             .backends
@@ -248,6 +263,9 @@ impl Running {
             .position(|b| b.name == change.backend)
             .ok_or_else(|| format!("no backend `{}`", change.backend))?;
         let backend = self.shared.backends.get(index).ok_or("no live state for the backend")?;
+        if !self.change_set(index, change, checked)? {
+            return Ok(());
+        }
         let set = backend.servers();
         let server = set
             .find(&change.server)
