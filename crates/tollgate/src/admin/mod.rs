@@ -7,3 +7,4 @@ pub mod ctl;
 pub mod explain;
 pub mod http;
 pub mod prometheus;
+pub mod show;

@@ -10,6 +10,7 @@
 //! an error that says which, never a panic.
 
 pub mod codec;
+pub mod show;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,8 @@ pub enum Command {
     ShutdownSessions { backend: String, server: String },
     /// Every metric of every live generation (what `GET /metrics` renders).
     Metrics,
+    /// `show stat|sessions|errors|budgets`, answered by every live generation.
+    Show { query: show::Query },
 }
 
 impl Command {
@@ -68,6 +71,7 @@ impl Command {
             Command::SetFrontend { enabled: true, .. } => "enable frontend",
             Command::SetFrontend { enabled: false, .. } => "disable frontend",
             Command::Metrics => "metrics",
+            Command::Show { query } => query.name(),
         }
     }
 }
@@ -93,6 +97,7 @@ pub enum Answer {
     },
     Reload(ReloadReport),
     Metrics(MetricsReport),
+    Show(show::ShowReport),
 }
 
 /// The master's own figures and one snapshot per live worker generation.
@@ -271,6 +276,11 @@ pub(crate) enum ToWorker {
         id: u64,
         frontend: String,
         enabled: bool,
+    },
+    /// Answered with `Answer::Show` holding one generation: this process's threads.
+    Show {
+        id: u64,
+        query: show::Query,
     },
 }
 
