@@ -369,7 +369,8 @@ fn show_errors_keeps_malformed_requests_and_responses_with_the_offending_byte() 
     );
     // The caret sits under the space in `Bad Header`.
     let lines: Vec<&str> = text.lines().collect();
-    let caret = lines.iter().rposition(|l| l.trim() == "^").unwrap();
+    let fact = lines.iter().position(|l| l.contains("bad header name")).unwrap();
+    let caret = fact + lines[fact..].iter().position(|l| l.trim() == "^").unwrap();
     let col = lines[caret].find('^').unwrap();
     assert_eq!(&lines[caret - 1][col - 3..col + 1], "Bad ", "{text}");
 }
