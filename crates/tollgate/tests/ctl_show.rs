@@ -2,7 +2,8 @@
 //! threads: each command's table, and its `--json` parsed and checked against the traffic
 //! the test sent (requests counted, a held connection listed where it is, a malformed
 //! request and a malformed response captured with the offending byte, budgets per
-//! thread), and `show stat` still answering after a reload.
+//! thread, a TLS session with its handshake counted), and `show stat` still answering after
+//! a reload.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -404,4 +405,64 @@ fn show_budgets_lists_every_thread_with_a_held_connection_counted() {
     assert!(table.starts_with("GEN  WORKER  BUDGET"), "{table}");
     assert_eq!(table.lines().filter(|l| l.contains(" maxconn ")).count(), 2, "{table}");
     drop(tcp);
+}
+
+#[test]
+fn a_tls_session_shows_its_handshake_and_where_it_is() {
+    use common::tls::{Ca, cert_entry, client_config};
+    let gate = Gate::default();
+    let held = gate.clone();
+    let good = http_origin(move |req| {
+        if req.target == "/slow" {
+            held.wait();
+        }
+        ok("hello")
+    });
+    let certs = common::tls::TempDir::new();
+    let ca = Ca::new("ca");
+    let leaf = ca.leaf(&["web.example"], "web", false).write(&certs, "web");
+    let dir = TempDir::new("show-tls");
+    let text = format!(
+        "{}\n[[frontend]]\nname = \"secure\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"app\"\n\
+         [frontend.tls]\nalpn = [\"http/1.1\"]\n{}\n\
+         [[backend]]\nname = \"app\"\nmode = \"http\"\n[[backend.server]]\nname = \"a\"\naddress = \"{}\"\n",
+        global(&dir.0, ""),
+        cert_entry(&leaf, true),
+        good.addr
+    );
+    let master = Master::start(dir, &text, &[]);
+
+    let name = rustls::pki_types::ServerName::try_from("web.example").unwrap();
+    let conn = rustls::ClientConnection::new(client_config(&ca), name).unwrap();
+    let tcp = TcpStream::connect(master.addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    // The write completes the handshake first; the origin holds the request.
+    tls.write_all(b"GET /slow HTTP/1.1\r\nHost: web.example\r\n\r\n")
+        .unwrap();
+    tls.flush().unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let row = loop {
+        let answer = json(&master, &["show", "sessions", "app/a"]);
+        let rows = answer["generations"][0]["sessions"].as_array().unwrap().clone();
+        if let Some(r) = rows.into_iter().find(|r| r["state"] == "forwarding") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no forwarding TLS session: {answer}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        (row["frontend"].as_str(), row["tls"].as_bool()),
+        (Some("secure"), Some(true)),
+        "{row}"
+    );
+    let stat = newest(&json(&master, &["show", "stat", "frontend", "secure"]))["stat"].clone();
+    let secure = named(&stat["frontends"], "name", "secure");
+    assert_eq!(secure["tls_handshakes"], 1, "{secure}");
+    assert_eq!(secure["sessions_current"], 1, "{secure}");
+    gate.open();
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
 }
