@@ -302,7 +302,10 @@ async fn await_continue<C: ClientStream>(
                     return Ok(!final_response);
                 }
                 Ok(None) => {}
-                Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
+                Err(e) => {
+                    s.capture(crate::ctx::errors::Direction::Response, back.data(), &e);
+                    return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str()));
+                }
             }
         }
         tokio::select! {

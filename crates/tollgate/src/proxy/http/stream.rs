@@ -274,11 +274,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
         match h1::parse_request_head(self.front.data(), limits, &mut self.scratch) {
             Ok(Some(head)) => Some(HeadOutcome::Head(head)),
-            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(Error::new(
-                ErrorKind::BadRequest(431),
-                Side::Front,
-                "request head larger than the buffer",
-            ))),
+            Ok(None) if self.front.is_full() => {
+                let e = h1::H1Error::new(h1::ErrorKind::HeadTooLarge, h1::Side::Request);
+                self.capture(Direction::Request, self.front.data(), &e);
+                Some(HeadOutcome::Refuse(Error::new(
+                    ErrorKind::BadRequest(431),
+                    Side::Front,
+                    "request head larger than the buffer",
+                )))
+            }
             Ok(None) => None,
             Err(e) => {
                 self.capture(Direction::Request, self.front.data(), &e);
