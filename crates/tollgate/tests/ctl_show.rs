@@ -323,6 +323,12 @@ fn show_sessions_lists_live_connections_where_they_are() {
 #[test]
 fn show_errors_keeps_malformed_requests_and_responses_with_the_offending_byte() {
     let s = start("show-errors");
+    let none = json(&s.master, &["show", "errors"]);
+    assert_eq!(
+        (none["what"].as_str(), none["errors"].as_array().map(Vec::len)),
+        (Some("errors"), Some(0))
+    );
+    assert_eq!(s.master.ctl_ok(&["show", "errors"]).trim(), "no capture");
     assert_eq!(http(s.web, BAD_REQUEST), 400);
     assert_eq!(
         http(s.edge, "GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),

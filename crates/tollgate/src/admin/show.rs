@@ -54,14 +54,17 @@ pub fn render_show(reply: &Reply, json: bool) -> (String, bool) {
     }
     let mut out = String::new();
     let gens = &report.generations;
-    if gens.iter().any(|g| g.stat.is_some()) {
-        stat_tables(gens, &mut out);
-    } else if gens.iter().any(|g| !g.budgets.is_empty()) {
-        budgets_table(gens, &mut out);
-    } else if !report.errors.is_empty() {
-        errors_text(&report.errors, &mut out);
-    } else {
-        sessions_table(report, &mut out);
+    match report.what.as_str() {
+        "stat" => stat_tables(gens, &mut out),
+        "budgets" => budgets_table(gens, &mut out),
+        "errors" if report.errors.is_empty() => out.push_str("no capture"),
+        "errors" => {
+            errors_text(&report.errors, &mut out);
+            if report.errors_left_out > 0 {
+                out.push_str(&format!("({} older capture(s) left out)\n", report.errors_left_out));
+            }
+        }
+        _ => sessions_table(report, &mut out),
     }
     (out.trim_end().to_string(), true)
 }

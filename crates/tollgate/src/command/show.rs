@@ -14,6 +14,23 @@ use crate::live::server::ServerView;
 /// The most sessions one `show sessions` answer lists (per worker process, and in all).
 pub const MAX_SESSIONS: usize = 10_000;
 
+/// The most escaped capture text one `show errors` answer carries (per worker process, and
+/// in all), well inside a frame: many threads' rings of large escaped captures would not be.
+pub const MAX_ERRORS_TEXT: usize = 8 << 20;
+
+/// Drops the oldest captures (`errors` is oldest first) while their text is over
+/// `MAX_ERRORS_TEXT`; how many it dropped.
+pub fn bound_errors(errors: &mut Vec<ErrorCapture>) -> u64 {
+    let mut total: usize = errors.iter().map(|e| e.escaped.len()).sum();
+    let mut drop = 0;
+    while total > MAX_ERRORS_TEXT && drop < errors.len() {
+        total -= errors.get(drop).map_or(0, |e| e.escaped.len());
+        drop += 1;
+    }
+    errors.drain(..drop);
+    drop as u64
+}
+
 /// What a `show` asks for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "what", rename_all = "snake_case")]
@@ -48,11 +65,19 @@ impl Query {
             Query::Budgets => "show budgets",
         }
     }
+
+    /// `stat`, `sessions`, `errors` or `budgets` (`ShowReport::what`).
+    pub fn what(&self) -> &'static str {
+        self.name().trim_start_matches("show ")
+    }
 }
 
 /// The answer to a `show`: one entry per live generation, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShowReport {
+    /// What was asked: `stat`, `sessions`, `errors` or `budgets` (filled by the master).
+    #[serde(default)]
+    pub what: String,
     #[serde(default)]
     pub generations: Vec<GenerationShow>,
     /// `show errors`: every generation's captures, oldest first.
@@ -61,6 +86,9 @@ pub struct ShowReport {
     /// `show sessions`: sessions not listed because the answer holds `MAX_SESSIONS`.
     #[serde(default)]
     pub sessions_left_out: u64,
+    /// `show errors`: the oldest captures left out to stay within `MAX_ERRORS_TEXT`.
+    #[serde(default)]
+    pub errors_left_out: u64,
 }
 
 /// One worker process's answer (only the part the query asked for is filled).
@@ -77,6 +105,8 @@ pub struct GenerationShow {
     pub sessions_left_out: u64,
     #[serde(default)]
     pub errors: Vec<ErrorCapture>,
+    #[serde(default)]
+    pub errors_left_out: u64,
     #[serde(default)]
     pub budgets: Vec<ThreadBudgets>,
 }

@@ -31,8 +31,8 @@ enum Gather {
     Applied { what: String },
     /// A metrics snapshot from every live generation, with the master's own figures.
     Metrics { master: MasterMetrics },
-    /// A `show` answer from every live generation (`master::show`).
-    Show,
+    /// A `show` answer from every live generation (`master::show`); what was asked.
+    Show { what: &'static str },
 }
 
 pub(crate) struct Pending {
@@ -76,9 +76,9 @@ impl Pending {
                         }),
                     )
                 }
-                Gather::Show => Reply::ok(
+                Gather::Show { what } => Reply::ok(
                     self.client_id,
-                    Answer::Show(super::show::merge(std::mem::take(&mut self.shows))),
+                    Answer::Show(super::show::merge(std::mem::take(&mut self.shows), what)),
                 ),
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
@@ -157,8 +157,9 @@ impl Master {
                     .map(|g| g.id)
                     .collect();
                 let request = self.next_request_id();
+                let what = query.what();
                 let msg = ToWorker::Show { id: request, query };
-                self.send_and_gather(request, id, reply, Gather::Show, &generations, &msg)
+                self.send_and_gather(request, id, reply, Gather::Show { what }, &generations, &msg)
                     .await;
             }
             Command::SetServerState {

@@ -3,7 +3,7 @@
 //! report (generations oldest first; error captures of every generation merged, oldest
 //! first; at most `MAX_SESSIONS` sessions in all, the rest counted).
 
-use crate::command::show::{GenerationShow, MAX_SESSIONS, Query, ShowReport};
+use crate::command::show::{GenerationShow, MAX_SESSIONS, Query, ShowReport, bound_errors};
 use crate::config::Config;
 
 /// Why `query` names something the config does not have.
@@ -27,9 +27,12 @@ pub(crate) fn validate(config: &Config, query: &Query) -> Result<(), String> {
 }
 
 /// One report from every generation's answer.
-pub(crate) fn merge(mut generations: Vec<GenerationShow>) -> ShowReport {
+pub(crate) fn merge(mut generations: Vec<GenerationShow>, what: &str) -> ShowReport {
     generations.sort_by_key(|g| g.generation);
-    let mut report = ShowReport::default();
+    let mut report = ShowReport {
+        what: what.to_string(),
+        ..ShowReport::default()
+    };
     for g in &mut generations {
         for e in &mut g.errors {
             e.generation = g.generation;
@@ -37,6 +40,8 @@ pub(crate) fn merge(mut generations: Vec<GenerationShow>) -> ShowReport {
         report.errors.append(&mut g.errors);
     }
     report.errors.sort_by_key(|e| e.time_ms);
+    report.errors_left_out =
+        generations.iter().map(|g| g.errors_left_out).sum::<u64>() + bound_errors(&mut report.errors);
     let mut listed = 0usize;
     for g in &mut generations {
         let room = MAX_SESSIONS.saturating_sub(listed);
@@ -55,7 +60,7 @@ pub(crate) fn merge(mut generations: Vec<GenerationShow>) -> ShowReport {
 mod tests {
     #![allow(clippy::indexing_slicing)]
     use super::*;
-    use crate::command::show::{ErrorCapture, SessionView};
+    use crate::command::show::{ErrorCapture, MAX_ERRORS_TEXT, SessionView};
 
     #[test]
     fn generations_fold_into_one_bounded_report() {
@@ -77,11 +82,25 @@ mod tests {
             sessions_left_out: 1,
             ..Default::default()
         };
-        let r = merge(vec![newer, older]);
+        let r = merge(vec![newer, older], "errors");
         assert_eq!(r.generations[0].generation, 2);
         let times: Vec<(u64, u64)> = r.errors.iter().map(|e| (e.time_ms, e.generation)).collect();
         assert_eq!(times, [(1, 2), (5, 3), (9, 2)]);
         let listed: usize = r.generations.iter().map(|g| g.sessions.len()).sum();
         assert_eq!((listed, r.sessions_left_out), (MAX_SESSIONS, 3));
+        // Captures beyond the text bound go, oldest first.
+        let big = |t| ErrorCapture {
+            time_ms: t,
+            escaped: "x".repeat(MAX_ERRORS_TEXT / 2),
+            ..Default::default()
+        };
+        let g = GenerationShow {
+            generation: 1,
+            errors: vec![big(1), big(2), big(3)],
+            ..Default::default()
+        };
+        let r = merge(vec![g], "errors");
+        let kept: Vec<u64> = r.errors.iter().map(|e| e.time_ms).collect();
+        assert_eq!((kept, r.errors_left_out), (vec![2, 3], 1));
     }
 }

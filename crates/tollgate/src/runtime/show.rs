@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::command::show::{
     BackendStat, ErrorCapture, FrontendStat, GenerationShow, MAX_SESSIONS, Query, ServerStat, SessionView, StatReport,
-    ThreadBudgets,
+    ThreadBudgets, bound_errors,
 };
 use crate::ctx::inbox::{Message, ThreadAnswer, ThreadQuery};
 use crate::ctx::sessions::{Names, SessionEntry};
@@ -54,6 +54,7 @@ pub(crate) fn answer(
                 }
             }
             out.errors.sort_by_key(|e| e.time_ms);
+            out.errors_left_out = bound_errors(&mut out.errors);
         }
     }
     Ok(out)
