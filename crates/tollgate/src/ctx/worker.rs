@@ -167,10 +167,10 @@ impl WorkerCtx {
         self.shared.stat.get(self.id)
     }
 
-    /// The current session's TLS handshake completed (counted for its frontend).
+    /// The current session's TLS handshake completed (counted for its frontend; its state
+    /// moves on with what the session does next).
     pub(crate) fn handshake_done(&self) {
         super::sessions::note(|e| {
-            e.state.set(super::sessions::SessionState::Connecting);
             if let Some(c) = self.stat().and_then(|s| s.frontend(e.frontend())) {
                 c.tls_handshakes.add(1);
             }
