@@ -213,6 +213,20 @@ enum CtlShow {
     /// Version, uptime, generations, worker threads, every budget (limit, in use, parked)
     /// and the non-zero process counters.
     Info,
+    /// Frontends, backends and servers: states, sessions, rates, bytes, errors, checks
+    /// (`show stat`, `show stat frontend NAME`, `show stat backend NAME`).
+    Stat {
+        /// frontend | backend
+        kind: Option<String>,
+        /// Its name.
+        name: Option<String>,
+    },
+    /// Every live client connection (on one backend, or one server: BACKEND/SERVER).
+    Sessions { filter: Option<String> },
+    /// The last requests and responses refused as malformed, with the offending byte.
+    Errors,
+    /// Every budget of every worker thread: limit, in use, parked, waiting.
+    Budgets,
 }
 
 #[derive(Subcommand)]
@@ -436,6 +450,32 @@ fn ctl(args: CtlArgs) -> ExitCode {
                 tollgate::admin::ctl::render_info,
             );
         }
+        CtlCommand::Show {
+            what: CtlShow::Stat { kind, name },
+        } => {
+            return show(
+                &args.target,
+                args.json,
+                tollgate::admin::show::stat(kind.as_deref(), name.as_deref()),
+            );
+        }
+        CtlCommand::Show {
+            what: CtlShow::Sessions { filter },
+        } => {
+            return show(
+                &args.target,
+                args.json,
+                tollgate::admin::show::sessions(filter.as_deref()),
+            );
+        }
+        CtlCommand::Show { what: CtlShow::Errors } => {
+            let query = tollgate::command::show::Query::Errors;
+            return show(&args.target, args.json, Ok(tollgate::command::Command::Show { query }));
+        }
+        CtlCommand::Show { what: CtlShow::Budgets } => {
+            let query = tollgate::command::show::Query::Budgets;
+            return show(&args.target, args.json, Ok(tollgate::command::Command::Show { query }));
+        }
         CtlCommand::Set {
             what: CtlSet::Server { server, field },
         } => match field {
@@ -472,6 +512,17 @@ fn ctl(args: CtlArgs) -> ExitCode {
     };
     match command {
         Ok(command) => control(&args.target, command, args.json),
+        Err(msg) => {
+            eprintln!("tollgate ctl: {msg}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// A `show stat|sessions|errors|budgets`, rendered as tables (or `--json`).
+fn show(target: &ControlArgs, json: bool, command: Result<tollgate::command::Command, String>) -> ExitCode {
+    match command {
+        Ok(command) => control_with(target, command, json, tollgate::admin::show::render_show),
         Err(msg) => {
             eprintln!("tollgate ctl: {msg}");
             ExitCode::from(EXIT_USAGE)

@@ -160,3 +160,100 @@ pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {
     }
     s
 }
+
+/// The process's clock origin for frequency counters: writers and readers of one process
+/// count seconds from the same instant.
+static EPOCH: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(std::time::Instant::now);
+
+/// Milliseconds from the process's clock origin to `at` (a clock read the caller made anyway).
+pub(crate) fn epoch_ms(at: std::time::Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(*EPOCH).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// HAProxy's `freq_ctr`: events in the current second and in the one before, with a single
+/// writer thread (relaxed loads and stores, no `lock` prefix, like [`Counter`]) and any
+/// number of readers. A reader estimates the rate over the last second as HAProxy does:
+/// the current second's count plus the previous second's, scaled by the part of it still
+/// inside the window. `max` is the busiest completed second seen. Readers may see the
+/// three fields of one rotation torn; the estimate is then off by one second's count, once.
+#[derive(Debug, Default)]
+pub struct FreqCtr {
+    /// The second (since `EPOCH`) that `curr` counts.
+    sec: Counter,
+    curr: Counter,
+    prev: Counter,
+    max: Counter,
+}
+
+impl FreqCtr {
+    pub const fn new() -> Self {
+        FreqCtr {
+            sec: Counter::new(),
+            curr: Counter::new(),
+            prev: Counter::new(),
+            max: Counter::new(),
+        }
+    }
+
+    /// One event at `now_ms` (`epoch_ms`). Only the owning thread may call this.
+    #[inline]
+    pub fn add(&self, now_ms: u64) {
+        let sec = now_ms / 1000;
+        let at = self.sec.get();
+        if at != sec {
+            self.rotate(at, sec);
+        }
+        self.curr.add(1);
+    }
+
+    #[cold]
+    fn rotate(&self, at: u64, sec: u64) {
+        let done = self.curr.get();
+        self.max.set(self.max.get().max(done));
+        self.prev.set(if at + 1 == sec { done } else { 0 });
+        self.curr.set(0);
+        self.sec.set(sec);
+    }
+
+    /// Events per second over the second before `now_ms`.
+    pub fn rate(&self, now_ms: u64) -> u64 {
+        let (sec, left) = (now_ms / 1000, 1000 - now_ms % 1000);
+        let (at, curr, prev) = (self.sec.get(), self.curr.get(), self.prev.get());
+        if at == sec {
+            curr + prev * left / 1000
+        } else if at + 1 == sec {
+            curr * left / 1000
+        } else {
+            0
+        }
+    }
+
+    /// The busiest second so far (the current one included).
+    pub fn max(&self, now_ms: u64) -> u64 {
+        self.max.get().max(self.rate(now_ms))
+    }
+}
+
+#[cfg(test)]
+mod freq_tests {
+    use super::FreqCtr;
+
+    #[test]
+    fn rate_counts_this_second_and_fades_the_previous_one() {
+        let f = FreqCtr::new();
+        for _ in 0..10 {
+            f.add(5_100);
+        }
+        assert_eq!(f.rate(5_900), 10);
+        // Half of the next second gone: its 4 events plus half of the 10.
+        for _ in 0..4 {
+            f.add(6_200);
+        }
+        assert_eq!(f.rate(6_500), 4 + 5);
+        assert_eq!(f.max(6_500), 10);
+        // Two idle seconds later nothing is left of it.
+        assert_eq!(f.rate(8_100), 0);
+        f.add(9_000);
+        assert_eq!((f.rate(9_000), f.max(9_000)), (1, 10));
+    }
+}

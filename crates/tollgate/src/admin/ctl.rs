@@ -151,7 +151,7 @@ pub fn render_info(reply: &Reply, json: bool) -> (String, bool) {
 }
 
 /// Columns aligned to their widest cell.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -183,6 +183,8 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
             Answer::Servers { servers } => servers_table(servers),
             Answer::Explained { text, .. } => text.trim_end().to_string(),
             Answer::Metrics(report) => super::prometheus::render(report),
+            // Tables (never back here: `render_show` renders a `show` answer itself).
+            Answer::Show(_) => return super::show::render_show(reply, false),
             Answer::Reload(report) => {
                 let mut out = report.text.clone();
                 for line in &report.kept {

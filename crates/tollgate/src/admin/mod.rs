@@ -8,4 +8,5 @@ pub mod ctl;
 pub mod explain;
 pub mod http;
 pub mod prometheus;
+pub mod show;
 pub mod stats;

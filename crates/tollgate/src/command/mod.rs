@@ -10,6 +10,7 @@
 //! an error that says which, never a panic.
 
 pub mod codec;
+pub mod show;
 
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +72,8 @@ pub enum Command {
     },
     /// Remove a server that is in maint (or drain) with no connection and no queued request.
     DelServer { backend: String, server: String },
+    /// `show stat|sessions|errors|budgets`, answered by every live generation.
+    Show { query: show::Query },
 }
 
 /// One request to explain (`tollgate explain`, `ctl explain`).
@@ -133,6 +136,7 @@ impl Command {
             Command::SetServerAddress { .. } => "set server address",
             Command::AddServer { .. } => "add server",
             Command::DelServer { .. } => "del server",
+            Command::Show { query } => query.name(),
         }
     }
 }
@@ -163,6 +167,7 @@ pub enum Answer {
         text: String,
         detail: serde_json::Value,
     },
+    Show(show::ShowReport),
 }
 
 /// The master's own figures and one snapshot per live worker generation.
@@ -384,6 +389,11 @@ pub(crate) enum ToWorker {
         id: u64,
         frontend: String,
         enabled: bool,
+    },
+    /// Answered with `Answer::Show` holding one generation: this process's threads.
+    Show {
+        id: u64,
+        query: show::Query,
     },
 }
 

@@ -89,6 +89,33 @@ pub(crate) enum Message {
         server: ServerId,
         done: Ack,
     },
+    /// Copy out what only this thread can read (`show sessions`, `show errors`).
+    Show {
+        query: ThreadQuery,
+        reply: std::sync::mpsc::Sender<ThreadAnswer>,
+    },
+}
+
+/// What a `Show` message asks one thread for.
+#[derive(Debug, Clone)]
+pub(crate) enum ThreadQuery {
+    /// Its live connections (on one backend, or one of its servers, by name).
+    Sessions {
+        backend: Option<String>,
+        server: Option<String>,
+    },
+    /// Its last malformed requests and responses.
+    Errors,
+}
+
+/// One thread's answer to a `ThreadQuery`.
+#[derive(Debug)]
+pub(crate) enum ThreadAnswer {
+    Sessions {
+        sessions: Vec<crate::command::show::SessionView>,
+        left_out: u64,
+    },
+    Errors(Vec<crate::command::show::ErrorCapture>),
 }
 
 /// Dropped by the thread once it has acted on a command: the applier waits for every

@@ -11,14 +11,19 @@
 //! - [`sticky`]: a sticky backend's cookie values and `Set-Cookie` lines, per thread.
 //! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
 //! - [`loglimit`]: the warn-line budget (sans-io).
+//! - [`sessions`], [`errors`], [`stat`]: what `show sessions`, `show errors` and `show
+//!   stat` read: the thread's live connections, its last malformed messages, its cells.
 //!
 //! Invariant: nothing here imports `runtime`, `listener`, `proxy` or `tls`; a worker's
 //! context is plain state plus the few methods sessions need, built once per thread.
 
 pub(crate) mod backends;
+pub(crate) mod errors;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;
 pub(crate) mod pool;
+pub(crate) mod sessions;
+pub(crate) mod stat;
 pub(crate) mod sticky;
 pub(crate) mod worker;
 
@@ -57,6 +62,8 @@ pub struct Shared {
     pub(crate) metrics: Vec<crate::metrics::ThreadCells>,
     /// Frontends an operator disabled (`ctl disable frontend`): their accept loops wait.
     pub(crate) paused: FrontendSwitch,
+    /// `show stat`'s own per-thread cells, by worker id.
+    pub(crate) stat: Vec<stat::ThreadStat>,
 }
 
 /// Which frontends accept, as the operator set it at run time. Accept loops read one

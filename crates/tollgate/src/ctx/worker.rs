@@ -45,6 +45,10 @@ pub(crate) struct WorkerCtx {
     warn_flush: Notify,
     /// This thread's side of the access log (`None`: logs off).
     pub access_log: Option<Rc<crate::accesslog::Local>>,
+    /// This thread's live connections (`show sessions`).
+    pub sessions: super::sessions::SessionTable,
+    /// This thread's last malformed requests and responses (`show errors`).
+    pub errors: RefCell<super::errors::ErrorRing>,
 }
 
 impl WorkerCtx {
@@ -87,6 +91,8 @@ impl WorkerCtx {
             warn_limit: RefCell::new(LogLimiter::default()),
             warn_flush: Notify::new(),
             access_log,
+            sessions: Default::default(),
+            errors: Default::default(),
         })
     }
 
@@ -154,6 +160,43 @@ impl WorkerCtx {
     pub(crate) async fn stopping(&self) {
         let mut phase = self.phase.clone();
         let _ = phase.wait_for(|p| *p != Phase::Running).await;
+    }
+
+    /// This thread's `show stat` cells.
+    pub(crate) fn stat(&self) -> Option<&super::stat::ThreadStat> {
+        self.shared.stat.get(self.id)
+    }
+
+    /// The current session's TLS handshake completed (counted for its frontend; its state
+    /// moves on with what the session does next).
+    pub(crate) fn handshake_done(&self) {
+        super::sessions::note(|e| {
+            if let Some(c) = self.stat().and_then(|s| s.frontend(e.frontend())) {
+                c.tls_handshakes.add(1);
+            }
+        });
+    }
+
+    /// Keeps a malformed message for `show errors` (error path only).
+    pub(crate) fn capture_error(&self, refused: super::errors::Refused<'_>) {
+        if let Some(cells) = self.stat() {
+            match (refused.direction, refused.backend) {
+                (super::errors::Direction::Request, _) => {
+                    if let Some(c) = cells.frontend(refused.frontend) {
+                        c.malformed.add(1);
+                    }
+                }
+                (super::errors::Direction::Response, Some(b)) => {
+                    if let Some(c) = cells.backend(b) {
+                        c.malformed_responses.add(1);
+                    }
+                }
+                (super::errors::Direction::Response, None) => {}
+            }
+        }
+        if let Ok(mut ring) = self.errors.try_borrow_mut() {
+            ring.record(refused);
+        }
     }
 
     /// What a relay borrows from this worker.

@@ -28,6 +28,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::budget::ConnPermits;
 use crate::config::Config;
 use crate::ctx::WorkerCtx;
+use crate::ctx::sessions::{self, Opened, SessionState};
+use crate::ctx::stat::OpenSession;
 use crate::ctx::worker::ActiveSession;
 use crate::relay::lazy::LazySocket;
 
@@ -192,8 +194,34 @@ pub(crate) fn spawn_session(
     let fut = async move {
         // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
         let _active = ActiveSession::new(&ctx);
-        crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer).await;
+        let opened = opened(&ctx, frontend, peer);
+        let cell = ctx.stat().and_then(|s| s.frontend(frontend));
+        let _open = OpenSession::new(cell, crate::stats::epoch_ms(opened.at));
+        // In the thread's registry (`show sessions`) for the session's whole life.
+        let registered = ctx.sessions.open(opened);
+        let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
+        sessions::scope(registered.entry(), serve).await;
+        drop(registered);
         drop(permits);
     };
     tokio::task::spawn_local(fut);
+}
+
+/// A new connection's entry: a TLS frontend starts with its handshake, HTTP with reading
+/// the request, TCP with picking a server.
+fn opened(ctx: &WorkerCtx, frontend: usize, peer: SocketAddr) -> Opened {
+    let fe = ctx.shared.config.frontends.get(frontend);
+    let tls = fe.is_some_and(|f| f.tls.is_some());
+    let state = match fe.map(|f| f.mode) {
+        _ if tls => SessionState::Handshake,
+        Some(crate::config::Mode::Http) => SessionState::ReadingRequest,
+        _ => SessionState::Connecting,
+    };
+    Opened {
+        at: std::time::Instant::now(),
+        client: peer,
+        frontend,
+        tls,
+        state,
+    }
 }

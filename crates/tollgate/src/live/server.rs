@@ -141,6 +141,8 @@ pub(crate) struct ServerCounters {
     pub retries: Counter,
     /// Responses by status class: 1xx, 2xx, 3xx, 4xx, 5xx, other.
     pub responses: [Counter; 6],
+    /// Streams given to this server per second (`show stat`), counted when a slot is taken.
+    pub rate: crate::stats::FreqCtr,
 }
 
 /// The sum of every thread's `ServerCounters`.
@@ -170,6 +172,7 @@ impl ServerCounters {
             connect_failures: Counter::new(),
             retries: Counter::new(),
             responses: [const { Counter::new() }; 6],
+            rate: crate::stats::FreqCtr::new(),
         }
     }
 
@@ -573,6 +576,14 @@ impl ServerLive {
             t.responses_other += r(5);
         }
         t
+    }
+
+    /// Streams per second given to this server now, and its busiest second (the sum of
+    /// every thread's, so an upper bound of the process's busiest second).
+    pub(crate) fn rates(&self, now_ms: u64) -> (u64, u64) {
+        self.cells
+            .iter()
+            .fold((0, 0), |(r, m), c| (r + c.rate.rate(now_ms), m + c.rate.max(now_ms)))
     }
 
     pub(crate) fn view(&self) -> ServerView {

@@ -40,6 +40,8 @@ enum Gather {
         config: Arc<Config>,
         query: Box<ExplainQuery>,
     },
+    /// A `show` answer from every live generation (`master::show`); what was asked.
+    Show { what: &'static str },
 }
 
 /// A command on its way to the workers: where its answer goes and how it is gathered.
@@ -59,6 +61,7 @@ pub(crate) struct Pending {
     gather: Gather,
     servers: Vec<ServerView>,
     metrics: Vec<GenerationMetrics>,
+    shows: Vec<crate::command::show::GenerationShow>,
     errors: Vec<String>,
     deadline: Instant,
     /// When the master sent the command (the answer says how long the workers took).
@@ -94,6 +97,10 @@ impl Pending {
                     )
                 }
                 Gather::Explain { config, query } => explained(self.client_id, config, query, &self.servers),
+                Gather::Show { what } => Reply::ok(
+                    self.client_id,
+                    Answer::Show(super::show::merge(std::mem::take(&mut self.shows), what)),
+                ),
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
                     format!(
@@ -165,6 +172,24 @@ impl Master {
                 let master = self.master_metrics();
                 let msg = ToWorker::Metrics { id: request };
                 self.send_and_gather(request, id, reply, Gather::Metrics { master }, &generations, &msg)
+                    .await;
+            }
+            Command::Show { query } => {
+                if let Err(msg) = super::show::validate(&self.config, &query) {
+                    let _ = reply.send(Reply::error(id, msg));
+                    return;
+                }
+                // Every live generation: a stopping one still has sessions and counters.
+                let generations: Vec<u64> = self
+                    .gens
+                    .iter()
+                    .filter(|g| g.state != GenState::Starting)
+                    .map(|g| g.id)
+                    .collect();
+                let request = self.next_request_id();
+                let what = query.what();
+                let msg = ToWorker::Show { id: request, query };
+                self.send_and_gather(request, id, reply, Gather::Show { what }, &generations, &msg)
                     .await;
             }
             Command::SetServerState {
@@ -359,6 +384,7 @@ impl Master {
             gather,
             servers: Vec::new(),
             metrics: Vec::new(),
+            shows: Vec::new(),
             errors: Vec::new(),
             deadline: Instant::now() + REPLY_TIMEOUT,
             sent: Instant::now(),
@@ -400,6 +426,12 @@ impl Master {
             Outcome::Ok {
                 answer: Answer::Metrics(report),
             } => pending.metrics.extend(report.generations.into_iter().map(|mut g| {
+                g.generation = generation;
+                g
+            })),
+            Outcome::Ok {
+                answer: Answer::Show(report),
+            } => pending.shows.extend(report.generations.into_iter().map(|mut g| {
                 g.generation = generation;
                 g
             })),

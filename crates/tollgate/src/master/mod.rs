@@ -23,6 +23,7 @@ pub(crate) mod desired;
 pub(crate) mod metrics;
 pub mod notify;
 pub mod privileges;
+pub(crate) mod show;
 pub(crate) mod sockets;
 pub(crate) mod supervise;
 pub mod worker;

@@ -160,7 +160,7 @@ async fn control(
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. })) => {
                     answer(&mut replies, running, cmd).await;
                 }
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
@@ -214,7 +214,7 @@ async fn control(
                 // A stopping generation still writes lines for its last sessions.
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 // A stopping generation still has sessions: `--kill` must reach them.
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. })) => {
                     answer(&mut replies, running, cmd).await
                 }
                 Some(_) => {}
@@ -255,6 +255,16 @@ async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: 
                 }],
             }),
         ),
+        ToWorker::Show { id, query } => match running.show(&query) {
+            Ok(generation) => Reply::ok(
+                id,
+                Answer::Show(crate::command::show::ShowReport {
+                    generations: vec![generation],
+                    ..Default::default()
+                }),
+            ),
+            Err(e) => Reply::error(id, e),
+        },
         _ => return,
     };
     if let Err(e) = codec::write_async(to_master, &ToMaster::Reply(reply)).await {

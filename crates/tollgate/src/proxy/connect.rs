@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::config::model::QueueOptions;
 use crate::ctx::WorkerCtx;
 use crate::ctx::backends::{LocalBackend, Position, Take, Tried};
+use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
 use crate::live::ServerId;
 use crate::live::backend::QueuedGuard;
@@ -119,6 +120,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     let mut tried = Tried::default();
     let mut last_error: Option<Error> = None;
     let mut previous: Option<Arc<ServerLive>> = None;
+    sessions::note(|e| e.on_server(backend, None));
     for attempt in 0..attempts {
         let slot = match take_server(ctx, local, spec.queue, &tried, hash_key, prefer).await {
             Ok(found) => found,
@@ -131,8 +133,10 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
             failed.counters(ctx.id).retries.add(1);
         }
         let chosen = Instant::now();
+        picked(ctx, backend, slot.server(), chosen);
         let (id, address) = (slot.server().id, slot.server().address);
         if let Some(stream) = reuse(slot.server(), chosen) {
+            sessions::set_state(SessionState::Forwarding);
             return Ok(Connected {
                 stream,
                 slot,
@@ -147,10 +151,12 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
             tried.clear();
         }
         ctx.stats.connect_attempts.add(1);
+        sessions::set_state(SessionState::Connecting);
         let error = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 slot.server().counters(ctx.id).connections.add(1);
+                sessions::set_state(SessionState::Forwarding);
                 return Ok(Connected {
                     stream: S::from(stream),
                     slot,
@@ -262,6 +268,7 @@ async fn wait_in_queue<'a>(
                     ));
                 };
                 ctx.stats.server_queued.add(1);
+                queued(ctx, local, live.queued());
                 let deadline = Instant::now() + limit;
                 counted = Some((deadline, guard));
                 deadline
@@ -301,5 +308,26 @@ async fn wait_in_queue<'a>(
         if let Some(held) = free_slot() {
             return Ok(held);
         }
+    }
+}
+
+/// A server was picked for a stream: the session's entry names it, and the backend's and
+/// server's stream rates count it (from the clock read the pick made anyway).
+fn picked(ctx: &WorkerCtx, backend: usize, server: &ServerLive, at: Instant) {
+    sessions::note(|e| e.on_server(backend, Some(server.id)));
+    let now_ms = crate::stats::epoch_ms(at.into_std());
+    if let Some(cell) = ctx.stat().and_then(|s| s.backend(backend)) {
+        cell.rate.add(now_ms);
+    }
+    server.counters(ctx.id).rate.add(now_ms);
+}
+
+/// A request joined the backend's queue (`waiting` now, itself included).
+fn queued(ctx: &WorkerCtx, local: &LocalBackend, waiting: u32) {
+    sessions::set_state(SessionState::Queued);
+    // The queue path only: finding the index costs a scan of the thread's backends.
+    let backend = ctx.backends.iter().position(|b| std::ptr::eq(b, local));
+    if let Some(cell) = backend.and_then(|b| ctx.stat().and_then(|s| s.backend(b))) {
+        cell.queue_max.set(cell.queue_max.get().max(u64::from(waiting)));
     }
 }

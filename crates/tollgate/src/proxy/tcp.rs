@@ -73,6 +73,7 @@ async fn serve_tls(
 
 /// The handshake's version and SNI, for the access log (copied only when it is on).
 fn note_tls(ctx: &WorkerCtx, conn: &rustls::ServerConnection, seen: &mut TlsSeen) {
+    ctx.handshake_done();
     if ctx.access_log.is_some() {
         seen.version = super::record::tls_version_name(conn.protocol_version());
         seen.sni = conn.server_name().map(Box::from);
@@ -140,7 +141,10 @@ async fn to_server<C: Endpoint>(
     (rec.server, rec.server_at) = (Some(live.id), Some(slot.position()));
     rec.timing.chosen = Some(rec.timing.since(chosen));
     rec.timing.connected = Some(rec.timing.since(connected));
-    let moved = Moved::default();
+    // The session's registry entry counts live (`show sessions`); a local one otherwise.
+    let entry = crate::ctx::sessions::current();
+    let own = Moved::default();
+    let moved = entry.as_deref().map_or(&own, |e| &e.moved);
     let idle = config.timeouts.client.min(config.timeouts.server);
     let epoch = live.kill_epoch();
     let relay = async {
@@ -150,9 +154,9 @@ async fn to_server<C: Endpoint>(
                     .await
                     .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
                     .map_err(|e| e.at(backend, Some(live.id)))?;
-                relay_endpoints(ctx.relay(), &mut client, &mut Layered(server), idle, fe.splice, &moved).await
+                relay_endpoints(ctx.relay(), &mut client, &mut Layered(server), idle, fe.splice, moved).await
             }
-            None => relay_endpoints(ctx.relay(), &mut client, &mut &server, idle, fe.splice, &moved).await,
+            None => relay_endpoints(ctx.relay(), &mut client, &mut &server, idle, fe.splice, moved).await,
         }
     };
     let kills = std::pin::pin!(ctx.kills.notified());

@@ -32,6 +32,10 @@ pub(crate) async fn run(ctx: Rc<WorkerCtx>, mut inbox: Receiver) {
                 ctx.kills.notify_waiters();
                 drop(done);
             }
+            Message::Show { query, reply } => {
+                // The asker may have given up waiting: nothing to do then.
+                let _ = reply.send(super::show::on_thread(&ctx, query));
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod inbox;
 pub mod limits;
 pub(crate) mod metrics;
 mod servers;
+pub(crate) mod show;
 pub(crate) mod slowstart;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
@@ -143,6 +144,9 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         access_log: crate::accesslog::AccessLog::start(&config.log, workers)?,
         metrics: (0..workers)
             .map(|_| crate::metrics::ThreadCells::new(config.frontends.len(), config.backends.len()))
+            .collect(),
+        stat: (0..workers)
+            .map(|_| crate::ctx::stat::ThreadStat::new(config.frontends.len(), config.backends.len()))
             .collect(),
         paused: crate::ctx::FrontendSwitch::new(config.frontends.len(), |f| {
             config
@@ -338,6 +342,14 @@ impl Running {
     /// Every thread's metrics of this process, summed (the answer to a scrape).
     pub fn metrics(&self) -> crate::metrics::MetricsSnapshot {
         metrics::snapshot(&self.shared)
+    }
+
+    /// This process's answer to a `show stat|sessions|errors|budgets`.
+    pub(crate) fn show(
+        &self,
+        query: &crate::command::show::Query,
+    ) -> Result<crate::command::show::GenerationShow, String> {
+        show::answer(&self.shared, &self.inboxes, query)
     }
 
     /// Every server's live state (of one backend).

@@ -68,6 +68,7 @@
 pub mod body;
 pub mod error;
 pub mod headers;
+pub mod locate;
 pub mod request;
 pub mod response;
 pub mod write;

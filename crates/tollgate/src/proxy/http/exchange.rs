@@ -302,7 +302,10 @@ async fn await_continue<C: ClientStream>(
                     return Ok(!final_response);
                 }
                 Ok(None) => {}
-                Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
+                Err(e) => {
+                    s.capture(crate::ctx::errors::Direction::Response, back.data(), &e);
+                    return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str()));
+                }
             }
         }
         tokio::select! {
@@ -360,7 +363,10 @@ async fn read_response<C: ClientStream>(
                     ));
                 }
                 Ok(None) => {}
-                Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
+                Err(e) => {
+                    s.capture(crate::ctx::errors::Direction::Response, back.data(), &e);
+                    return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str()));
+                }
             }
         }
         let second = s.front.holds_buffer();
@@ -442,6 +448,7 @@ async fn tunnel<C: ClientStream>(
     }
     s.front.release_if_empty();
     let timeouts = s.ctx.shared.config.timeouts;
+    crate::ctx::sessions::set_state(crate::ctx::sessions::SessionState::Tunnel);
     let moved = Moved::default();
     let relayed = s
         .client

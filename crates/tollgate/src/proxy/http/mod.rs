@@ -55,6 +55,7 @@ fn serve_tls<'a>(
             .into_registered()
             .map_err(|e| Error::io(Side::Front, "register", e))?;
         let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+        ctx.handshake_done();
         run(stream::Session::new(ctx, frontend, client, peer)).await
     })
 }

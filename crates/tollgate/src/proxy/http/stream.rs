@@ -16,6 +16,8 @@ use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{Forwarded, Frontend};
 use crate::ctx::WorkerCtx;
+use crate::ctx::errors::{Direction, Refused};
+use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
@@ -168,6 +170,16 @@ impl<'a, C: ClientStream> Session<'a, C> {
     }
 
     fn begin_stream(&mut self) {
+        let state = if self.served == 0 {
+            SessionState::ReadingRequest
+        } else {
+            SessionState::IdleKeepalive
+        };
+        sessions::note(|e| {
+            e.state.set(state);
+            e.backend.set(None);
+            e.server.set(None);
+        });
         self.rec = StreamRecord::new(self.frontend, self.peer, self.stream_began);
         self.client_mark = self.client.written();
         if let Some(slot) = &mut self.line {
@@ -197,6 +209,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             sni,
         };
         crate::proxy::record::sink(self.ctx, &self.rec, seen);
+        sessions::note(|e| e.add_bytes(self.rec.bytes_to_server, self.rec.bytes_to_client));
         self.stream_began = self.rec.timing.began + self.rec.timing.end;
     }
 
@@ -228,6 +241,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 Ok(Ok(false)) => {}
             }
         }
+        sessions::set_state(SessionState::ReadingRequest);
         let limits = self.limits();
         // Usually the whole head came in one read: no deadline timer is made for it.
         if let Some(outcome) = self.judge_head(&limits) {
@@ -260,18 +274,39 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
         match h1::parse_request_head(self.front.data(), limits, &mut self.scratch) {
             Ok(Some(head)) => Some(HeadOutcome::Head(head)),
-            Ok(None) if self.front.is_full() => Some(HeadOutcome::Refuse(Error::new(
-                ErrorKind::BadRequest(431),
-                Side::Front,
-                "request head larger than the buffer",
-            ))),
+            Ok(None) if self.front.is_full() => {
+                let e = h1::H1Error::new(h1::ErrorKind::HeadTooLarge, h1::Side::Request);
+                self.capture(Direction::Request, self.front.data(), &e);
+                Some(HeadOutcome::Refuse(Error::new(
+                    ErrorKind::BadRequest(431),
+                    Side::Front,
+                    "request head larger than the buffer",
+                )))
+            }
             Ok(None) => None,
-            Err(e) => Some(HeadOutcome::Refuse(Error::new(
-                ErrorKind::BadRequest(e.status()),
-                Side::Front,
-                e.as_str(),
-            ))),
+            Err(e) => {
+                self.capture(Direction::Request, self.front.data(), &e);
+                Some(HeadOutcome::Refuse(Error::new(
+                    ErrorKind::BadRequest(e.status()),
+                    Side::Front,
+                    e.as_str(),
+                )))
+            }
         }
+    }
+
+    /// Keeps a refused message for `show errors`, with where it went wrong.
+    pub(super) fn capture(&self, direction: Direction, bytes: &[u8], e: &h1::H1Error) {
+        self.ctx.capture_error(Refused {
+            direction,
+            client: self.peer,
+            frontend: self.frontend,
+            backend: self.rec.backend,
+            server: self.rec.server,
+            error: e.as_str(),
+            offset: h1::locate::offending_byte(bytes, e),
+            bytes,
+        });
     }
 
     /// Answers one request; true when the client connection stays open for the next.
@@ -431,11 +466,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let Some(status) = status else {
             return Ok(());
         };
+        sessions::set_state(SessionState::Closing);
         self.rec.status = status;
         if status >= 500 {
             self.ctx.stats.http_proxy_5xx.add(1);
         } else {
             self.ctx.stats.http_proxy_4xx.add(1);
+            if let Some(c) = self.ctx.stat().and_then(|s| s.frontend(self.frontend)) {
+                c.proxy_4xx.add(1);
+            }
         }
         self.out.clear();
         h1::write_error_response(status, &mut self.out);

@@ -1,0 +1,371 @@
+//! `tollgate ctl show stat|sessions|errors|budgets`: arguments → `Command::Show`, the
+//! answer → tables for a person (`--json`: the reply as it came). Sans-io.
+
+use super::ctl::{render, split_server, table};
+use crate::command::show::{ErrorCapture, GenerationShow, Query, ShowReport};
+use crate::command::{Answer, Command, Outcome, Reply};
+
+/// `show stat [frontend NAME | backend NAME]`.
+pub fn stat(kind: Option<&str>, name: Option<&str>) -> Result<Command, String> {
+    let query = match (kind, name) {
+        (None, None) => Query::Stat {
+            frontend: None,
+            backend: None,
+        },
+        (Some("frontend"), Some(n)) => Query::Stat {
+            frontend: Some(n.to_string()),
+            backend: None,
+        },
+        (Some("backend"), Some(n)) => Query::Stat {
+            frontend: None,
+            backend: Some(n.to_string()),
+        },
+        _ => return Err("expected `show stat [frontend NAME | backend NAME]`".into()),
+    };
+    Ok(Command::Show { query })
+}
+
+/// `show sessions [BACKEND | BACKEND/SERVER]`.
+pub fn sessions(filter: Option<&str>) -> Result<Command, String> {
+    let (backend, server) = match filter {
+        None => (None, None),
+        Some(f) if f.contains('/') => {
+            let (b, s) = split_server(f)?;
+            (Some(b), Some(s))
+        }
+        Some(b) if !b.is_empty() => (Some(b.to_string()), None),
+        Some(_) => return Err("expected `show sessions [BACKEND | BACKEND/SERVER]`".into()),
+    };
+    Ok(Command::Show {
+        query: Query::Sessions { backend, server },
+    })
+}
+
+/// What to print for a `show` answer and whether the command succeeded.
+pub fn render_show(reply: &Reply, json: bool) -> (String, bool) {
+    let Outcome::Ok {
+        answer: Answer::Show(report),
+    } = &reply.outcome
+    else {
+        return render(reply, json);
+    };
+    if json {
+        return render(reply, json);
+    }
+    let mut out = String::new();
+    let gens = &report.generations;
+    match report.what.as_str() {
+        "stat" => stat_tables(gens, &mut out),
+        "budgets" => budgets_table(gens, &mut out),
+        "errors" if report.errors.is_empty() => out.push_str("no capture"),
+        "errors" => {
+            errors_text(&report.errors, &mut out);
+            if report.errors_left_out > 0 {
+                out.push_str(&format!("({} older capture(s) left out)\n", report.errors_left_out));
+            }
+        }
+        _ => sessions_table(report, &mut out),
+    }
+    (out.trim_end().to_string(), true)
+}
+
+fn stat_tables(gens: &[GenerationShow], out: &mut String) {
+    let stats = || gens.iter().filter_map(|g| g.stat.as_ref().map(|s| (g.generation, s)));
+    let frontends: Vec<Vec<String>> = stats()
+        .flat_map(|(g, s)| {
+            s.frontends.iter().map(move |f| {
+                let limit = if f.sessions_limit == 0 {
+                    "-".into()
+                } else {
+                    f.sessions_limit.to_string()
+                };
+                let tls = f.tls_handshakes.map_or_else(|| "-".into(), |n| n.to_string());
+                vec![
+                    g.to_string(),
+                    f.name.clone(),
+                    f.state.clone(),
+                    f.sessions_current.to_string(),
+                    f.sessions_total.to_string(),
+                    limit,
+                    format!("{}/{}", f.session_rate, f.session_rate_max),
+                    f.requests.to_string(),
+                    f.bytes_in.to_string(),
+                    f.bytes_out.to_string(),
+                    f.denied_4xx.to_string(),
+                    f.malformed.to_string(),
+                    tls,
+                ]
+            })
+        })
+        .collect();
+    if !frontends.is_empty() {
+        let header = [
+            "GEN",
+            "FRONTEND",
+            "STATE",
+            "SCUR",
+            "STOT",
+            "SLIM",
+            "RATE/MAX",
+            "REQS",
+            "BYTES IN",
+            "BYTES OUT",
+            "4XX",
+            "MALFORMED",
+            "TLS",
+        ];
+        out.push_str(&table(&header, &frontends));
+        out.push('\n');
+    }
+    let backends: Vec<Vec<String>> = stats()
+        .flat_map(|(g, s)| {
+            s.backends.iter().map(move |b| {
+                vec![
+                    g.to_string(),
+                    b.name.clone(),
+                    b.state.clone(),
+                    b.sessions_current.to_string(),
+                    b.sessions_total.to_string(),
+                    format!("{}/{}", b.session_rate, b.session_rate_max),
+                    format!("{}/{}", b.queue_current, b.queue_max),
+                    b.queue_full.to_string(),
+                    b.requests.to_string(),
+                    b.bytes_in.to_string(),
+                    b.bytes_out.to_string(),
+                    b.responses_5xx.to_string(),
+                    b.connect_errors.to_string(),
+                    b.retries.to_string(),
+                    b.malformed_responses.to_string(),
+                ]
+            })
+        })
+        .collect();
+    if !backends.is_empty() {
+        let header = [
+            "GEN",
+            "BACKEND",
+            "STATE",
+            "SCUR",
+            "STOT",
+            "RATE/MAX",
+            "QCUR/QMAX",
+            "QFULL",
+            "REQS",
+            "BYTES IN",
+            "BYTES OUT",
+            "5XX",
+            "CONN ERR",
+            "RETRIES",
+            "MALFORMED",
+        ];
+        out.push_str(&table(&header, &backends));
+        out.push('\n');
+    }
+    let servers: Vec<Vec<String>> = stats()
+        .flat_map(|(g, s)| {
+            s.servers.iter().map(move |st| {
+                let v = &st.server;
+                let check = v.check.as_ref();
+                vec![
+                    g.to_string(),
+                    v.backend.clone(),
+                    v.name.clone(),
+                    format!("{}/{}", v.admin.as_str(), v.oper.as_str()),
+                    format!("{}/{}", v.effective_weight, v.weight),
+                    v.active.to_string(),
+                    v.counters.connections.to_string(),
+                    format!("{}/{}", st.session_rate, st.session_rate_max),
+                    v.counters.requests.to_string(),
+                    v.counters.bytes_to_server.to_string(),
+                    v.counters.bytes_to_client.to_string(),
+                    v.counters.responses_5xx.to_string(),
+                    v.counters.connect_failures.to_string(),
+                    check.map_or_else(|| "-".into(), |c| c.status.clone()),
+                    if v.last_change == 0 {
+                        "-".into()
+                    } else {
+                        v.last_change.to_string()
+                    },
+                ]
+            })
+        })
+        .collect();
+    if !servers.is_empty() {
+        let header = [
+            "GEN",
+            "BACKEND",
+            "SERVER",
+            "ADMIN/OPER",
+            "WEIGHT",
+            "SCUR",
+            "STOT",
+            "RATE/MAX",
+            "REQS",
+            "BYTES IN",
+            "BYTES OUT",
+            "5XX",
+            "CONN ERR",
+            "CHECK",
+            "LAST CHANGE",
+        ];
+        out.push_str(&table(&header, &servers));
+    }
+}
+
+fn sessions_table(report: &ShowReport, out: &mut String) {
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let rows: Vec<Vec<String>> = report
+        .generations
+        .iter()
+        .flat_map(|g| {
+            g.sessions.iter().map(move |s| {
+                vec![
+                    g.generation.to_string(),
+                    s.worker.to_string(),
+                    s.id.to_string(),
+                    format!("{:.1}s", s.age_ms as f64 / 1000.0),
+                    s.client.clone(),
+                    s.frontend.clone(),
+                    dash(&s.backend),
+                    dash(&s.server),
+                    s.bytes_in.to_string(),
+                    s.bytes_out.to_string(),
+                    s.state.clone(),
+                    if s.tls { "tls" } else { "-" }.to_string(),
+                ]
+            })
+        })
+        .collect();
+    let header = [
+        "GEN",
+        "WORKER",
+        "ID",
+        "AGE",
+        "CLIENT",
+        "FRONTEND",
+        "BACKEND",
+        "SERVER",
+        "BYTES IN",
+        "BYTES OUT",
+        "STATE",
+        "TLS",
+    ];
+    let listed = rows.len();
+    out.push_str(&table(&header, &rows));
+    out.push_str(&format!("{listed} session(s)"));
+    if report.sessions_left_out > 0 {
+        out.push_str(&format!(", {} more not listed", report.sessions_left_out));
+    }
+    out.push('\n');
+}
+
+fn budgets_table(gens: &[GenerationShow], out: &mut String) {
+    let opt = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    let rows: Vec<Vec<String>> = gens
+        .iter()
+        .flat_map(|g| {
+            g.budgets.iter().flat_map(move |t| {
+                t.budgets.iter().map(move |b| {
+                    vec![
+                        g.generation.to_string(),
+                        t.worker.to_string(),
+                        b.name.clone(),
+                        b.limit.to_string(),
+                        opt(b.in_use),
+                        opt(b.parked),
+                        opt(b.waiting),
+                    ]
+                })
+            })
+        })
+        .collect();
+    let header = ["GEN", "WORKER", "BUDGET", "LIMIT", "IN USE", "PARKED", "WAITING"];
+    out.push_str(&table(&header, &rows));
+}
+
+/// Each capture: a line of facts, then its bytes, a line per line of the message with
+/// the byte offset of its start, and a caret under the offending byte.
+fn errors_text(errors: &[ErrorCapture], out: &mut String) {
+    for e in errors {
+        let mut time = Vec::new();
+        crate::accesslog::format::rfc3339(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(e.time_ms),
+            &mut time,
+        );
+        let place = match (&e.backend, &e.server) {
+            (Some(b), Some(s)) => format!(" backend {b} server {s}"),
+            (Some(b), None) => format!(" backend {b}"),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "{} generation {} worker {}: invalid {} from {} on frontend {}{place}: {} at offset {} ({} bytes, {} captured)\n",
+            String::from_utf8_lossy(&time),
+            e.generation,
+            e.worker,
+            e.side,
+            e.client,
+            e.frontend,
+            e.error,
+            e.offset,
+            e.length,
+            e.captured
+        ));
+        marked_lines(&e.escaped, e.escaped_offset as usize, out);
+        out.push('\n');
+    }
+}
+
+/// `escaped` cut after each `\n`, the caret under position `mark`.
+fn marked_lines(escaped: &str, mark: usize, out: &mut String) {
+    let mut start = 0;
+    let mut marked = false;
+    let pieces = escaped.split_inclusive("\\n");
+    for piece in pieces {
+        let end = start + piece.len();
+        out.push_str(&format!("  {start:>5}  {piece}\n"));
+        if !marked && mark >= start && (mark < end || end == escaped.len()) {
+            out.push_str(&format!("  {:>5}  {}^\n", "", " ".repeat(mark - start)));
+            marked = true;
+        }
+        start = end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn arguments_become_show_commands() {
+        assert!(matches!(
+            stat(Some("backend"), Some("app")).unwrap(),
+            Command::Show {
+                query: Query::Stat {
+                    backend: Some(_),
+                    frontend: None
+                }
+            }
+        ));
+        assert!(stat(Some("server"), Some("x")).is_err());
+        assert!(stat(Some("frontend"), None).is_err());
+        assert!(matches!(
+            sessions(Some("app/a")).unwrap(),
+            Command::Show {
+                query: Query::Sessions { server: Some(_), .. }
+            }
+        ));
+        assert!(sessions(Some("app/")).is_err());
+    }
+
+    #[test]
+    fn the_caret_sits_under_the_offending_byte() {
+        let mut out = String::new();
+        marked_lines("GET / HTTP/1.1\\r\\nBad Name: x\\r\\n\\r\\n", 21, &mut out);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[1].starts_with("     18  Bad Name"), "{out}");
+        let caret = lines[2].find('^').unwrap();
+        assert_eq!(&lines[1][caret..caret + 1], " ", "{out}");
+        assert_eq!(&lines[1][caret - 3..caret], "Bad", "{out}");
+    }
+}
