@@ -180,6 +180,8 @@ pub(crate) struct ServerLive {
     pub backup: bool,
     /// TLS to this server (`tls = true`), with its verifier and SNI.
     pub tls: Option<ServerTls>,
+    /// HTTP/1.1 or HTTP/2 to this server (`proto`).
+    pub proto: crate::config::model::ServerProto,
     /// Health checks: settings, last outcome, passive error streak.
     pub check: super::check::CheckLive,
     admin: AtomicU8,
@@ -270,6 +272,7 @@ impl ServerLive {
             maxconn: server.maxconn,
             backup: server.backup,
             tls: server.tls.clone(),
+            proto: server.proto,
             check: super::check::CheckLive::new(server.check),
             admin: AtomicU8::new(AdminState::Ready.to_u8()),
             oper: AtomicU8::new(OperState::Unknown.to_u8()),
@@ -309,6 +312,7 @@ impl ServerLive {
             maxconn: self.maxconn,
             backup,
             tls: self.tls.clone(),
+            proto: self.proto,
             check: self.check.carried(),
             slowstart: self.slowstart,
             ramp_since: AtomicU64::new(self.ramp_since.load(Ordering::Relaxed)),

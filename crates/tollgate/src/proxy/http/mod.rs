@@ -15,6 +15,7 @@ mod inbound;
 pub(crate) mod route;
 mod server_conn;
 mod stream;
+mod to_h2;
 mod upload;
 
 use std::net::SocketAddr;
