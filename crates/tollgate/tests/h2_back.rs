@@ -294,6 +294,14 @@ fn trailers_reach_a_client_that_asked_for_them() {
         "GET /trailers HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
     );
     assert!(not_asked.ends_with("5\r\nhello\r\n0\r\n\r\n"), "dropped: {not_asked:?}");
+    let seen = raw(
+        proxy.addr,
+        "GET /headers HTTP/1.1\r\nHost: t\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        seen.contains("\nte: trailers\n"),
+        "te: trailers kept end to end: {seen}"
+    );
     let old = raw(proxy.addr, "GET /trailers HTTP/1.0\r\nHost: t\r\n\r\n");
     assert!(old.ends_with("\r\n\r\nhello"), "HTTP/1.0: close-delimited: {old:?}");
     assert!(old.contains("connection: close\r\n"), "{old:?}");
@@ -382,4 +390,51 @@ fn a_tls_server_without_h2_in_alpn_is_refused_curl() {
         "counted: {:?}",
         view[0].counters
     );
+}
+
+#[test]
+fn access_log_records_and_counters_as_for_h1_servers() {
+    let origin = h2_origin(H2Options::default());
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let table = format!("[log]\naccess = \"{}\"\nformat = \"json\"\n[global]\n", log.display());
+    let proxy = Proxy::start(&h2_config(1, origin.addr, "").replacen("[global]\n", &table, 1));
+    let ok = raw(
+        proxy.addr,
+        "GET /headers HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
+    let failed = raw(proxy.addr, "GET /kill HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert!(failed.starts_with("HTTP/1.1 502 "), "{failed}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(std::time::Instant::now() < deadline, "access log: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (first, second) = (&lines[0], &lines[1]);
+    assert_eq!(
+        (&first["backend"], &first["server"]),
+        (&"be".into(), &"o".into()),
+        "{first}"
+    );
+    assert_eq!(first["status"], 200, "{first}");
+    assert_eq!(first["termination_code"], "--", "{first}");
+    assert!(first["bytes_to_server"].as_u64().unwrap() > 0, "{first}");
+    assert!(first["bytes_to_client"].as_u64().unwrap() > 0, "{first}");
+    assert!(first["response_ms"].as_f64().is_some(), "{first}");
+    assert_eq!(second["status"], 502, "{second}");
+    assert_eq!(second["server"], "o", "{second}");
+    assert!(
+        second["termination_code"].as_str().unwrap().starts_with('S'),
+        "the server failed: {second}"
+    );
+    let view = proxy.running().show_servers(Some("be"));
+    let c = &view[0].counters;
+    assert_eq!((c.requests, c.responses_2xx), (2, 1), "{c:?}");
+    assert!(c.bytes_to_server > 0 && c.bytes_to_client > 0, "{c:?}");
 }

@@ -398,6 +398,9 @@ pub struct Backend {
     pub health: Option<Arc<super::health::HealthCheck>>,
     pub queue: QueueOptions,
     pub servers: Vec<Server>,
+    /// Some of `servers` speak HTTP/2 (`proto = "h2"`): requests keep what only HTTP/2
+    /// needs of their head (`TE: trailers`).
+    pub any_h2: bool,
     /// Cookie persistence (`[backend.sticky]`, HTTP backends only).
     pub sticky: Option<Sticky>,
     /// `[[backend.discover]]`: SRV names whose records add servers at run time.

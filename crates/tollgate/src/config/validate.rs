@@ -507,6 +507,7 @@ impl<'a> Validator<'a> {
                 slowstart: backend_slowstart.unwrap_or_default(),
                 health,
                 queue: queue_options(b),
+                any_h2: servers.iter().any(|s| s.proto == ServerProto::H2),
                 servers,
                 sticky: self.sticky(b, &key, mode),
                 discover: self.discover(b, &key),

@@ -65,7 +65,7 @@ pub(super) async fn exchange<C: ClientStream>(
     rec.timing.connected = Some(rec.timing.since(connected));
     let at = |e: Error| e.at(backend, Some(id));
     let limit = s.ctx.shared.config.http.max_headers.saturating_add(16);
-    let (parts, asked) = match request_parts(&s.out, limit, server.tls.is_some(), server.address) {
+    let (parts, asked) = match request_parts(&s.out, limit, server.tls.is_some(), server.address, req.te_trailers) {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(at(e)),
     };
@@ -143,6 +143,11 @@ pub(super) async fn exchange<C: ClientStream>(
     s.rec.timing.response = Some(s.rec.timing.now());
     let outcome = respond(s, req, head, &asked, body_skipped).await;
     drop(slot);
+    if body_skipped && outcome.is_ok() {
+        // The client may still be sending the body: closing with it unread would reset the
+        // connection and could destroy the response before it is read.
+        super::stream::lingering_close(&mut s.client, &mut s.out).await;
+    }
     match outcome {
         Ok(keep_client) => Outcome::Done { keep_client },
         Err(e) => Outcome::Failed(at(e)),
@@ -368,6 +373,7 @@ fn request_parts(
     limit: usize,
     tls: bool,
     address: std::net::SocketAddr,
+    te_trailers: bool,
 ) -> Result<(http::request::Parts, Asked), Error> {
     let bad = |what: &str| Error::new(ErrorKind::BadRequest(400), Side::Front, format!("to HTTP/2: {what}"));
     let mut headers = vec![httparse::EMPTY_HEADER; limit];
@@ -406,6 +412,11 @@ fn request_parts(
         }
         builder = builder.header(name, h.value);
     }
+    if te_trailers && !asked.trailers {
+        // The HTTP/1 rewrite dropped TE (hop-by-hop); the client's `trailers` is kept.
+        asked.trailers = true;
+        builder = builder.header("te", "trailers");
+    }
     let request = builder.body(()).map_err(|_| bad("header"))?;
     Ok((request.into_parts().0, asked))
 }
@@ -434,7 +445,7 @@ mod tests {
 
     fn parts(head: &str) -> (http::request::Parts, Asked) {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 8443));
-        match request_parts(head.as_bytes(), 64, true, addr) {
+        match request_parts(head.as_bytes(), 64, true, addr, false) {
             Ok(p) => p,
             Err(e) => panic!("{e}"),
         }
