@@ -69,8 +69,8 @@ pub(crate) async fn start(
 
 impl RequestBody {
     /// Sends `data` as the server's flow control allows (waiting for window), ending the
-    /// stream after it when `end`.
-    pub(crate) async fn send(&mut self, mut data: Bytes, end: bool) -> Result<(), Error> {
+    /// stream after it when `end`. Cancel-safe: what was not sent yet stays in `data`.
+    pub(crate) async fn send(&mut self, data: &mut Bytes, end: bool) -> Result<(), Error> {
         if data.is_empty() {
             return self.finish(end);
         }

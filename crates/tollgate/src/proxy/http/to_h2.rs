@@ -13,19 +13,22 @@
 
 use std::io::Write;
 use std::pin::pin;
+use std::rc::Rc;
 
 use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::client::ClientStream;
 use super::exchange::Outcome;
+use super::inbound::Inbound;
 use super::stream::{RequestInfo, Session};
+use crate::buffer::BufferPool;
 use crate::error::{Error, ErrorKind, Phase, Side};
-use crate::http::h1::{Method, Version};
+use crate::http::h1::{BodyTracker, Method, Version};
 use crate::proxy::connect::Connected;
 use crate::proxy::h2back::{self, Lease, RequestBody, ResponseBody};
 use crate::relay::idle::{self, Progress};
-use crate::stats::Counter;
+use crate::stats::{Counter, WorkerStats};
 
 /// Request headers that describe the HTTP/1 connection, not the request.
 const CONNECTION_HEADERS: [&str; 6] = [
@@ -87,15 +90,26 @@ pub(super) async fn exchange<C: ClientStream>(
     let mut response = pin!(pending.head());
     // A response head that came while the body was still going up.
     let mut early = None;
+    let mut unsent = None;
     if has_body {
         let progress = Progress::default();
         let ctx = s.ctx;
         let uploaded = {
-            let upload = pin!(upload(s, &mut body, &mut tracker, &progress, sent));
+            let client = &mut s.client;
+            let up = Upload {
+                front: &mut s.front,
+                pending: &mut unsent,
+                pool: &ctx.buffers,
+                stats: &ctx.stats,
+                sent,
+                progress: &progress,
+            };
+            let upload = pin!(up.run(client, &mut body, &mut tracker));
             tokio::select! {
                 biased;
                 r = upload => r,
-                // The server answered before the body was complete: it is not read further.
+                // The server answered before the body was complete: the rest goes up while
+                // the response comes down (`respond`).
                 r = response.as_mut() => {
                     early = Some(r);
                     Ok(())
@@ -112,7 +126,7 @@ pub(super) async fn exchange<C: ClientStream>(
             return Outcome::Failed(at(e));
         }
     }
-    let body_skipped = early.is_some();
+    let duplex = early.is_some();
     let head = match early {
         Some(r) => Ok(r),
         None => tokio::time::timeout(timeouts.server, response).await,
@@ -141,15 +155,18 @@ pub(super) async fn exchange<C: ClientStream>(
         }
     };
     s.rec.timing.response = Some(s.rec.timing.now());
-    let outcome = respond(s, req, head, &asked, body_skipped).await;
+    let rest = duplex.then_some((&mut body, &mut tracker, &mut unsent));
+    let outcome = respond(s, req, head, &asked, rest, sent).await;
     drop(slot);
-    if body_skipped && outcome.is_ok() {
+    let cut = matches!(outcome, Ok((_, true)));
+    if cut {
+        body.cancel();
         // The client may still be sending the body: closing with it unread would reset the
         // connection and could destroy the response before it is read.
         super::stream::lingering_close(&mut s.client, &mut s.out).await;
     }
     match outcome {
-        Ok(keep_client) => Outcome::Done { keep_client },
+        Ok((keep_client, _)) => Outcome::Done { keep_client },
         Err(e) => Outcome::Failed(at(e)),
     }
 }
@@ -163,49 +180,75 @@ fn client_gone() -> Error {
     Error::new(ErrorKind::PeerClosed, Side::Front, "client gone").during(Phase::Headers)
 }
 
-/// Streams the request body from the client to the server, decoded from its HTTP/1 framing.
-async fn upload<C: ClientStream>(
-    s: &mut Session<'_, C>,
-    body: &mut RequestBody,
-    tracker: &mut crate::http::h1::BodyTracker,
-    progress: &Progress,
-    sent: &Counter,
-) -> Result<(), Error> {
-    loop {
-        if !s.front.is_empty() {
-            let r = tracker.decode(s.front.data_mut()).map_err(|e| {
-                Error::new(ErrorKind::BadRequest(e.status()), Side::Front, e.as_str()).during(Phase::Request)
-            })?;
-            let chunk = Bytes::copy_from_slice(s.front.data().get(..r.out).unwrap_or_default());
-            s.front.consume(r.consumed);
-            progress.moved(r.consumed);
-            let n = chunk.len() as u64;
-            body.send(chunk, r.done).await?;
-            count(s, sent, n);
-            if r.done {
+/// What streaming the request body up needs of the session (borrowed apart from the
+/// client socket, which may be split for a full-duplex exchange).
+struct Upload<'s> {
+    front: &'s mut Inbound,
+    /// A decoded piece not yet (fully) sent, and whether it ends the body: kept outside the
+    /// future, so an upload paused for the response head loses nothing.
+    pending: &'s mut Option<(Bytes, bool)>,
+    pool: &'s Rc<BufferPool>,
+    stats: &'s WorkerStats,
+    sent: &'s Counter,
+    progress: &'s Progress,
+}
+
+impl Upload<'_> {
+    /// Streams the request body from `client` to the server, decoded from its HTTP/1 framing.
+    async fn run<R: AsyncRead + Unpin>(
+        self,
+        client: &mut R,
+        body: &mut RequestBody,
+        tracker: &mut BodyTracker,
+    ) -> Result<(), Error> {
+        loop {
+            if let Some((chunk, end)) = self.pending.as_mut() {
+                let end = *end;
+                body.send(chunk, end).await?;
+                *self.pending = None;
+                if end {
+                    return Ok(());
+                }
+            }
+            if tracker.is_done() {
                 return Ok(());
             }
-        }
-        match s.front.read_from(&mut s.client, &s.ctx.buffers, false).await {
-            Ok(0) => {
-                let e = Error::new(ErrorKind::PeerClosed, Side::Front, "client closed mid request body");
-                return Err(e.during(Phase::Request));
+            if !self.front.is_empty() {
+                let r = tracker.decode(self.front.data_mut()).map_err(|e| {
+                    Error::new(ErrorKind::BadRequest(e.status()), Side::Front, e.as_str()).during(Phase::Request)
+                })?;
+                let chunk = Bytes::copy_from_slice(self.front.data().get(..r.out).unwrap_or_default());
+                self.front.consume(r.consumed);
+                self.progress.moved(r.consumed);
+                self.sent.add(chunk.len() as u64);
+                self.stats.bytes_to_server.add(chunk.len() as u64);
+                *self.pending = Some((chunk, r.done));
+                continue;
             }
-            Ok(_) => {}
-            Err(e) => return Err(Error::io(Side::Front, "read request body", e).during(Phase::Request)),
+            match self.front.read_from(client, self.pool, false).await {
+                Ok(0) => {
+                    let e = Error::new(ErrorKind::PeerClosed, Side::Front, "client closed mid request body");
+                    return Err(e.during(Phase::Request));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Error::io(Side::Front, "read request body", e).during(Phase::Request)),
+            }
         }
     }
 }
 
-/// Sends the response to the client as HTTP/1.1; true when the client connection stays
-/// open for another request.
+/// Sends the response to the client as HTTP/1.1; `rest`: the request body still to send
+/// (the response head came first), sent up while the response comes down. Returns whether
+/// the client connection stays open, and whether the request body was cut short (the
+/// response ended first, or the server stopped reading it).
 async fn respond<C: ClientStream>(
     s: &mut Session<'_, C>,
     req: &RequestInfo,
     (parts, mut body): (http::response::Parts, ResponseBody),
     asked: &Asked,
-    body_skipped: bool,
-) -> Result<bool, Error> {
+    rest: Option<(&mut RequestBody, &mut BodyTracker, &mut Option<(Bytes, bool)>)>,
+    sent: &Counter,
+) -> Result<(bool, bool), Error> {
     let status = parts.status.as_u16();
     s.rec.status = status;
     let bodiless = req.method == Method::Head || matches!(status, 100..=199 | 204 | 304);
@@ -220,30 +263,58 @@ async fn respond<C: ClientStream>(
         (false, None) if req.version == Version::Http11 => Framing::Chunked,
         (false, None) => Framing::Close,
     };
-    let keep_client = !body_skipped && req.keep_alive && framing != Framing::Close && !s.ctx.is_stopping();
+    let keep = req.keep_alive && framing != Framing::Close && !s.ctx.is_stopping();
     let mut out = std::mem::take(&mut s.out);
-    write_head(&mut out, status, &parts.headers, framing, keep_client, req.version);
+    write_head(&mut out, status, &parts.headers, framing, keep, req.version);
     let progress = Progress::default();
     let ctx = s.ctx;
     let idle = ctx.shared.config.timeouts.server;
-    let sent = {
-        let send = pin!(send_body(
-            s,
-            &mut body,
-            &mut out,
-            framing,
-            asked.trailers && framing == Framing::Chunked,
-            &progress
-        ));
-        tokio::select! {
-            biased;
-            r = send => r,
-            () = idle::watchdog(&progress, idle) => {
-                ctx.stats.idle_timeouts.add(1);
-                Err(Error::new(ErrorKind::IdleTimeout, Side::Back, "response body idle").during(Phase::Data))
+    let trailers = asked.trailers && framing == Framing::Chunked;
+    let mut cut = false;
+    let transfer = async {
+        let Some((request, tracker, pending)) = rest else {
+            return send_body(&mut s.client, &mut body, &mut out, framing, trailers, &progress).await;
+        };
+        let (mut rd, mut wr) = tokio::io::split(&mut s.client);
+        let up = Upload {
+            front: &mut s.front,
+            pending,
+            pool: &ctx.buffers,
+            stats: &ctx.stats,
+            sent,
+            progress: &progress,
+        };
+        let mut up = pin!(up.run(&mut rd, request, tracker));
+        let mut down = pin!(send_body(&mut wr, &mut body, &mut out, framing, trailers, &progress));
+        let mut uploading = true;
+        loop {
+            tokio::select! {
+                r = &mut up, if uploading => match r {
+                    Ok(()) => uploading = false,
+                    // The server stopped reading: its response still comes.
+                    Err(e) if e.side == Side::Back => {
+                        tracing::debug!(error = %e, "request body cut short by the server");
+                        (uploading, cut) = (false, true);
+                    }
+                    Err(e) => break Err(e),
+                },
+                r = &mut down => {
+                    cut |= uploading;
+                    break r;
+                }
             }
         }
     };
+    let sent = tokio::select! {
+        biased;
+        r = transfer => r,
+        () = idle::watchdog(&progress, idle) => {
+            ctx.stats.idle_timeouts.add(1);
+            Err(Error::new(ErrorKind::IdleTimeout, Side::Back, "response body idle").during(Phase::Data))
+        }
+    };
+    // A request body not read to its end: the client connection cannot carry another request.
+    let keep_client = keep && !cut;
     let sent = match sent {
         Ok(()) if !keep_client => s
             .client
@@ -259,7 +330,7 @@ async fn respond<C: ClientStream>(
     };
     out.clear();
     s.out = out;
-    sent.map(|()| keep_client)
+    sent.map(|()| (keep_client, cut))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -314,8 +385,8 @@ fn write_head(
 
 /// The response body (and trailers) to the client. What is left in `out` at the end is for
 /// the caller to write (with the FIN when the connection closes).
-async fn send_body<C: ClientStream>(
-    s: &mut Session<'_, C>,
+async fn send_body<W: AsyncWrite + Unpin>(
+    client: &mut W,
     body: &mut ResponseBody,
     out: &mut Vec<u8>,
     framing: Framing,
@@ -336,15 +407,15 @@ async fn send_body<C: ClientStream>(
             if out.len() + n <= 16 * 1024 {
                 out.extend_from_slice(&data);
             } else {
-                s.client.write_all(out).await.map_err(write_error)?;
+                client.write_all(out).await.map_err(write_error)?;
                 out.clear();
-                s.client.write_all(&data).await.map_err(write_error)?;
+                client.write_all(&data).await.map_err(write_error)?;
             }
             if framing == Framing::Chunked {
                 out.extend_from_slice(b"\r\n");
             }
             // Flushed at once: a streaming server's pieces reach the client as they come.
-            s.client.write_all(out).await.map_err(write_error)?;
+            client.write_all(out).await.map_err(write_error)?;
             out.clear();
             body.release(n);
             progress.moved(n);
