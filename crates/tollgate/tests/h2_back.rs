@@ -438,3 +438,32 @@ fn access_log_records_and_counters_as_for_h1_servers() {
     assert_eq!((c.requests, c.responses_2xx), (2, 1), "{c:?}");
     assert!(c.bytes_to_server > 0 && c.bytes_to_client > 0, "{c:?}");
 }
+
+#[test]
+fn sticky_cookies_work_with_h2_servers() {
+    let origin = h2_origin(H2Options::default());
+    let config = h2_config(1, origin.addr, "") + "[backend.sticky]\ncookie = \"SRV\"\n";
+    let proxy = Proxy::start(&config);
+    let first = raw(
+        proxy.addr,
+        "GET /headers HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    let line = first
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie: srv="))
+        .unwrap_or_else(|| panic!("the proxy's cookie: {first}"));
+    let value = line["set-cookie: ".len()..].split(';').next().unwrap().to_string();
+    let again = raw(
+        proxy.addr,
+        &format!("GET /headers HTTP/1.1\r\nHost: t\r\nCookie: {value}; a=b\r\nConnection: close\r\n\r\n"),
+    );
+    assert!(
+        !again.to_ascii_lowercase().contains("set-cookie: srv="),
+        "kept, not set again: {again}"
+    );
+    assert!(again.contains("cookie: a=b\n"), "the other cookies pass: {again}");
+    assert!(
+        !again.contains("SRV="),
+        "the server never sees the proxy's cookie: {again}"
+    );
+}

@@ -156,7 +156,7 @@ pub(super) async fn exchange<C: ClientStream>(
     };
     s.rec.timing.response = Some(s.rec.timing.now());
     let rest = duplex.then_some((&mut body, &mut tracker, &mut unsent));
-    let outcome = respond(s, req, head, &asked, rest, sent).await;
+    let outcome = respond(s, (backend, id), req, head, &asked, rest, sent).await;
     drop(slot);
     let cut = matches!(outcome, Ok((_, true)));
     if cut {
@@ -243,6 +243,7 @@ impl Upload<'_> {
 /// response ended first, or the server stopped reading it).
 async fn respond<C: ClientStream>(
     s: &mut Session<'_, C>,
+    (backend, server): (usize, crate::live::ServerId),
     req: &RequestInfo,
     (parts, mut body): (http::response::Parts, ResponseBody),
     asked: &Asked,
@@ -265,9 +266,25 @@ async fn respond<C: ClientStream>(
     };
     let keep = req.keep_alive && framing != Framing::Close && !s.ctx.is_stopping();
     let mut out = std::mem::take(&mut s.out);
-    write_head(&mut out, status, &parts.headers, framing, keep, req.version);
-    let progress = Progress::default();
     let ctx = s.ctx;
+    let head = Head {
+        status,
+        headers: &parts.headers,
+        framing,
+        keep_client: keep,
+        version: req.version,
+        append: b"",
+    };
+    match ctx.backends.get(backend).and_then(|b| b.sticky.as_ref()) {
+        // A client that came with this server's cookie keeps it (HAProxy's `indirect`).
+        Some(table) if req.prefer != Some(server) => {
+            let fields = parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+            let private = crate::http::cookie::kept_from_shared_caches(fields);
+            table.with_lines(server, private, |append| write_head(&mut out, &Head { append, ..head }));
+        }
+        _ => write_head(&mut out, &head),
+    }
+    let progress = Progress::default();
     let idle = ctx.shared.config.timeouts.server;
     let trailers = asked.trailers && framing == Framing::Chunked;
     let mut cut = false;
@@ -346,18 +363,27 @@ enum Framing {
     Close,
 }
 
-/// The HTTP/1.1 response head, into `out`.
-fn write_head(
-    out: &mut Vec<u8>,
+/// What the HTTP/1.1 response head says.
+struct Head<'a> {
     status: u16,
-    headers: &http::HeaderMap,
+    headers: &'a http::HeaderMap,
     framing: Framing,
     keep_client: bool,
     version: Version,
-) {
+    /// Lines the proxy adds (a sticky cookie), CRLF-terminated.
+    append: &'a [u8],
+}
+
+/// The HTTP/1.1 response head, into `out`.
+fn write_head(out: &mut Vec<u8>, head: &Head<'_>) {
     out.clear();
-    let _ = write!(out, "HTTP/1.1 {status} {}\r\n", crate::http::status::reason(status));
-    for (name, value) in headers {
+    let _ = write!(
+        out,
+        "HTTP/1.1 {} {}\r\n",
+        head.status,
+        crate::http::status::reason(head.status)
+    );
+    for (name, value) in head.headers {
         let name = name.as_str();
         if matches!(
             name,
@@ -370,16 +396,17 @@ fn write_head(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    match framing {
+    match head.framing {
         Framing::Empty => out.extend_from_slice(b"content-length: 0\r\n"),
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
         Framing::None | Framing::Length | Framing::Close => {}
     }
-    if !keep_client {
+    if !head.keep_client {
         out.extend_from_slice(b"connection: close\r\n");
-    } else if version == Version::Http10 {
+    } else if head.version == Version::Http10 {
         out.extend_from_slice(b"connection: keep-alive\r\n");
     }
+    out.extend_from_slice(head.append);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -551,15 +578,26 @@ mod tests {
     fn response_heads_are_framed_for_http1() {
         let mut headers = http::HeaderMap::new();
         headers.insert("x-a", http::HeaderValue::from_static("1"));
+        let head = |framing, keep_client, version, append| Head {
+            status: 200,
+            headers: &headers,
+            framing,
+            keep_client,
+            version,
+            append,
+        };
         let mut out = Vec::new();
-        write_head(&mut out, 200, &headers, Framing::Chunked, true, Version::Http11);
+        write_head(&mut out, &head(Framing::Chunked, true, Version::Http11, b""));
         assert_eq!(out, b"HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n\r\n");
-        write_head(&mut out, 200, &headers, Framing::Close, false, Version::Http10);
+        write_head(&mut out, &head(Framing::Close, false, Version::Http10, b""));
         assert_eq!(out, b"HTTP/1.1 200 OK\r\nx-a: 1\r\nconnection: close\r\n\r\n");
-        write_head(&mut out, 200, &headers, Framing::Empty, true, Version::Http10);
+        write_head(
+            &mut out,
+            &head(Framing::Empty, true, Version::Http10, b"set-cookie: s=1\r\n"),
+        );
         assert_eq!(
             out,
-            b"HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 0\r\nconnection: keep-alive\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 0\r\nconnection: keep-alive\r\nset-cookie: s=1\r\n\r\n"
         );
     }
 }
