@@ -106,7 +106,8 @@ async fn finish<'a>(ctx: &'a WorkerCtx, conn: Connected<'a, Back>) -> Result<Con
         chosen,
         connected,
     } = conn;
-    let server = Rc::new(std::sync::Arc::clone(slot.server()));
+    // Borrowed, not cloned: no shared-counter traffic on the HTTP/1 path.
+    let server = slot.server();
     let tls = server.tls.as_ref().map(|tls| (tls, &*server.name));
     let (stream, connected) = match (stream, tls) {
         // Boxed: a handshake's state is large, and a plain exchange's future should not
@@ -118,7 +119,7 @@ async fn finish<'a>(ctx: &'a WorkerCtx, conn: Connected<'a, Back>) -> Result<Con
         (stream, _) => (stream, connected),
     };
     let stream = match stream {
-        Back::H1(io) if server.proto == ServerProto::H2 => Back::H2(Box::pin(h2_establish(ctx, &server, io)).await?),
+        Back::H1(io) if server.proto == ServerProto::H2 => Back::H2(Box::pin(h2_establish(ctx, server, io)).await?),
         other => other,
     };
     Ok(Connected {

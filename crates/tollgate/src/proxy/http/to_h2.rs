@@ -180,13 +180,16 @@ fn client_gone() -> Error {
     Error::new(ErrorKind::PeerClosed, Side::Front, "client gone").during(Phase::Headers)
 }
 
+/// A decoded piece of the request body not yet (fully) sent, and whether it ends the body.
+type Unsent = Option<(Bytes, bool)>;
+
 /// What streaming the request body up needs of the session (borrowed apart from the
 /// client socket, which may be split for a full-duplex exchange).
 struct Upload<'s> {
     front: &'s mut Inbound,
     /// A decoded piece not yet (fully) sent, and whether it ends the body: kept outside the
     /// future, so an upload paused for the response head loses nothing.
-    pending: &'s mut Option<(Bytes, bool)>,
+    pending: &'s mut Unsent,
     pool: &'s Rc<BufferPool>,
     stats: &'s WorkerStats,
     sent: &'s Counter,
@@ -247,7 +250,7 @@ async fn respond<C: ClientStream>(
     req: &RequestInfo,
     (parts, mut body): (http::response::Parts, ResponseBody),
     asked: &Asked,
-    rest: Option<(&mut RequestBody, &mut BodyTracker, &mut Option<(Bytes, bool)>)>,
+    rest: Option<(&mut RequestBody, &mut BodyTracker, &mut Unsent)>,
     sent: &Counter,
 ) -> Result<(bool, bool), Error> {
     let status = parts.status.as_u16();
