@@ -467,3 +467,64 @@ fn sticky_cookies_work_with_h2_servers() {
         "the server never sees the proxy's cookie: {again}"
     );
 }
+
+#[test]
+fn idle_h2_connections_close_after_pool_idle() {
+    let origin = h2_origin(H2Options::default());
+    let config =
+        h2_config(1, origin.addr, "").replacen("[global]\n", "[timeouts]\npool_idle = \"300ms\"\n[global]\n", 1);
+    let proxy = Proxy::start(&config);
+    let get = || {
+        raw(
+            proxy.addr,
+            "GET /headers HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+    };
+    assert!(get().starts_with("HTTP/1.1 200 "));
+    assert!(get().starts_with("HTTP/1.1 200 "));
+    assert_eq!((origin.connections(), origin.closed()), (1, 0), "reused while not idle");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while origin.closed() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle connection was never closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(get().starts_with("HTTP/1.1 200 "));
+    assert_eq!(origin.connections(), 2, "a new connection after the idle one closed");
+}
+
+#[test]
+fn a_backend_mixes_h1_and_h2_servers() {
+    let h2 = h2_origin(H2Options::default());
+    let h1 = common::http::http_origin(|_| common::http::ok("from h1"));
+    let config = format!(
+        "[global]\nworkers = 1\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\n\
+         default_backend = \"be\"\n\n[[backend]]\nname = \"be\"\nmode = \"http\"\n\
+         [[backend.server]]\nname = \"one\"\naddress = \"{}\"\n\
+         [[backend.server]]\nname = \"two\"\naddress = \"{}\"\nproto = \"h2\"\n",
+        h1.addr, h2.addr
+    );
+    let proxy = Proxy::start(&config);
+    let mut bodies = Vec::new();
+    for _ in 0..4 {
+        let r = raw(
+            proxy.addr,
+            "GET /headers HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        );
+        assert!(r.starts_with("HTTP/1.1 200 "), "{r}");
+        bodies.push(r);
+    }
+    assert_eq!(
+        bodies.iter().filter(|b| b.ends_with("from h1")).count(),
+        2,
+        "{bodies:?}"
+    );
+    assert_eq!(
+        bodies.iter().filter(|b| b.contains("GET http://t/headers\n")).count(),
+        2,
+        "{bodies:?}"
+    );
+    assert_eq!(h2.streams(), 2);
+}

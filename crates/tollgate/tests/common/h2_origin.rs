@@ -32,6 +32,8 @@ pub struct H2Options {
 #[derive(Default)]
 pub struct Counts {
     pub connections: AtomicUsize,
+    /// Connections that have ended (closed by either side).
+    pub closed: AtomicUsize,
     pub streams: AtomicUsize,
     pub active: AtomicUsize,
     pub peak: AtomicUsize,
@@ -45,6 +47,9 @@ pub struct H2Origin {
 impl H2Origin {
     pub fn connections(&self) -> usize {
         self.counts.connections.load(Ordering::SeqCst)
+    }
+    pub fn closed(&self) -> usize {
+        self.counts.closed.load(Ordering::SeqCst)
     }
     pub fn streams(&self) -> usize {
         self.counts.streams.load(Ordering::SeqCst)
@@ -94,11 +99,12 @@ pub fn h2_origin(opts: H2Options) -> H2Origin {
                         Some(config) => {
                             let acceptor = tokio_rustls::TlsAcceptor::from(config);
                             if let Ok(tls) = acceptor.accept(s).await {
-                                serve_conn(tls, opts, c).await;
+                                serve_conn(tls, opts, c.clone()).await;
                             }
                         }
-                        None => serve_conn(s, opts, c).await,
+                        None => serve_conn(s, opts, c.clone()).await,
                     }
+                    c.closed.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });
