@@ -4,6 +4,12 @@
 //! body, and gets back `http::response::Parts`, a body stream and trailers: the types
 //! hyperium `h2` speaks, so no front knows HTTP/2 framing.
 //!
+//! Use: `proxy::http::server_conn::open` picks the server and gives `Back::H2(lease)` for an
+//! HTTP/2 one; [`start`] sends the head and gives the request body's sender and the pending
+//! response; [`PendingResponse::head`] gives the response head and its [`ResponseBody`]
+//! (`data`, `release`, `trailers`). A proxy-side failure of a gRPC call is answered with
+//! [`grpc::unavailable`].
+//!
 //! Owns: the connections (their streams count against the server's `maxconn` through the
 //! caller's slot, one slot per stream), the mapping of HTTP/2 failures onto the one
 //! `Error` type. Invariants: a request the server cannot have processed (refused stream,

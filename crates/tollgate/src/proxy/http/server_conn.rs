@@ -22,7 +22,7 @@ use crate::relay::ServerConn;
 const MAX_H2_WAITS: u32 = 64;
 
 /// What a request got to talk to its server.
-pub(super) enum Back {
+pub(crate) enum Back {
     /// An HTTP/1.1 connection of its own.
     H1(ServerConn),
     /// A stream on a shared HTTP/2 connection.
@@ -40,7 +40,8 @@ impl From<TcpStream> for Back {
 /// A connection to a server of `backend` for one request: an idle one from the pool
 /// (unless `fresh_only`), or a new one, TLS handshake included for a TLS server. A failed
 /// handshake is a `Tls` error on the back side (502), counted in `tls_backend_errors`.
-pub(super) async fn open<'a>(
+/// Any front may call it: `Back::H2` is a stream lease for `h2back::start`.
+pub(crate) async fn open<'a>(
     ctx: &'a WorkerCtx,
     backend: usize,
     fresh_only: bool,

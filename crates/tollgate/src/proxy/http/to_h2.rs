@@ -276,6 +276,7 @@ async fn respond<C: ClientStream>(
         framing,
         keep_client: keep,
         version: req.version,
+        length,
         append: b"",
     };
     match ctx.backends.get(backend).and_then(|b| b.sticky.as_ref()) {
@@ -373,6 +374,8 @@ struct Head<'a> {
     framing: Framing,
     keep_client: bool,
     version: Version,
+    /// The body's length as the server gave it (written only for `Length` and `None`).
+    length: Option<u64>,
     /// Lines the proxy adds (a sticky cookie), CRLF-terminated.
     append: &'a [u8],
 }
@@ -388,9 +391,11 @@ fn write_head(out: &mut Vec<u8>, head: &Head<'_>) {
     );
     for (name, value) in head.headers {
         let name = name.as_str();
+        // Content-Length is written from the one value the framing was decided on: a list or
+        // a bad value can never reach the client beside another framing.
         if matches!(
             name,
-            "connection" | "keep-alive" | "transfer-encoding" | "upgrade" | "proxy-connection"
+            "connection" | "keep-alive" | "transfer-encoding" | "upgrade" | "proxy-connection" | "content-length"
         ) {
             continue;
         }
@@ -399,10 +404,13 @@ fn write_head(out: &mut Vec<u8>, head: &Head<'_>) {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    match head.framing {
-        Framing::Empty => out.extend_from_slice(b"content-length: 0\r\n"),
-        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        Framing::None | Framing::Length | Framing::Close => {}
+    match (head.framing, head.length) {
+        (Framing::Length | Framing::None, Some(n)) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        (Framing::Empty, _) => out.extend_from_slice(b"content-length: 0\r\n"),
+        (Framing::Chunked, _) => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        (Framing::None | Framing::Length | Framing::Close, _) => {}
     }
     if !head.keep_client {
         out.extend_from_slice(b"connection: close\r\n");
@@ -587,11 +595,24 @@ mod tests {
             framing,
             keep_client,
             version,
+            length: None,
             append,
         };
         let mut out = Vec::new();
         write_head(&mut out, &head(Framing::Chunked, true, Version::Http11, b""));
         assert_eq!(out, b"HTTP/1.1 200 OK\r\nx-a: 1\r\ntransfer-encoding: chunked\r\n\r\n");
+        let mut listed = headers.clone();
+        listed.insert("content-length", http::HeaderValue::from_static("5, 5"));
+        let length = Head {
+            headers: &listed,
+            length: Some(5),
+            ..head(Framing::Length, true, Version::Http11, b"")
+        };
+        write_head(&mut out, &length);
+        assert_eq!(
+            out, b"HTTP/1.1 200 OK\r\nx-a: 1\r\ncontent-length: 5\r\n\r\n",
+            "one value, from the framing"
+        );
         write_head(&mut out, &head(Framing::Close, false, Version::Http10, b""));
         assert_eq!(out, b"HTTP/1.1 200 OK\r\nx-a: 1\r\nconnection: close\r\n\r\n");
         write_head(
