@@ -166,6 +166,7 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 maxconn: 0,
                 backup: false,
                 tls: None,
+                proto: Default::default(),
                 slowstart: std::time::Duration::ZERO,
                 check: Default::default(),
             };

@@ -283,6 +283,8 @@ pub(crate) struct BackendSection {
     /// `[[backend.discover]]`: servers from DNS SRV records.
     #[serde(default)]
     pub discover: Vec<DiscoverSection>,
+    /// The protocol spoken to its servers unless a server says otherwise ("h1", "h2").
+    pub proto: Option<Spanned<ProtoName>>,
 }
 
 /// `[backend.sticky]`: the proxy inserts a cookie naming the server that answered, and
@@ -330,4 +332,14 @@ pub(crate) struct ServerSection {
     pub check: Option<Spanned<bool>>,
     pub check_port: Option<Spanned<u16>>,
     pub agent_port: Option<Spanned<u16>>,
+    /// The protocol spoken to this server ("h1", "h2"; default: the backend's `proto`).
+    pub proto: Option<Spanned<ProtoName>>,
+}
+
+/// `proto` on a backend or a server: HTTP/1.1 or HTTP/2 to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ProtoName {
+    H1,
+    H2,
 }

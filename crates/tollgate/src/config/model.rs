@@ -320,6 +320,15 @@ pub struct FrontendTls {
     pub ktls: Offload,
 }
 
+/// The HTTP version spoken to a server (`proto`): HTTP/1.1 connections pooled one request
+/// at a time, or HTTP/2 connections carrying many streams (`proxy::h2back`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServerProto {
+    #[default]
+    H1,
+    H2,
+}
+
 /// TLS to a server.
 #[derive(Debug, Clone)]
 pub struct ServerTls {
@@ -409,6 +418,11 @@ pub struct Backend {
     pub health: Option<Arc<super::health::HealthCheck>>,
     pub queue: QueueOptions,
     pub servers: Vec<Server>,
+    /// Some of `servers` speak HTTP/2 (`proto = "h2"`): requests keep what only HTTP/2
+    /// needs of their head (`TE: trailers`).
+    pub any_h2: bool,
+    /// The backend's `proto`: its servers' default, and what servers added at run time speak.
+    pub proto: ServerProto,
     /// Cookie persistence (`[backend.sticky]`, HTTP backends only).
     pub sticky: Option<Sticky>,
     /// `[[backend.discover]]`: SRV names whose records add servers at run time.
@@ -502,6 +516,8 @@ pub struct Server {
     pub maxconn: u32,
     pub backup: bool,
     pub tls: Option<ServerTls>,
+    /// The HTTP version spoken to this server (HTTP mode; TCP mode relays bytes).
+    pub proto: ServerProto,
     /// How long the weight ramps up after the server comes up (back to ready, or down to
     /// up); zero = no ramp. The backend's `slowstart` unless the server sets its own.
     pub slowstart: Duration,

@@ -676,3 +676,32 @@ fn stats_auth_is_user_colon_password_and_needs_the_endpoint() {
         "{e}"
     );
 }
+
+#[test]
+fn proto_h2_on_servers_offers_alpn_h2_and_needs_http_mode() {
+    let server = "name = \"a\"\naddress = \"127.0.0.1:9001\"\n";
+    let h2 = "name = \"a\"\naddress = \"127.0.0.1:9001\"\nproto = \"h2\"\ntls = true\nverify = false\n";
+    let http = parse(&HTTP_ROUTES.replacen(server, h2, 1), "t.toml").expect("valid");
+    let s = &http.backends[0].servers[0];
+    assert_eq!(s.proto, crate::config::model::ServerProto::H2);
+    let tls = s.tls.as_ref().expect("tls");
+    assert_eq!(
+        tls.client_config.alpn_protocols,
+        vec![b"h2".to_vec()],
+        "only h2 is offered"
+    );
+    let tcp = GOOD.replacen(
+        server,
+        "name = \"a\"\naddress = \"127.0.0.1:9001\"\nproto = \"h2\"\n",
+        1,
+    );
+    let e = first_error(&tcp);
+    assert!(e.key.ends_with(".server[0].proto"), "{e}");
+    assert!(e.message.contains("mode = \"http\""), "{e}");
+    let e = first_error(&HTTP_ROUTES.replacen(
+        server,
+        "name = \"a\"\naddress = \"127.0.0.1:9001\"\nproto = \"h3\"\n",
+        1,
+    ));
+    assert!(e.to_string().contains("h3"), "unknown protocol named: {e}");
+}

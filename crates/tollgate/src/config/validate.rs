@@ -10,7 +10,8 @@ use toml::Spanned;
 
 use super::ConfigError;
 use super::file::{
-    BackendSection, ConfigFile, FrontendSection, ModeName, OffloadSection, RouteSection, ServerSection, TlsSection,
+    BackendSection, ConfigFile, FrontendSection, ModeName, OffloadSection, ProtoName, RouteSection, ServerSection,
+    TlsSection,
 };
 use super::model::*;
 use super::sni::SniMatcher;
@@ -464,6 +465,7 @@ impl<'a> Validator<'a> {
             let mode = b.mode.as_ref().map_or(ModeName::Tcp, |m| *m.get_ref());
             let (hash_key, hash_balance_factor) = self.hash_options(b, &key, &balance, mode);
             let backend_slowstart = self.slowstart(&b.slowstart, &key);
+            let backend_proto = self.proto(b.proto.as_ref(), &format!("{key}.proto"), mode);
             let mut server_names = HashSet::new();
             let mut servers = Vec::new();
             for (j, s) in b.server.iter().enumerate() {
@@ -484,7 +486,11 @@ impl<'a> Validator<'a> {
                     Some(w) => *w.get_ref(),
                     None => 1,
                 };
-                let tls = self.server_tls(s, &skey, mode);
+                let proto = match &s.proto {
+                    Some(p) => self.proto(Some(p), &format!("{skey}.proto"), mode),
+                    None => backend_proto,
+                };
+                let tls = self.server_tls(s, &skey, mode, proto);
                 let slowstart = self
                     .slowstart(&s.slowstart, &skey)
                     .unwrap_or_else(|| backend_slowstart.unwrap_or_default());
@@ -497,6 +503,7 @@ impl<'a> Validator<'a> {
                     maxconn: s.maxconn.unwrap_or(0),
                     backup: s.backup.unwrap_or(false),
                     tls,
+                    proto,
                     slowstart,
                     check: Default::default(),
                 });
@@ -513,6 +520,8 @@ impl<'a> Validator<'a> {
                 slowstart: backend_slowstart.unwrap_or_default(),
                 health,
                 queue: queue_options(b),
+                any_h2: servers.iter().any(|s| s.proto == ServerProto::H2),
+                proto: backend_proto,
                 servers,
                 sticky: self.sticky(b, &key, mode),
                 discover: self.discover(b, &key),
@@ -875,9 +884,21 @@ impl<'a> Validator<'a> {
     }
 
     /// `tls = true` on a server: verified against `ca_file` unless `verify = false`.
-    /// In HTTP mode the ClientHello offers ALPN `http/1.1`; TCP mode relays bytes it does
+    /// In HTTP mode the ClientHello offers ALPN `http/1.1` (`h2` for a `proto = "h2"` server); TCP mode relays bytes it does
     /// not parse and offers nothing.
-    fn server_tls(&mut self, s: &ServerSection, key: &str, mode: ModeName) -> Option<ServerTls> {
+    /// `proto` on a backend or server: HTTP/2 only means something in HTTP mode.
+    fn proto(&mut self, p: Option<&Spanned<ProtoName>>, key: &str, mode: ModeName) -> ServerProto {
+        match p.map(|p| (*p.get_ref(), p.span())) {
+            Some((ProtoName::H2, span)) if mode != ModeName::Http => {
+                self.err(span, key.to_string(), "`proto = \"h2\"` needs `mode = \"http\"`".into());
+                ServerProto::H1
+            }
+            Some((ProtoName::H2, _)) => ServerProto::H2,
+            Some((ProtoName::H1, _)) | None => ServerProto::H1,
+        }
+    }
+
+    fn server_tls(&mut self, s: &ServerSection, key: &str, mode: ModeName, proto: ServerProto) -> Option<ServerTls> {
         let enabled = s.tls.as_ref().is_some_and(|t| *t.get_ref());
         if !enabled {
             let extras = [
@@ -931,6 +952,8 @@ impl<'a> Validator<'a> {
             }
         };
         let alpn = match mode {
+            // Only h2 is offered: a server that picks nothing is refused at connect.
+            ModeName::Http if proto == ServerProto::H2 => vec![b"h2".to_vec()],
             ModeName::Http => vec![b"http/1.1".to_vec()],
             ModeName::Tcp => Vec::new(),
         };

@@ -414,6 +414,7 @@ fn discovered_spec(
         maxconn,
         backup: wanted.backup,
         tls: None,
+        proto: Default::default(),
         slowstart,
         check,
     }

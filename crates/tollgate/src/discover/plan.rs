@@ -222,6 +222,7 @@ mod tests {
             maxconn: 0,
             backup,
             tls: None,
+            proto: Default::default(),
             slowstart: std::time::Duration::ZERO,
             check: Default::default(),
         };

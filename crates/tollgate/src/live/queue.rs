@@ -235,6 +235,7 @@ mod tests {
             maxconn: 1,
             backup: false,
             tls: None,
+            proto: Default::default(),
             slowstart: std::time::Duration::ZERO,
             check: Default::default(),
         };

@@ -206,6 +206,8 @@ pub(crate) struct ServerLive {
     pub backup: bool,
     /// TLS to this server (`tls = true`), with its verifier and SNI.
     pub tls: Option<ServerTls>,
+    /// HTTP/1.1 or HTTP/2 to this server (`proto`).
+    pub proto: crate::config::model::ServerProto,
     /// Health checks: settings, last outcome, passive error streak.
     pub check: super::check::CheckLive,
     /// Set once, before the server joins a set; carried by `readdressed`.
@@ -301,6 +303,7 @@ impl ServerLive {
             maxconn: server.maxconn,
             backup: server.backup,
             tls: server.tls.clone(),
+            proto: server.proto,
             check: super::check::CheckLive::new(server.check),
             source: Source::File,
             admin: AtomicU8::new(AdminState::Ready.to_u8()),
@@ -341,6 +344,7 @@ impl ServerLive {
             maxconn: self.maxconn,
             backup,
             tls: self.tls.clone(),
+            proto: self.proto,
             check: self.check.carried(),
             source: self.source,
             slowstart: self.slowstart,

@@ -118,6 +118,7 @@ mod tests {
             maxconn: 0,
             backup: false,
             tls: None,
+            proto: Default::default(),
             slowstart,
             check: Default::default(),
         };

@@ -122,6 +122,8 @@ impl Running {
             maxconn: new.maxconn,
             backup: new.backup,
             tls: None,
+            // Without TLS: an h2 backend's runtime servers speak h2c (prior knowledge).
+            proto: config.proto,
             slowstart: new.slowstart_ms.map_or(config.slowstart, Duration::from_millis),
             // Checked on its own port, over plain TCP/HTTP, as a discovered server is.
             check: ServerCheck {

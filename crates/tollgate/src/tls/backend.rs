@@ -28,3 +28,9 @@ pub(crate) async fn connect(
         )),
     }
 }
+
+/// Whether the server selected HTTP/2 by ALPN (a `proto = "h2"` server offers only `h2`:
+/// one that selects nothing would answer HTTP/2 frames as garbage, so it is refused).
+pub(crate) fn selected_h2(stream: &ClientTlsStream) -> bool {
+    stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice())
+}

@@ -175,5 +175,6 @@ pub fn read_all_hashed(r: &mut impl Read) -> std::io::Result<(u64, [u8; 32])> {
 pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
+pub mod h2_origin;
 pub mod http;
 pub mod tls;

@@ -322,6 +322,56 @@ impl BodyTracker {
     }
 
     /// Takes up to `avail` bytes of body data (Length or Data state): (taken, more expected).
+    /// Like [`Self::advance`], and moves the body's *content* to the front of `input`: the
+    /// data of a chunked body without its size lines, CRLFs and trailers (validated all the
+    /// same), for a peer that frames the body itself (HTTP/2 DATA frames). Forward
+    /// `input[..out]` ([`Reframed::lead`] is always empty).
+    pub fn decode(&mut self, input: &mut [u8]) -> Result<Reframed, H1Error> {
+        let mut res = Reframed {
+            consumed: 0,
+            out: 0,
+            done: false,
+            lead: [0; MAX_SIZE_LINE],
+            lead_len: 0,
+        };
+        let (consumed, out, done) = self.decode_into(input).map_err(|k| H1Error::new(k, self.side))?;
+        (res.consumed, res.out, res.done) = (consumed, out, done);
+        Ok(res)
+    }
+
+    /// `decode`'s loop: read position `r`, write position `w <= r`.
+    fn decode_into(&mut self, input: &mut [u8]) -> Result<(usize, usize, bool), ErrorKind> {
+        let (mut r, mut w) = (0usize, 0usize);
+        let len = input.len();
+        loop {
+            match self.state {
+                State::Done => return Ok((r, w, true)),
+                State::Close => {
+                    input.copy_within(r..len, w);
+                    return Ok((len, w + len - r, false));
+                }
+                State::Length { .. } | State::Data { .. } => {
+                    let (take, more) = self.take_data(len - r);
+                    if w != r {
+                        input.copy_within(r..r + take, w);
+                    }
+                    r += take;
+                    w += take;
+                    if more {
+                        return Ok((r, w, false));
+                    }
+                }
+                _ => {
+                    let Some(&b) = input.get(r) else {
+                        return Ok((r, w, false));
+                    };
+                    r += 1;
+                    self.byte(b)?;
+                }
+            }
+        }
+    }
+
     fn take_data(&mut self, avail: usize) -> (usize, bool) {
         let (State::Length { remaining } | State::Data { remaining }) = self.state else {
             return (0, false);

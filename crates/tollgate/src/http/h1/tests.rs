@@ -1144,3 +1144,33 @@ fn a_proxy_cookie_is_stripped_from_requests_and_kept_from_responses() {
         "HTTP/1.1 200 OK\r\nSet-Cookie: SID=1\r\nContent-Length: 0\r\nSet-Cookie: SRV=y\r\n\r\n"
     );
 }
+
+#[test]
+fn decode_keeps_only_the_content_however_split() {
+    let body = b"5;ext=1\r\nhello\r\n006\r\n world\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+    for split in 1..body.len() {
+        let mut t = BodyTracker::new(BodyFraming::Chunked, Side::Request);
+        let (mut out, mut used) = (Vec::new(), 0);
+        for part in [&body[..split], &body[split..]] {
+            let mut buf = part.to_vec();
+            let r = t.decode(&mut buf).expect("valid");
+            out.extend_from_slice(&buf[..r.out]);
+            used += r.consumed;
+            if r.done {
+                break;
+            }
+        }
+        assert_eq!(out, b"hello world", "split at {split}");
+        assert_eq!(used, body.len() - 4, "split at {split}: the next message is left");
+    }
+    let mut t = BodyTracker::new(BodyFraming::ContentLength(3), Side::Request);
+    let mut buf = b"abcdef".to_vec();
+    let r = t.decode(&mut buf).expect("valid");
+    assert_eq!((r.consumed, r.out, r.done), (3, 3, true));
+    let mut bad = b"zz\r\n".to_vec();
+    assert!(
+        BodyTracker::new(BodyFraming::Chunked, Side::Request)
+            .decode(&mut bad)
+            .is_err()
+    );
+}

@@ -24,7 +24,7 @@ use tokio::sync::futures::Notified;
 
 use super::client::ClientStream;
 use super::inbound::Inbound;
-use super::server_conn;
+use super::server_conn::{self, Back};
 use super::stream::{RequestInfo, Session, lingering_close};
 use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
@@ -36,10 +36,13 @@ use crate::relay::idle::{self, Progress};
 use crate::relay::{Moved, ServerConn};
 use crate::stats::{Counter, WorkerStats};
 
+/// Times a request an HTTP/2 server did not process is sent again.
+const MAX_UNPROCESSED_RETRIES: u32 = 3;
+
 /// Bodies up to this size are written together with their head.
 const COALESCE: usize = 16 * 1024;
 
-enum Outcome {
+pub(super) enum Outcome {
     /// The exchange finished; whether the client connection may carry another request.
     Done { keep_client: bool },
     /// Failed: the error decides whether to retry and what the client gets.
@@ -53,6 +56,8 @@ pub(super) async fn forward<'a, C: ClientStream>(
     mut kills: Pin<&mut Notified<'a>>,
 ) -> Result<bool, Error> {
     let mut fresh_only = false;
+    // Requests an HTTP/2 server never processed (refused, or turned away by GOAWAY).
+    let mut unprocessed = 0;
     loop {
         let opened = server_conn::open(s.ctx, backend, fresh_only, req.hash_key, req.prefer, &mut s.rec.retries).await;
         let conn = match opened {
@@ -62,17 +67,20 @@ pub(super) async fn forward<'a, C: ClientStream>(
                 return Ok(false);
             }
         };
-        let reused = conn.reused;
-        if reused {
+        if conn.reused {
             s.ctx.stats.http_pool_reused.add(1);
         }
+        // A stream on a shared HTTP/2 connection is retried like a request on a reused
+        // one: only when the server cannot have acted on it.
+        let h2 = matches!(conn.stream, Back::H2(_));
+        let reused = conn.reused || h2;
         // `maint --kill` on this server closes the connection mid-exchange.
         let (ctx, live) = (s.ctx, std::sync::Arc::clone(conn.slot.server()));
         let epoch = live.kill_epoch();
         let sent = Counter::new();
         let outcome = tokio::select! {
             biased;
-            outcome = exchange(s, backend, req, conn, &sent) => outcome,
+            outcome = dispatch(s, backend, req, conn, &sent) => outcome,
             () = ctx.killed(&live, epoch, kills.as_mut()) => {
                 let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
                 Outcome::Failed(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
@@ -83,6 +91,13 @@ pub(super) async fn forward<'a, C: ClientStream>(
             Outcome::Done { keep_client } => return Ok(keep_client),
             // Once, on a fresh connection: a reused one may have been closed by the server
             // just as the request left.
+            // Safe however often (the server says it did nothing), but bounded.
+            Outcome::Failed(e) if h2 && e.retryable && unprocessed < MAX_UNPROCESSED_RETRIES => {
+                tracing::debug!(error = %e, "HTTP/2 server did not process the request: sending it again");
+                s.ctx.stats.http_retries.add(1);
+                s.rec.retries += 1;
+                unprocessed += 1;
+            }
             Outcome::Failed(e) if !fresh_only && e.may_retry(req.replayable(), reused) => {
                 tracing::debug!(error = %e, "retrying on a fresh connection");
                 s.ctx.stats.http_retries.add(1);
@@ -94,6 +109,46 @@ pub(super) async fn forward<'a, C: ClientStream>(
                 return Ok(false);
             }
         }
+    }
+}
+
+/// The exchange for the connection's protocol (HTTP/2 boxed: the HTTP/1 future keeps its size).
+async fn dispatch<C: ClientStream>(
+    s: &mut Session<'_, C>,
+    backend: usize,
+    req: &RequestInfo,
+    conn: Connected<'_, Back>,
+    sent: &Counter,
+) -> Outcome {
+    let Connected {
+        stream,
+        slot,
+        reused,
+        chosen,
+        connected,
+    } = conn;
+    match stream {
+        Back::H1(stream) => {
+            let conn = Connected {
+                stream,
+                slot,
+                reused,
+                chosen,
+                connected,
+            };
+            exchange(s, backend, req, conn, sent).await
+        }
+        Back::H2(stream) => {
+            let conn = Connected {
+                stream,
+                slot,
+                reused,
+                chosen,
+                connected,
+            };
+            Box::pin(super::to_h2::exchange(s, backend, req, conn, sent)).await
+        }
+        Back::Wait(..) => Outcome::Failed(Error::new(ErrorKind::NoServer, Side::Internal, "no connection")),
     }
 }
 

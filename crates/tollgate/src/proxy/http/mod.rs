@@ -13,8 +13,9 @@ mod client;
 mod exchange;
 mod inbound;
 pub(crate) mod route;
-mod server_conn;
+pub(crate) mod server_conn;
 mod stream;
+mod to_h2;
 mod upload;
 
 use std::net::SocketAddr;

@@ -39,6 +39,9 @@ pub(super) struct RequestInfo {
     pub hash_key: Option<u64>,
     /// The server a sticky backend's cookie names, when it names one of its servers.
     pub prefer: Option<ServerId>,
+    /// The client sent `TE: trailers` (looked for only when the backend has HTTP/2
+    /// servers: the HTTP/1 path drops TE, an HTTP/2 server needs it kept).
+    pub te_trailers: bool,
 }
 
 impl RequestInfo {
@@ -52,6 +55,7 @@ impl RequestInfo {
             upgrade: head.upgrade,
             hash_key: None,
             prefer: None,
+            te_trailers: false,
         }
     }
 
@@ -373,6 +377,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 let req = RequestInfo {
                     hash_key: self.hash_key(backend, &head),
                     prefer: self.sticky_server(backend, &head),
+                    te_trailers: self.accepts_trailers(backend, &head),
                     ..req
                 };
                 self.out.clear();
@@ -410,6 +415,20 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 .find_map(|(_, v)| cookie_value(v, name.as_bytes())),
         };
         Some(found.map_or_else(|| key_of_ip(self.peer.ip()), key_of_bytes))
+    }
+
+    /// Whether the client sent `TE: trailers`, for a backend with HTTP/2 servers only.
+    fn accepts_trailers(&self, backend: usize, head: &RequestHead) -> bool {
+        use crate::http::h1::MessageHead;
+        if !self.ctx.shared.config.backends.get(backend).is_some_and(|b| b.any_h2) {
+            return false;
+        }
+        head.headers(self.front.data())
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"te"))
+            .any(|(_, v)| {
+                v.split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"))
+            })
     }
 
     /// The server a sticky backend's cookie (its first value in the request) names, if it
