@@ -2,6 +2,7 @@
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
 
 pub(crate) mod connect;
+pub(crate) mod h2front;
 pub(crate) mod http;
 pub(crate) mod record;
 pub(crate) mod tcp;

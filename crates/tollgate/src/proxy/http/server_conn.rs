@@ -13,7 +13,7 @@ use crate::relay::ServerConn;
 /// A connection to a server of `backend` for one request: an idle one from the pool
 /// (unless `fresh_only`), or a new one, TLS handshake included for a TLS server. A failed
 /// handshake is a `Tls` error on the back side (502), counted in `tls_backend_errors`.
-pub(super) async fn open<'a>(
+pub(crate) async fn open<'a>(
     ctx: &'a WorkerCtx,
     backend: usize,
     fresh_only: bool,

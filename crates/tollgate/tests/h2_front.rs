@@ -1,0 +1,301 @@
+//! HTTP/2 clients through tollgate to an HTTP/1.1 origin (issue 13, client side): curl over
+//! TLS with ALPN h2 and with h2c prior knowledge, nghttp; bodies of 0 B, 1 MiB and 100 MiB
+//! both ways with sha256 checked, 100 concurrent streams on one connection, trailers both
+//! ways (h2 → h1 chunked trailers, h1 chunked trailers → h2 trailers), forwarding headers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
+mod common;
+#[path = "h2_support/origin.rs"]
+mod origin;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::thread;
+
+use common::Proxy;
+use common::tls::{Ca, TempDir, cert_entry, path_str};
+use sha2::{Digest, Sha256};
+
+fn have(tool: &str, arg: &str) -> bool {
+    Command::new(tool).arg(arg).output().is_ok()
+}
+
+fn config(origin: SocketAddr, frontend_extra: &str) -> String {
+    format!(
+        "[global]\nworkers = 1\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n{frontend_extra}\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n"
+    )
+}
+
+fn h2c_proxy(origin: SocketAddr) -> Proxy {
+    Proxy::start(&config(origin, "h2c = true"))
+}
+
+/// curl with `args`, stdout hashed as it streams; returns (bytes, sha256 hex, stderr).
+fn curl_hashed(args: &[String], stdin: Option<(u64, u64)>) -> (u64, String, String) {
+    let mut child = Command::new("curl")
+        .args(["-sS", "--max-time", "120"])
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let feeder = stdin.map(|(seed, len)| {
+        let mut input = child.stdin.take().unwrap();
+        thread::spawn(move || upload_bytes(&mut input, seed, len))
+    });
+    let mut out = child.stdout.take().unwrap();
+    let (n, sha) = common::read_all_hashed(&mut out).unwrap();
+    let output = child.wait_with_output().unwrap();
+    if let Some(f) = feeder {
+        f.join().unwrap();
+    }
+    (
+        n,
+        origin::hex(&sha),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Writes `len` deterministic bytes derived from `seed`; the test computes the same sum.
+fn upload_bytes(w: &mut impl Write, seed: u64, len: u64) {
+    let block = common::payload_block(seed, 1 << 20);
+    let mut left = len;
+    while left > 0 {
+        let k = left.min(block.len() as u64) as usize;
+        if w.write_all(&block[..k]).is_err() {
+            return;
+        }
+        left -= k as u64;
+    }
+}
+
+fn upload_sha(seed: u64, len: u64) -> String {
+    let block = common::payload_block(seed, 1 << 20);
+    let mut h = Sha256::new();
+    let mut left = len;
+    while left > 0 {
+        let k = left.min(block.len() as u64) as usize;
+        h.update(&block[..k]);
+        left -= k as u64;
+    }
+    origin::hex(&h.finalize())
+}
+
+#[test]
+fn curl_h2_over_tls_alpn_bodies_and_forwarding() {
+    if !have("curl", "--version") {
+        eprintln!("skipped: curl is not installed");
+        return;
+    }
+    let o = origin::start();
+    let dir = TempDir::new();
+    let ca = Ca::new("h2-ca");
+    let leaf = ca.leaf(&["web.example"], "web", false).write(&dir, "web");
+    let tls = format!(
+        "[frontend.tls]\nalpn = [\"h2\", \"http/1.1\"]\n{}",
+        cert_entry(&leaf, true)
+    );
+    let proxy = Proxy::start(&config(o.addr, &tls));
+    let ca_path = path_str(&ca.write(&dir, "ca.pem"));
+    let port = proxy.addr.port();
+    let base = |p: &str| {
+        vec![
+            "--http2".to_string(),
+            "--cacert".into(),
+            ca_path.clone(),
+            "--resolve".into(),
+            format!("web.example:{port}:127.0.0.1"),
+            format!("https://web.example:{port}{p}"),
+        ]
+    };
+    // The protocol curl spoke, and an empty body.
+    let mut args = base("/size/0");
+    args.extend(["-w".into(), "%{http_version} %{http_code}".into()]);
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 200",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 1 MiB down.
+    let (n, sha, err) = curl_hashed(&base("/size/1048576"), None);
+    assert_eq!((n, sha), (1 << 20, origin::body_sha(1 << 20)), "{err}");
+    // 1 MiB up (no length known: chunked to the origin), and 0 B up.
+    let mut up = base("/up");
+    up.extend(["-T".into(), "-".into()]);
+    let (_, _, err) = curl_hashed(&up, Some((7, 1 << 20)));
+    assert!(err.is_empty(), "{err}");
+    let seen = o.seen();
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (last.body_len, last.body_sha.clone()),
+        (1 << 20, upload_sha(7, 1 << 20))
+    );
+    assert_eq!(last.header("transfer-encoding"), Some("chunked"));
+    // Forwarding as the h1 path does it; Host from :authority.
+    let first = &seen[0];
+    assert_eq!(first.header("host"), Some(format!("web.example:{port}").as_str()));
+    assert_eq!(first.header("x-forwarded-proto"), Some("https"));
+    assert_eq!(first.header("x-forwarded-for"), Some("127.0.0.1"));
+    let stats = proxy.running().stats();
+    assert_eq!(stats.h2_connections, 3, "{stats:?}");
+    assert_eq!((stats.h2_streams, stats.http_requests), (3, 3), "{stats:?}");
+}
+
+#[test]
+fn curl_h2c_prior_knowledge_and_http1_on_the_same_frontend() {
+    if !have("curl", "--version") {
+        eprintln!("skipped: curl is not installed");
+        return;
+    }
+    let o = origin::start();
+    let proxy = h2c_proxy(o.addr);
+    let url = |p: &str| format!("http://127.0.0.1:{}{p}", proxy.addr.port());
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "30",
+            "--http2-prior-knowledge",
+            "-w",
+            " %{http_version}",
+        ])
+        .arg(url("/hello"))
+        .output()
+        .unwrap();
+    let empty_sha = origin::hex(&Sha256::digest(b""));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("0 {empty_sha} 2"));
+    // Not the preface: HTTP/1.1 as on any frontend.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--http1.1", "-w", " %{http_version}"])
+        .arg(url("/plain"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("0 {empty_sha} 1.1"));
+    // 1 MiB up with a known length (content-length to the origin).
+    let body = common::payload_block(3, 1 << 20);
+    let file = TempDir::new();
+    let path = file.path("up.bin");
+    std::fs::write(&path, &body).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--http2-prior-knowledge", "--data-binary"])
+        .arg(format!("@{}", path_str(&path)))
+        .arg(url("/post"))
+        .output()
+        .unwrap();
+    let want = format!("{} {}", 1 << 20, origin::hex(&Sha256::digest(&body)));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    let seen = o.seen();
+    assert_eq!(seen.last().unwrap().header("content-length"), Some("1048576"));
+    assert_eq!(seen[0].header("x-forwarded-proto"), Some("http"));
+    let stats = proxy.running().stats();
+    assert_eq!((stats.h2_connections, stats.h2_streams), (2, 2), "{stats:?}");
+}
+
+#[test]
+fn curl_h2c_100_mib_both_ways() {
+    if !have("curl", "--version") {
+        eprintln!("skipped: curl is not installed");
+        return;
+    }
+    let o = origin::start();
+    let proxy = h2c_proxy(o.addr);
+    let url = |p: &str| format!("http://127.0.0.1:{}{p}", proxy.addr.port());
+    const N: u64 = 100 << 20;
+    let (n, sha, err) = curl_hashed(&["--http2-prior-knowledge".into(), url(&format!("/size/{N}"))], None);
+    assert_eq!((n, sha), (N, origin::body_sha(N)), "{err}");
+    let (_, _, err) = curl_hashed(
+        &["--http2-prior-knowledge".into(), "-T".into(), "-".into(), url("/up")],
+        Some((11, N)),
+    );
+    assert!(err.is_empty(), "{err}");
+    let last = o.seen().pop().unwrap();
+    assert_eq!((last.body_len, last.body_sha), (N, upload_sha(11, N)));
+    // Nothing held once done.
+    proxy.wait_idle(std::time::Duration::from_secs(10));
+    assert_eq!(proxy.running().stats().buffers_in_use, 0);
+}
+
+#[test]
+fn nghttp_100_concurrent_streams_on_one_connection() {
+    if !have("nghttp", "--version") {
+        eprintln!("skipped: nghttp is not installed (package nghttp2-client)");
+        return;
+    }
+    let o = origin::start();
+    let proxy = h2c_proxy(o.addr);
+    let url = format!("http://127.0.0.1:{}/size/4096", proxy.addr.port());
+    // -m 100: the same URI 100 times, all at once (-M 100 allows 100 in flight).
+    let out = Command::new("nghttp")
+        .args(["-n", "-s", "-m", "100", "--max-concurrent-streams=100", "-t", "30"])
+        .arg(&url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    let ok = text.lines().filter(|l| l.contains("/size/4096")).count();
+    assert!(ok >= 100, "{text}");
+    assert_eq!(o.seen().len(), 100);
+    let stats = proxy.running().stats();
+    assert_eq!((stats.h2_connections, stats.h2_streams), (1, 100), "{stats:?}");
+}
+
+#[test]
+fn trailers_both_ways_with_the_h2_crate() {
+    let o = origin::start();
+    let proxy = h2c_proxy(o.addr);
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut client = client.ready().await.unwrap();
+        // Up: DATA then trailers → chunked with a trailer section at the origin.
+        let req = http::Request::post(format!("http://{addr}/up"))
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (resp, mut send) = client.send_request(req, false).unwrap();
+        send.send_data(bytes::Bytes::from_static(b"hello"), false).unwrap();
+        let mut t = http::HeaderMap::new();
+        t.insert("x-up", "yes".parse().unwrap());
+        send.send_trailers(t).unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 200);
+        // Down: a chunked response's trailers arrive as h2 trailers.
+        let req = http::Request::get(format!("http://{addr}/chunked/100000"))
+            .body(())
+            .unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let mut body = resp.await.unwrap().into_body();
+        let mut h = Sha256::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            body.flow_control().release_capacity(chunk.len()).unwrap();
+            h.update(&chunk);
+        }
+        assert_eq!(origin::hex(&h.finalize()), origin::body_sha(100_000));
+        let trailers = body.trailers().await.unwrap().expect("trailers");
+        assert_eq!(trailers.get("x-sum").unwrap(), &origin::body_sha(100_000));
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+    });
+    let up = o.seen().into_iter().find(|s| s.target == "/up").unwrap();
+    assert_eq!(up.body_len, 5);
+    assert_eq!(up.trailers, vec![("x-up".to_string(), "yes".to_string())]);
+    assert_eq!(up.header("te"), None, "te is hop-by-hop");
+}
