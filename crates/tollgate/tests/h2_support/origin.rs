@@ -7,7 +7,7 @@
 //! recorded (a body cut short never is).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
