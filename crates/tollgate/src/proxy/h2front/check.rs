@@ -160,7 +160,8 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let cases: &[(&str, &str, &[(&str, &str)], bool)] = &[
+        type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], bool);
+        let cases: &[Case] = &[
             ("CONNECT", "h:443", &[], true),
             ("GET", "/nohost", &[], true),
             ("GET", "ftp://h/", &[], true),

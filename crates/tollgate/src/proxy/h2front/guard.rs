@@ -174,7 +174,7 @@ impl Budgets {
     }
 
     /// A frame from the client; `Some` when it passes a limit.
-    pub(crate) fn from_client(&mut self, f: FrameHead, now: Instant) -> Option<Flood> {
+    pub(crate) fn on_client_frame(&mut self, f: FrameHead, now: Instant) -> Option<Flood> {
         self.roll(now);
         let l = self.limits;
         let over = |n: &mut u32, max: u32, flood| {
@@ -213,7 +213,7 @@ impl Budgets {
     }
 
     /// A frame tollgate sends; `Some` when the client made it reset too many streams.
-    pub(crate) fn from_server(&mut self, f: FrameHead, now: Instant) -> Option<Flood> {
+    pub(crate) fn on_server_frame(&mut self, f: FrameHead, now: Instant) -> Option<Flood> {
         self.roll(now);
         if f.kind != RST_STREAM {
             return None;
@@ -297,7 +297,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
             let budgets = &mut this.budgets;
             this.inbound.feed(new, |f| {
                 if tripped.is_none() {
-                    tripped = budgets.from_client(f, now);
+                    tripped = budgets.on_client_frame(f, now);
                 }
             });
         }
@@ -323,7 +323,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         let budgets = &mut this.budgets;
         this.outbound.feed(buf.get(..n).unwrap_or_default(), |f| {
             if tripped.is_none() {
-                tripped = budgets.from_server(f, now);
+                tripped = budgets.on_server_frame(f, now);
             }
         });
         if let Some(flood) = tripped {
@@ -385,8 +385,8 @@ mod tests {
             kind: PING,
             flags: 0,
         };
-        assert_eq!((0..3).filter_map(|_| b.from_client(ping, now)).count(), 0);
-        assert_eq!(b.from_client(ping, now), Some(Flood::Pings));
+        assert_eq!((0..3).filter_map(|_| b.on_client_frame(ping, now)).count(), 0);
+        assert_eq!(b.on_client_frame(ping, now), Some(Flood::Pings));
         let empty = FrameHead {
             len: 0,
             kind: DATA,
@@ -398,16 +398,16 @@ mod tests {
             flags: END_STREAM,
         };
         assert_eq!(
-            b.from_client(last, now),
+            b.on_client_frame(last, now),
             None,
             "an empty DATA that ends a stream is fine"
         );
-        assert_eq!(b.from_client(empty, now), None);
-        assert_eq!(b.from_client(empty, now), None);
-        assert_eq!(b.from_client(empty, now), Some(Flood::EmptyData));
+        assert_eq!(b.on_client_frame(empty, now), None);
+        assert_eq!(b.on_client_frame(empty, now), None);
+        assert_eq!(b.on_client_frame(empty, now), Some(Flood::EmptyData));
         // A new window forgets.
         let later = now + limits.flood_window;
-        assert_eq!(b.from_client(ping, later), None);
+        assert_eq!(b.on_client_frame(ping, later), None);
     }
 
     #[test]
@@ -429,17 +429,17 @@ mod tests {
             kind: CONTINUATION,
             flags: 0,
         };
-        assert_eq!(b.from_client(headers, now), None);
-        assert_eq!(b.from_client(cont, now), None);
-        assert_eq!(b.from_client(cont, now), None);
-        assert_eq!(b.from_client(cont, now), Some(Flood::HeaderBlock));
+        assert_eq!(b.on_client_frame(headers, now), None);
+        assert_eq!(b.on_client_frame(cont, now), None);
+        assert_eq!(b.on_client_frame(cont, now), None);
+        assert_eq!(b.on_client_frame(cont, now), Some(Flood::HeaderBlock));
         let mut b = Budgets::new(limits, now);
         let big = FrameHead {
             len: 101,
             kind: HEADERS,
             flags: END_HEADERS,
         };
-        assert_eq!(b.from_client(big, now), Some(Flood::HeaderBlock));
+        assert_eq!(b.on_client_frame(big, now), Some(Flood::HeaderBlock));
         // Ended blocks start over.
         let mut b = Budgets::new(limits, now);
         let whole = FrameHead {
@@ -448,7 +448,7 @@ mod tests {
             flags: END_HEADERS,
         };
         for _ in 0..10 {
-            assert_eq!(b.from_client(whole, now), None);
+            assert_eq!(b.on_client_frame(whole, now), None);
         }
     }
 
@@ -465,9 +465,9 @@ mod tests {
             kind: RST_STREAM,
             flags: 0,
         };
-        assert_eq!(b.from_server(rst, now), None);
+        assert_eq!(b.on_server_frame(rst, now), None);
         assert_eq!(
-            b.from_server(
+            b.on_server_frame(
                 FrameHead {
                     len: 4,
                     kind: DATA,
@@ -477,7 +477,7 @@ mod tests {
             ),
             None
         );
-        assert_eq!(b.from_server(rst, now), None);
-        assert_eq!(b.from_server(rst, now), Some(Flood::ServerResets));
+        assert_eq!(b.on_server_frame(rst, now), None);
+        assert_eq!(b.on_server_frame(rst, now), Some(Flood::ServerResets));
     }
 }
