@@ -165,6 +165,9 @@ fn malformed_requests_are_refused_and_never_reach_the_origin() {
             conn.send(&frame(DATA, flags, 1, d));
         }
         let outcome = conn.outcome(1, Duration::from_secs(5));
+        // Which layer refused each case (h2's reset or tollgate's 400 = 0x8c): the log of
+        // what the codec covers and what `h2front::check` adds.
+        eprintln!("{}: {outcome:?}", c.name);
         if !outcome.refused() {
             failures.push(format!("{}: {outcome:?}", c.name));
         }
