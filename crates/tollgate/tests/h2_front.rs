@@ -299,3 +299,59 @@ fn trailers_both_ways_with_the_h2_crate() {
     assert_eq!(up.trailers, vec![("x-up".to_string(), "yes".to_string())]);
     assert_eq!(up.header("te"), None, "te is hop-by-hop");
 }
+
+#[test]
+fn access_log_has_one_record_per_stream() {
+    let o = origin::start();
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let text = config(o.addr, "h2c = true").replacen(
+        "[[frontend]]",
+        &format!("[log]\naccess = \"{}\"\nformat = \"json\"\n[[frontend]]", log.display()),
+        1,
+    );
+    let proxy = Proxy::start(&text);
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut pending = Vec::new();
+        for i in 0..3 {
+            let mut c = client.clone().ready().await.unwrap();
+            let req = http::Request::get(format!("http://{addr}/size/1{i}")).body(()).unwrap();
+            pending.push(c.send_request(req, true).unwrap().0);
+        }
+        for p in pending {
+            let mut body = p.await.unwrap().into_body();
+            while let Some(d) = body.data().await {
+                d.unwrap();
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= 3 {
+            break lines;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    let mut paths = Vec::new();
+    for l in &lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!((&v["method"], &v["status"]), (&"GET".into(), &200.into()), "{v}");
+        assert_eq!((&v["backend"], &v["server"]), (&"be".into(), &"o".into()), "{v}");
+        assert_eq!(v["termination"], "normal", "{v}");
+        paths.push(v["path"].as_str().unwrap().to_string());
+        assert!(v["bytes_to_client"].as_u64().unwrap() >= 10, "{v}");
+    }
+    paths.sort();
+    assert_eq!(paths, ["/size/10", "/size/11", "/size/12"]);
+}
