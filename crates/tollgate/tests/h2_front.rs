@@ -312,7 +312,10 @@ fn access_log_has_one_record_per_stream() {
     );
     let proxy = Proxy::start(&text);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (client, conn) = h2::client::handshake(tcp).await.unwrap();

@@ -228,7 +228,20 @@ impl Stream<'_> {
         }
         let mut back = Inbound::default();
         let mut scratch = HeadScratch::new();
-        let response = match read_response(ctx, &mut server, &mut back, req.method, &mut scratch).await {
+        // A client that resets its stream stops the wait at once (its server connection is
+        // closed): a reset stream holds no server connection (rapid reset).
+        let respond = &mut *self.respond;
+        let read = tokio::select! {
+            r = read_response(ctx, &mut server, &mut back, req.method, &mut scratch) => r,
+            reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                let why = match reason {
+                    Ok(reason) => format!("client reset the stream ({reason})"),
+                    Err(e) => format!("client connection: {e}"),
+                };
+                return Err(at(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers)));
+            }
+        };
+        let response = match read {
             Ok(r) => {
                 server_live.check.traffic_ok();
                 r
