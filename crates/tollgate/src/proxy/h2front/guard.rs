@@ -34,6 +34,7 @@ const SETTINGS: u8 = 0x4;
 const PUSH_PROMISE: u8 = 0x5;
 const PING: u8 = 0x6;
 const WINDOW_UPDATE: u8 = 0x8;
+const GOAWAY: u8 = 0x7;
 const CONTINUATION: u8 = 0x9;
 const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
@@ -228,6 +229,9 @@ impl Budgets {
 pub(crate) struct Trip {
     flood: Cell<Option<Flood>>,
     waker: Cell<Option<Waker>>,
+    /// A GOAWAY was written and flushed since (the closing connection may go).
+    goaway_flushed: Cell<bool>,
+    goaway_waker: Cell<Option<Waker>>,
 }
 
 impl Trip {
@@ -242,6 +246,18 @@ impl Trip {
         if let Some(w) = self.waker.take() {
             w.wake();
         }
+    }
+
+    /// Resolves once a GOAWAY frame left (written and flushed).
+    pub(crate) fn goaway_flushed(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(|cx| {
+            if self.goaway_flushed.get() {
+                Poll::Ready(())
+            } else {
+                self.goaway_waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        })
     }
 
     /// Resolves once the connection is tripped.
@@ -265,6 +281,8 @@ pub(crate) struct Guarded<T> {
     trip: Rc<Trip>,
     /// `bytes_to_client` counts every byte written here (frames as sent).
     stats: Arc<WorkerStats>,
+    /// A GOAWAY frame was written; the next completed flush sends it.
+    goaway_written: bool,
 }
 
 impl<T> Guarded<T> {
@@ -277,6 +295,7 @@ impl<T> Guarded<T> {
             budgets: Budgets::new(limits, Instant::now()),
             trip,
             stats,
+            goaway_written: false,
         }
     }
 }
@@ -321,7 +340,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
         let mut tripped = None;
         let now = Instant::now();
         let budgets = &mut this.budgets;
+        let goaway = &mut this.goaway_written;
         this.outbound.feed(buf.get(..n).unwrap_or_default(), |f| {
+            *goaway |= f.kind == GOAWAY;
             if tripped.is_none() {
                 tripped = budgets.on_server_frame(f, now);
             }
@@ -333,7 +354,15 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.io).poll_flush(cx);
+        if this.goaway_written && matches!(flushed, Poll::Ready(Ok(()))) {
+            this.trip.goaway_flushed.set(true);
+            if let Some(w) = this.trip.goaway_waker.take() {
+                w.wake();
+            }
+        }
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

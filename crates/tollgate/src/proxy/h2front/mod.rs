@@ -113,6 +113,12 @@ where
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %info.peer, error = %e, "h2 connection ended");
+                    // h2's own bound on streams it reset for the client's errors counts them
+                    // as they are decided, before `guard` sees the resets written: the same
+                    // flood (its rapid-reset bound is set above `guard`'s, so not that one).
+                    if e.is_go_away() && e.is_library() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+                        count_flood(ctx, Flood::ServerResets);
+                    }
                     break None;
                 }
                 // GOAWAY sent and every stream done, or the client closed.
@@ -138,7 +144,13 @@ where
         streams.abort_all();
         count_flood(ctx, flood);
         conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
-        let _ = tokio::time::timeout(GOAWAY_FLUSH, std::future::poll_fn(|cx| conn.poll_closed(cx))).await;
+        // Driving the codec writes the GOAWAY; once it is flushed nothing else is owed.
+        let closed = std::future::poll_fn(|cx| conn.poll_closed(cx));
+        tokio::select! {
+            _ = closed => {}
+            () = trip.goaway_flushed() => {}
+            () = tokio::time::sleep(GOAWAY_FLUSH) => {}
+        }
         tracing::debug!(peer = %info.peer, flood = flood.as_str(), "h2 connection closed: ENHANCE_YOUR_CALM");
         return Err(Error::new(ErrorKind::BadRequest(400), Side::Front, flood.as_str()));
     }
@@ -156,10 +168,12 @@ fn builder(l: &crate::config::model::Http2) -> h2::server::Builder {
         .max_frame_size(l.max_frame_size)
         .max_header_list_size(l.max_header_list_size)
         .max_send_buffer_size(l.max_send_buffer as usize)
-        // h2's own rapid-reset and MadeYouReset bounds, as a backstop: set above the ones
-        // `guard` counts so that those trip first (and are counted by kind).
+        // h2's own rapid-reset bound, as a backstop set above `guard`'s (which counts
+        // every client RST_STREAM before h2 reads it, so trips first), and its bound on
+        // streams reset for the client's protocol errors (per connection, not per window:
+        // a well-behaved client makes none), which sees them before they are written.
         .max_pending_accept_reset_streams(2 * l.max_client_resets as usize)
-        .max_local_error_reset_streams(Some((2 * l.max_server_resets as usize).max(1024)));
+        .max_local_error_reset_streams(Some(l.max_server_resets as usize));
     b
 }
 
