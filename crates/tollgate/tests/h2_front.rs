@@ -126,6 +126,21 @@ fn curl_h2_over_tls_alpn_bodies_and_forwarding() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A client that offers only http/1.1 on the same frontend gets HTTP/1.1.
+    let mut h1 = base("/size/5");
+    h1[0] = "--http1.1".into();
+    h1.extend(["-o".into(), "/dev/null".into(), "-w".into(), "%{http_version}".into()]);
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(&h1)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1.1",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // 1 MiB down.
     let (n, sha, err) = curl_hashed(&base("/size/1048576"), None);
     assert_eq!((n, sha), (1 << 20, origin::body_sha(1 << 20)), "{err}");
@@ -148,7 +163,7 @@ fn curl_h2_over_tls_alpn_bodies_and_forwarding() {
     assert_eq!(first.header("x-forwarded-for"), Some("127.0.0.1"));
     let stats = proxy.running().stats();
     assert_eq!(stats.h2_connections, 3, "{stats:?}");
-    assert_eq!((stats.h2_streams, stats.http_requests), (3, 3), "{stats:?}");
+    assert_eq!((stats.h2_streams, stats.http_requests), (3, 4), "{stats:?}");
 }
 
 #[test]
@@ -357,4 +372,38 @@ fn access_log_has_one_record_per_stream() {
     }
     paths.sort();
     assert_eq!(paths, ["/size/10", "/size/11", "/size/12"]);
+}
+
+#[test]
+fn an_idle_h2_connection_gets_goaway_after_http_keep_alive() {
+    let o = origin::start();
+    let text = config(o.addr, "h2c = true").replacen(
+        "[[frontend]]",
+        "[timeouts]\nhttp_keep_alive = \"300ms\"\n[[frontend]]",
+        1,
+    );
+    let proxy = Proxy::start(&text);
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let lived = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        let driver = tokio::spawn(conn);
+        let mut c = client.ready().await.unwrap();
+        let req = http::Request::get(format!("http://{addr}/size/3")).body(()).unwrap();
+        let mut body = c.send_request(req, true).unwrap().0.await.unwrap().into_body();
+        while let Some(d) = body.data().await {
+            d.unwrap();
+        }
+        let t = std::time::Instant::now();
+        // The proxy ends the idle connection (GOAWAY, then close): the driver returns.
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), driver).await;
+        assert!(ended.is_ok(), "idle h2 connection still open after 5 s");
+        t.elapsed()
+    });
+    assert!(lived >= std::time::Duration::from_millis(250), "{lived:?}");
+    proxy.wait_idle(std::time::Duration::from_secs(5));
 }
