@@ -407,3 +407,66 @@ fn an_idle_h2_connection_gets_goaway_after_http_keep_alive() {
     assert!(lived >= std::time::Duration::from_millis(250), "{lived:?}");
     proxy.wait_idle(std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn sticky_cookie_over_h2_as_over_http1() {
+    use common::http::{http_origin, ok};
+    let a = http_origin(|_| ok("A"));
+    let b = http_origin(|_| ok("B"));
+    let text = format!(
+        "[global]\nworkers = 1\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\ndefault_backend = \"be\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[backend.sticky]\ncookie = \"SRV\"\n\
+         [[backend.server]]\nname = \"a\"\naddress = \"{}\"\n[[backend.server]]\nname = \"b\"\naddress = \"{}\"\n",
+        a.addr, b.addr
+    );
+    let proxy = Proxy::start(&text);
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (first, set_cookie, rest) = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let get = |cookie: Option<String>| {
+            let client = client.clone();
+            async move {
+                let mut c = client.ready().await.unwrap();
+                let mut req = http::Request::get(format!("http://{addr}/")).header("cookie", "app=1");
+                if let Some(v) = cookie {
+                    req = req.header("cookie", v);
+                }
+                let resp = c.send_request(req.body(()).unwrap(), true).unwrap().0.await.unwrap();
+                let set = resp
+                    .headers()
+                    .get("set-cookie")
+                    .map(|v| v.to_str().unwrap().to_string());
+                let mut body = resp.into_body();
+                let mut text = Vec::new();
+                while let Some(d) = body.data().await {
+                    text.extend_from_slice(&d.unwrap());
+                }
+                (String::from_utf8(text).unwrap(), set)
+            }
+        };
+        let (first, set) = get(None).await;
+        let set = set.expect("a sticky cookie on the first response");
+        let cookie = set.split(';').next().unwrap().to_string();
+        let mut rest = Vec::new();
+        for _ in 0..6 {
+            let (body, again) = get(Some(cookie.clone())).await;
+            assert_eq!(again, None, "a client with the server's cookie keeps it");
+            rest.push(body);
+        }
+        (first, set, rest)
+    });
+    assert!(set_cookie.starts_with("SRV="), "{set_cookie}");
+    assert!(rest.iter().all(|b| *b == first), "{first} then {rest:?}");
+    // The proxy's cookie never reaches a server; the application's does.
+    for r in a.requests().iter().chain(b.requests().iter()) {
+        assert_eq!(r.header("cookie"), Some("app=1"), "{r:?}");
+    }
+}

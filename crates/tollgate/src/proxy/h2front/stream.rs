@@ -104,6 +104,8 @@ struct Request {
     method: Method,
     body: BodyOut,
     head: Vec<u8>,
+    /// The server the sticky cookie named (that client keeps its cookie as it is).
+    prefer: Option<ServerId>,
 }
 
 impl Request {
@@ -141,19 +143,23 @@ impl Stream<'_> {
                     (false, Some(n)) => BodyOut::Length(n),
                     (false, None) => BodyOut::Chunked,
                 };
+                let sticky = self.conn.ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
                 let fwd = Forwarding {
                     mode: self.fe.forwarded,
                     ip: self.conn.peer.ip(),
                     proto: self.conn.proto,
+                    sticky: sticky.map(|t| t.cookie()),
                 };
                 let mut head = Vec::with_capacity(512);
                 to_h1::write_request_head(&parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
+                let prefer = self.sticky_server(backend, &parts);
                 let req = Request {
                     method: Method::of(parts.method.as_str().as_bytes()),
                     body: body_out,
                     head,
+                    prefer,
                 };
-                let keys = (self.hash_key(backend, &parts), self.sticky_server(backend, &parts));
+                let keys = (self.hash_key(backend, &parts), prefer);
                 self.forward(backend, &req, keys, &mut body).await
             }
         }
@@ -257,7 +263,16 @@ impl Stream<'_> {
         };
         self.rec.timing.response = Some(self.rec.timing.now());
         self.rec.status = response.status;
-        let head = to_h1::response_head(&response, back.data());
+        let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+        let mut head = to_h1::response_head(&response, back.data(), sticky.map(|t| t.cookie()));
+        // As the h1 path: a client that came with this server's cookie keeps it.
+        if let Some(table) = sticky
+            && req.prefer != Some(id)
+        {
+            use crate::http::h1::MessageHead;
+            let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
+            table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
+        }
         back.consume(response.head_len);
         let framing = response.body;
         let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited;

@@ -26,11 +26,13 @@ pub(crate) enum BodyOut {
     Chunked,
 }
 
-/// What the h1 path's `HeadEdits` would add for this client.
-pub(crate) struct Forwarding {
+/// What the h1 path's `HeadEdits` would add or remove for this client.
+pub(crate) struct Forwarding<'a> {
     pub mode: Forwarded,
     pub ip: IpAddr,
     pub proto: Proto,
+    /// A sticky backend's cookie: the proxy's own, never forwarded to a server.
+    pub sticky: Option<&'a [u8]>,
 }
 
 /// Writes `parts` as an HTTP/1.1 request head into `out` (cleared first).
@@ -69,15 +71,7 @@ pub(crate) fn write_request_head(
         push_field(name.as_str().as_bytes(), value.as_bytes(), out);
     }
     if cookies {
-        // RFC 9113 8.2.3: an h2 client may split `cookie`; HTTP/1 wants one field.
-        out.extend_from_slice(b"cookie: ");
-        for (i, v) in parts.headers.get_all(http::header::COOKIE).iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b"; ");
-            }
-            out.extend_from_slice(v.as_bytes());
-        }
-        out.extend_from_slice(b"\r\n");
+        join_cookies(parts, fwd.sticky, out);
     }
     forwarding(&parts.headers, fwd, out);
     match body {
@@ -98,6 +92,37 @@ pub(crate) fn write_request_head(
         return Err(Refusal("CR, LF or NUL in the request head"));
     }
     Ok(())
+}
+
+/// RFC 9113 8.2.3: an h2 client may split `cookie`; HTTP/1 wants one field. The sticky
+/// cookie is left out (a field left empty is dropped), as the h1 path does.
+fn join_cookies(parts: &Parts, sticky: Option<&[u8]>, out: &mut Vec<u8>) {
+    use crate::http::cookie;
+    let start = out.len();
+    out.extend_from_slice(b"cookie: ");
+    let values_start = out.len();
+    for v in parts.headers.get_all(http::header::COOKIE) {
+        let v = v.as_bytes();
+        let mark = out.len();
+        if mark > values_start {
+            out.extend_from_slice(b"; ");
+        }
+        let kept = match sticky {
+            Some(name) if cookie::contains(v, name) => cookie::push_without(v, name, out),
+            _ => {
+                out.extend_from_slice(v);
+                true
+            }
+        };
+        if !kept {
+            out.truncate(mark);
+        }
+    }
+    if out.len() == values_start {
+        out.truncate(start);
+    } else {
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 fn forwarding(headers: &HeaderMap, fwd: &Forwarding, out: &mut Vec<u8>) {
@@ -162,13 +187,20 @@ pub(crate) fn write_last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) 
 }
 
 /// An h1 response head as h2 response fields: hop-by-hop and framing fields dropped
-/// (RFC 9113 8.2.2), names lowercased.
-pub(crate) fn response_head(head: &ResponseHead, buf: &[u8]) -> http::Response<()> {
+/// (RFC 9113 8.2.2), names lowercased; a `Set-Cookie` setting the `sticky` cookie dropped
+/// (the proxy sets its own).
+pub(crate) fn response_head(head: &ResponseHead, buf: &[u8], sticky: Option<&[u8]>) -> http::Response<()> {
     let mut resp = http::Response::new(());
     *resp.status_mut() = http::StatusCode::from_u16(head.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
     let fields = resp.headers_mut();
     for e in head.entries() {
         if skip_in_h2(e) {
+            continue;
+        }
+        if let Some(name) = sticky
+            && e.name.of(buf).eq_ignore_ascii_case(b"set-cookie")
+            && crate::http::cookie::sets(e.value.of(buf), name)
+        {
             continue;
         }
         let (Ok(name), Ok(value)) = (
@@ -180,6 +212,24 @@ pub(crate) fn response_head(head: &ResponseHead, buf: &[u8]) -> http::Response<(
         fields.append(name, value);
     }
     resp
+}
+
+/// Adds complete header lines (`Name: value\r\n`...), as the sticky table makes them.
+pub(crate) fn append_lines(resp: &mut http::Response<()>, lines: &[u8]) {
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let (name, value) = (
+            line.get(..colon).unwrap_or_default(),
+            line.get(colon + 1..).unwrap_or_default(),
+        );
+        let value = crate::http::h1::headers::trim_ows(value);
+        if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
+            resp.headers_mut().append(n, v);
+        }
+    }
 }
 
 fn skip_in_h2(e: &HeaderEntry) -> bool {
@@ -311,11 +361,12 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    fn fwd() -> Forwarding {
+    fn fwd() -> Forwarding<'static> {
         Forwarding {
             mode: Forwarded::XForwardedFor,
             ip: "10.0.0.1".parse().unwrap(),
             proto: Proto::Https,
+            sticky: Some(b"SRV"),
         }
     }
 
@@ -325,7 +376,8 @@ mod tests {
             .method("POST")
             .uri("https://example.com/up?x=1")
             .header("cookie", "a=1")
-            .header("cookie", "b=2")
+            .header("cookie", "SRV=s1")
+            .header("cookie", "b=2; SRV=s1")
             .header("x-forwarded-for", "1.2.3.4")
             .header("te", "trailers")
             .header("accept", "*/*")
