@@ -189,6 +189,17 @@ fn curl_h2c_prior_knowledge_and_http1_on_the_same_frontend() {
         .unwrap();
     let empty_sha = origin::hex(&Sha256::digest(b""));
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("0 {empty_sha} 2"));
+    // HEAD: the length of what a GET would get, and no body.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--http2-prior-knowledge", "-I"])
+        .arg(url("/size/100"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(
+        head.starts_with("http/2 200") && head.contains("content-length: 100"),
+        "{head}"
+    );
     // Not the preface: HTTP/1.1 as on any frontend.
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "30", "--http1.1", "-w", " %{http_version}"])
@@ -213,7 +224,7 @@ fn curl_h2c_prior_knowledge_and_http1_on_the_same_frontend() {
     assert_eq!(seen.last().unwrap().header("content-length"), Some("1048576"));
     assert_eq!(seen[0].header("x-forwarded-proto"), Some("http"));
     let stats = proxy.running().stats();
-    assert_eq!((stats.h2_connections, stats.h2_streams), (2, 2), "{stats:?}");
+    assert_eq!((stats.h2_connections, stats.h2_streams), (3, 3), "{stats:?}");
 }
 
 #[test]

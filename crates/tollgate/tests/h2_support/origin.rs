@@ -202,6 +202,9 @@ fn respond(w: &mut TcpStream, seen: &Seen, gate: &AtomicBool) -> std::io::Result
             w,
             "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nContent-Type: application/octet-stream\r\n\r\n"
         )?;
+        if seen.method == "HEAD" {
+            return Ok(());
+        }
         return generate(w, n, false);
     }
     if let Some(n) = sized("/chunked/") {
