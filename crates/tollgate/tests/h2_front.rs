@@ -220,11 +220,31 @@ fn curl_h2c_prior_knowledge_and_http1_on_the_same_frontend() {
         .unwrap();
     let want = format!("{} {}", 1 << 20, origin::hex(&Sha256::digest(&body)));
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    // Expect: 100-continue is answered by the proxy at once (curl would otherwise wait its
+    // 10 s expect timeout, set here), never forwarded.
+    let t = std::time::Instant::now();
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "30",
+            "--http2-prior-knowledge",
+            "--expect100-timeout",
+            "10",
+        ])
+        .args(["-H", "expect: 100-continue", "--data-binary"])
+        .arg(format!("@{}", path_str(&path)))
+        .arg(url("/post"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(o.seen().last().unwrap().header("expect"), None);
     let seen = o.seen();
     assert_eq!(seen.last().unwrap().header("content-length"), Some("1048576"));
     assert_eq!(seen[0].header("x-forwarded-proto"), Some("http"));
     let stats = proxy.running().stats();
-    assert_eq!((stats.h2_connections, stats.h2_streams), (3, 3), "{stats:?}");
+    assert_eq!((stats.h2_connections, stats.h2_streams), (4, 4), "{stats:?}");
 }
 
 #[test]

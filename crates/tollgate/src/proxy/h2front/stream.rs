@@ -152,6 +152,13 @@ impl Stream<'_> {
                 };
                 let mut head = Vec::with_capacity(512);
                 to_h1::write_request_head(&parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
+                if body_out != BodyOut::None && expects_continue(&parts) {
+                    // The body is forwarded as it comes (the server is not asked): tell the
+                    // client to send it now rather than after its own timeout.
+                    let mut go = http::Response::new(());
+                    *go.status_mut() = http::StatusCode::CONTINUE;
+                    let _ = self.respond.send_informational(go);
+                }
                 let prefer = self.sticky_server(backend, &parts);
                 let req = Request {
                     method: Method::of(parts.method.as_str().as_bytes()),
@@ -381,6 +388,13 @@ fn decide<'a>(fe: &'a Frontend, parts: &Parts) -> Decision<'a> {
     let host = route::normalize_host(raw, &mut host_buf);
     let path = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
     route::decide_neutral(fe, host, path, |name| parts.headers.get(name).map(|v| v.as_bytes()))
+}
+
+fn expects_continue(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 fn refused(status: u16, why: &'static str) -> Error {

@@ -57,8 +57,11 @@ pub(crate) fn write_request_head(
     let mut cookies = false;
     for (name, value) in &parts.headers {
         match HeaderKind::of(name.as_str().as_bytes()) {
-            // Written from :authority above; framing and forwarding fields below.
-            HeaderKind::Host | HeaderKind::ContentLength | HeaderKind::TransferEncoding => continue,
+            // Written from :authority above; framing and forwarding fields below; `expect`
+            // answered by the proxy itself (the body follows the head without waiting).
+            HeaderKind::Host | HeaderKind::ContentLength | HeaderKind::TransferEncoding | HeaderKind::Expect => {
+                continue;
+            }
             HeaderKind::XForwardedFor | HeaderKind::XForwardedProto if fwd.mode == Forwarded::XForwardedFor => continue,
             HeaderKind::Forwarded if fwd.mode == Forwarded::Forwarded => continue,
             kind if kind.is_hop_by_hop() => continue,
