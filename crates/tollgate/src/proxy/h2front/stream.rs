@@ -190,7 +190,19 @@ impl Stream<'_> {
                 ctx.stats.http_pool_reused.add(1);
             }
             let sent = Counter::new();
-            let outcome = self.exchange(backend, req, conn, body, &sent).await;
+            // `maint --kill` on this server ends the stream mid-exchange, as on the h1 path.
+            let live = std::sync::Arc::clone(conn.slot.server());
+            let epoch = live.kill_epoch();
+            let kills = ctx.kills.notified();
+            tokio::pin!(kills);
+            let outcome = tokio::select! {
+                biased;
+                outcome = self.exchange(backend, req, conn, body, &sent) => outcome,
+                () = ctx.killed(&live, epoch, kills.as_mut()) => {
+                    let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
+                    Err(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+                }
+            };
             self.rec.bytes_to_server += sent.get();
             match outcome {
                 Ok(()) => return Ok(()),
