@@ -501,3 +501,67 @@ fn sticky_cookie_over_h2_as_over_http1() {
         assert_eq!(r.header("cookie"), Some("app=1"), "{r:?}");
     }
 }
+
+#[test]
+fn a_server_that_answers_before_the_body_is_heard() {
+    use std::io::{BufRead, BufReader, Read};
+    // Reads the head only, answers 413 at once, then reads nothing for 8 s.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr_o = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for s in listener.incoming().take(4) {
+            let Ok(mut s) = s else { continue };
+            thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let _ = s.write_all(
+                    b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbig\n",
+                );
+                // Reads nothing more for a while: a proxy that insists on sending the whole
+                // body first stalls once the socket buffers are full.
+                thread::sleep(std::time::Duration::from_secs(8));
+                let _ = s.shutdown(std::net::Shutdown::Write);
+                s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+                let mut sink = vec![0u8; 65536];
+                while r.read(&mut sink).is_ok_and(|n| n > 0) {}
+            });
+        }
+    });
+    let proxy = h2c_proxy(addr_o);
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (status, body) = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut c = client.ready().await.unwrap();
+        let req = http::Request::post(format!("http://{addr}/big")).body(()).unwrap();
+        let (resp, mut send) = c.send_request(req, false).unwrap();
+        // 32 MiB queued behind the flow-control windows: more than the socket buffers hold.
+        for _ in 0..512 {
+            if send.send_data(bytes::Bytes::from(vec![7u8; 64 * 1024]), false).is_err() {
+                break;
+            }
+        }
+        let resp = tokio::time::timeout(std::time::Duration::from_secs(5), resp)
+            .await
+            .expect("a response while the body is still being sent")
+            .unwrap();
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(Ok(d)) = body.data().await {
+            text.extend_from_slice(&d);
+        }
+        (status, text)
+    });
+    assert_eq!((status, &body[..]), (413, &b"big\n"[..]));
+}

@@ -4,7 +4,8 @@
 //! (`check`), route it (`route::decide_neutral`), answer it or take a server connection
 //! (pooled or new, `server_conn::open`: queues, maxconn and connect retries as for h1), send
 //! the head as strict HTTP/1.1 (`to_h1`) and the body (known length as is, else chunked with
-//! the client's trailers), read the response head with the h1 codec, answer the stream, then
+//! the client's trailers) while watching for the response head (a server that answers
+//! early is heard at once, as on the h1 path), read with the h1 codec, answer the stream, then
 //! stream the body back under the client's flow control, chunked trailers becoming h2
 //! trailers. The server connection goes back to the pool only when its response was read to
 //! its end and it stays open.
@@ -25,7 +26,7 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::request::Parts;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::check;
@@ -246,25 +247,44 @@ impl Stream<'_> {
             let e = Error::io(Side::Back, "send request head", e).during(Phase::Headers);
             return Err(at(e.retryable(true)));
         }
-        if req.body != BodyOut::None {
-            send_body(&mut server, body, req.body, timeouts.client)
-                .await
-                .map_err(at)?;
-        }
         let mut back = Inbound::default();
         let mut scratch = HeadScratch::new();
-        // A client that resets its stream stops the wait at once (its server connection is
-        // closed): a reset stream holds no server connection (rapid reset).
-        let respond = &mut *self.respond;
-        let read = tokio::select! {
-            r = read_response(ctx, &mut server, &mut back, req.method, &mut scratch) => r,
-            reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
-                let why = match reason {
-                    Ok(reason) => format!("client reset the stream ({reason})"),
-                    Err(e) => format!("client connection: {e}"),
-                };
-                return Err(at(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers)));
+        let (read, server_first) = {
+            let (mut rd, mut wr) = tokio::io::split(&mut server);
+            let response = read_response(ctx, &mut rd, &mut back, req.method, &mut scratch);
+            tokio::pin!(response);
+            // A server may answer before the body is complete (a 413, a redirect): its
+            // answer is heard at once, the rest of the body is not sent, and the server
+            // connection is not reused (as `upload.rs` on the h1 path).
+            let mut early = None;
+            if req.body != BodyOut::None {
+                let upload = send_body(&mut wr, body, req.body, timeouts.client);
+                tokio::select! {
+                    biased;
+                    r = &mut response => early = Some(r),
+                    sent = upload => sent.map_err(at)?,
+                }
             }
+            let server_first = early.is_some();
+            // A client that resets its stream stops the wait at once (its server connection
+            // is closed): a reset stream holds no server connection (rapid reset).
+            let respond = &mut *self.respond;
+            let read = match early {
+                Some(r) => r,
+                None => tokio::select! {
+                    r = tokio::time::timeout(timeouts.server, &mut response) => r.unwrap_or_else(|_| {
+                        Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"))
+                    }),
+                    reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                        let why = match reason {
+                            Ok(reason) => format!("client reset the stream ({reason})"),
+                            Err(e) => format!("client connection: {e}"),
+                        };
+                        return Err(at(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers)));
+                    }
+                },
+            };
+            (read, server_first)
         };
         let response = match read {
             Ok(r) => {
@@ -294,7 +314,7 @@ impl Stream<'_> {
         }
         back.consume(response.head_len);
         let framing = response.body;
-        let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited;
+        let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
         response.reclaim(&mut scratch);
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
         let mut send = self
@@ -433,8 +453,8 @@ fn log_failure(ctx: &WorkerCtx, fe: &Frontend, peer: SocketAddr, status: u16, ca
 
 /// The request body to the server: DATA frames as they come (each one's window given back
 /// once the server took it), framed as `out` says, the client's trailers after a chunked body.
-async fn send_body(
-    server: &mut Counted<'_, ServerConn>,
+async fn send_body<W: AsyncWrite + Unpin>(
+    server: &mut W,
     body: &mut RecvStream,
     out: BodyOut,
     idle: Duration,
@@ -472,7 +492,7 @@ async fn send_body(
     Ok(())
 }
 
-async fn write(server: &mut Counted<'_, ServerConn>, bytes: &[u8]) -> Result<(), Error> {
+async fn write<W: AsyncWrite + Unpin>(server: &mut W, bytes: &[u8]) -> Result<(), Error> {
     server
         .write_all(bytes)
         .await
@@ -481,9 +501,9 @@ async fn write(server: &mut Counted<'_, ServerConn>, bytes: &[u8]) -> Result<(),
 
 /// Reads the final response head (interim 1xx dropped: the h2 client did not ask for them
 /// through tollgate's h1 side).
-async fn read_response(
+async fn read_response<R: AsyncRead + Unpin>(
     ctx: &WorkerCtx,
-    server: &mut Counted<'_, ServerConn>,
+    server: &mut R,
     back: &mut Inbound,
     method: Method,
     scratch: &mut HeadScratch,
@@ -494,8 +514,7 @@ async fn read_response(
         max_request_line: http.max_request_line,
         max_headers: http.max_headers,
     };
-    let deadline = tokio::time::sleep(ctx.shared.config.timeouts.server);
-    tokio::pin!(deadline);
+    // The caller bounds the wait (`timeouts.server` from the end of the request body).
     let mut received = false;
     loop {
         if !back.is_empty() {
@@ -525,13 +544,7 @@ async fn read_response(
                 Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
             }
         }
-        let read = tokio::select! {
-            biased;
-            r = back.read_from(server, &ctx.buffers, false) => r,
-            _ = &mut deadline => {
-                return Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"));
-            }
-        };
+        let read = back.read_from(server, &ctx.buffers, false).await;
         match read {
             Ok(0) | Err(_) if !received => {
                 return Err(Error::new(
