@@ -106,4 +106,15 @@ fn reload_with_fifty_streaming_h2_connections_completes_every_stream() {
     }
     // The old generation drained and left.
     master.wait_single_generation(Duration::from_secs(30));
+    // The [http2] limits are budgets in `show info`, with their limits.
+    let info = master.ctl_ok(&["show", "info"]);
+    for budget in [
+        "h2_streams",
+        "h2_pings",
+        "h2_client_resets",
+        "h2_server_resets",
+        "h2_header_block",
+    ] {
+        assert!(info.contains(budget), "{budget} missing from show info:\n{info}");
+    }
 }
