@@ -97,12 +97,11 @@ where
     let mut streams = JoinSet::new();
     let mut going_away = false;
     // No stream yet: the first must come within http_request; later, http_keep_alive.
-    let mut idle_since = Instant::now();
-    let mut idle_limit = timeouts.http_request;
+    let idle = tokio::time::sleep_until(Instant::now() + timeouts.http_request);
+    tokio::pin!(idle);
     let stopping = ctx.stopping();
     tokio::pin!(stopping);
     let ended = loop {
-        let idle = tokio::time::sleep_until(idle_since + idle_limit);
         tokio::select! {
             biased;
             flood = trip.tripped() => break Some(flood),
@@ -126,14 +125,14 @@ where
             },
             Some(_) = streams.join_next(), if !streams.is_empty() => {
                 if streams.is_empty() {
-                    (idle_since, idle_limit) = (Instant::now(), timeouts.http_keep_alive);
+                    idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
                 }
             }
             () = &mut stopping, if !going_away => {
                 conn.graceful_shutdown();
                 going_away = true;
             }
-            () = idle, if streams.is_empty() && !going_away => {
+            () = &mut idle, if streams.is_empty() && !going_away => {
                 conn.graceful_shutdown();
                 going_away = true;
             }
