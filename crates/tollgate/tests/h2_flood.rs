@@ -123,6 +123,8 @@ fn run_flood(proxy: &Proxy, kind: &str) -> Option<u32> {
 fn every_flood_gets_enhance_your_calm_and_others_stay_fast() {
     let o = origin::start();
     let proxy = proxy(o.addr);
+    // Warm-up: the first requests pay for the origin connection and the proxy's buffers.
+    latencies(proxy.addr, 20);
     let t = Instant::now();
     let baseline = p99(latencies(proxy.addr, 200));
     eprintln!("baseline {baseline:?} in {:?}", t.elapsed());
