@@ -14,8 +14,8 @@
 //!   SRV records; one thread per process, changes published through the live model.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
-//! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; the
-//!   per-stream record.
+//! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; HTTP/2
+//!   clients (`h2front`); the per-stream record.
 //! - [`tls`]: termination, SNI passthrough (ClientHello parsing), TLS to servers, kTLS.
 //! - `ctx`: what a session works with: the worker context and what a generation's workers
 //!   share, per-thread backend views, the HTTP server pool, inbox messages.

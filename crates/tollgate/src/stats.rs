@@ -151,6 +151,22 @@ worker_stats! {
     /// Access log lines dropped because the log's writer fell behind (its queue was full
     /// when this worker handed a buffer over): docs/logging.md.
     log_dropped,
+    /// HTTP/2 client connections (ALPN h2 or h2c) and the streams they opened (each also
+    /// an `http_requests`).
+    h2_connections,
+    h2_streams,
+    /// HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM, by the `[http2]` limit they
+    /// passed: client resets (rapid reset), resets tollgate was made to send (MadeYouReset),
+    /// PING, SETTINGS, empty DATA, PRIORITY, WINDOW_UPDATE floods, and header blocks over
+    /// their byte or frame bound (CONTINUATION flood).
+    h2_flood_client_resets,
+    h2_flood_server_resets,
+    h2_flood_pings,
+    h2_flood_settings,
+    h2_flood_empty_data,
+    h2_flood_priority,
+    h2_flood_window_updates,
+    h2_flood_header_block,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -339,7 +339,7 @@ fn every_option_has_a_help_line() {
 /// (clients get an empty reply): `check` refuses it at its position; a tcp-mode frontend
 /// relays h2 to a server that speaks it, so there it passes.
 #[test]
-fn check_refuses_h2_alpn_on_http_frontends() {
+fn check_refuses_alpn_http_mode_does_not_speak() {
     let dir = tempdir("alpn");
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["a.example".into()])
@@ -349,24 +349,27 @@ fn check_refuses_h2_alpn_on_http_frontends() {
     let (c, k) = (dir.join("a.crt"), dir.join("a.key"));
     std::fs::write(&c, cert.pem()).unwrap();
     std::fs::write(&k, key.serialize_pem()).unwrap();
-    let config = |mode: &str| {
+    let config = |mode: &str, second: &str| {
         format!(
             "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:18443\"]\nmode = \"{mode}\"\ndefault_backend = \"app\"\n\
-             [frontend.tls]\nalpn = [\"http/1.1\", \"h2\"]\n[[frontend.tls.cert]]\ncert = \"{}\"\nkey = \"{}\"\n\
+             [frontend.tls]\nalpn = [\"http/1.1\", \"{second}\"]\n[[frontend.tls.cert]]\ncert = \"{}\"\nkey = \"{}\"\n\
              [[backend]]\nname = \"app\"\nmode = \"{mode}\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n",
             c.display(),
-            k.display()
+            k.display(),
         )
     };
-    let (code, _, stderr) = check("alpn-http.toml", &config("http"));
+    let (code, _, stderr) = check("alpn-http.toml", &config("http", "spdy/3"));
     let (path, msg) = stderr.split_once('|').unwrap();
     assert_eq!(code, 2, "{msg}");
     assert!(msg.starts_with(&format!("{path}:7:21:")), "{msg}");
     assert!(
-        msg.contains("(key `frontend[0].tls.alpn[1]`)") && msg.contains("`h2`"),
+        msg.contains("(key `frontend[0].tls.alpn[1]`)") && msg.contains("`spdy/3`"),
         "{msg}"
     );
-    let (code, stdout, stderr) = check("alpn-tcp.toml", &config("tcp"));
+    // HTTP mode speaks h2 (proxy::h2front); TCP mode relays whatever the client speaks.
+    let (code, stdout, stderr) = check("alpn-h2.toml", &config("http", "h2"));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (code, stdout, stderr) = check("alpn-tcp.toml", &config("tcp", "h2"));
     assert_eq!(code, 0, "{stdout}{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }

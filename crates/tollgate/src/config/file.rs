@@ -31,6 +31,9 @@ pub(crate) struct ConfigFile {
     pub backend: Vec<BackendSection>,
     /// `[resolvers]`: how server host names and SRV records are resolved.
     pub resolvers: Option<ResolversSection>,
+    /// `[http2]`: HTTP/2 on client connections (settings and flood limits).
+    #[serde(default)]
+    pub http2: Http2Section,
 }
 
 /// `[resolvers]`: the DNS client that re-resolves server host names and `discover` records.
@@ -184,6 +187,8 @@ pub(crate) struct FrontendSection {
     pub tls: Option<TlsSection>,
     /// `[frontend.splice]`: TCP-mode relays move bytes with splice(2).
     pub splice: Option<Spanned<OffloadSection>>,
+    /// HTTP mode without TLS: accept HTTP/2 with prior knowledge (the connection preface).
+    pub h2c: Option<Spanned<bool>>,
 }
 
 /// `[frontend.tls]`.
@@ -342,4 +347,27 @@ pub(crate) struct ServerSection {
 pub(crate) enum ProtoName {
     H1,
     H2,
+}
+
+/// `[http2]`: HTTP/2 client connections (issue 13). Sizes are bytes; flood limits are
+/// frames per `flood_window` on one connection.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Http2Section {
+    pub max_concurrent_streams: Option<Spanned<u32>>,
+    pub initial_stream_window: Option<Spanned<ByteSize>>,
+    pub initial_connection_window: Option<Spanned<ByteSize>>,
+    pub max_frame_size: Option<Spanned<ByteSize>>,
+    pub max_header_list_size: Option<Spanned<ByteSize>>,
+    pub max_header_block_size: Option<Spanned<ByteSize>>,
+    pub max_header_block_frames: Option<Spanned<u32>>,
+    pub max_send_buffer: Option<Spanned<ByteSize>>,
+    pub flood_window: Option<Spanned<DurationValue>>,
+    pub max_client_resets: Option<Spanned<u32>>,
+    pub max_server_resets: Option<Spanned<u32>>,
+    pub max_pings: Option<Spanned<u32>>,
+    pub max_settings: Option<Spanned<u32>>,
+    pub max_empty_data: Option<Spanned<u32>>,
+    pub max_priority: Option<Spanned<u32>>,
+    pub max_window_updates: Option<Spanned<u32>>,
 }

@@ -38,6 +38,8 @@ pub struct Config {
     pub backends: Vec<Backend>,
     /// `[resolvers]`: the DNS client of `discover` (host-named servers, SRV records).
     pub resolvers: Resolvers,
+    /// `[http2]`: HTTP/2 client connections.
+    pub http2: Http2,
 }
 
 /// How server host names and SRV records are resolved (the `discover` module runs it).
@@ -303,6 +305,8 @@ pub struct Frontend {
     /// Terminate TLS on this frontend.
     pub tls: Option<FrontendTls>,
     pub splice: Offload,
+    /// Plain HTTP: a connection that opens with the HTTP/2 preface speaks HTTP/2.
+    pub h2c: bool,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
@@ -555,5 +559,58 @@ impl Config {
                 m => m.to_string(),
             }
         )
+    }
+}
+
+/// `[http2]`: HTTP/2 client connections. Every limit is per connection; the flood limits
+/// count frames within one `flood_window` (a fixed window restarted when it ends), and a
+/// connection past any of them gets GOAWAY `ENHANCE_YOUR_CALM` and is closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2 {
+    pub max_concurrent_streams: u32,
+    pub initial_stream_window: u32,
+    pub initial_connection_window: u32,
+    pub max_frame_size: u32,
+    /// Decoded header list (HPACK expanded), per request.
+    pub max_header_list_size: u32,
+    /// Encoded header block (HEADERS + CONTINUATION payloads), counted before buffering.
+    pub max_header_block_size: u32,
+    /// Frames in one header block (HEADERS + CONTINUATION).
+    pub max_header_block_frames: u32,
+    /// Response bytes buffered per stream while the client's window is closed.
+    pub max_send_buffer: u32,
+    pub flood_window: Duration,
+    /// RST_STREAM frames from the client (rapid reset).
+    pub max_client_resets: u32,
+    /// RST_STREAM frames tollgate sent (streams the client made it reset: MadeYouReset).
+    pub max_server_resets: u32,
+    pub max_pings: u32,
+    pub max_settings: u32,
+    /// DATA frames with no payload and no END_STREAM.
+    pub max_empty_data: u32,
+    pub max_priority: u32,
+    pub max_window_updates: u32,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 100,
+            initial_stream_window: 256 * 1024,
+            initial_connection_window: 1024 * 1024,
+            max_frame_size: 16 * 1024,
+            max_header_list_size: 32 * 1024,
+            max_header_block_size: 64 * 1024,
+            max_header_block_frames: 32,
+            max_send_buffer: 256 * 1024,
+            flood_window: Duration::from_secs(10),
+            max_client_resets: 200,
+            max_server_resets: 100,
+            max_pings: 100,
+            max_settings: 100,
+            max_empty_data: 100,
+            max_priority: 1000,
+            max_window_updates: 10000,
+        }
     }
 }

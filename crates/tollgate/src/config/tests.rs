@@ -345,21 +345,20 @@ fn tls_frontend(mode: &str, cert: &str, key: &str, tls_extra: &str) -> String {
 }
 
 #[test]
-fn h2_in_alpn_is_refused_on_http_frontends_only() {
+fn alpn_on_http_frontends_is_what_http_mode_speaks() {
     let (dir, cert, key) = cert_files("alpn");
-    let src = tls_frontend("http", &cert, &key, "alpn = [\"h2\", \"http/1.1\"]");
+    let src = tls_frontend("http", &cert, &key, "alpn = [\"spdy/3\", \"http/1.1\"]");
     let e = first_error(&src);
     assert_eq!(
         (e.line, e.column, e.key.as_str()),
         (7, 9, "frontend[0].tls.alpn[0]"),
         "{e}"
     );
-    assert!(e.message.contains("`h2`") && e.message.contains("HTTP/1"), "{e}");
-    let ok = parse(
-        &tls_frontend("http", &cert, &key, "alpn = [\"http/1.1\", \"http/1.0\"]"),
-        "t.toml",
-    );
-    assert!(ok.is_ok(), "{:?}", ok.err());
+    assert!(e.message.contains("`spdy/3`") && e.message.contains("http-mode"), "{e}");
+    for alpn in ["[\"h2\", \"http/1.1\"]", "[\"http/1.1\", \"http/1.0\"]"] {
+        let ok = parse(&tls_frontend("http", &cert, &key, &format!("alpn = {alpn}")), "t.toml");
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
     // TCP mode relays whatever the client speaks: h2 is the server's business.
     let ok = parse(
         &tls_frontend("tcp", &cert, &key, "alpn = [\"h2\", \"http/1.1\"]"),
@@ -367,6 +366,39 @@ fn h2_in_alpn_is_refused_on_http_frontends_only() {
     );
     assert!(ok.is_ok(), "{:?}", ok.err());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn http2_section_and_h2c_are_checked() {
+    let base = |extra: &str, fe: &str| {
+        format!(
+            "{extra}\n[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\nmode = \"{fe}\"\nh2c = true\ndefault_backend = \"b\"\n\
+             [[backend]]\nname = \"b\"\nmode = \"{fe}\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:1\"\n"
+        )
+    };
+    let c = parse(
+        &base(
+            "[http2]\nmax_concurrent_streams = 7\nmax_frame_size = \"32KiB\"",
+            "http",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.http2.max_concurrent_streams, 7);
+    assert_eq!(c.http2.max_frame_size, 32 * 1024);
+    assert_eq!(
+        c.http2.initial_stream_window,
+        super::model::Http2::default().initial_stream_window
+    );
+    assert!(c.frontends[0].h2c);
+    let e = first_error(&base("[http2]\nmax_frame_size = \"1KiB\"", "http"));
+    assert_eq!((e.line, e.key.as_str()), (2, "http2.max_frame_size"), "{e}");
+    let e = first_error(&base("[http2]\nmax_pings = 0", "http"));
+    assert_eq!(e.key, "http2.max_pings", "{e}");
+    let e = first_error(&base("[http2]\nmax_streams = 1", "http"));
+    assert!(e.message.contains("max_streams"), "{e}");
+    let e = first_error(&base("", "tcp"));
+    assert_eq!(e.key, "frontend[0].h2c", "{e}");
 }
 
 #[test]

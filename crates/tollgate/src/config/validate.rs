@@ -18,8 +18,8 @@ use super::sni::SniMatcher;
 use super::tls as certs;
 use super::units::ByteSize;
 
-/// ALPN protocols an http-mode frontend may offer: what its HTTP/1 parser speaks.
-const HTTP1_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
+/// ALPN protocols an http-mode frontend may offer: HTTP/2 (`proxy::h2front`) and HTTP/1.
+const HTTP_ALPN: [&str; 3] = ["h2", "http/1.1", "http/1.0"];
 
 pub(super) struct Validator<'a> {
     pub errors: Vec<(Range<usize>, String, String)>,
@@ -73,6 +73,7 @@ impl<'a> Validator<'a> {
         let backends = self.backends(&file);
         let resolvers = self.resolvers(&file);
         let frontends = self.frontends(&file, &backends);
+        let http2 = self.http2(&file);
         if file.frontend.is_empty() {
             self.err(
                 0..0,
@@ -94,6 +95,7 @@ impl<'a> Validator<'a> {
             frontends,
             backends,
             resolvers,
+            http2,
         })
     }
 
@@ -735,6 +737,7 @@ impl<'a> Validator<'a> {
                 reject_unknown_sni,
                 tls,
                 splice: offload(f.splice.as_ref().map(Spanned::get_ref)),
+                h2c: self.h2c(f, mode, &key),
             });
         }
         out
@@ -841,14 +844,14 @@ impl<'a> Validator<'a> {
                     format!("{key}.alpn[{i}]"),
                     "a protocol name is 1 to 255 bytes".into(),
                 );
-            } else if mode == ModeName::Http && !HTTP1_ALPN.contains(&p.get_ref().as_str()) {
-                // A client that gets `h2` sends the HTTP/2 preface, which HTTP mode would
-                // read as a bad HTTP/1 request: the client sees an empty reply.
+            } else if mode == ModeName::Http && !HTTP_ALPN.contains(&p.get_ref().as_str()) {
+                // A client that gets a protocol HTTP mode does not speak would send bytes
+                // it reads as a bad request: the client sees an empty reply.
                 self.err(
                     p.span(),
                     format!("{key}.alpn[{i}]"),
                     format!(
-                        "`{}` is not spoken by an http-mode frontend (HTTP/1.x only): offer \"http/1.1\" (and \"http/1.0\"), or use a tcp-mode frontend to relay it",
+                        "`{}` is not spoken by an http-mode frontend: offer \"h2\", \"http/1.1\" (and \"http/1.0\"), or use a tcp-mode frontend to relay it",
                         p.get_ref()
                     ),
                 );
@@ -1304,4 +1307,126 @@ fn stats_auth(text: &str) -> Result<StatsAuth, String> {
         user: user.to_string(),
         password: password.to_string(),
     })
+}
+
+/// `[http2]` and the frontend's `h2c` (issue 13): kept together, apart from the rest.
+impl Validator<'_> {
+    fn http2(&mut self, file: &ConfigFile) -> Http2 {
+        let h = &file.http2;
+        let mut out = Http2::default();
+        // RFC 9113 6.5.2: windows up to 2^31-1, frames 16 KiB..16 MiB-1.
+        let sizes = [
+            (
+                "initial_stream_window",
+                &h.initial_stream_window,
+                &mut out.initial_stream_window,
+                65_535,
+                (1 << 31) - 1,
+            ),
+            (
+                "initial_connection_window",
+                &h.initial_connection_window,
+                &mut out.initial_connection_window,
+                65_535,
+                (1 << 31) - 1,
+            ),
+            (
+                "max_frame_size",
+                &h.max_frame_size,
+                &mut out.max_frame_size,
+                16_384,
+                (1 << 24) - 1,
+            ),
+            (
+                "max_header_list_size",
+                &h.max_header_list_size,
+                &mut out.max_header_list_size,
+                1024,
+                1 << 20,
+            ),
+            (
+                "max_header_block_size",
+                &h.max_header_block_size,
+                &mut out.max_header_block_size,
+                1024,
+                1 << 20,
+            ),
+            (
+                "max_send_buffer",
+                &h.max_send_buffer,
+                &mut out.max_send_buffer,
+                16_384,
+                64 << 20,
+            ),
+        ];
+        for (key, value, slot, min, max) in sizes {
+            let Some(v) = value else { continue };
+            match u32::try_from(v.get_ref().0) {
+                Ok(n) if (min..=max).contains(&n) => *slot = n,
+                _ => self.err(
+                    v.span(),
+                    format!("http2.{key}"),
+                    format!("must be within {min}..={max} bytes"),
+                ),
+            }
+        }
+        let counts = [
+            (
+                "max_concurrent_streams",
+                &h.max_concurrent_streams,
+                &mut out.max_concurrent_streams,
+            ),
+            (
+                "max_header_block_frames",
+                &h.max_header_block_frames,
+                &mut out.max_header_block_frames,
+            ),
+            ("max_client_resets", &h.max_client_resets, &mut out.max_client_resets),
+            ("max_server_resets", &h.max_server_resets, &mut out.max_server_resets),
+            ("max_pings", &h.max_pings, &mut out.max_pings),
+            ("max_settings", &h.max_settings, &mut out.max_settings),
+            ("max_empty_data", &h.max_empty_data, &mut out.max_empty_data),
+            ("max_priority", &h.max_priority, &mut out.max_priority),
+            ("max_window_updates", &h.max_window_updates, &mut out.max_window_updates),
+        ];
+        for (key, value, slot) in counts {
+            let Some(v) = value else { continue };
+            if *v.get_ref() == 0 {
+                self.err(v.span(), format!("http2.{key}"), "must be greater than 0".into());
+            } else {
+                *slot = *v.get_ref();
+            }
+        }
+        if let Some(v) = &h.flood_window {
+            if v.get_ref().0.is_zero() {
+                self.err(v.span(), "http2.flood_window".into(), "must be greater than 0".into());
+            } else {
+                out.flood_window = v.get_ref().0;
+            }
+        }
+        out
+    }
+
+    /// `h2c = true` only where a plain HTTP/1 connection is read (http mode, no TLS: a TLS
+    /// frontend offers HTTP/2 through `tls.alpn`).
+    fn h2c(&mut self, f: &FrontendSection, mode: ModeName, key: &str) -> bool {
+        let Some(v) = &f.h2c else { return false };
+        if !*v.get_ref() {
+            return false;
+        }
+        if mode != ModeName::Http {
+            self.err(
+                v.span(),
+                format!("{key}.h2c"),
+                "`h2c` needs an http-mode frontend".into(),
+            );
+        } else if f.tls.is_some() {
+            self.err(
+                v.span(),
+                format!("{key}.h2c"),
+                "`h2c` is HTTP/2 without TLS: on a TLS frontend offer \"h2\" in `tls.alpn`".into(),
+            );
+        }
+        true
+    }
 }

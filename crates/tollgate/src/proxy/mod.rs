@@ -3,6 +3,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod h2back;
+pub(crate) mod h2front;
 pub(crate) mod http;
 pub(crate) mod record;
 pub(crate) mod tcp;

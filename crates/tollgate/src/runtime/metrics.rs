@@ -12,7 +12,10 @@ pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
     MetricsSnapshot {
         workers: u32::try_from(shared.stats.len()).unwrap_or(u32::MAX),
         counters: counters.fields().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
-        budgets: budgets(shared, &counters),
+        budgets: budgets(shared, &counters)
+            .into_iter()
+            .chain(h2_budgets(shared, &counters))
+            .collect(),
         frontends: frontends(shared),
         backends: backends(shared),
         servers: shared
@@ -108,4 +111,42 @@ fn backends(shared: &Shared) -> Vec<BackendMetrics> {
             }
         })
         .collect()
+}
+
+/// The `[http2]` limits (per client connection; the flood ones per `flood_window`), each
+/// with the connections closed for passing it as its `parked` count (GOAWAY
+/// ENHANCE_YOUR_CALM: an abusive connection is refused, never waited for).
+fn h2_budgets(shared: &Shared, c: &Snapshot) -> Vec<BudgetMetrics> {
+    let h = &shared.config.http2;
+    let limit = |name: &str, limit: u32, parked: Option<u64>| BudgetMetrics {
+        name: name.into(),
+        limit: u64::from(limit),
+        in_use: None,
+        parked,
+        waiting: None,
+    };
+    vec![
+        limit("h2_streams", h.max_concurrent_streams, None),
+        limit(
+            "h2_header_block",
+            h.max_header_block_size,
+            Some(c.h2_flood_header_block),
+        ),
+        limit(
+            "h2_header_block_frames",
+            h.max_header_block_frames,
+            Some(c.h2_flood_header_block),
+        ),
+        limit("h2_client_resets", h.max_client_resets, Some(c.h2_flood_client_resets)),
+        limit("h2_server_resets", h.max_server_resets, Some(c.h2_flood_server_resets)),
+        limit("h2_pings", h.max_pings, Some(c.h2_flood_pings)),
+        limit("h2_settings", h.max_settings, Some(c.h2_flood_settings)),
+        limit("h2_empty_data", h.max_empty_data, Some(c.h2_flood_empty_data)),
+        limit("h2_priority", h.max_priority, Some(c.h2_flood_priority)),
+        limit(
+            "h2_window_updates",
+            h.max_window_updates,
+            Some(c.h2_flood_window_updates),
+        ),
+    ]
 }

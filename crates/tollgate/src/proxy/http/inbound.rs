@@ -15,14 +15,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use crate::buffer::{BufferPool, Parked, PooledBuffer};
 
 #[derive(Default)]
-pub(super) struct Inbound {
+pub(crate) struct Inbound {
     buf: Option<PooledBuffer>,
     start: usize,
     end: usize,
 }
 
 impl Inbound {
-    pub(super) fn data(&self) -> &[u8] {
+    pub(crate) fn data(&self) -> &[u8] {
         self.buf
             .as_ref()
             .and_then(|b| b.get(self.start..self.end))
@@ -30,29 +30,29 @@ impl Inbound {
     }
 
     /// The pending bytes, for a body to be re-framed in place before it is forwarded.
-    pub(super) fn data_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn data_mut(&mut self) -> &mut [u8] {
         self.buf
             .as_mut()
             .and_then(|b| b.get_mut(self.start..self.end))
             .unwrap_or_default()
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.start == self.end
     }
 
-    pub(super) fn holds_buffer(&self) -> bool {
+    pub(crate) fn holds_buffer(&self) -> bool {
         self.buf.is_some()
     }
 
     /// The data fills the whole buffer: nothing more can be read before some is consumed.
-    pub(super) fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.buf
             .as_ref()
             .is_some_and(|b| self.start == 0 && self.end == b.len())
     }
 
-    pub(super) fn consume(&mut self, n: usize) {
+    pub(crate) fn consume(&mut self, n: usize) {
         self.start = (self.start + n).min(self.end);
         if self.start == self.end {
             self.start = 0;
@@ -61,7 +61,7 @@ impl Inbound {
     }
 
     /// Gives the buffer back to the pool if nothing is pending.
-    pub(super) fn release_if_empty(&mut self) {
+    pub(crate) fn release_if_empty(&mut self) {
         if self.is_empty() {
             self.buf = None;
         }
@@ -70,7 +70,7 @@ impl Inbound {
     /// One read from a socket that is not registered with the reactor, without waiting:
     /// `Ok(None)` when it has nothing yet (or no buffer is free right now). The buffer is
     /// kept only if the read returned bytes.
-    pub(super) fn try_read_now(
+    pub(crate) fn try_read_now(
         &mut self,
         socket: &std::net::TcpStream,
         pool: &Rc<BufferPool>,
@@ -98,7 +98,7 @@ impl Inbound {
 
     /// One read from `io` (0 = EOF). Takes a buffer first if needed (`second`: the
     /// connection already holds another one, see `buffer`), and makes room at the end.
-    pub(super) async fn read_from<R: AsyncRead + Unpin>(
+    pub(crate) async fn read_from<R: AsyncRead + Unpin>(
         &mut self,
         io: &mut R,
         pool: &Rc<BufferPool>,
@@ -115,7 +115,7 @@ impl Inbound {
 
     /// `read_from` as a poll, for a read that watches a connection while another operation
     /// on it (a write) is pending. `parked` as in `BufferPool::poll_get`.
-    pub(super) fn poll_read_from<R: AsyncRead + Unpin>(
+    pub(crate) fn poll_read_from<R: AsyncRead + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
         io: &mut R,

@@ -11,7 +11,7 @@
 
 mod client;
 mod exchange;
-mod inbound;
+pub(crate) mod inbound;
 pub(crate) mod route;
 pub(crate) mod server_conn;
 mod stream;
@@ -36,7 +36,48 @@ pub(crate) async fn serve(
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
     match tls {
         Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await,
+        None if ctx.shared.config.frontends.get(frontend).is_some_and(|f| f.h2c) => {
+            serve_h2c(ctx, frontend, client, peer).await
+        }
         None => run(stream::Session::new(ctx, frontend, client, peer)).await,
+    }
+}
+
+/// An `h2c` frontend: HTTP/2 when the connection opens with its preface, else HTTP/1 as
+/// on any other frontend. Boxed, as `serve_tls`.
+fn serve_h2c<'a>(
+    ctx: &'a Rc<WorkerCtx>,
+    frontend: usize,
+    client: LazySocket,
+    peer: SocketAddr,
+) -> Pin<Box<impl Future<Output = Result<(), Error>> + 'a>> {
+    Box::pin(async move {
+        let client = client
+            .into_registered()
+            .map_err(|e| Error::io(Side::Front, "register", e))?;
+        if !crate::proxy::h2front::peek_preface(ctx, &client).await {
+            return run(stream::Session::new(ctx, frontend, client, peer)).await;
+        }
+        let info = h2_info(ctx, frontend, peer, crate::http::h1::Proto::Http, None, None);
+        crate::proxy::h2front::serve(ctx, info, client).await
+    })
+}
+
+fn h2_info(
+    ctx: &Rc<WorkerCtx>,
+    frontend: usize,
+    peer: SocketAddr,
+    proto: crate::http::h1::Proto,
+    tls_version: Option<&'static str>,
+    sni: Option<&str>,
+) -> crate::proxy::h2front::ConnInfo {
+    crate::proxy::h2front::ConnInfo {
+        ctx: Rc::clone(ctx),
+        frontend,
+        peer,
+        proto,
+        tls_version,
+        sni: sni.map(Into::into),
     }
 }
 
@@ -57,6 +98,19 @@ fn serve_tls<'a>(
             .map_err(|e| Error::io(Side::Front, "register", e))?;
         let client = crate::tls::terminate::accept(ctx, tls, client).await?;
         ctx.handshake_done();
+        let conn = client.get_ref().1;
+        if conn.alpn_protocol() == Some(b"h2") {
+            let version = crate::proxy::record::tls_version_name(conn.protocol_version());
+            let info = h2_info(
+                ctx,
+                frontend,
+                peer,
+                crate::http::h1::Proto::Https,
+                version,
+                conn.server_name(),
+            );
+            return crate::proxy::h2front::serve(ctx, info, client).await;
+        }
         run(stream::Session::new(ctx, frontend, client, peer)).await
     })
 }

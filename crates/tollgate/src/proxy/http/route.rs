@@ -4,7 +4,7 @@
 use crate::config::model::{Frontend, Route, RouteAction};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 
-pub(super) enum Decision<'a> {
+pub(crate) enum Decision<'a> {
     Backend(usize),
     Return {
         status: u16,
@@ -25,6 +25,23 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> De
             .iter()
             .find(|r| first_miss(r, host, path, |name| head.header(buf, name.as_bytes())).is_none())
     };
+    action(fe, chosen)
+}
+
+/// `decide` for a head that is not HTTP/1 bytes in a buffer (an HTTP/2 request): `host`
+/// lowercase without port (`normalize_host`), `header` a field's first value by name.
+pub(crate) fn decide_neutral<'a, 'h>(
+    fe: &'a Frontend,
+    host: Option<&str>,
+    path: &[u8],
+    header: impl Fn(&str) -> Option<&'h [u8]>,
+) -> Decision<'a> {
+    let chosen = fe.routes.iter().find(|r| first_miss(r, host, path, &header).is_none());
+    action(fe, chosen)
+}
+
+#[inline]
+fn action<'a>(fe: &'a Frontend, chosen: Option<&'a Route>) -> Decision<'a> {
     match chosen.map(|r| &r.action) {
         Some(RouteAction::Backend(b)) => Decision::Backend(*b),
         Some(RouteAction::Return {
@@ -85,6 +102,11 @@ fn request_host<'b>(head: &RequestHead, buf: &[u8], out: &'b mut [u8; 256]) -> O
         TargetForm::Absolute => authority_of(head.target.of(buf)),
         _ => head.host.map(|h| h.of(buf))?,
     };
+    normalize_host(raw, out)
+}
+
+/// An authority as routes match it: lowercase, without port.
+pub(crate) fn normalize_host<'b>(raw: &[u8], out: &'b mut [u8; 256]) -> Option<&'b str> {
     let without_port = match raw.iter().rposition(|&b| b == b':') {
         Some(i) if !raw.starts_with(b"[") || raw.get(i.saturating_sub(1)) == Some(&b']') => raw.get(..i)?,
         _ => raw,

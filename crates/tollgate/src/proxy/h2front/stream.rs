@@ -1,0 +1,704 @@
+//! One HTTP/2 stream (a request and its response) forwarded to an HTTP/1.1 server.
+//!
+//! Order of events, as `proxy::http::exchange` for an h1 client: judge the head
+//! (`check`), route it (`route::decide_neutral`), answer it or take a server connection
+//! (pooled or new, `server_conn::open`: queues, maxconn and connect retries as for h1), send
+//! the head as strict HTTP/1.1 (`to_h1`) and the body (known length as is, else chunked with
+//! the client's trailers) while watching for the response head (a server that answers
+//! early is heard at once, as on the h1 path), read with the h1 codec, answer the stream, then
+//! stream the body back under the client's flow control, chunked trailers becoming h2
+//! trailers. The server connection goes back to the pool only when its response was read to
+//! its end and it stays open.
+//!
+//! Retry rule (the h1 one): a stream that failed on a reused connection before any response
+//! byte is sent again on a fresh connection only if its head never fully left, or if it is
+//! idempotent and has no body. Bounded memory: a request body moves one DATA frame at a time
+//! (its window released only once the server took it); a response body one pooled buffer at
+//! a time, each piece sent only when the client's window has room (`http2.max_send_buffer`
+//! bounds what h2 queues), and a stream whose window stays shut for `timeouts.client` is
+//! reset and its buffers freed (zero-window stall).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use http::request::Parts;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::check;
+use super::to_h1::{self, BodyOut, Dechunk, Forwarding};
+use crate::config::model::Frontend;
+use crate::ctx::WorkerCtx;
+use crate::error::{Error, ErrorKind, Phase, Side};
+use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
+use crate::live::ServerId;
+use crate::proxy::connect::Connected;
+use crate::proxy::http::inbound::Inbound;
+use crate::proxy::http::route::{self, Decision};
+use crate::proxy::http::server_conn::{self, Back};
+use crate::proxy::record::{Seen, StreamRecord};
+use crate::relay::ServerConn;
+use crate::relay::counted::Counted;
+use crate::stats::Counter;
+
+/// What every stream of one client connection shares.
+pub(crate) struct ConnInfo {
+    pub ctx: Rc<WorkerCtx>,
+    pub frontend: usize,
+    pub peer: SocketAddr,
+    pub proto: Proto,
+    pub tls_version: Option<&'static str>,
+    pub sni: Option<Box<str>>,
+}
+
+/// Serves one stream to its end and sinks its record.
+pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    let ctx = &*conn.ctx;
+    let Some(fe) = ctx.shared.config.frontends.get(conn.frontend) else {
+        return;
+    };
+    let began = Instant::now();
+    let mut rec = StreamRecord::new(conn.frontend, conn.peer, began);
+    rec.timing.head = Some(Duration::ZERO);
+    ctx.stats.http_requests.add(1);
+    let (parts, body) = req.into_parts();
+    let line = ctx.access_log.as_ref().map(|log| {
+        let mut slot = log.slot();
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        slot.line.set(parts.method.as_str().as_bytes(), target.as_bytes());
+        slot
+    });
+    let mut s = Stream {
+        conn: &conn,
+        fe,
+        rec: &mut rec,
+        respond: &mut respond,
+        answered: false,
+    };
+    if let Err(e) = s.run(parts, body).await {
+        s.fail(&e);
+    }
+    rec.close();
+    let seen = Seen {
+        request: line.as_ref().map(|l| &l.line),
+        tls_version: conn.tls_version,
+        sni: conn.sni.as_deref(),
+    };
+    crate::proxy::record::sink(ctx, &rec, seen);
+}
+
+struct Stream<'s> {
+    conn: &'s ConnInfo,
+    fe: &'s Frontend,
+    rec: &'s mut StreamRecord,
+    respond: &'s mut SendResponse<Bytes>,
+    /// A response head went out: a failure now can only reset the stream.
+    answered: bool,
+}
+
+/// What the forwarding needs to know of the request once its head is written.
+struct Request {
+    method: Method,
+    body: BodyOut,
+    head: Vec<u8>,
+    /// The server the sticky cookie named (that client keeps its cookie as it is).
+    prefer: Option<ServerId>,
+}
+
+impl Request {
+    fn replayable(&self) -> bool {
+        self.body == BodyOut::None
+            && matches!(
+                self.method,
+                Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
+            )
+    }
+}
+
+impl Stream<'_> {
+    async fn run(&mut self, parts: Parts, mut body: RecvStream) -> Result<(), Error> {
+        let end_stream = body.is_end_stream();
+        let checked = check::request(&parts, end_stream).map_err(|r| refused(400, r.0))?;
+        let max_body = self.conn.ctx.shared.config.http.max_body_size;
+        if max_body > 0 && checked.content_length.is_some_and(|n| n > max_body) {
+            return Err(refused(413, "content-length over http.max_body_size"));
+        }
+        match decide(self.fe, &parts) {
+            Decision::NoRoute => Err(Error::new(
+                ErrorKind::NoServer,
+                Side::Front,
+                "no route and no default_backend",
+            )),
+            Decision::Return {
+                status,
+                body: text,
+                content_type,
+            } => self.answer(status, content_type, text.as_bytes()),
+            Decision::Backend(backend) => {
+                let body_out = match (end_stream, checked.content_length) {
+                    (true, _) => BodyOut::None,
+                    (false, Some(n)) => BodyOut::Length(n),
+                    (false, None) => BodyOut::Chunked,
+                };
+                let sticky = self.conn.ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+                let fwd = Forwarding {
+                    mode: self.fe.forwarded,
+                    ip: self.conn.peer.ip(),
+                    proto: self.conn.proto,
+                    sticky: sticky.map(|t| t.cookie()),
+                };
+                let mut head = Vec::with_capacity(512);
+                to_h1::write_request_head(&parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
+                if body_out != BodyOut::None && expects_continue(&parts) {
+                    // The body is forwarded as it comes (the server is not asked): tell the
+                    // client to send it now rather than after its own timeout.
+                    let mut go = http::Response::new(());
+                    *go.status_mut() = http::StatusCode::CONTINUE;
+                    let _ = self.respond.send_informational(go);
+                }
+                let prefer = self.sticky_server(backend, &parts);
+                let req = Request {
+                    method: Method::of(parts.method.as_str().as_bytes()),
+                    body: body_out,
+                    head,
+                    prefer,
+                };
+                let keys = (self.hash_key(backend, &parts), prefer);
+                self.forward(backend, &req, keys, &mut body).await
+            }
+        }
+    }
+
+    /// Gets a server connection and runs the exchange, once more on a fresh connection
+    /// when the h1 retry rule allows it.
+    async fn forward(
+        &mut self,
+        backend: usize,
+        req: &Request,
+        (hash_key, prefer): (Option<u64>, Option<ServerId>),
+        body: &mut RecvStream,
+    ) -> Result<(), Error> {
+        let ctx = &*self.conn.ctx;
+        let mut fresh_only = false;
+        loop {
+            let conn = server_conn::open(ctx, backend, fresh_only, hash_key, prefer, &mut self.rec.retries).await?;
+            let conn = h1_only(conn, backend)?;
+            let reused = conn.reused;
+            if reused {
+                ctx.stats.http_pool_reused.add(1);
+            }
+            let sent = Counter::new();
+            // `maint --kill` on this server ends the stream mid-exchange, as on the h1 path.
+            let live = std::sync::Arc::clone(conn.slot.server());
+            let epoch = live.kill_epoch();
+            let kills = ctx.kills.notified();
+            tokio::pin!(kills);
+            let outcome = tokio::select! {
+                biased;
+                outcome = self.exchange(backend, req, conn, body, &sent) => outcome,
+                () = ctx.killed(&live, epoch, kills.as_mut()) => {
+                    let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
+                    Err(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+                }
+            };
+            self.rec.bytes_to_server += sent.get();
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(e) if !fresh_only && !self.answered && e.may_retry(req.replayable(), reused) => {
+                    tracing::debug!(error = %e, "h2 stream: retrying on a fresh connection");
+                    ctx.stats.http_retries.add(1);
+                    self.rec.retries += 1;
+                    fresh_only = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn exchange(
+        &mut self,
+        backend: usize,
+        req: &Request,
+        conn: Connected<'_, ServerConn>,
+        body: &mut RecvStream,
+        sent: &Counter,
+    ) -> Result<(), Error> {
+        let Connected {
+            stream,
+            slot,
+            reused,
+            chosen,
+            connected,
+        } = conn;
+        let ctx = &*self.conn.ctx;
+        let server_live = std::sync::Arc::clone(slot.server());
+        let (id, tls, address) = (server_live.id, server_live.tls.is_some(), server_live.address);
+        let at = |e: Error| e.at(backend, Some(id));
+        let mut server = Counted::with_tally(stream, &ctx.stats.bytes_to_server, sent);
+        (self.rec.backend, self.rec.server, self.rec.server_at) = (Some(backend), Some(id), Some(slot.position()));
+        self.rec.timing.chosen = Some(self.rec.timing.since(chosen));
+        self.rec.timing.connected = Some(self.rec.timing.since(connected));
+        let timeouts = ctx.shared.config.timeouts;
+        if let Err(e) = server.write_all(&req.head).await {
+            tracing::debug!(error = %e, reused, "h2 stream: sending request head failed");
+            let e = Error::io(Side::Back, "send request head", e).during(Phase::Headers);
+            return Err(at(e.retryable(true)));
+        }
+        let mut back = Inbound::default();
+        let mut scratch = HeadScratch::new();
+        let (read, server_first) = {
+            let (mut rd, mut wr) = tokio::io::split(&mut server);
+            let response = read_response(ctx, &mut rd, &mut back, req.method, &mut scratch);
+            tokio::pin!(response);
+            // A server may answer before the body is complete (a 413, a redirect): its
+            // answer is heard at once, the rest of the body is not sent, and the server
+            // connection is not reused (as `upload.rs` on the h1 path).
+            let mut early = None;
+            if req.body != BodyOut::None {
+                let upload = send_body(&mut wr, body, req.body, timeouts.client);
+                tokio::select! {
+                    biased;
+                    r = &mut response => early = Some(r),
+                    sent = upload => sent.map_err(at)?,
+                }
+            }
+            let server_first = early.is_some();
+            // A client that resets its stream stops the wait at once (its server connection
+            // is closed): a reset stream holds no server connection (rapid reset).
+            let respond = &mut *self.respond;
+            let read = match early {
+                Some(r) => r,
+                None => tokio::select! {
+                    r = tokio::time::timeout(timeouts.server, &mut response) => r.unwrap_or_else(|_| {
+                        Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"))
+                    }),
+                    reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                        let why = match reason {
+                            Ok(reason) => format!("client reset the stream ({reason})"),
+                            Err(e) => format!("client connection: {e}"),
+                        };
+                        return Err(at(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers)));
+                    }
+                },
+            };
+            (read, server_first)
+        };
+        let response = match read {
+            Ok(r) => {
+                server_live.check.traffic_ok();
+                r
+            }
+            Err(e) => {
+                let broken = matches!(e.kind, ErrorKind::BadResponse | ErrorKind::ResponseTimeout)
+                    || (e.kind == ErrorKind::ServerEmpty && !reused);
+                if broken {
+                    crate::proxy::connect::server_error(&server_live);
+                }
+                return Err(at(e));
+            }
+        };
+        self.rec.timing.response = Some(self.rec.timing.now());
+        self.rec.status = response.status;
+        let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+        let mut head = to_h1::response_head(&response, back.data(), sticky.map(|t| t.cookie()));
+        // As the h1 path: a client that came with this server's cookie keeps it.
+        if let Some(table) = sticky
+            && req.prefer != Some(id)
+        {
+            use crate::http::h1::MessageHead;
+            let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
+            table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
+        }
+        back.consume(response.head_len);
+        let framing = response.body;
+        let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
+        response.reclaim(&mut scratch);
+        let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
+        let mut send = self
+            .respond
+            .send_response(head, end)
+            .map_err(|e| at(h2_error(Side::Front, "send response head", &e)))?;
+        self.answered = true;
+        if !end {
+            let moved = relay_response(ctx, &mut server, &mut back, framing, &mut send, timeouts).await;
+            self.rec.bytes_to_client += moved.bytes;
+            moved.result.map_err(at)?;
+        }
+        if keep_server && back.is_empty() {
+            drop(slot);
+            ctx.http_pool.put(id, tls, address, server.into_inner());
+        }
+        Ok(())
+    }
+
+    /// A response the proxy makes (a `return` route, or an error before any response).
+    fn answer(&mut self, status: u16, content_type: &str, text: &[u8]) -> Result<(), Error> {
+        let mut resp = http::Response::new(());
+        *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        if let Ok(v) = http::HeaderValue::from_str(content_type) {
+            resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+        }
+        resp.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+        self.rec.status = status;
+        self.answered = true;
+        let mut send = self
+            .respond
+            .send_response(resp, text.is_empty())
+            .map_err(|e| h2_error(Side::Front, "send response", &e))?;
+        if !text.is_empty() {
+            send.send_data(Bytes::copy_from_slice(text), true)
+                .map_err(|e| h2_error(Side::Front, "send response", &e))?;
+            self.rec.bytes_to_client += text.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// A stream failed: log it; answer with the error's status when nothing was answered
+    /// yet, else reset the stream (the response had started: nothing else can be said).
+    fn fail(&mut self, cause: &Error) {
+        let ctx = &*self.conn.ctx;
+        self.rec.fail(cause);
+        let status = if self.answered { None } else { cause.http_status() };
+        log_failure(ctx, self.fe, self.conn.peer, status.unwrap_or(0), cause);
+        match status {
+            Some(status) => {
+                if status >= 500 {
+                    ctx.stats.http_proxy_5xx.add(1);
+                } else {
+                    ctx.stats.http_proxy_4xx.add(1);
+                }
+                let reason = crate::http::status::reason(status);
+                let text = format!("{reason}\n");
+                let _ = self.answer(status, "text/plain", text.as_bytes());
+            }
+            None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
+        }
+    }
+
+    /// As the h1 path: the request's key when `backend` hashes.
+    fn hash_key(&self, backend: usize, parts: &Parts) -> Option<u64> {
+        use crate::balance::hash::{cookie_value, key_of_bytes, key_of_ip};
+        use crate::config::model::HashKey;
+        let spec = self.conn.ctx.shared.config.backends.get(backend)?.hash_key.as_ref()?;
+        let found = match spec {
+            HashKey::Source => None,
+            HashKey::Uri => parts.uri.path_and_query().map(|p| p.as_str().as_bytes()),
+            HashKey::Header(name) => parts.headers.get(name.as_str()).map(|v| v.as_bytes()),
+            HashKey::Cookie(name) => parts
+                .headers
+                .get_all(http::header::COOKIE)
+                .iter()
+                .find_map(|v| cookie_value(v.as_bytes(), name.as_bytes())),
+        };
+        Some(found.map_or_else(|| key_of_ip(self.conn.peer.ip()), key_of_bytes))
+    }
+
+    /// As the h1 path: the server a sticky backend's cookie names.
+    fn sticky_server(&self, backend: usize, parts: &Parts) -> Option<ServerId> {
+        let local = self.conn.ctx.backends.get(backend)?;
+        let table = local.sticky.as_ref()?;
+        let value = parts
+            .headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .find_map(|v| crate::http::cookie::find(v.as_bytes(), table.cookie()))?;
+        table.server_of(&local.live, value)
+    }
+}
+
+/// The route for an h2 request: host from `:authority` (else `host`), path from `:path`.
+fn decide<'a>(fe: &'a Frontend, parts: &Parts) -> Decision<'a> {
+    let raw = match parts.uri.authority() {
+        Some(a) => a.as_str().as_bytes(),
+        None => parts.headers.get(http::header::HOST).map_or(&b""[..], |h| h.as_bytes()),
+    };
+    let mut host_buf = [0u8; 256];
+    let host = route::normalize_host(raw, &mut host_buf);
+    let path = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
+    route::decide_neutral(fe, host, path, |name| parts.headers.get(name).map(|v| v.as_bytes()))
+}
+
+fn expects_continue(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+fn refused(status: u16, why: &'static str) -> Error {
+    Error::new(ErrorKind::BadRequest(status), Side::Front, why).during(Phase::Request)
+}
+
+fn h2_error(side: Side, what: &'static str, e: &h2::Error) -> Error {
+    let kind = if e.is_reset() || e.is_go_away() || e.is_io() {
+        ErrorKind::PeerClosed
+    } else {
+        ErrorKind::Io
+    };
+    Error::new(kind, side, format!("{what}: {e}"))
+}
+
+fn log_failure(ctx: &WorkerCtx, fe: &Frontend, peer: SocketAddr, status: u16, cause: &Error) {
+    if status == 0 && cause.is_routine() {
+        tracing::debug!(frontend = %fe.name, %peer, error = %cause, "h2 stream ended");
+    } else if ctx.may_warn() {
+        let (backend, server) = crate::proxy::names(&ctx.shared.config, cause.backend, cause.server);
+        tracing::warn!(frontend = %fe.name, backend = %backend, server = %server, status, %peer, cause = %cause, "h2 request failed");
+    }
+}
+
+/// The request body to the server: DATA frames as they come (each one's window given back
+/// once the server took it), framed as `out` says, the client's trailers after a chunked body.
+async fn send_body<W: AsyncWrite + Unpin>(
+    server: &mut W,
+    body: &mut RecvStream,
+    out: BodyOut,
+    idle: Duration,
+) -> Result<(), Error> {
+    let mut frame = Vec::with_capacity(16);
+    loop {
+        let next = tokio::time::timeout(idle, body.data())
+            .await
+            .map_err(|_| Error::new(ErrorKind::IdleTimeout, Side::Front, "request body idle").during(Phase::Request))?;
+        let Some(data) = next else { break };
+        // h2 has checked DATA against content-length (a mismatch resets the stream): the
+        // server then never gets the complete body it was announced.
+        let data = data.map_err(|e| h2_error(Side::Front, "read request body", &e).during(Phase::Request))?;
+        if data.is_empty() {
+            continue;
+        }
+        if out == BodyOut::Chunked {
+            to_h1::chunk_head(data.len(), &mut frame);
+            write(server, &frame).await?;
+        }
+        write(server, &data).await?;
+        if out == BodyOut::Chunked {
+            write(server, b"\r\n").await?;
+        }
+        let _ = body.flow_control().release_capacity(data.len());
+    }
+    if out == BodyOut::Chunked {
+        let trailers = tokio::time::timeout(idle, body.trailers())
+            .await
+            .map_err(|_| Error::new(ErrorKind::IdleTimeout, Side::Front, "request trailers idle"))?
+            .map_err(|e| h2_error(Side::Front, "read request trailers", &e).during(Phase::Request))?;
+        to_h1::write_last_chunk(trailers.as_ref(), &mut frame).map_err(|r| refused(400, r.0))?;
+        write(server, &frame).await?;
+    }
+    Ok(())
+}
+
+async fn write<W: AsyncWrite + Unpin>(server: &mut W, bytes: &[u8]) -> Result<(), Error> {
+    server
+        .write_all(bytes)
+        .await
+        .map_err(|e| Error::io(Side::Back, "send request body", e).during(Phase::Headers))
+}
+
+/// Reads the final response head (interim 1xx dropped: the h2 client did not ask for them
+/// through tollgate's h1 side).
+async fn read_response<R: AsyncRead + Unpin>(
+    ctx: &WorkerCtx,
+    server: &mut R,
+    back: &mut Inbound,
+    method: Method,
+    scratch: &mut HeadScratch,
+) -> Result<h1::ResponseHead, Error> {
+    let http = &ctx.shared.config.http;
+    let limits = Limits {
+        max_header_size: http.max_header_size,
+        max_request_line: http.max_request_line,
+        max_headers: http.max_headers,
+    };
+    // The caller bounds the wait (`timeouts.server` from the end of the request body).
+    let mut received = false;
+    loop {
+        if !back.is_empty() {
+            match h1::parse_response_head(back.data(), &limits, method, scratch) {
+                Ok(Some(head)) if head.informational => {
+                    back.consume(head.head_len);
+                    head.reclaim(scratch);
+                    continue;
+                }
+                Ok(Some(head)) if head.switching_protocols || head.tunnel => {
+                    head.reclaim(scratch);
+                    return Err(Error::new(
+                        ErrorKind::BadResponse,
+                        Side::Back,
+                        "upgrade answered to an h2 request",
+                    ));
+                }
+                Ok(Some(head)) => return Ok(head),
+                Ok(None) if back.is_full() => {
+                    return Err(Error::new(
+                        ErrorKind::BadResponse,
+                        Side::Back,
+                        "response head larger than the buffer",
+                    ));
+                }
+                Ok(None) => {}
+                Err(e) => return Err(Error::new(ErrorKind::BadResponse, Side::Back, e.as_str())),
+            }
+        }
+        let read = back.read_from(server, &ctx.buffers, false).await;
+        match read {
+            Ok(0) | Err(_) if !received => {
+                return Err(Error::new(
+                    ErrorKind::ServerEmpty,
+                    Side::Back,
+                    "server closed before responding",
+                ));
+            }
+            Ok(0) => {
+                return Err(Error::new(
+                    ErrorKind::BadResponse,
+                    Side::Back,
+                    "server closed mid response head",
+                ));
+            }
+            Err(e) => return Err(Error::io(Side::Back, "read response head", e).during(Phase::Headers)),
+            Ok(_) => received = true,
+        }
+    }
+}
+
+struct Moved {
+    bytes: u64,
+    result: Result<(), Error>,
+}
+
+/// The response body to the client, de-chunked, its trailers as h2 trailers.
+async fn relay_response(
+    ctx: &WorkerCtx,
+    server: &mut Counted<'_, ServerConn>,
+    back: &mut Inbound,
+    framing: BodyFraming,
+    send: &mut SendStream<Bytes>,
+    timeouts: crate::config::model::Timeouts,
+) -> Moved {
+    let mut moved = Moved {
+        bytes: 0,
+        result: Ok(()),
+    };
+    let mut tracker = BodyTracker::new(framing, h1::Side::Response);
+    let mut dechunk = (framing == BodyFraming::Chunked).then(Dechunk::default);
+    moved.result = async {
+        loop {
+            if !back.is_empty() {
+                let p = tracker
+                    .advance(back.data())
+                    .map_err(|e| Error::new(ErrorKind::BadResponse, Side::Back, e.as_str()).during(Phase::Data))?;
+                let body = back.data().get(..p.consumed).unwrap_or_default();
+                match &mut dechunk {
+                    Some(d) => {
+                        let mut at = 0;
+                        while at < body.len() {
+                            let (used, run) = d.step(body.get(at..).unwrap_or_default());
+                            if let Some(r) = run {
+                                let data = body.get(at + r.start..at + r.end).unwrap_or_default();
+                                moved.bytes += send_data(send, data, timeouts.client).await?;
+                            }
+                            at += used;
+                        }
+                    }
+                    None => moved.bytes += send_data(send, body, timeouts.client).await?,
+                }
+                back.consume(p.consumed);
+                if p.done {
+                    break;
+                }
+            }
+            let read = tokio::time::timeout(timeouts.server, back.read_from(server, &ctx.buffers, false))
+                .await
+                .map_err(|_| {
+                    ctx.stats.idle_timeouts.add(1);
+                    Error::new(ErrorKind::IdleTimeout, Side::Back, "response body idle").during(Phase::Data)
+                })?;
+            match read {
+                Ok(0) => {
+                    tracker
+                        .on_eof()
+                        .map_err(|e| Error::new(ErrorKind::PeerClosed, Side::Back, e.as_str()).during(Phase::Data))?;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Error::io(Side::Back, "read response body", e).during(Phase::Data)),
+            }
+        }
+        let trailers = dechunk.as_ref().map(|d| to_h1::trailer_map(d.trailer_section()));
+        match trailers {
+            Some(t) if !t.is_empty() => send.send_trailers(t),
+            _ => send.send_data(Bytes::new(), true),
+        }
+        .map_err(|e| h2_error(Side::Front, "end response", &e).during(Phase::Data))
+    }
+    .await;
+    if moved.result.is_err() {
+        send.send_reset(h2::Reason::INTERNAL_ERROR);
+    }
+    back.release_if_empty();
+    moved
+}
+
+/// Sends `data` as the client's window allows; a window that stays shut for `idle` ends the
+/// stream (zero-window stall).
+async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], idle: Duration) -> Result<u64, Error> {
+    let total = data.len() as u64;
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx)))
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::IdleTimeout,
+                    Side::Front,
+                    "client window stayed shut (zero-window stall)",
+                )
+                .during(Phase::Data)
+            })?;
+        let n = match granted {
+            None => return Err(Error::new(ErrorKind::PeerClosed, Side::Front, "stream closed").during(Phase::Data)),
+            Some(Err(e)) => return Err(h2_error(Side::Front, "response window", &e).during(Phase::Data)),
+            Some(Ok(n)) => n.min(data.len()),
+        };
+        if n == 0 {
+            continue;
+        }
+        let (now, rest) = data.split_at(n);
+        send.send_data(Bytes::copy_from_slice(now), false)
+            .map_err(|e| h2_error(Side::Front, "send response body", &e).during(Phase::Data))?;
+        data = rest;
+    }
+    Ok(total)
+}
+
+/// The HTTP/1.1 connection of `conn`: an HTTP/2 client's stream is not yet carried to an
+/// `proto = "h2"` server (502, and `check` warns of such a route).
+fn h1_only(conn: Connected<'_, Back>, backend: usize) -> Result<Connected<'_, ServerConn>, Error> {
+    let Connected {
+        stream,
+        slot,
+        reused,
+        chosen,
+        connected,
+    } = conn;
+    match stream {
+        Back::H1(stream) => Ok(Connected {
+            stream,
+            slot,
+            reused,
+            chosen,
+            connected,
+        }),
+        _ => {
+            let id = slot.server().id;
+            let why = "an HTTP/2 client's request to an HTTP/2 (proto = \"h2\") server is not supported yet";
+            Err(Error::new(ErrorKind::Config, Side::Internal, why).at(backend, Some(id)))
+        }
+    }
+}
