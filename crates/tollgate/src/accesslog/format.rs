@@ -103,7 +103,7 @@ pub(crate) fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"time\":\"");
     rfc3339(e.time, out);
     out.extend_from_slice(b"\",\"client\":\"");
-    let _ = write!(out, "{}", e.client);
+    addr(e.client, out);
     out.extend_from_slice(b"\",\"frontend\":");
     json_str(Some(e.frontend.as_bytes()), out);
     out.extend_from_slice(b",\"backend\":");
@@ -124,27 +124,30 @@ pub(crate) fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
         }
         None => out.extend_from_slice(b"null"),
     }
-    let _ = write!(
-        out,
-        ",\"status\":{},\"bytes_to_server\":{},\"bytes_to_client\":{}",
-        e.status, e.bytes_to_server, e.bytes_to_client
-    );
+    out.extend_from_slice(b",\"status\":");
+    num(u64::from(e.status), out);
+    out.extend_from_slice(b",\"bytes_to_server\":");
+    num(e.bytes_to_server, out);
+    out.extend_from_slice(b",\"bytes_to_client\":");
+    num(e.bytes_to_client, out);
     let t = &e.timings;
-    let fields = [
-        ("head_ms", t.head),
-        ("queued_ms", t.queued),
-        ("connected_ms", t.connected),
-        ("response_ms", t.response),
-        ("total_ms", Some(t.total)),
+    let fields: [(&[u8], _); 5] = [
+        (b",\"head_ms\":", t.head),
+        (b",\"queued_ms\":", t.queued),
+        (b",\"connected_ms\":", t.connected),
+        (b",\"response_ms\":", t.response),
+        (b",\"total_ms\":", Some(t.total)),
     ];
     for (name, value) in fields {
-        let _ = write!(out, ",\"{name}\":");
+        out.extend_from_slice(name);
         match value {
             Some(d) => millis(d, out),
             None => out.extend_from_slice(b"null"),
         }
     }
-    let _ = write!(out, ",\"retries\":{},\"termination\":\"", e.retries);
+    out.extend_from_slice(b",\"retries\":");
+    num(u64::from(e.retries), out);
+    out.extend_from_slice(b",\"termination\":\"");
     words(e.termination, out);
     out.extend_from_slice(b"\",\"termination_code\":");
     json_str(Some(e.termination.as_str().as_bytes()), out);
@@ -160,7 +163,9 @@ pub(crate) fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
 /// HEAD/QUEUED/CONNECTED/RESPONSE/TOTAL RETRIES CODE "WORDS" TLS_VERSION SNI`.
 pub(crate) fn text(e: &Entry<'_>, out: &mut Vec<u8>) {
     rfc3339(e.time, out);
-    let _ = write!(out, " {} ", e.client);
+    out.push(b' ');
+    addr(e.client, out);
+    out.push(b' ');
     text_escape(e.frontend.as_bytes(), out);
     out.push(b' ');
     text_escape(e.backend.unwrap_or("-").as_bytes(), out);
@@ -178,7 +183,11 @@ pub(crate) fn text(e: &Entry<'_>, out: &mut Vec<u8>) {
         }
         None => out.push(b'-'),
     }
-    let _ = write!(out, "\" {} {} {} ", e.status, e.bytes_to_server, e.bytes_to_client);
+    out.extend_from_slice(b"\" ");
+    for n in [u64::from(e.status), e.bytes_to_server, e.bytes_to_client] {
+        num(n, out);
+        out.push(b' ');
+    }
     let t = &e.timings;
     for (i, value) in [t.head, t.queued, t.connected, t.response, Some(t.total)]
         .into_iter()
@@ -192,7 +201,11 @@ pub(crate) fn text(e: &Entry<'_>, out: &mut Vec<u8>) {
             None => out.push(b'-'),
         }
     }
-    let _ = write!(out, " {} {} \"", e.retries, e.termination.as_str());
+    out.push(b' ');
+    num(u64::from(e.retries), out);
+    out.push(b' ');
+    out.extend_from_slice(e.termination.as_str().as_bytes());
+    out.extend_from_slice(b" \"");
     words(e.termination, out);
     out.extend_from_slice(b"\" ");
     out.extend_from_slice(e.tls_version.unwrap_or("-").as_bytes());
@@ -212,8 +225,45 @@ fn words(t: Termination, out: &mut Vec<u8>) {
 
 /// Milliseconds with three decimals (microsecond resolution).
 fn millis(d: Duration, out: &mut Vec<u8>) {
-    let us = d.as_micros();
-    let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
+    let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    num(us / 1000, out);
+    out.push(b'.');
+    padded(us % 1000, 3, out);
+}
+
+/// A number in decimal, without `core::fmt` (a log line is written per request).
+fn num(n: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// `n` in exactly `width` digits (zero-padded; higher digits of a wider `n` are cut).
+fn padded(mut n: u64, width: usize, out: &mut Vec<u8>) {
+    let mut digits = [b'0'; 20];
+    let width = width.min(digits.len());
+    for slot in digits.iter_mut().take(width).rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    out.extend_from_slice(digits.get(..width).unwrap_or_default());
+}
+
+/// `IP:port` (`[v6]:port`), as `SocketAddr`'s `Display` writes it; IPv4 without `core::fmt`.
+fn addr(a: SocketAddr, out: &mut Vec<u8>) {
+    match a {
+        SocketAddr::V4(v4) => {
+            for (i, octet) in v4.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                num(u64::from(octet), out);
+            }
+            out.push(b':');
+            num(u64::from(v4.port()), out);
+        }
+        SocketAddr::V6(_) => {
+            let _ = write!(out, "{a}");
+        }
+    }
 }
 
 fn json_str(s: Option<&[u8]>, out: &mut Vec<u8>) {
@@ -273,14 +323,20 @@ pub(crate) fn rfc3339(t: SystemTime, out: &mut Vec<u8>) {
     let secs = since.as_secs();
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     let day = secs % 86_400;
-    let _ = write!(
-        out,
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        day / 3600,
-        day % 3600 / 60,
-        day % 60,
-        since.subsec_millis()
-    );
+    padded(y.max(0) as u64, 4, out);
+    let parts = [
+        (b'-', u64::from(m), 2),
+        (b'-', u64::from(d), 2),
+        (b'T', day / 3600, 2),
+        (b':', day % 3600 / 60, 2),
+        (b':', day % 60, 2),
+        (b'.', u64::from(since.subsec_millis()), 3),
+    ];
+    for (sep, n, width) in parts {
+        out.push(sep);
+        padded(n, width, out);
+    }
+    out.push(b'Z');
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
@@ -325,6 +381,30 @@ mod tests {
             tls_version: None,
             sni: None,
         }
+    }
+
+    #[test]
+    fn addresses_and_numbers_read_as_display_writes_them() {
+        for a in [
+            "127.0.0.1:80",
+            "10.200.3.4:65535",
+            "0.0.0.0:0",
+            "[::1]:443",
+            "[2001:db8::7]:8080",
+        ] {
+            let a: SocketAddr = a.parse().unwrap();
+            let mut out = Vec::new();
+            addr(a, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), a.to_string());
+        }
+        for (n, width, text) in [(7, 3, "007"), (0, 2, "00"), (2026, 4, "2026"), (999, 3, "999")] {
+            let mut out = Vec::new();
+            padded(n, width, &mut out);
+            assert_eq!(out, text.as_bytes());
+        }
+        let mut out = Vec::new();
+        millis(Duration::from_micros(12_003_045), &mut out);
+        assert_eq!(out, b"12003.045");
     }
 
     #[test]
