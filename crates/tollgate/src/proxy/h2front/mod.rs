@@ -16,6 +16,7 @@ mod check;
 mod guard;
 mod stream;
 mod to_h1;
+mod to_h2;
 
 use std::rc::Rc;
 use std::time::Duration;
