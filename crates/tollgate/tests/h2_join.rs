@@ -439,6 +439,9 @@ fn grpc_server_killed_mid_stream_gets_unavailable() {
             .unwrap();
         assert_eq!(resp.status(), 200, "gRPC failures are HTTP 200");
         let (head, mut body) = resp.into_parts();
+        let mut buf = BytesMut::new();
+        assert_eq!(read_message(&mut body, &mut buf).await.as_deref(), Some(&b"first"[..]));
+        assert!(!head.headers.contains_key("grpc-status"), "the call was under way");
         let (status, message) = tokio::time::timeout(Duration::from_secs(10), grpc_outcome(&head.headers, &mut body))
             .await
             .unwrap();

@@ -217,6 +217,8 @@ async fn handle(
                 let _ = body.flow_control().release_capacity(data.len());
                 send_all(&mut send, data, false).await?;
                 if path == "/grpc-kill" {
+                    // The head and echo leave first: the proxy has answered when the server dies.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     kill.notify_one();
                     return Ok(());
                 }

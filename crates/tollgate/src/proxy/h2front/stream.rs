@@ -447,7 +447,7 @@ impl Stream<'_> {
                 ctx.stats.http_proxy_5xx.add(1);
                 self.rec.status = 200;
                 self.answered = true;
-                let head = http::Response::from_parts(grpc::unavailable(&cause.to_string()), ());
+                let head = http::Response::from_parts(grpc::unavailable(grpc_message(cause)), ());
                 let _ = self.respond.send_response(head, true);
             }
             Some(status) => {
@@ -463,8 +463,7 @@ impl Stream<'_> {
             None => match self.send.as_mut() {
                 // A gRPC client reads the outcome from the trailers, even mid-stream.
                 Some(send) if self.grpc => {
-                    let (head, ()) = http::Response::from_parts(grpc::unavailable(&cause.to_string()), ()).into_parts();
-                    let mut trailers = head.headers;
+                    let mut trailers = grpc::unavailable(grpc_message(cause)).headers;
                     trailers.remove(http::header::CONTENT_TYPE);
                     if send.send_trailers(trailers).is_err() {
                         send.send_reset(h2::Reason::INTERNAL_ERROR);
@@ -517,6 +516,18 @@ fn decide<'a>(fe: &'a Frontend, parts: &Parts) -> Decision<'a> {
     let host = route::normalize_host(raw, &mut host_buf);
     let path = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
     route::decide_neutral(fe, host, path, |name| parts.headers.get(name).map(|v| v.as_bytes()))
+}
+
+/// What a gRPC client is told of a proxy-side failure: the kind of failure, never a
+/// server's name or address.
+fn grpc_message(cause: &Error) -> &'static str {
+    match cause.kind {
+        ErrorKind::NoServer | ErrorKind::QueueFull | ErrorKind::QueueTimeout => "proxy: no server available",
+        ErrorKind::Connect | ErrorKind::ConnectTimeout | ErrorKind::Tls => "proxy: server unreachable",
+        ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => "proxy: server timed out",
+        ErrorKind::Killed => "proxy: server taken out of service",
+        _ => "proxy: server failed",
+    }
 }
 
 fn expects_continue(parts: &Parts) -> bool {
