@@ -1,4 +1,6 @@
-//! One HTTP/2 stream (a request and its response) forwarded to an HTTP/1.1 server.
+//! One HTTP/2 stream (a request and its response) forwarded to an HTTP/1.1 server (to an
+//! HTTP/2 server: `to_h2.rs`, chosen once `server_conn::open` says which the server speaks).
+//! A gRPC call's proxy-side failure is answered as `grpc-status: 14` (`Stream::fail`).
 //!
 //! Order of events, as `proxy::http::exchange` for an h1 client: judge the head
 //! (`check`), route it (`route::decide_neutral`), answer it or take a server connection
