@@ -3,7 +3,8 @@
 //! h2 origin with bodies of 0 B, 1 MiB and 100 MiB both ways (sha256 checked); with the h2
 //! crate as client: trailers both ways, 100 concurrent streams on one connection, resets
 //! both ways, and gRPC framing by hand (unary, bidirectional streaming message by message,
-//! a server killed mid-stream, no server at all, a stream kept busy past the idle timeouts).
+//! a server killed mid-stream, no server at all, a stream kept busy past the idle timeouts),
+//! access-log records, and server GOAWAYs met without a failed stream.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -534,4 +535,95 @@ async fn read_body(body: &mut h2::RecvStream) -> Vec<u8> {
         out.extend_from_slice(&piece);
     }
     out
+}
+
+#[test]
+fn access_log_records_h2_to_h2_streams_and_grpc_failures() {
+    let origin = h2_origin(H2Options::default());
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let text = config(origin.addr, "h2c = true", "", "").replacen(
+        "[[frontend]]",
+        &format!("[log]\naccess = \"{}\"\nformat = \"json\"\n[[frontend]]", log.display()),
+        1,
+    );
+    let proxy = Proxy::start(&text);
+    let addr = proxy.addr;
+    runtime().block_on(async move {
+        let mut c = client(addr).await;
+        let (resp, _) = c.send_request(get(addr, "/size/1000"), true).unwrap();
+        let mut body = resp.await.unwrap().into_body();
+        assert_eq!(read_body(&mut body).await.len(), 1000);
+        let (resp, mut send) = c.send_request(grpc_request(addr, "/grpc-kill"), false).unwrap();
+        send.send_data(grpc_message(b"first"), false).unwrap();
+        let (head, mut body) = resp.await.unwrap().into_parts();
+        assert_eq!(grpc_outcome(&head.headers, &mut body).await.0, "14");
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        if lines.len() >= 2 {
+            break lines;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    let find = |path: &str| lines.iter().find(|v| v["path"] == path).cloned().unwrap();
+    let ok = find("/size/1000");
+    assert_eq!(
+        (&ok["status"], &ok["termination"]),
+        (&200.into(), &"normal".into()),
+        "{ok}"
+    );
+    assert_eq!((&ok["backend"], &ok["server"]), (&"be".into(), &"o".into()), "{ok}");
+    assert!(ok["bytes_to_client"].as_u64().unwrap() >= 1000, "{ok}");
+    let failed = find("/grpc-kill");
+    assert_eq!(failed["server"], "o", "{failed}");
+    assert_ne!(
+        failed["termination"], "normal",
+        "the server's death is recorded: {failed}"
+    );
+    assert!(failed["bytes_to_server"].as_u64().unwrap() >= 10, "{failed}");
+}
+
+#[test]
+fn streams_survive_server_goaways_sequential_and_concurrent() {
+    // GOAWAY every tenth stream: later streams go to a new connection, and a stream sent as
+    // the GOAWAY crossed it (unprocessed) is sent again rather than answered 502.
+    let origin = h2_origin(H2Options {
+        goaway_after: Some(10),
+        ..H2Options::default()
+    });
+    let proxy = h2c_proxy(origin.addr);
+    let addr = proxy.addr;
+    runtime().block_on(async move {
+        let mut c = client(addr).await;
+        for i in 0..25 {
+            let (resp, _) = c.send_request(get(addr, "/slow/20"), true).unwrap();
+            let resp = resp.await.unwrap();
+            assert_eq!(resp.status(), 200, "stream {i}");
+            read_body(&mut resp.into_body()).await;
+        }
+        let mut calls = Vec::new();
+        for _ in 0..20 {
+            let mut c = c.clone();
+            calls.push(tokio::spawn(async move {
+                c = c.ready().await.unwrap();
+                let (resp, _) = c.send_request(get(addr, "/slow/20"), true).unwrap();
+                let resp = resp.await.unwrap();
+                let status = resp.status().as_u16();
+                (status, read_body(&mut resp.into_body()).await)
+            }));
+        }
+        for call in calls {
+            assert_eq!(call.await.unwrap(), (200, b"slow".to_vec()));
+        }
+    });
+    assert!(
+        origin.connections() >= 3,
+        "a new connection after each GOAWAY: {}",
+        origin.connections()
+    );
 }
