@@ -3,7 +3,8 @@
 //! h2 origin with bodies of 0 B, 1 MiB and 100 MiB both ways (sha256 checked); with the h2
 //! crate as client: trailers both ways, 100 concurrent streams on one connection, resets
 //! both ways, and gRPC framing by hand (unary, bidirectional streaming message by message,
-//! a server killed mid-stream, no server at all, a stream kept busy past the idle timeouts),
+//! a server killed mid-stream, no server at all, streams kept busy past the idle timeouts
+//! both ways and client-streaming with a silent server),
 //! access-log records, and server GOAWAYs met without a failed stream.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
@@ -507,6 +508,18 @@ fn a_busy_grpc_stream_outlives_idle_timeouts_and_a_silent_one_does_not() {
         }
         assert!(began.elapsed() > Duration::from_secs(2));
         send.send_data(Bytes::new(), true).unwrap();
+        assert_eq!(grpc_outcome(&head.headers, &mut body).await.0, "0");
+        // Client streaming: the server is silent (no head) while the client sends 1.5 s.
+        let (resp, mut send) = c.send_request(grpc_request(addr, "/grpc-count"), false).unwrap();
+        for _ in 0..10 {
+            send.send_data(grpc_message(b"abcde"), false).unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        send.send_data(Bytes::new(), true).unwrap();
+        let (head, mut body) = resp.await.unwrap().into_parts();
+        assert_eq!(head.status, 200);
+        let mut buf = BytesMut::new();
+        assert_eq!(read_message(&mut body, &mut buf).await.as_deref(), Some(&b"100"[..]));
         assert_eq!(grpc_outcome(&head.headers, &mut body).await.0, "0");
         // Nothing moving either way: ended by the proxy as UNAVAILABLE.
         let (resp, mut send) = c.send_request(grpc_request(addr, "/grpc-echo"), false).unwrap();

@@ -9,7 +9,8 @@
 //! `/kill` closes the whole connection without answering; `/kill-mid` answers the head and
 //! a piece of a longer body, then closes the connection; `/grpc-echo` is a gRPC-shaped echo
 //! (each piece echoed as it arrives, request trailers echoed, `grpc-status: 0`),
-//! `/grpc-kill` closes the connection after echoing the first piece; `/reset-mid` sends
+//! `/grpc-kill` closes the connection after echoing the first piece, `/grpc-count` answers
+//! only once the request ended (client streaming); `/reset-mid` sends
 //! a head and a piece, then RST_STREAM.
 
 use std::net::{SocketAddr, TcpListener};
@@ -230,6 +231,25 @@ async fn handle(
                     trailers.append(echoed, value.clone());
                 }
             }
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            send.send_trailers(trailers)?;
+        } else if path == "/grpc-count" {
+            // Client streaming: nothing until the request ends, then one message (the byte
+            // count as text, gRPC-framed) and `grpc-status: 0`.
+            let mut total = 0usize;
+            while let Some(data) = body.data().await {
+                let data = data?;
+                total += data.len();
+                let _ = body.flow_control().release_capacity(data.len());
+            }
+            let text = total.to_string();
+            let mut message = vec![0u8];
+            message.extend_from_slice(&(text.len() as u32).to_be_bytes());
+            message.extend_from_slice(text.as_bytes());
+            let head = ok().header("content-type", "application/grpc").body(()).unwrap();
+            let mut send = respond.send_response(head, false)?;
+            send_all(&mut send, Bytes::from(message), false).await?;
+            let mut trailers = http::HeaderMap::new();
             trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
             send.send_trailers(trailers)?;
         } else if path == "/reset-mid" {
