@@ -4,12 +4,14 @@
 //! crate as client: trailers both ways, 100 concurrent streams on one connection, resets
 //! both ways, and gRPC framing by hand (unary, bidirectional streaming message by message,
 //! a server killed mid-stream, no server at all, streams kept busy past the idle timeouts
-//! both ways and client-streaming with a silent server),
+//! both ways and client-streaming with a silent server, an HTTP/1.1 server stalling mid-call),
 //! access-log records, and server GOAWAYs met without a failed stream.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
 mod common;
+#[path = "h2_support/origin.rs"]
+mod h1_origin;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -639,4 +641,44 @@ fn streams_survive_server_goaways_sequential_and_concurrent() {
         "a new connection after each GOAWAY: {}",
         origin.connections()
     );
+}
+
+#[test]
+fn grpc_call_to_an_h1_server_that_stalls_mid_response_ends_unavailable() {
+    let origin = h1_origin::start();
+    let text = config(origin.addr, "h2c = true", "", "[timeouts]\nserver = \"300ms\"").replace("proto = \"h2\"\n", "");
+    let proxy = Proxy::start(&text);
+    let addr = proxy.addr;
+    runtime().block_on(async move {
+        let mut c = client(addr).await;
+        // gRPC: the head and half the body came, then nothing: trailers with status 14.
+        let (resp, mut send) = c.send_request(grpc_request(addr, "/gate-chunked/1000"), false).unwrap();
+        send.send_data(grpc_message(b"x"), true).unwrap();
+        let (head, mut body) = resp.await.unwrap().into_parts();
+        assert_eq!(head.status, 200);
+        assert!(!head.headers.contains_key("grpc-status"), "the response had started");
+        let (status, message) = tokio::time::timeout(Duration::from_secs(5), grpc_outcome(&head.headers, &mut body))
+            .await
+            .unwrap();
+        assert_eq!(status, "14", "{message}");
+        // Not gRPC, or a response that announced its length: the same failure resets the
+        // stream (trailers would end it short of its content-length, itself an error).
+        for (req, what) in [
+            (get(addr, "/gate-chunked/1000"), "not gRPC"),
+            (grpc_request(addr, "/gate/1000"), "gRPC with content-length"),
+        ] {
+            let (resp, _) = c.send_request(req, true).unwrap();
+            let mut body = resp.await.unwrap().into_body();
+            let mut failed = None;
+            while let Some(piece) = body.data().await {
+                if let Err(e) = piece {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            let e = failed.unwrap_or_else(|| panic!("{what}: a reset"));
+            assert!(e.is_reset(), "{what}: {e}");
+        }
+    });
+    origin.gate.store(true, Ordering::SeqCst);
 }

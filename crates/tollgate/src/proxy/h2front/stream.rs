@@ -115,8 +115,9 @@ pub(super) struct Stream<'s> {
     /// The response body's sender once a head with a body went out: a failure ends it.
     pub(super) send: Option<SendStream<Bytes>>,
     /// A gRPC call (`content-type: application/grpc*`): proxy-side failures are answered
-    /// as gRPC status 14 (UNAVAILABLE), never as a bare 5xx or reset.
-    grpc: bool,
+    /// as gRPC status 14 (UNAVAILABLE), never as a bare 5xx or reset — unless the response
+    /// head announced a `content-length` (trailers ending it short would be malformed).
+    pub(super) grpc: bool,
 }
 
 /// What the forwarding needs to know of the request once its head is written.
@@ -396,6 +397,7 @@ impl Stream<'_> {
         let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
         response.reclaim(&mut scratch);
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
+        self.grpc &= !head.headers().contains_key(http::header::CONTENT_LENGTH);
         let send = self
             .respond
             .send_response(head, end)

@@ -121,6 +121,8 @@ pub(super) async fn exchange(
     s.rec.status = parts.status.as_u16();
     let response = response_head(s, backend, id, asked.prefer, parts);
     let end = down.is_end_stream();
+    // A body of announced length cannot end early with gRPC trailers: a failure resets it.
+    s.grpc &= !response.headers().contains_key(http::header::CONTENT_LENGTH);
     let send = s
         .respond
         .send_response(response, end)
