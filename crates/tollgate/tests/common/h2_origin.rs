@@ -7,7 +7,11 @@
 //! `grpc-status`); `/slow/MS` answers after MS milliseconds; `/headers` answers the request
 //! line and headers as it saw them; `/stream/N` sends N pieces 20 ms apart (no length);
 //! `/kill` closes the whole connection without answering; `/kill-mid` answers the head and
-//! a piece of a longer body, then closes the connection.
+//! a piece of a longer body, then closes the connection; `/grpc-echo` is a gRPC-shaped echo
+//! (each piece echoed as it arrives, request trailers echoed, `grpc-status: 0`),
+//! `/grpc-kill` closes the connection after echoing the first piece, `/grpc-count` answers
+//! only once the request ended (client streaming); `/reset-mid` sends
+//! a head and a piece, then RST_STREAM.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -203,6 +207,58 @@ async fn handle(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             send.send_data(Bytes::new(), true)?;
+        } else if path == "/grpc-echo" || path == "/grpc-kill" {
+            // gRPC-shaped: the head at once, each piece echoed as it comes (a bidirectional
+            // call), then `grpc-status: 0` and the request's trailers as `x-echo-<name>`;
+            // `/grpc-kill` dies after echoing the first piece.
+            let head = ok().header("content-type", "application/grpc").body(()).unwrap();
+            let mut send = respond.send_response(head, false)?;
+            while let Some(data) = body.data().await {
+                let data = data?;
+                let _ = body.flow_control().release_capacity(data.len());
+                send_all(&mut send, data, false).await?;
+                if path == "/grpc-kill" {
+                    // The head and echo leave first: the proxy has answered when the server dies.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    kill.notify_one();
+                    return Ok(());
+                }
+            }
+            let mut trailers = http::HeaderMap::new();
+            if let Some(up) = body.trailers().await? {
+                for (name, value) in &up {
+                    let echoed = http::HeaderName::from_bytes(format!("x-echo-{name}").as_bytes()).unwrap();
+                    trailers.append(echoed, value.clone());
+                }
+            }
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            send.send_trailers(trailers)?;
+        } else if path == "/grpc-count" {
+            // Client streaming: nothing until the request ends, then one message (the byte
+            // count as text, gRPC-framed) and `grpc-status: 0`.
+            let mut total = 0usize;
+            while let Some(data) = body.data().await {
+                let data = data?;
+                total += data.len();
+                let _ = body.flow_control().release_capacity(data.len());
+            }
+            let text = total.to_string();
+            let mut message = vec![0u8];
+            message.extend_from_slice(&(text.len() as u32).to_be_bytes());
+            message.extend_from_slice(text.as_bytes());
+            let head = ok().header("content-type", "application/grpc").body(()).unwrap();
+            let mut send = respond.send_response(head, false)?;
+            send_all(&mut send, Bytes::from(message), false).await?;
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+            send.send_trailers(trailers)?;
+        } else if path == "/reset-mid" {
+            drain(&mut body).await;
+            let mut send = respond.send_response(ok().body(()).unwrap(), false)?;
+            send_all(&mut send, Bytes::from_static(b"partial"), false).await?;
+            // A reset drops what h2 still queues for the stream: let the head and piece go.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            send.send_reset(h2::Reason::INTERNAL_ERROR);
         } else if path == "/kill" {
             kill.notify_one();
         } else if path == "/kill-mid" {

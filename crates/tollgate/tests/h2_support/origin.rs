@@ -2,7 +2,8 @@
 //! arrive (never held), responses are generated as they are written.
 //!
 //! Targets: `/size/N` → N bytes (Content-Length) of [`body_byte`]; `/chunked/N` → the same
-//! bytes chunked, with trailers `x-sum: <sha256 hex>` and `grpc-status: 0`; anything else →
+//! bytes chunked, with trailers `x-sum: <sha256 hex>` and `grpc-status: 0`; `/gate/N` and
+//! `/gate-chunked/N` stall mid-response until the gate opens; anything else →
 //! `len sha256-hex` of the request body (Content-Length). Every *complete* request is
 //! recorded (a body cut short never is).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
@@ -185,6 +186,16 @@ fn respond(w: &mut TcpStream, seen: &Seen, gate: &AtomicBool) -> std::io::Result
             .strip_prefix(p)
             .and_then(|n| n.split('?').next()?.parse::<u64>().ok())
     };
+    if let Some(n) = sized("/gate-chunked/") {
+        // As `/gate/N`, chunked: one chunk, then a stall until the gate opens (or 60 s).
+        write!(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")?;
+        generate(w, n, true)?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !gate.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            thread::sleep(std::time::Duration::from_millis(5));
+        }
+        return w.write_all(b"0\r\n\r\n");
+    }
     if let Some(n) = sized("/gate/") {
         write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")?;
         let mut buf: Vec<u8> = (0..n).map(body_byte).collect();

@@ -17,10 +17,6 @@
 //! is the only HTTP/2 failure marked retryable; a connection that answers a new stream
 //! with GOAWAY is retired on the spot.
 
-#[allow(
-    dead_code,
-    reason = "groundwork the HTTP/2 front calls; HTTP/1 clients do not speak gRPC"
-)]
 pub(crate) mod grpc;
 pub(crate) mod pool;
 
@@ -116,10 +112,6 @@ impl RequestBody {
     }
 
     /// Ends the stream with trailers.
-    #[allow(
-        dead_code,
-        reason = "for the HTTP/2 front: HTTP/1 request trailers are not forwarded"
-    )]
     pub(crate) fn trailers(mut self, trailers: HeaderMap) -> Result<(), Error> {
         self.stream
             .send_trailers(trailers)

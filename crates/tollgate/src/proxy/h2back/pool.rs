@@ -103,6 +103,13 @@ pub(crate) enum Pick {
 /// requests waiting for that connection (ready or failed).
 pub(crate) struct OpenMark(ServerId);
 
+impl OpenMark {
+    /// The server this mark opens a connection to.
+    pub(crate) fn server(&self) -> ServerId {
+        self.0
+    }
+}
+
 impl Drop for OpenMark {
     fn drop(&mut self) {
         let opening = POOL.with(|p| p.borrow_mut().get_mut(&self.0).and_then(|s| s.opening.take()));

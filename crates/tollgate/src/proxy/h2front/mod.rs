@@ -1,8 +1,9 @@
 //! HTTP/2 client connections (issue 13, client side): a TLS connection that negotiated `h2`
 //! through ALPN, or a plain one that opened with the HTTP/2 preface on an `h2c = true`
-//! frontend. Each stream is forwarded to an HTTP/1.1 server (`stream.rs`) through the same
-//! routes, balancer, connect path, server pool, counters and access log as an HTTP/1.1
-//! request; the h1 → h1 path does not go through here.
+//! frontend. Each stream is forwarded to an HTTP/1.1 server (`stream.rs`), or stays HTTP/2
+//! to a `proto = "h2"` server (`to_h2.rs`), through the same routes, balancer, connect path,
+//! server pools, counters and access log as an HTTP/1.1 request; the h1 → h1 path does not
+//! go through here.
 //!
 //! Owns the connection task: the h2 codec (hyperium `h2`, configured from `[http2]`) over a
 //! frame-counting wrapper (`guard.rs`), one local task per stream (joined here, so no stream
@@ -16,6 +17,7 @@ mod check;
 mod guard;
 mod stream;
 mod to_h1;
+mod to_h2;
 
 use std::rc::Rc;
 use std::time::Duration;

@@ -1,4 +1,6 @@
-//! One HTTP/2 stream (a request and its response) forwarded to an HTTP/1.1 server.
+//! One HTTP/2 stream (a request and its response) forwarded to an HTTP/1.1 server (to an
+//! HTTP/2 server: `to_h2.rs`, chosen once `server_conn::open` says which the server speaks).
+//! A gRPC call's proxy-side failure is answered as `grpc-status: 14` (`Stream::fail`).
 //!
 //! Order of events, as `proxy::http::exchange` for an h1 client: judge the head
 //! (`check`), route it (`route::decide_neutral`), answer it or take a server connection
@@ -31,12 +33,14 @@ use tokio::time::Instant;
 
 use super::check;
 use super::to_h1::{self, BodyOut, Dechunk, Forwarding};
+use super::to_h2;
 use crate::config::model::Frontend;
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
 use crate::live::ServerId;
 use crate::proxy::connect::Connected;
+use crate::proxy::h2back::{self, grpc};
 use crate::proxy::http::inbound::Inbound;
 use crate::proxy::http::route::{self, Decision};
 use crate::proxy::http::server_conn::{self, Back};
@@ -44,6 +48,9 @@ use crate::proxy::record::{Seen, StreamRecord};
 use crate::relay::ServerConn;
 use crate::relay::counted::Counted;
 use crate::stats::Counter;
+
+/// How many times a stream an HTTP/2 server refused unprocessed is sent again.
+const MAX_UNPROCESSED_RETRIES: u32 = 3;
 
 /// What every stream of one client connection shares.
 pub(crate) struct ConnInfo {
@@ -72,12 +79,18 @@ pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mu
         slot.line.set(parts.method.as_str().as_bytes(), target.as_bytes());
         slot
     });
+    let grpc = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| h2back::grpc::is_grpc(v.as_bytes()));
     let mut s = Stream {
         conn: &conn,
         fe,
         rec: &mut rec,
         respond: &mut respond,
         answered: false,
+        send: None,
+        grpc,
     };
     if let Err(e) = s.run(parts, body).await {
         s.fail(&e);
@@ -91,13 +104,20 @@ pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mu
     crate::proxy::record::sink(ctx, &rec, seen);
 }
 
-struct Stream<'s> {
-    conn: &'s ConnInfo,
+pub(super) struct Stream<'s> {
+    pub(super) conn: &'s ConnInfo,
     fe: &'s Frontend,
-    rec: &'s mut StreamRecord,
-    respond: &'s mut SendResponse<Bytes>,
-    /// A response head went out: a failure now can only reset the stream.
-    answered: bool,
+    pub(super) rec: &'s mut StreamRecord,
+    pub(super) respond: &'s mut SendResponse<Bytes>,
+    /// A response head went out: a failure now can only reset the stream (or, for gRPC,
+    /// end it with an UNAVAILABLE status in trailers).
+    pub(super) answered: bool,
+    /// The response body's sender once a head with a body went out: a failure ends it.
+    pub(super) send: Option<SendStream<Bytes>>,
+    /// A gRPC call (`content-type: application/grpc*`): proxy-side failures are answered
+    /// as gRPC status 14 (UNAVAILABLE), never as a bare 5xx or reset — unless the response
+    /// head announced a `content-length` (trailers ending it short would be malformed).
+    pub(super) grpc: bool,
 }
 
 /// What the forwarding needs to know of the request once its head is written.
@@ -168,7 +188,13 @@ impl Stream<'_> {
                     prefer,
                 };
                 let keys = (self.hash_key(backend, &parts), prefer);
-                self.forward(backend, &req, keys, &mut body).await
+                let asked = to_h2::Asked {
+                    parts: &parts,
+                    end_stream,
+                    fwd,
+                    prefer,
+                };
+                self.forward(backend, &req, &asked, keys, &mut body).await
             }
         }
     }
@@ -179,18 +205,22 @@ impl Stream<'_> {
         &mut self,
         backend: usize,
         req: &Request,
+        asked: &to_h2::Asked<'_>,
         (hash_key, prefer): (Option<u64>, Option<ServerId>),
         body: &mut RecvStream,
     ) -> Result<(), Error> {
         let ctx = &*self.conn.ctx;
         let mut fresh_only = false;
+        let mut unprocessed = 0;
         loop {
             let conn = server_conn::open(ctx, backend, fresh_only, hash_key, prefer, &mut self.rec.retries).await?;
-            let conn = h1_only(conn, backend)?;
-            let reused = conn.reused;
-            if reused {
+            if conn.reused {
                 ctx.stats.http_pool_reused.add(1);
             }
+            // A stream on a shared HTTP/2 connection is retried like a request on a reused
+            // one: only when the server cannot have acted on it.
+            let h2 = matches!(conn.stream, Back::H2(_));
+            let reused = conn.reused || h2;
             let sent = Counter::new();
             // `maint --kill` on this server ends the stream mid-exchange, as on the h1 path.
             let live = std::sync::Arc::clone(conn.slot.server());
@@ -199,7 +229,7 @@ impl Stream<'_> {
             tokio::pin!(kills);
             let outcome = tokio::select! {
                 biased;
-                outcome = self.exchange(backend, req, conn, body, &sent) => outcome,
+                outcome = self.dispatch(backend, req, asked, conn, body, &sent) => outcome,
                 () = ctx.killed(&live, epoch, kills.as_mut()) => {
                     let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
                     Err(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
@@ -208,6 +238,13 @@ impl Stream<'_> {
             self.rec.bytes_to_server += sent.get();
             match outcome {
                 Ok(()) => return Ok(()),
+                // Safe however often (the server says it did nothing), but bounded.
+                Err(e) if h2 && e.retryable && !self.answered && unprocessed < MAX_UNPROCESSED_RETRIES => {
+                    tracing::debug!(error = %e, "h2 stream: HTTP/2 server did not process it, sending it again");
+                    ctx.stats.http_retries.add(1);
+                    self.rec.retries += 1;
+                    unprocessed += 1;
+                }
                 Err(e) if !fresh_only && !self.answered && e.may_retry(req.replayable(), reused) => {
                     tracing::debug!(error = %e, "h2 stream: retrying on a fresh connection");
                     ctx.stats.http_retries.add(1);
@@ -216,6 +253,48 @@ impl Stream<'_> {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// The exchange for the server's protocol (HTTP/2 boxed: the HTTP/1 future keeps its size).
+    async fn dispatch(
+        &mut self,
+        backend: usize,
+        req: &Request,
+        asked: &to_h2::Asked<'_>,
+        conn: Connected<'_, Back>,
+        body: &mut RecvStream,
+        sent: &Counter,
+    ) -> Result<(), Error> {
+        let Connected {
+            stream,
+            slot,
+            reused,
+            chosen,
+            connected,
+        } = conn;
+        match stream {
+            Back::H1(stream) => {
+                let conn = Connected {
+                    stream,
+                    slot,
+                    reused,
+                    chosen,
+                    connected,
+                };
+                self.exchange(backend, req, conn, body, sent).await
+            }
+            Back::H2(stream) => {
+                let conn = Connected {
+                    stream,
+                    slot,
+                    reused,
+                    chosen,
+                    connected,
+                };
+                Box::pin(to_h2::exchange(self, backend, asked, conn, body, sent)).await
+            }
+            Back::Wait(..) => Err(Error::new(ErrorKind::NoServer, Side::Internal, "no connection")),
         }
     }
 
@@ -318,13 +397,15 @@ impl Stream<'_> {
         let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
         response.reclaim(&mut scratch);
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
-        let mut send = self
+        self.grpc &= !head.headers().contains_key(http::header::CONTENT_LENGTH);
+        let send = self
             .respond
             .send_response(head, end)
             .map_err(|e| at(h2_error(Side::Front, "send response head", &e)))?;
         self.answered = true;
         if !end {
-            let moved = relay_response(ctx, &mut server, &mut back, framing, &mut send, timeouts).await;
+            let send = self.send.insert(send);
+            let moved = relay_response(ctx, &mut server, &mut back, framing, send, timeouts).await;
             self.rec.bytes_to_client += moved.bytes;
             moved.result.map_err(at)?;
         }
@@ -366,6 +447,13 @@ impl Stream<'_> {
         let status = if self.answered { None } else { cause.http_status() };
         log_failure(ctx, self.fe, self.conn.peer, status.unwrap_or(0), cause);
         match status {
+            Some(status) if status >= 500 && self.grpc => {
+                ctx.stats.http_proxy_5xx.add(1);
+                self.rec.status = 200;
+                self.answered = true;
+                let head = http::Response::from_parts(grpc::unavailable(grpc_message(cause)), ());
+                let _ = self.respond.send_response(head, true);
+            }
             Some(status) => {
                 if status >= 500 {
                     ctx.stats.http_proxy_5xx.add(1);
@@ -376,7 +464,18 @@ impl Stream<'_> {
                 let text = format!("{reason}\n");
                 let _ = self.answer(status, "text/plain", text.as_bytes());
             }
-            None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
+            None => match self.send.as_mut() {
+                // A gRPC client reads the outcome from the trailers, even mid-stream.
+                Some(send) if self.grpc => {
+                    let mut trailers = grpc::unavailable(grpc_message(cause)).headers;
+                    trailers.remove(http::header::CONTENT_TYPE);
+                    if send.send_trailers(trailers).is_err() {
+                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                    }
+                }
+                Some(send) => send.send_reset(h2::Reason::INTERNAL_ERROR),
+                None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
+            },
         }
     }
 
@@ -423,6 +522,18 @@ fn decide<'a>(fe: &'a Frontend, parts: &Parts) -> Decision<'a> {
     route::decide_neutral(fe, host, path, |name| parts.headers.get(name).map(|v| v.as_bytes()))
 }
 
+/// What a gRPC client is told of a proxy-side failure: the kind of failure, never a
+/// server's name or address.
+fn grpc_message(cause: &Error) -> &'static str {
+    match cause.kind {
+        ErrorKind::NoServer | ErrorKind::QueueFull | ErrorKind::QueueTimeout => "proxy: no server available",
+        ErrorKind::Connect | ErrorKind::ConnectTimeout | ErrorKind::Tls => "proxy: server unreachable",
+        ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => "proxy: server timed out",
+        ErrorKind::Killed => "proxy: server taken out of service",
+        _ => "proxy: server failed",
+    }
+}
+
 fn expects_continue(parts: &Parts) -> bool {
     parts
         .headers
@@ -434,7 +545,7 @@ fn refused(status: u16, why: &'static str) -> Error {
     Error::new(ErrorKind::BadRequest(status), Side::Front, why).during(Phase::Request)
 }
 
-fn h2_error(side: Side, what: &'static str, e: &h2::Error) -> Error {
+pub(super) fn h2_error(side: Side, what: &'static str, e: &h2::Error) -> Error {
     let kind = if e.is_reset() || e.is_go_away() || e.is_io() {
         ErrorKind::PeerClosed
     } else {
@@ -638,9 +749,7 @@ async fn relay_response(
         .map_err(|e| h2_error(Side::Front, "end response", &e).during(Phase::Data))
     }
     .await;
-    if moved.result.is_err() {
-        send.send_reset(h2::Reason::INTERNAL_ERROR);
-    }
+    // A failure ends the stream in `Stream::fail` (a reset, or gRPC trailers).
     back.release_if_empty();
     moved
 }
@@ -675,30 +784,4 @@ async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], idle: Duration
         data = rest;
     }
     Ok(total)
-}
-
-/// The HTTP/1.1 connection of `conn`: an HTTP/2 client's stream is not yet carried to an
-/// `proto = "h2"` server (502, and `check` warns of such a route).
-fn h1_only(conn: Connected<'_, Back>, backend: usize) -> Result<Connected<'_, ServerConn>, Error> {
-    let Connected {
-        stream,
-        slot,
-        reused,
-        chosen,
-        connected,
-    } = conn;
-    match stream {
-        Back::H1(stream) => Ok(Connected {
-            stream,
-            slot,
-            reused,
-            chosen,
-            connected,
-        }),
-        _ => {
-            let id = slot.server().id;
-            let why = "an HTTP/2 client's request to an HTTP/2 (proto = \"h2\") server is not supported yet";
-            Err(Error::new(ErrorKind::Config, Side::Internal, why).at(backend, Some(id)))
-        }
-    }
 }

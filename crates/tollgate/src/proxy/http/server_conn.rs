@@ -86,6 +86,9 @@ async fn pick<'a>(
     let reuse = |server: &ServerLive, now| match server.proto {
         ServerProto::H1 if fresh_only => None,
         ServerProto::H1 => pool.take(server, now).map(Back::H1),
+        // This request is the opener (its connect failed and is being retried): it connects
+        // again itself rather than wait for its own mark, which nobody else would release.
+        ServerProto::H2 if marks.iter().any(|m| m.server() == server.id) => None,
         ServerProto::H2 => match h2back::pool::pick(server, now, opening_for) {
             Pick::Lease(lease) => Some(Back::H2(lease)),
             Pick::Wait(notify, until) => Some(Back::Wait(notify, until)),
