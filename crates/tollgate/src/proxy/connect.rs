@@ -60,6 +60,47 @@ pub(crate) struct Connected<'a, S = TcpStream> {
     pub connected: Instant,
 }
 
+impl<'a, S> Connected<'a, S> {
+    /// The stream apart from the rest (slot, timings), to put back around another view of
+    /// it (`with`): an HTTP server connection is an HTTP/1 stream or an HTTP/2 lease.
+    pub(crate) fn take_stream(self) -> (S, Connected<'a, ()>) {
+        let Connected {
+            stream,
+            slot,
+            reused,
+            chosen,
+            connected,
+        } = self;
+        let rest = Connected {
+            stream: (),
+            slot,
+            reused,
+            chosen,
+            connected,
+        };
+        (stream, rest)
+    }
+}
+
+impl<'a> Connected<'a, ()> {
+    pub(crate) fn with<T>(self, stream: T) -> Connected<'a, T> {
+        let Connected {
+            slot,
+            reused,
+            chosen,
+            connected,
+            ..
+        } = self;
+        Connected {
+            stream,
+            slot,
+            reused,
+            chosen,
+            connected,
+        }
+    }
+}
+
 /// A fresh connection to a server of `backend` (TCP mode); `hash_key` as for
 /// [`connect_or_reuse`].
 pub(crate) async fn connect<'a>(

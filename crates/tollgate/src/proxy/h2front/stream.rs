@@ -266,34 +266,10 @@ impl Stream<'_> {
         body: &mut RecvStream,
         sent: &Counter,
     ) -> Result<(), Error> {
-        let Connected {
-            stream,
-            slot,
-            reused,
-            chosen,
-            connected,
-        } = conn;
+        let (stream, conn) = conn.take_stream();
         match stream {
-            Back::H1(stream) => {
-                let conn = Connected {
-                    stream,
-                    slot,
-                    reused,
-                    chosen,
-                    connected,
-                };
-                self.exchange(backend, req, conn, body, sent).await
-            }
-            Back::H2(stream) => {
-                let conn = Connected {
-                    stream,
-                    slot,
-                    reused,
-                    chosen,
-                    connected,
-                };
-                Box::pin(to_h2::exchange(self, backend, asked, conn, body, sent)).await
-            }
+            Back::H1(stream) => self.exchange(backend, req, conn.with(stream), body, sent).await,
+            Back::H2(stream) => Box::pin(to_h2::exchange(self, backend, asked, conn.with(stream), body, sent)).await,
             Back::Wait(..) => Err(Error::new(ErrorKind::NoServer, Side::Internal, "no connection")),
         }
     }
@@ -657,24 +633,7 @@ async fn read_response<R: AsyncRead + Unpin>(
             }
         }
         let read = back.read_from(server, &ctx.buffers, false).await;
-        match read {
-            Ok(0) | Err(_) if !received => {
-                return Err(Error::new(
-                    ErrorKind::ServerEmpty,
-                    Side::Back,
-                    "server closed before responding",
-                ));
-            }
-            Ok(0) => {
-                return Err(Error::new(
-                    ErrorKind::BadResponse,
-                    Side::Back,
-                    "server closed mid response head",
-                ));
-            }
-            Err(e) => return Err(Error::io(Side::Back, "read response head", e).during(Phase::Headers)),
-            Ok(_) => received = true,
-        }
+        crate::proxy::http::inbound::response_head_read(read, &mut received)?;
     }
 }
 

@@ -120,34 +120,10 @@ async fn dispatch<C: ClientStream>(
     conn: Connected<'_, Back>,
     sent: &Counter,
 ) -> Outcome {
-    let Connected {
-        stream,
-        slot,
-        reused,
-        chosen,
-        connected,
-    } = conn;
+    let (stream, conn) = conn.take_stream();
     match stream {
-        Back::H1(stream) => {
-            let conn = Connected {
-                stream,
-                slot,
-                reused,
-                chosen,
-                connected,
-            };
-            exchange(s, backend, req, conn, sent).await
-        }
-        Back::H2(stream) => {
-            let conn = Connected {
-                stream,
-                slot,
-                reused,
-                chosen,
-                connected,
-            };
-            Box::pin(super::to_h2::exchange(s, backend, req, conn, sent)).await
-        }
+        Back::H1(stream) => exchange(s, backend, req, conn.with(stream), sent).await,
+        Back::H2(stream) => Box::pin(super::to_h2::exchange(s, backend, req, conn.with(stream), sent)).await,
         Back::Wait(..) => Outcome::Failed(Error::new(ErrorKind::NoServer, Side::Internal, "no connection")),
     }
 }
@@ -432,24 +408,7 @@ async fn read_response<C: ClientStream>(
                 return Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"));
             }
         };
-        match read {
-            Ok(0) | Err(_) if !received => {
-                return Err(Error::new(
-                    ErrorKind::ServerEmpty,
-                    Side::Back,
-                    "server closed before responding",
-                ));
-            }
-            Ok(0) => {
-                return Err(Error::new(
-                    ErrorKind::BadResponse,
-                    Side::Back,
-                    "server closed mid response head",
-                ));
-            }
-            Err(e) => return Err(Error::io(Side::Back, "read response head", e).during(Phase::Headers)),
-            Ok(_) => received = true,
-        }
+        super::inbound::response_head_read(read, &mut received)?;
     }
 }
 

@@ -13,6 +13,30 @@ use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 use crate::buffer::{BufferPool, Parked, PooledBuffer};
+use crate::error::{Error, ErrorKind, Phase, Side};
+
+/// What one read for a response head says, for every front (HTTP/1 and HTTP/2 clients): more
+/// bytes (`received` is set), or the failure the server's close is — before any byte
+/// `ServerEmpty`, the one failure after which a request may be replayed.
+pub(crate) fn response_head_read(read: io::Result<usize>, received: &mut bool) -> Result<(), Error> {
+    match read {
+        Ok(0) | Err(_) if !*received => Err(Error::new(
+            ErrorKind::ServerEmpty,
+            Side::Back,
+            "server closed before responding",
+        )),
+        Ok(0) => Err(Error::new(
+            ErrorKind::BadResponse,
+            Side::Back,
+            "server closed mid response head",
+        )),
+        Err(e) => Err(Error::io(Side::Back, "read response head", e).during(Phase::Headers)),
+        Ok(_) => {
+            *received = true;
+            Ok(())
+        }
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Inbound {
