@@ -30,8 +30,10 @@ use crate::config::model::{Log, LogFormat, LogSink};
 use crate::stats::WorkerStats;
 use format::{Entry, RequestLine};
 
-/// Capacity of a worker's line buffer.
-const BUFFER: usize = 64 << 10;
+/// Capacity of a worker's line buffer: each hand-over wakes the writer thread, which shares
+/// the worker's CPU when the process is pinned, so a buffer carries ~600 lines, not ~150
+/// (keep-alive cost of JSON logs: +9.3 % with 64 KiB, +5.2 % with 256 KiB, docs/benchmarks.md).
+const BUFFER: usize = 256 << 10;
 /// A buffer this full is handed to the writer (leaves room for the longest line, so a
 /// buffer never grows).
 const HAND_OVER_AT: usize = BUFFER - (8 << 10);
