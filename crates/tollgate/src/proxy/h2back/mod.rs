@@ -6,9 +6,9 @@
 //!
 //! Use: `proxy::http::server_conn::open` picks the server and gives `Back::H2(lease)` for an
 //! HTTP/2 one; [`start`] sends the head and gives the request body's sender and the pending
-//! response; [`PendingResponse::head`] gives the response head and its [`ResponseBody`]
-//! (`data`, `release`, `trailers`). A proxy-side failure of a gRPC call is answered with
-//! [`grpc::unavailable`].
+//! response; [`PendingResponse::head`] gives the response head (interim 1xx heads to a
+//! callback) and its [`ResponseBody`] (`data`, `release`, `trailers`). A proxy-side failure
+//! of a gRPC call is answered with [`grpc::unavailable`].
 //!
 //! Owns: the connections (their streams count against the server's `maxconn` through the
 //! caller's slot, one slot per stream), the mapping of HTTP/2 failures onto the one
@@ -19,6 +19,10 @@
 
 pub(crate) mod grpc;
 pub(crate) mod pool;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use bytes::Bytes;
 use h2::Reason;
@@ -125,11 +129,22 @@ impl RequestBody {
 }
 
 impl PendingResponse {
-    /// The response head (interim 1xx responses are not passed on). A failure here is in
-    /// `Phase::Headers`: the client can still be answered.
-    pub(crate) async fn head(self) -> Result<(http::response::Parts, ResponseBody), Error> {
-        let PendingResponse { future, lease } = self;
-        match future.await {
+    /// The response head, each interim (1xx) response handed to `interim` as it comes. A
+    /// failure here is in `Phase::Headers`: the client can still be answered.
+    pub(crate) async fn head(
+        self,
+        mut interim: impl FnMut(http::Response<()>),
+    ) -> Result<(http::response::Parts, ResponseBody), Error> {
+        let PendingResponse { mut future, lease } = self;
+        let outcome = std::future::poll_fn(|cx| {
+            // h2 queues interim heads ahead of the final one; the final poll skips them.
+            while let Poll::Ready(Some(Ok(head))) = future.poll_informational(cx) {
+                interim(head);
+            }
+            Pin::new(&mut future).poll(cx)
+        })
+        .await;
+        match outcome {
             Ok(response) => {
                 let (parts, recv) = response.into_parts();
                 Ok((parts, ResponseBody { recv, _lease: lease }))

@@ -7,7 +7,8 @@
 //! (pooled or new, `server_conn::open`: queues, maxconn and connect retries as for h1), send
 //! the head as strict HTTP/1.1 (`to_h1`) and the body (known length as is, else chunked with
 //! the client's trailers) while watching for the response head (a server that answers
-//! early is heard at once, as on the h1 path), read with the h1 codec, answer the stream, then
+//! early is heard at once, as on the h1 path), read with the h1 codec (interim 1xx passed on
+//! as informational HEADERS, `Interim`), answer the stream, then
 //! stream the body back under the client's flow control, chunked trailers becoming h2
 //! trailers. The server connection goes back to the pool only when its response was read to
 //! its end and it stays open.
@@ -20,6 +21,7 @@
 //! bounds what h2 queues), and a stream whose window stays shut for `timeouts.client` is
 //! reset and its buffers freed (zero-window stall).
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -307,7 +309,9 @@ impl Stream<'_> {
         let mut scratch = HeadScratch::new();
         let (read, server_first) = {
             let (mut rd, mut wr) = tokio::io::split(&mut server);
-            let response = read_response(ctx, &mut rd, &mut back, req.method, &mut scratch);
+            let respond = RefCell::new(&mut *self.respond);
+            let mut interim = Interim::new(&respond);
+            let response = read_response(ctx, &mut rd, &mut back, req.method, &mut scratch, &mut interim);
             tokio::pin!(response);
             // A server may answer before the body is complete (a 413, a redirect): its
             // answer is heard at once, the rest of the body is not sent, and the server
@@ -324,14 +328,13 @@ impl Stream<'_> {
             let server_first = early.is_some();
             // A client that resets its stream stops the wait at once (its server connection
             // is closed): a reset stream holds no server connection (rapid reset).
-            let respond = &mut *self.respond;
             let read = match early {
                 Some(r) => r,
                 None => tokio::select! {
                     r = tokio::time::timeout(timeouts.server, &mut response) => r.unwrap_or_else(|_| {
                         Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"))
                     }),
-                    reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+                    reason = std::future::poll_fn(|cx| respond.borrow_mut().poll_reset(cx)) => {
                         let why = match reason {
                             Ok(reason) => format!("client reset the stream ({reason})"),
                             Err(e) => format!("client connection: {e}"),
@@ -587,14 +590,47 @@ async fn write<W: AsyncWrite + Unpin>(server: &mut W, bytes: &[u8]) -> Result<()
         .map_err(|e| Error::io(Side::Back, "send request body", e).during(Phase::Headers))
 }
 
-/// Reads the final response head (interim 1xx dropped: the h2 client did not ask for them
-/// through tollgate's h1 side).
+/// Interim responses passed on per stream; later ones are dropped. HEADERS frames are not
+/// flow-controlled: h2 would queue every one a server sends.
+const MAX_INTERIM: u8 = 16;
+
+/// Passes a server's interim (1xx) responses on to the h2 client as informational HEADERS
+/// (103 Early Hints, 102...), as HAProxy does. Not 100 Continue: tollgate answers the
+/// client's `expect: 100-continue` itself (the body is forwarded as it comes), so a server's
+/// 100 would repeat it, or, unasked, mean nothing. The sender is shared with the wait for
+/// the final head (its reset watch); each use is one synchronous call.
+pub(super) struct Interim<'a, 'b> {
+    respond: &'a RefCell<&'b mut SendResponse<Bytes>>,
+    left: u8,
+}
+
+impl<'a, 'b> Interim<'a, 'b> {
+    pub(super) fn new(respond: &'a RefCell<&'b mut SendResponse<Bytes>>) -> Self {
+        Interim {
+            respond,
+            left: MAX_INTERIM,
+        }
+    }
+
+    /// `head` is made only for a response passed on.
+    pub(super) fn pass(&mut self, status: u16, head: impl FnOnce() -> http::Response<()>) {
+        if status == 100 || self.left == 0 {
+            return;
+        }
+        self.left -= 1;
+        // Fails only once the stream is gone: the wait for the final head hears it.
+        let _ = self.respond.borrow_mut().send_informational(head());
+    }
+}
+
+/// Reads the final response head, each interim 1xx passed on through `interim`.
 async fn read_response<R: AsyncRead + Unpin>(
     ctx: &WorkerCtx,
     server: &mut R,
     back: &mut Inbound,
     method: Method,
     scratch: &mut HeadScratch,
+    interim: &mut Interim<'_, '_>,
 ) -> Result<h1::ResponseHead, Error> {
     let http = &ctx.shared.config.http;
     let limits = Limits {
@@ -608,6 +644,7 @@ async fn read_response<R: AsyncRead + Unpin>(
         if !back.is_empty() {
             match h1::parse_response_head(back.data(), &limits, method, scratch) {
                 Ok(Some(head)) if head.informational => {
+                    interim.pass(head.status, || to_h1::response_head(&head, back.data(), None));
                     back.consume(head.head_len);
                     head.reclaim(scratch);
                     continue;

@@ -16,6 +16,7 @@
 //! and ended, only when nothing moved either way for `timeouts.server`: a gRPC stream with
 //! traffic in either direction is never cut by a proxy timeout.
 
+use std::cell::RefCell;
 use std::pin::pin;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use h2::{RecvStream, SendStream};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
-use super::stream::{Stream, h2_error};
+use super::stream::{Interim, Stream, h2_error};
 use super::to_h1::Forwarding;
 use crate::config::model::Forwarded;
 use crate::error::{Error, ErrorKind, Phase, Side};
@@ -75,32 +76,36 @@ pub(super) async fn exchange(
     let mut uploading = !asked.end_stream;
     let mut upload = pin!(upload(body, up, &progress, sent, &ctx.stats));
     let mut dog = pin!(idle::watchdog(&progress, timeouts.server));
-    let mut response = pin!(pending.head());
-    // Until the response head: the body goes up, a client reset ends the wait at once.
-    let head = loop {
-        let respond = &mut *s.respond;
-        tokio::select! {
-            biased;
-            r = &mut response => break r,
-            r = &mut upload, if uploading => {
-                uploading = false;
-                match r {
-                    Ok(()) => {}
-                    // The server stopped reading: its response still comes.
-                    Err(e) if e.side == Side::Back => tracing::debug!(error = %e, "request body cut short by the server"),
-                    Err(e) => return Err(at(e)),
+    // Until the response head: the body goes up, interim heads come down, a client reset
+    // ends the wait at once.
+    let head = {
+        let respond = RefCell::new(&mut *s.respond);
+        let mut interim = Interim::new(&respond);
+        let mut response = pin!(pending.head(|head| interim.pass(head.status().as_u16(), || head)));
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut response => break r,
+                r = &mut upload, if uploading => {
+                    uploading = false;
+                    match r {
+                        Ok(()) => {}
+                        // The server stopped reading: its response still comes.
+                        Err(e) if e.side == Side::Back => tracing::debug!(error = %e, "request body cut short by the server"),
+                        Err(e) => return Err(at(e)),
+                    }
                 }
+                () = &mut dog => {
+                    ctx.stats.idle_timeouts.add(1);
+                    let e = if uploading {
+                        Error::new(ErrorKind::IdleTimeout, Side::Front, "request body idle").during(Phase::Request)
+                    } else {
+                        Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server")
+                    };
+                    return Err(at(e));
+                }
+                reason = std::future::poll_fn(|cx| respond.borrow_mut().poll_reset(cx)) => return Err(at(client_reset(reason, Phase::Headers))),
             }
-            () = &mut dog => {
-                ctx.stats.idle_timeouts.add(1);
-                let e = if uploading {
-                    Error::new(ErrorKind::IdleTimeout, Side::Front, "request body idle").during(Phase::Request)
-                } else {
-                    Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server")
-                };
-                return Err(at(e));
-            }
-            reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => return Err(at(client_reset(reason, Phase::Headers))),
         }
     };
     let (parts, mut down) = match head {

@@ -87,7 +87,9 @@ pub(super) async fn exchange<C: ClientStream>(
         }
     }
     let timeouts = s.ctx.shared.config.timeouts;
-    let mut response = pin!(pending.head());
+    // Interim (1xx) heads of the HTTP/2 server are dropped here: writing them to this
+    // client needs its socket, which the upload holds meanwhile (h2 → h2 passes them on).
+    let mut response = pin!(pending.head(|_| {}));
     // A response head that came while the body was still going up.
     let mut early = None;
     let mut unsent = None;
