@@ -3,7 +3,7 @@
 //! the final response (the h2 crate's client and `nghttp -v` see them, `link` field intact),
 //! 100 Continue stays the proxy's own answer to `expect: 100-continue` (sent once, the
 //! server's not repeated), a server flooding 1xx gets at most 16 through, and an HTTP/1.1
-//! client gets the 103 before a GET's 200.
+//! client gets the 103 before the 200 from both kinds of server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -96,7 +96,11 @@ fn h2_server() -> SocketAddr {
                             .body(())
                             .unwrap();
                         respond.send_informational(hint).unwrap();
-                        let mut send = respond.send_response(http::Response::new(()), false).unwrap();
+                        let ok = http::Response::builder()
+                            .header("content-length", "5")
+                            .body(())
+                            .unwrap();
+                        let mut send = respond.send_response(ok, false).unwrap();
                         send.send_data(Bytes::from_static(b"hello"), true).unwrap();
                     }
                 });
@@ -237,19 +241,21 @@ fn continue_is_answered_once_by_the_proxy_and_a_1xx_flood_is_capped() {
 }
 
 #[test]
-fn an_http1_client_gets_the_103_before_the_200() {
+fn an_http1_client_gets_the_103_before_the_200_from_http1_and_h2_servers() {
     let origin = h1_server(EARLY_HINTS);
-    let proxy = Proxy::start(&config(origin.addr, ""));
-    let out = raw_exchange(
-        proxy.addr,
-        b"GET /page HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
-    );
-    let hint = out.find("HTTP/1.1 103 ").unwrap_or_else(|| panic!("{out}"));
-    let ok = out.find("HTTP/1.1 200 ").unwrap_or_else(|| panic!("{out}"));
-    assert!(hint < ok, "{out}");
-    assert!(
-        out[hint..ok].to_ascii_lowercase().contains(&format!("link: {LINK}")),
-        "{out}"
-    );
-    assert!(out.ends_with("hello"), "{out}");
+    for (server, proto) in [(origin.addr, ""), (h2_server(), "proto = \"h2\"")] {
+        let proxy = Proxy::start(&config(server, proto));
+        let get = b"GET /page HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+        let post = b"POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\n12345";
+        for request in [&get[..], &post[..]] {
+            let out = raw_exchange(proxy.addr, request);
+            let hint = out.find("HTTP/1.1 103 ").unwrap_or_else(|| panic!("{proto}: {out}"));
+            let ok = out.find("HTTP/1.1 200 ").unwrap_or_else(|| panic!("{proto}: {out}"));
+            assert!(hint < ok, "{proto}: {out}");
+            let interim = out[hint..ok].to_ascii_lowercase();
+            assert!(interim.contains(&format!("\r\nlink: {LINK}\r\n")), "{proto}: {out}");
+            assert_eq!(interim.matches("\r\n\r\n").count(), 1, "one head, no framing: {out}");
+            assert!(out.ends_with("hello"), "{proto}: {out}");
+        }
+    }
 }

@@ -4,6 +4,8 @@
 //! server's flow control, and the HTTP/2 response comes back as a strict HTTP/1.1 response:
 //! `content-length` when known, else chunked for an HTTP/1.1 client, else close-delimited;
 //! trailers as chunked trailers when the client sent `TE: trailers`, otherwise dropped.
+//! Interim (1xx) heads are passed on to an HTTP/1.1 client before the final one
+//! ([`Interims`]), 100 Continue excepted (the proxy answers `expect` itself).
 //!
 //! Invariants: connection-specific headers (Connection, Keep-Alive, Proxy-Connection,
 //! Transfer-Encoding, Upgrade, TE other than `trailers`) never reach the server; Host
@@ -11,9 +13,11 @@
 //! (502/503/504 by `Error::http_status`); only a request the server cannot have processed
 //! and that had no body is retried (`h2back`).
 
+use std::cell::RefCell;
 use std::io::Write;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::rc::Rc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -87,9 +91,8 @@ pub(super) async fn exchange<C: ClientStream>(
         }
     }
     let timeouts = s.ctx.shared.config.timeouts;
-    // Interim (1xx) heads of the HTTP/2 server are dropped here: writing them to this
-    // client needs its socket, which the upload holds meanwhile (h2 → h2 passes them on).
-    let mut response = pin!(pending.head(|_| {}));
+    let interims = Interims::new(req.version);
+    let mut response = pin!(pending.head(|head| interims.queue(head)));
     // A response head that came while the body was still going up.
     let mut early = None;
     let mut unsent = None;
@@ -130,8 +133,8 @@ pub(super) async fn exchange<C: ClientStream>(
     }
     let duplex = early.is_some();
     let head = match early {
-        Some(r) => Ok(r),
-        None => tokio::time::timeout(timeouts.server, response).await,
+        Some(r) => Ok(interims.flush(&mut s.client).await.and(r)),
+        None => tokio::time::timeout(timeouts.server, interims.until_final(&mut s.client, response)).await,
     };
     let head = match head {
         Ok(Ok(head)) => {
@@ -170,6 +173,77 @@ pub(super) async fn exchange<C: ClientStream>(
     match outcome {
         Ok((keep_client, _)) => Outcome::Done { keep_client },
         Err(e) => Outcome::Failed(at(e)),
+    }
+}
+
+/// Interim heads waiting at once; more are dropped while the queue is full (a server could
+/// send them without end while the upload holds the client).
+const MAX_INTERIM: usize = 16;
+
+/// The HTTP/2 server's interim (1xx) heads on their way to an HTTP/1.1 client, as the h1
+/// path passes an HTTP/1.1 server's on (`exchange::forward_interim`). The response future
+/// queues them; they are written between its polls, or, during an upload (which holds the
+/// client), once it ends. Not 100 Continue: the proxy answers `expect: 100-continue`
+/// itself. None for an HTTP/1.0 client, which would not understand them.
+struct Interims {
+    queued: RefCell<Vec<http::Response<()>>>,
+    wanted: bool,
+}
+
+impl Interims {
+    fn new(version: Version) -> Self {
+        Interims {
+            queued: RefCell::new(Vec::new()),
+            wanted: version == Version::Http11,
+        }
+    }
+
+    fn queue(&self, head: http::Response<()>) {
+        let mut queued = self.queued.borrow_mut();
+        if self.wanted && head.status() != http::StatusCode::CONTINUE && queued.len() < MAX_INTERIM {
+            queued.push(head);
+        }
+    }
+
+    /// Writes the queued heads (an error: the client is gone). Not through the session's
+    /// `out`: it still holds the request head, sent again if the stream is retried.
+    async fn flush<W: AsyncWrite + Unpin>(&self, client: &mut W) -> Result<(), Error> {
+        let queued = std::mem::take(&mut *self.queued.borrow_mut());
+        let mut out = Vec::new();
+        for interim in &queued {
+            let head = Head {
+                status: interim.status().as_u16(),
+                headers: interim.headers(),
+                framing: Framing::None,
+                keep_client: true,
+                version: Version::Http11,
+                length: None,
+                append: b"",
+            };
+            write_head(&mut out, &head);
+            client.write_all(&out).await.map_err(|_| client_gone())?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the final head, writing interim ones as they come. The queue only grows
+    /// inside `response`'s poll, and the check after it runs in the same round: no waker.
+    async fn until_final<W: AsyncWrite + Unpin, R>(
+        &self,
+        client: &mut W,
+        mut response: Pin<&mut impl Future<Output = Result<R, Error>>>,
+    ) -> Result<R, Error> {
+        loop {
+            self.flush(client).await?;
+            tokio::select! {
+                biased;
+                r = response.as_mut() => {
+                    self.flush(client).await?;
+                    return r;
+                }
+                () = std::future::poll_fn(|_| if self.queued.borrow().is_empty() { Poll::Pending } else { Poll::Ready(()) }) => {}
+            }
+        }
     }
 }
 
