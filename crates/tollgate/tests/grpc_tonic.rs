@@ -358,7 +358,7 @@ async fn expect_reply(replies: &mut Streaming<Msg>, seq: u64, sent: &[u8]) {
 }
 
 fn payload(seq: u64) -> Vec<u8> {
-    (0..(seq % 97 + 1) * 13).map(|i| (i as u64 + seq) as u8).collect()
+    (0..(seq % 97 + 1) * 13).map(|i| (i + seq) as u8).collect()
 }
 
 // ---- the cases ----
