@@ -88,12 +88,7 @@ pub(super) async fn exchange(
                 r = &mut response => break r,
                 r = &mut upload, if uploading => {
                     uploading = false;
-                    match r {
-                        Ok(()) => {}
-                        // The server stopped reading: its response still comes.
-                        Err(e) if e.side == Side::Back => tracing::debug!(error = %e, "request body cut short by the server"),
-                        Err(e) => return Err(at(e)),
-                    }
+                    upload_ended(r).map_err(at)?;
                 }
                 () = &mut dog => {
                     ctx.stats.idle_timeouts.add(1);
@@ -144,11 +139,7 @@ pub(super) async fn exchange(
             r = &mut relay => break r,
             r = &mut upload, if uploading => {
                 uploading = false;
-                match r {
-                    Ok(()) => {}
-                    Err(e) if e.side == Side::Back => tracing::debug!(error = %e, "request body cut short by the server"),
-                    Err(e) => return Err(at(e)),
-                }
+                upload_ended(r).map_err(at)?;
             }
             () = &mut dog => {
                 ctx.stats.idle_timeouts.add(1);
@@ -402,6 +393,18 @@ fn client_reset(reason: Result<h2::Reason, h2::Error>, phase: Phase) -> Error {
         Err(e) => format!("client connection: {e}"),
     };
     Error::new(ErrorKind::PeerClosed, Side::Front, why).during(phase)
+}
+
+/// The upload's end while the response is awaited or relayed: a server that stopped reading
+/// still answers, so only a client-side failure ends the stream.
+fn upload_ended(r: Result<(), Error>) -> Result<(), Error> {
+    match r {
+        Err(e) if e.side == Side::Back => {
+            tracing::debug!(error = %e, "request body cut short by the server");
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 #[cfg(test)]
