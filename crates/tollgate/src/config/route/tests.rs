@@ -467,3 +467,195 @@ proptest! {
         }
     }
 }
+
+/// The first error of a config whose only frontend has `routes`: (line, column, key, message).
+fn refusal(routes: &str) -> (usize, usize, String, String) {
+    let text = format!(
+        "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:8080\"]\nmode = \"http\"\ndefault_backend = \"app\"\n{routes}\n\
+         [[backend]]\nname = \"app\"\nmode = \"http\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n"
+    );
+    match crate::config::parse(&text, "t.toml") {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => {
+            let e = e.0.into_iter().next().unwrap();
+            (e.line, e.column, e.key, e.message)
+        }
+    }
+}
+
+#[test]
+fn bad_conditions_are_refused_where_they_are_written() {
+    // Line 6 is the first line after the frontend's keys.
+    let cases: &[(&str, usize, usize, &str, &str)] = &[
+        (
+            "[[frontend.route]]\npath_regex = \"^/(unclosed\"\nbackend = \"app\"",
+            7,
+            14,
+            "frontend[0].route[0].path_regex",
+            "regex `^/(unclosed`",
+        ),
+        (
+            "[[frontend.route]]\npath_regex = \"(a{1000}){1000}\"\nbackend = \"app\"",
+            7,
+            14,
+            "frontend[0].route[0].path_regex",
+            "compiles to more than",
+        ),
+        (
+            "[[frontend.route]]\nheader = { name = \"ua\", regex = \"\\\\w{1000}{1000}\" }\nbackend = \"app\"",
+            7,
+            33,
+            "frontend[0].route[0].header.regex",
+            "compiles to more than",
+        ),
+        (
+            "[[frontend.route]]\nsource = [\"10.0.0.0/8\", \"10.0.0.1/33\"]\nbackend = \"app\"",
+            7,
+            10,
+            "frontend[0].route[0].source",
+            "prefix length",
+        ),
+        (
+            "[[frontend.route]]\nsource = \"192.168.1.1/16\"\nbackend = \"app\"",
+            7,
+            10,
+            "frontend[0].route[0].source",
+            "bits set past /16",
+        ),
+        (
+            "[[frontend.route]]\nsource = \"localhost\"\nbackend = \"app\"",
+            7,
+            10,
+            "frontend[0].route[0].source",
+            "not an IP address",
+        ),
+        (
+            "[[frontend.route]]\nmatcher = \"nope\"\nbackend = \"app\"",
+            7,
+            11,
+            "frontend[0].route[0].matcher",
+            "no [[frontend.matcher]] named `nope`",
+        ),
+        (
+            "[[frontend.route]]\nmatchers = [\"nope\"]\nbackend = \"app\"",
+            7,
+            13,
+            "frontend[0].route[0].matchers[0]",
+            "named `nope`",
+        ),
+        (
+            "[[frontend.route]]\nnot = {}\nbackend = \"app\"",
+            7,
+            7,
+            "frontend[0].route[0].not",
+            "at least one condition",
+        ),
+        (
+            "[[frontend.route]]\nnot = { not = { host = \"a.example\" } }\nbackend = \"app\"",
+            7,
+            9,
+            "frontend[0].route[0].not.not",
+            "unknown field `not`",
+        ),
+        (
+            "[[frontend.route]]\nheader = { name = \"x\", value = \"1\", prefix = \"1\" }\nbackend = \"app\"",
+            7,
+            46,
+            "frontend[0].route[0].header.prefix",
+            "at most one of",
+        ),
+        (
+            "[[frontend.route]]\nmethod = [\"GET\", \"post\"]\nbackend = \"app\"",
+            7,
+            10,
+            "frontend[0].route[0].method",
+            "write `POST`",
+        ),
+        (
+            "[[frontend.route]]\npath = \"api\"\nbackend = \"app\"",
+            7,
+            8,
+            "frontend[0].route[0].path",
+            "must start with `/`",
+        ),
+        (
+            "[[frontend.route]]\npath_prefix = \"/a?b=1\"\nbackend = \"app\"",
+            7,
+            15,
+            "frontend[0].route[0].path_prefix",
+            "match the query with `query`",
+        ),
+        (
+            "[[frontend.route]]\nhost = []\nbackend = \"app\"",
+            7,
+            8,
+            "frontend[0].route[0].host",
+            "at least one",
+        ),
+        (
+            "[[frontend.route]]\nscheme = \"ftp\"\nbackend = \"app\"",
+            7,
+            10,
+            "frontend[0].route[0].scheme",
+            "unknown variant",
+        ),
+        (
+            "[[frontend.route]]\nsni = \"a.example\"\nbackend = \"app\"",
+            7,
+            7,
+            "frontend[0].route[0].sni",
+            "needs `[frontend.tls]`",
+        ),
+        (
+            "[[frontend.matcher]]\nname = \"m\"\nhost = \"a.example\"\n[[frontend.matcher]]\nname = \"m\"\npath = \"/\"",
+            10,
+            8,
+            "frontend[0].matcher[1].name",
+            "defined twice",
+        ),
+        (
+            "[[frontend.matcher]]\nname = \"m\"\nnot = { matcher = \"m\" }",
+            8,
+            19,
+            "frontend[0].matcher[0].not.matcher",
+            "cannot use another matcher",
+        ),
+        (
+            "[[frontend.matcher]]\nname = \"m\"\nmatcher = \"x\"",
+            8,
+            1,
+            "frontend[0].matcher[0].matcher",
+            "unknown field `matcher`",
+        ),
+        (
+            "[[frontend.matcher]]\nname = \"m\"",
+            7,
+            8,
+            "frontend[0].matcher[0]",
+            "at least one condition",
+        ),
+    ];
+    for &(routes, line, column, key, message) in cases {
+        let (l, c, k, m) = refusal(routes);
+        assert!(
+            (l, c, k.as_str()) == (line, column, key) && m.contains(message),
+            "{routes}\n  got {l}:{c} {k}: {m}\n want {line}:{column} {key}: {message}"
+        );
+    }
+}
+
+#[test]
+fn tcp_mode_routes_take_only_sni() {
+    let text = "[[frontend]]\nname = \"t\"\nbind = [\"127.0.0.1:8443\"]\nmode = \"tcp\"\ndefault_backend = \"app\"\n\
+                [[frontend.route]]\nsni = [\"a.example\", \"*.b.example\"]\nsource = \"10.0.0.0/8\"\nbackend = \"app\"\n\
+                [[backend]]\nname = \"app\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n";
+    let e = crate::config::parse(text, "t.toml").unwrap_err().0.remove(0);
+    assert_eq!((e.line, e.key.as_str()), (8, "frontend[0].route[0].source"), "{e}");
+    assert!(e.message.contains("needs an http-mode frontend"), "{e}");
+    let ok = text.replace("source = \"10.0.0.0/8\"\n", "");
+    let c = crate::config::parse(&ok, "t.toml").unwrap();
+    let sni = c.frontends[0].sni_routes.as_ref().unwrap();
+    assert_eq!(sni.lookup("a.example"), Some(0));
+    assert_eq!(sni.lookup("x.b.example"), Some(0));
+    assert_eq!(sni.lookup("b.example"), None);
+}
