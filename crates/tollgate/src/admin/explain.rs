@@ -683,6 +683,75 @@ address = "127.0.0.1:9013"
     }
 
     #[test]
+    fn matchers_negations_and_the_new_conditions_name_what_missed() {
+        let c = config(
+            r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+mode = "http"
+default_backend = "api"
+
+[[frontend.matcher]]
+name = "api"
+host = "api.example"
+path_prefix = "/v1/"
+
+[[frontend.route]]
+matcher = "api"
+backend = "api"
+
+[[frontend.route]]
+path_prefix = "/v2/"
+not = { method = ["DELETE", "PUT"] }
+backend = "api"
+
+[[frontend.route]]
+path_regex = "^/v2/[0-9]+$"
+query = { name = "debug" }
+backend = "api"
+
+[[frontend.route]]
+source = "10.0.0.0/8"
+backend = "api"
+
+[[frontend.route]]
+cookie = { name = "sid", value = "7" }
+return = { status = 204 }
+
+[[backend]]
+name = "api"
+mode = "http"
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+"#,
+        );
+        let mut q = query("http://api.example:8080/v2/42?debug");
+        q.method = "DELETE".into();
+        q.headers.push(("Cookie".into(), "sid=7".into()));
+        let e = explain(&c, &q).unwrap();
+        let reasons: Vec<&str> = e.skipped.iter().map(|s| s.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "matcher api: path /v2/42 does not start with /v1/",
+                "method = [\"DELETE\", \"PUT\"] holds (under `not`)",
+            ]
+        );
+        assert_eq!(e.route, Some(2), "{e}");
+        q.url = "http://api.example:8080/v2/x".into();
+        let e = explain(&c, &q).unwrap();
+        assert_eq!(e.skipped[2].reason, "path /v2/x does not match /^/v2/[0-9]+$/");
+        assert_eq!(e.skipped[3].reason, "source 127.0.0.1 is not in 10.0.0.0/8");
+        assert_eq!(e.route, Some(4));
+        q.headers.clear();
+        let e = explain(&c, &q).unwrap();
+        assert!(e.skipped[4].reason.contains("does not meet cookie"), "{e}");
+        assert_eq!(e.route, None);
+    }
+
+    #[test]
     fn a_fixed_response_is_the_target() {
         let e = explain(&config(HTTP), &query("http://other.test:8080/gone/x")).unwrap();
         assert_eq!(e.route, Some(3));
