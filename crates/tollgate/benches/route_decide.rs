@@ -39,7 +39,9 @@ fn frontend(n: usize) -> Frontend {
         };
         text.push_str(&format!("[[frontend.route]]\n{cond}\nbackend = \"be\"\n"));
     }
-    text.push_str("[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:9\"\n");
+    text.push_str(
+        "[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:9\"\n",
+    );
     let config = tollgate::config::parse(&text, "bench.toml").unwrap();
     assert_eq!(config.frontends[0].routes.len(), n);
     config.frontends.into_iter().next().unwrap()
@@ -81,11 +83,29 @@ fn view<'a>(host: &'a str, path: &'a str) -> RequestView<'a> {
 
 /// (name, host, path, the route it must match) for a frontend of `n` routes.
 fn requests(n: usize) -> Vec<(&'static str, String, String, Option<usize>)> {
-    let last_host = (2..n).rev().find(|i| i % 4 == 0 && *i != n / 2 && *i != n / 2 + 1).unwrap();
+    let last_host = (2..n)
+        .rev()
+        .find(|i| i % 4 == 0 && *i != n / 2 && *i != n / 2 + 1)
+        .unwrap();
     vec![
-        ("last_host", format!("h{last_host}.example"), "/a/b/c".to_string(), Some(last_host)),
-        ("regex", "other.example".to_string(), "/users/42/orders".to_string(), Some(n / 2)),
-        ("no_match", "other.example".to_string(), "/nothing/here".to_string(), None),
+        (
+            "last_host",
+            format!("h{last_host}.example"),
+            "/a/b/c".to_string(),
+            Some(last_host),
+        ),
+        (
+            "regex",
+            "other.example".to_string(),
+            "/users/42/orders".to_string(),
+            Some(n / 2),
+        ),
+        (
+            "no_match",
+            "other.example".to_string(),
+            "/nothing/here".to_string(),
+            None,
+        ),
     ]
 }
 

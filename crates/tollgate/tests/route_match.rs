@@ -105,7 +105,13 @@ return = { status = 200, body = "r16" }
 "#;
 
 /// One request: method, host, path and query, extra header fields; what must answer.
-type Case = (&'static str, &'static str, &'static str, &'static [(&'static str, &'static str)], &'static str);
+type Case = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
 
 const CASES: &[Case] = &[
     ("GET", "api.example", "/api/x", &[("x-beta", "1")], "200 r0"),
@@ -298,13 +304,8 @@ fn ask_tls_h2(addr: SocketAddr, ca: &Ca, sni: &str, case: &Case) -> String {
 }
 
 fn ask_tls_h1(addr: SocketAddr, ca: &Ca, sni: &str, (method, host, target, headers, _): &Case) -> String {
-    let (reply, _) = common::tls::tls_request(
-        addr,
-        client_config(ca),
-        sni,
-        &h1_request(method, host, target, headers),
-    )
-    .unwrap();
+    let (reply, _) =
+        common::tls::tls_request(addr, client_config(ca), sni, &h1_request(method, host, target, headers)).unwrap();
     h1_answer(&reply)
 }
 
@@ -320,7 +321,15 @@ fn sni_and_scheme_on_a_tls_frontend_for_http1_and_http2_clients() {
         ("other.test", ("GET", "other.test", "/", &[], "200 t2")),
     ];
     for (sni, case) in cases {
-        assert_eq!(ask_tls_h1(proxy.addr, &ca, sni, case), case.4, "HTTP/1 sni {sni} {case:?}");
-        assert_eq!(ask_tls_h2(proxy.addr, &ca, sni, case), case.4, "HTTP/2 sni {sni} {case:?}");
+        assert_eq!(
+            ask_tls_h1(proxy.addr, &ca, sni, case),
+            case.4,
+            "HTTP/1 sni {sni} {case:?}"
+        );
+        assert_eq!(
+            ask_tls_h2(proxy.addr, &ca, sni, case),
+            case.4,
+            "HTTP/2 sni {sni} {case:?}"
+        );
     }
 }

@@ -401,7 +401,11 @@ fn sni_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> 
             let patterns: Vec<String> = p.iter().map(pattern).collect();
             out.skipped.push(Skipped {
                 route: i,
-                reason: format!("sni {} does not match {}", sni.unwrap_or("(none)"), patterns.join(" or ")),
+                reason: format!(
+                    "sni {} does not match {}",
+                    sni.unwrap_or("(none)"),
+                    patterns.join(" or ")
+                ),
             });
         }
     }

@@ -721,9 +721,13 @@ impl<'a> Validator<'a> {
                 );
             }
             let sni_routes = self.sni_routes(f, mode, &routes, &key);
-            let routes = super::route::RouteTable::new(routes, matchers, &conditions.path_regexes)
-                .unwrap_or_else(|msg| {
-                    self.err(f.name.span(), format!("{key}.route"), format!("the path regexes together: {msg}"));
+            let routes =
+                super::route::RouteTable::new(routes, matchers, &conditions.path_regexes).unwrap_or_else(|msg| {
+                    self.err(
+                        f.name.span(),
+                        format!("{key}.route"),
+                        format!("the path regexes together: {msg}"),
+                    );
                     super::route::RouteTable::default()
                 });
             self.mode_keys(f, mode, &key);

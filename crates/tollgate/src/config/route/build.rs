@@ -143,7 +143,12 @@ impl Builder {
     }
 
     /// `[[frontend.matcher]]`: HTTP mode only, names unique, none using another.
-    pub(in crate::config) fn matchers(&mut self, errors: &mut Errors, sections: &[MatcherSection], key: &str) -> Vec<Matcher> {
+    pub(in crate::config) fn matchers(
+        &mut self,
+        errors: &mut Errors,
+        sections: &[MatcherSection],
+        key: &str,
+    ) -> Vec<Matcher> {
         let mut out = Vec::new();
         for (i, m) in sections.iter().enumerate() {
             let mkey = format!("{key}.matcher[{i}]");
@@ -164,7 +169,11 @@ impl Builder {
             }
             let keys = Keys::of_matcher(m);
             if keys.given().is_empty() {
-                errors.push((m.name.span(), mkey.clone(), "a matcher needs at least one condition".into()));
+                errors.push((
+                    m.name.span(),
+                    mkey.clone(),
+                    "a matcher needs at least one condition".into(),
+                ));
             }
             let when = self.conditions(errors, &keys, &mkey, true);
             self.matcher_names.insert(name.clone(), out.len());
@@ -187,9 +196,9 @@ impl Builder {
             let refused = match (self.mode, field) {
                 (ModeName::Tcp, "sni") => None,
                 (ModeName::Tcp, _) => Some(format!("`{field}` needs an http-mode frontend")),
-                (ModeName::Http, "sni") if !self.tls => Some(
-                    "`sni` in an http-mode frontend needs `[frontend.tls]` (a plain connection has no SNI)".into(),
-                ),
+                (ModeName::Http, "sni") if !self.tls => {
+                    Some("`sni` in an http-mode frontend needs `[frontend.tls]` (a plain connection has no SNI)".into())
+                }
                 (ModeName::Http, "matcher" | "matchers") if in_matcher => {
                     Some("a matcher cannot use another matcher".into())
                 }
@@ -370,17 +379,28 @@ fn name_value(
     let s = v.get_ref();
     let name = s.name.get_ref();
     if name.is_empty() || !valid(name) {
-        errors.push((s.name.span(), format!("{key}.name"), format!("`{name}` is not a valid name here")));
+        errors.push((
+            s.name.span(),
+            format!("{key}.name"),
+            format!("`{name}` is not a valid name here"),
+        ));
         return None;
     }
-    Some((name.as_bytes().into(), s.value.as_ref().map(|v| v.get_ref().as_bytes().into())))
+    Some((
+        name.as_bytes().into(),
+        s.value.as_ref().map(|v| v.get_ref().as_bytes().into()),
+    ))
 }
 
 fn header(errors: &mut Errors, v: &Spanned<HeaderMatchSection>, key: &str) -> Option<Cond> {
     let h = v.get_ref();
     let name = h.name.get_ref();
     if name.is_empty() || !name.bytes().all(is_tchar) {
-        errors.push((h.name.span(), format!("{key}.name"), format!("`{name}` is not a header name")));
+        errors.push((
+            h.name.span(),
+            format!("{key}.name"),
+            format!("`{name}` is not a header name"),
+        ));
         return None;
     }
     let given: Vec<_> = [("value", &h.value), ("prefix", &h.prefix), ("regex", &h.regex)]
@@ -394,7 +414,11 @@ fn header(errors: &mut Errors, v: &Spanned<HeaderMatchSection>, key: &str) -> Op
         [(_, v)] => match Regex::new(v.get_ref()) {
             Ok(re) => ValueTest::Regex(re),
             Err(e) => {
-                errors.push((v.span(), format!("{key}.regex"), format!("regex `{}`: {e}", v.get_ref())));
+                errors.push((
+                    v.span(),
+                    format!("{key}.regex"),
+                    format!("regex `{}`: {e}", v.get_ref()),
+                ));
                 return None;
             }
         },

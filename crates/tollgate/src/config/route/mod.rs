@@ -57,19 +57,34 @@ pub enum Cond {
     Path(Vec<Box<[u8]>>),
     PathPrefix(Vec<Box<[u8]>>),
     /// Patterns `ids` of the frontend's path regex set (`written` as in the file).
-    PathRegex { ids: Range<usize>, written: Vec<String> },
+    PathRegex {
+        ids: Range<usize>,
+        written: Vec<String>,
+    },
     /// Case-sensitive, as written (upper case).
     Method(Vec<Box<[u8]>>),
     /// A `name[=value]` pair of the query string; `value: None` = present.
-    Query { name: Box<[u8]>, value: Option<Box<[u8]>> },
+    Query {
+        name: Box<[u8]>,
+        value: Option<Box<[u8]>>,
+    },
     /// A field called `name` (lowercase) whose value passes `test`.
-    Header { name: Box<str>, test: ValueTest },
-    Cookie { name: Box<[u8]>, value: Option<Box<[u8]>> },
+    Header {
+        name: Box<str>,
+        test: ValueTest,
+    },
+    Cookie {
+        name: Box<[u8]>,
+        value: Option<Box<[u8]>>,
+    },
     Source(Vec<Cidr>),
     Scheme(Scheme),
     Sni(Vec<HostPattern>),
     /// The `[[frontend.matcher]]` at this index (of `RouteTable::matchers`) holds.
-    Matcher { index: usize, name: String },
+    Matcher {
+        index: usize,
+        name: String,
+    },
     /// None of these holds.
     Not(Vec<Cond>),
 }
@@ -129,7 +144,9 @@ impl Cidr {
         };
         let cidr = Cidr { net, len };
         if cidr.masked(net) != bits(net) {
-            return Err(format!("`{text}` has bits set past /{len} (the block is written by its first address)"));
+            return Err(format!(
+                "`{text}` has bits set past /{len} (the block is written by its first address)"
+            ));
         }
         Ok(cidr)
     }
@@ -201,7 +218,11 @@ impl fmt::Display for Cond {
                 list(f, m.iter().map(|b| text(b)))
             }
             Cond::Query { name, value } | Cond::Cookie { name, value } => {
-                let key = if matches!(self, Cond::Query { .. }) { "query" } else { "cookie" };
+                let key = if matches!(self, Cond::Query { .. }) {
+                    "query"
+                } else {
+                    "cookie"
+                };
                 write!(f, "{key} = {{ name = {:?}", text(name))?;
                 if let Some(v) = value {
                     write!(f, ", value = {:?}", text(v))?;

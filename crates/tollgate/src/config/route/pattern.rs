@@ -58,18 +58,21 @@ impl Regex {
 
     fn build<P: AsRef<str>>(patterns: &[P], kind: MatchKind, limit: usize) -> Result<Regex, String> {
         let config = meta::Config::new().match_kind(kind).nfa_size_limit(Some(limit));
-        let re = meta::Builder::new().configure(config).build_many(patterns).map_err(|e| {
-            match e.size_limit() {
-                Some(limit) => format!("compiles to more than {} KiB: simplify it", limit / 1024),
-                // The syntax error's own text is several lines (the pattern, a caret).
-                None => e
-                    .syntax_error()
-                    .map_or_else(|| e.to_string(), ToString::to_string)
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            }
-        })?;
+        let re = meta::Builder::new()
+            .configure(config)
+            .build_many(patterns)
+            .map_err(|e| {
+                match e.size_limit() {
+                    Some(limit) => format!("compiles to more than {} KiB: simplify it", limit / 1024),
+                    // The syntax error's own text is several lines (the pattern, a caret).
+                    None => e
+                        .syntax_error()
+                        .map_or_else(|| e.to_string(), ToString::to_string)
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                }
+            })?;
         let text = patterns.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(" | ");
         Ok(Regex {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -85,7 +88,10 @@ impl Regex {
     /// Whether it matches anywhere in `hay`.
     pub fn is_match(&self, hay: &[u8]) -> bool {
         with_slot(&CACHES, self, |slot| match slot {
-            Some(slot) => self.re.search_half_with(&mut slot.cache, &Input::new(hay).earliest(true)).is_some(),
+            Some(slot) => self
+                .re
+                .search_half_with(&mut slot.cache, &Input::new(hay).earliest(true))
+                .is_some(),
             None => self.re.is_match(hay),
         })
     }
@@ -149,11 +155,7 @@ pub(super) fn hit(hits: &PatternSet, i: usize) -> bool {
 /// This thread's slot for `re` (made at its first search here). `None` only if the thread's
 /// caches are already borrowed (never: searches do not nest); the caller then searches
 /// with the regex's own pool.
-fn with_slot<R>(
-    slots: &'static std::thread::LocalKey<Slots>,
-    re: &Regex,
-    f: impl FnOnce(Option<&mut Slot>) -> R,
-) -> R {
+fn with_slot<R>(slots: &'static std::thread::LocalKey<Slots>, re: &Regex, f: impl FnOnce(Option<&mut Slot>) -> R) -> R {
     slots.with(|caches| {
         let Ok(mut caches) = caches.try_borrow_mut() else {
             return f(None);

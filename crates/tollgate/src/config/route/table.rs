@@ -105,44 +105,43 @@ impl RouteTable {
         table.routes = routes;
         Ok(table)
     }
-
 }
 
 /// The most selective condition every match of `when` meets: its own or that of a matcher
 /// it requires (hosts, then exact paths, then prefixes, then regexes).
 fn key_of<'r>(matchers: &'r [Matcher], when: &'r Conditions) -> Key<'r> {
-        let required = || {
-            when.0.iter().chain(
-                when.0
-                    .iter()
-                    .filter_map(|c| match c {
-                        Cond::Matcher { index, .. } => matchers.get(*index),
-                        _ => None,
-                    })
-                    .flat_map(|m| m.when.0.iter()),
-            )
+    let required = || {
+        when.0.iter().chain(
+            when.0
+                .iter()
+                .filter_map(|c| match c {
+                    Cond::Matcher { index, .. } => matchers.get(*index),
+                    _ => None,
+                })
+                .flat_map(|m| m.when.0.iter()),
+        )
+    };
+    let mut key = Key::None;
+    let rank = |k: &Key<'_>| match k {
+        Key::Hosts(_) => 4,
+        Key::Paths(_) => 3,
+        Key::Prefixes(_) => 2,
+        Key::Regexes(_) => 1,
+        Key::None => 0,
+    };
+    for c in required() {
+        let candidate = match c {
+            Cond::Host(p) => Key::Hosts(p),
+            Cond::Path(p) => Key::Paths(p),
+            Cond::PathPrefix(p) => Key::Prefixes(p),
+            Cond::PathRegex { ids, .. } => Key::Regexes(ids.clone()),
+            _ => Key::None,
         };
-        let mut key = Key::None;
-        let rank = |k: &Key<'_>| match k {
-            Key::Hosts(_) => 4,
-            Key::Paths(_) => 3,
-            Key::Prefixes(_) => 2,
-            Key::Regexes(_) => 1,
-            Key::None => 0,
-        };
-        for c in required() {
-            let candidate = match c {
-                Cond::Host(p) => Key::Hosts(p),
-                Cond::Path(p) => Key::Paths(p),
-                Cond::PathPrefix(p) => Key::Prefixes(p),
-                Cond::PathRegex { ids, .. } => Key::Regexes(ids.clone()),
-                _ => Key::None,
-            };
-            if rank(&candidate) > rank(&key) {
-                key = candidate;
-            }
+        if rank(&candidate) > rank(&key) {
+            key = candidate;
         }
-        key
+    }
+    key
 }
 
 impl RouteTable {

@@ -257,18 +257,13 @@ fn a_backtracking_shaped_regex_runs_in_linear_time() {
     let path: &'static str = Box::leak(format!("/{}b", "a".repeat(4096)).into_boxed_str());
     let began = std::time::Instant::now();
     for _ in 0..100 {
-        assert_eq!(
-            matched(
-                &fe,
-                &Req {
-                    path,
-                    ..Req::default()
-                }
-            ),
-            None
-        );
+        assert_eq!(matched(&fe, &Req { path, ..Req::default() }), None);
     }
-    assert!(began.elapsed() < std::time::Duration::from_secs(5), "{:?}", began.elapsed());
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
     let ok: &'static str = Box::leak(format!("/{}", "a".repeat(4096)).into_boxed_str());
     assert_eq!(
         matched(
@@ -304,26 +299,44 @@ type Check = fn(&Req) -> bool;
 const CONDS: &[(&str, &str, Check)] = &[
     ("host", r#""a.example""#, |r| r.host == Some("a.example")),
     ("host", r#"["b.example", "*.example"]"#, |r| {
-        r.host == Some("b.example") || r.host.is_some_and(|h| h.strip_suffix(".example").is_some_and(|l| !l.is_empty() && !l.contains('.')))
+        r.host == Some("b.example")
+            || r.host.is_some_and(|h| {
+                h.strip_suffix(".example")
+                    .is_some_and(|l| !l.is_empty() && !l.contains('.'))
+            })
     }),
     ("path", r#""/a""#, |r| r.path == "/a"),
     ("path_prefix", r#""/a""#, |r| r.path.starts_with("/a")),
-    ("path_prefix", r#"["/b", "/a/b"]"#, |r| r.path.starts_with("/b") || r.path.starts_with("/a/b")),
+    ("path_prefix", r#"["/b", "/a/b"]"#, |r| {
+        r.path.starts_with("/b") || r.path.starts_with("/a/b")
+    }),
     ("path_regex", r#""^/a/[0-9]+$""#, |r| {
-        r.path.strip_prefix("/a/").is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        r.path
+            .strip_prefix("/a/")
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
     }),
     ("path_regex", r#"["b$", "^/(a+)+$"]"#, |r| {
-        r.path.ends_with('b') || r.path.strip_prefix('/').is_some_and(|a| !a.is_empty() && a.bytes().all(|b| b == b'a'))
+        r.path.ends_with('b')
+            || r.path
+                .strip_prefix('/')
+                .is_some_and(|a| !a.is_empty() && a.bytes().all(|b| b == b'a'))
     }),
-    ("method", r#"["GET", "HEAD"]"#, |r| r.method == "GET" || r.method == "HEAD"),
+    ("method", r#"["GET", "HEAD"]"#, |r| {
+        r.method == "GET" || r.method == "HEAD"
+    }),
     ("query", r#"{ name = "v", value = "2" }"#, |r| {
         r.query.is_some_and(|q| q.split('&').any(|p| p == "v=2"))
     }),
     ("query", r#"{ name = "debug" }"#, |r| {
-        r.query.is_some_and(|q| q.split('&').any(|p| p.split('=').next() == Some("debug")))
+        r.query
+            .is_some_and(|q| q.split('&').any(|p| p.split('=').next() == Some("debug")))
     }),
-    ("header", r#"{ name = "x-beta", value = "1" }"#, |r| has_header(r, |v| v == "1")),
-    ("header", r#"{ name = "X-Beta", prefix = "1" }"#, |r| has_header(r, |v| v.starts_with('1'))),
+    ("header", r#"{ name = "x-beta", value = "1" }"#, |r| {
+        has_header(r, |v| v == "1")
+    }),
+    ("header", r#"{ name = "X-Beta", prefix = "1" }"#, |r| {
+        has_header(r, |v| v.starts_with('1'))
+    }),
     ("header", r#"{ name = "x-beta", regex = "^[0-9]+$" }"#, |r| {
         has_header(r, |v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
     }),
@@ -381,20 +394,30 @@ struct GenRoute {
 }
 
 fn gen_route() -> impl Strategy<Value = GenRoute> {
-    (prop::collection::vec(0..CONDS.len(), 0..3), prop::option::of(0..CONDS.len())).prop_map(|(mut conds, not)| {
-        let mut seen = Vec::new();
-        conds.retain(|&c| {
-            let key = CONDS[c].0;
-            let fresh = !seen.contains(&key);
-            seen.push(key);
-            fresh
-        });
-        GenRoute { conds, not }
-    })
+    (
+        prop::collection::vec(0..CONDS.len(), 0..3),
+        prop::option::of(0..CONDS.len()),
+    )
+        .prop_map(|(mut conds, not)| {
+            let mut seen = Vec::new();
+            conds.retain(|&c| {
+                let key = CONDS[c].0;
+                let fresh = !seen.contains(&key);
+                seen.push(key);
+                fresh
+            });
+            GenRoute { conds, not }
+        })
 }
 
 fn gen_req() -> impl Strategy<Value = Req> {
-    let hosts = prop::sample::select(vec![None, Some("a.example"), Some("b.example"), Some("x.example"), Some("x.y.example")]);
+    let hosts = prop::sample::select(vec![
+        None,
+        Some("a.example"),
+        Some("b.example"),
+        Some("x.example"),
+        Some("x.y.example"),
+    ]);
     let paths = prop::sample::select(vec!["/", "/a", "/a/b", "/a/123", "/aaaa", "/b", "/ab", "/a/1b"]);
     let queries = prop::sample::select(vec![None, Some("v=2"), Some("debug"), Some("v=3&debug=1"), Some("")]);
     let methods = prop::sample::select(vec!["GET", "POST", "HEAD"]);
