@@ -108,7 +108,9 @@ impl RouteTable {
 }
 
 /// The most selective condition every match of `when` meets: its own or that of a matcher
-/// it requires (hosts, then exact paths, then prefixes, then regexes).
+/// it requires (hosts, then exact paths, then prefixes, then regexes). A matcher's regex is
+/// never a key: its pattern ids are shared by every route using the matcher, and a pattern
+/// keys one route (keyed patterns are numbered in route order).
 fn key_of<'r>(matchers: &'r [Matcher], when: &'r Conditions) -> Key<'r> {
     let required = || {
         when.0.iter().chain(
@@ -118,7 +120,8 @@ fn key_of<'r>(matchers: &'r [Matcher], when: &'r Conditions) -> Key<'r> {
                     Cond::Matcher { index, .. } => matchers.get(*index),
                     _ => None,
                 })
-                .flat_map(|m| m.when.0.iter()),
+                .flat_map(|m| m.when.0.iter())
+                .filter(|c| !matches!(c, Cond::PathRegex { .. })),
         )
     };
     let mut key = Key::None;

@@ -352,6 +352,8 @@ const CONDS: &[(&str, &str, Check)] = &[
     ("scheme", r#""https""#, |r| r.scheme == Scheme::Https),
     ("matcher", r#""m0""#, matcher0),
     ("matchers", r#"["m0", "m1"]"#, |r| matcher0(r) && matcher1(r)),
+    // A matcher of one regex, used by many routes (a matcher's regex keys no route).
+    ("matcher", r#""m2""#, |r| r.path.starts_with("/a/")),
 ];
 
 const MATCHERS: &str = r#"
@@ -364,6 +366,10 @@ path_prefix = "/a"
 name = "m1"
 header = { name = "x-beta" }
 not = { path_regex = "b$" }
+
+[[frontend.matcher]]
+name = "m2"
+path_regex = "^/a/"
 "#;
 
 fn matcher0(r: &Req) -> bool {
@@ -476,7 +482,7 @@ fn naive(routes: &[GenRoute], req: &Req) -> Option<usize> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
     fn compiled_decision_is_the_naive_first_match(
