@@ -148,7 +148,7 @@ const CASES: &[Case] = &[
 fn plain_config() -> String {
     format!(
         "[global]\nworkers = 1\n[[frontend]]\nname = \"plain\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\n{PLAIN_ROUTES}\n\
-         [[frontend]]\nname = \"v6\"\nbind = [\"[::1]:0\"]\nmode = \"http\"\n{PLAIN_ROUTES}\n"
+         [[frontend]]\nname = \"v6\"\nbind = [\"[::1]:0\"]\nmode = \"http\"\nh2c = true\n{PLAIN_ROUTES}\n"
     )
 }
 
@@ -237,6 +237,7 @@ fn every_condition_for_http1_and_http2_clients() {
         assert_eq!(ask_h1(proxy.addr, case), case.4, "HTTP/1 {case:?}");
         assert_eq!(ask_h2c(proxy.addr, case), case.4, "HTTP/2 {case:?}");
         assert_eq!(ask_h1(v6, case), case.4, "HTTP/1 over IPv6 {case:?}");
+        assert_eq!(ask_h2c(v6, case), case.4, "HTTP/2 over IPv6 {case:?}");
     }
     // A route on a block the client is not in never answers.
     assert_ne!(ask_h1(proxy.addr, &("GET", "t.example", "/", &[], "")), "200 r10");
