@@ -5,8 +5,9 @@
 //! address) it names the frontend and why, each route tried and the condition that failed
 //! it, the backend or fixed response, and the server a dry-run pick chooses and why.
 //!
-//! Invariant: nothing here decides on its own. Route conditions are checked by the proxy's
-//! own `route::first_miss`, SNI routing by `tls::passthrough::route`, and the pick is the
+//! Invariant: nothing here decides on its own. The route is the one the proxy's own route
+//! table picks (`RouteTable::first_match`), each earlier route's reason the first condition
+//! `RouteTable::first_miss` finds unmet, SNI routing by `tls::passthrough::route`, and the pick is the
 //! backend's real balancer (from the registry) over a fresh live server set, built and asked
 //! the way `ctx::backends::LocalBackend::take` does: primaries first, then backups. Offline,
 //! every server is in its configured state (admin ready, oper unknown, no load); against a
@@ -20,10 +21,10 @@ use serde::Serialize;
 
 use crate::balance::{self, Candidate, PickContext};
 use crate::config::model::{HashKey, RouteAction};
+use crate::config::route::{Cond, Headers, RequestView, Scheme, ValueTest};
 use crate::config::{Backend, Config, Frontend, Mode};
 use crate::live::backend::BackendLive;
 use crate::live::server::ServerView;
-use crate::proxy::http::route::{self, Miss};
 
 /// One request to explain (the protocol's type: `ctl explain` sends it to the master).
 pub use crate::command::ExplainQuery as Query;
@@ -220,55 +221,146 @@ fn header_of<'q>(query: &'q Query, name: &str) -> Option<&'q [u8]> {
         .map(|(_, v)| v.as_bytes())
 }
 
-/// HTTP routing: each route in order through the proxy's own condition check.
+/// The explained request's headers, as routes look them up.
+struct QueryHeaders<'q>(&'q Query);
+
+impl Headers for QueryHeaders<'_> {
+    fn any_value(&self, name: &str, test: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.0
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .any(|(_, v)| test(v.as_bytes()))
+    }
+}
+
+/// HTTP routing: the proxy's own route table picks the route; each earlier route is
+/// named with the first of its conditions the request misses (the proxy's own check).
 fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> Option<usize> {
     // The URL's authority is the request's host (absolute form wins over Host), else Host.
     let host_header = header_of(query, "host")
         .and_then(|h| std::str::from_utf8(h).ok())
         .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n).to_ascii_lowercase());
     let host = url.host.clone().or(host_header);
-    let path = url.path.as_bytes();
-    for (i, r) in fe.routes.iter().enumerate() {
-        let Some(miss) = route::first_miss(r, host.as_deref(), path, |n| header_of(query, n)) else {
-            out.route = Some(i);
-            out.route_reason = "every condition holds".to_string();
-            return match &r.action {
-                RouteAction::Backend(b) => Some(*b),
-                RouteAction::Return {
-                    status,
-                    body,
-                    content_type,
-                } => {
-                    out.target = Target::Return {
-                        status: *status,
-                        content_type: content_type.clone(),
-                        body: body.clone(),
-                    };
-                    None
-                }
-            };
-        };
-        let reason = match (miss, r) {
-            (Miss::Host, r) => format!(
-                "host {} does not match {}",
-                host.as_deref().unwrap_or("(none)"),
-                r.host.as_ref().map_or_else(String::new, pattern)
-            ),
-            (Miss::PathPrefix, r) => format!(
-                "path {} does not start with {}",
-                url.path,
-                r.path_prefix.as_deref().unwrap_or("")
-            ),
-            (Miss::Header, r) => {
-                let (name, want) = r.header.clone().unwrap_or_default();
-                let got = header_of(query, &name)
-                    .map_or_else(|| "absent".to_string(), |v| format!("{:?}", String::from_utf8_lossy(v)));
-                format!("header {name} is {got}, not {want:?}")
-            }
+    let scheme = match url.scheme.as_deref() {
+        Some("https") => Scheme::Https,
+        Some(_) => Scheme::Http,
+        None if fe.tls.is_some() => Scheme::Https,
+        None => Scheme::Http,
+    };
+    // Over TLS a client names the host it wants in its handshake too.
+    let sni = match (&query.sni, scheme) {
+        (Some(sni), _) => Some(sni.to_ascii_lowercase()),
+        (None, Scheme::Https) => url.host.clone(),
+        (None, Scheme::Http) => None,
+    };
+    let (path, query_string) = RequestView::split_target(url.path.as_bytes());
+    let headers = QueryHeaders(query);
+    let view = RequestView {
+        method: query.method.as_bytes(),
+        host: host.as_deref(),
+        path,
+        query: query_string,
+        scheme,
+        source: query.source,
+        sni: sni.as_deref(),
+        headers: &headers,
+    };
+    let matched = fe.routes.first_match(&view);
+    for i in 0..matched.unwrap_or(fe.routes.len()) {
+        let reason = match fe.routes.first_miss(i, &view) {
+            Some(cond) => why_not(fe, cond, &view, query),
+            // The table and the walk disagree: a bug, said rather than hidden.
+            None => "matches, but the route table chose a later route (a bug: please report)".to_string(),
         };
         out.skipped.push(Skipped { route: i, reason });
     }
+    if let Some((i, r)) = matched.and_then(|i| fe.routes.get(i).map(|r| (i, r))) {
+        out.route = Some(i);
+        out.route_reason = "every condition holds".to_string();
+        return match &r.action {
+            RouteAction::Backend(b) => Some(*b),
+            RouteAction::Return {
+                status,
+                body,
+                content_type,
+            } => {
+                out.target = Target::Return {
+                    status: *status,
+                    content_type: content_type.clone(),
+                    body: body.clone(),
+                };
+                None
+            }
+        };
+    }
     default_backend(fe, out)
+}
+
+/// Why condition `cond` does not hold for `view`, in the operator's words.
+fn why_not(fe: &Frontend, cond: &Cond, view: &RequestView<'_>, query: &Query) -> String {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let path = text(view.path);
+    let any_of = |items: Vec<String>| items.join(" or ");
+    let header_is = |name: &str| {
+        header_of(query, name).map_or_else(|| "absent".to_string(), |v| format!("{:?}", String::from_utf8_lossy(v)))
+    };
+    match cond {
+        Cond::Host(p) => format!(
+            "host {} does not match {}",
+            view.host.unwrap_or("(none)"),
+            any_of(p.iter().map(pattern).collect())
+        ),
+        Cond::Path(p) => format!("path {path} is not {}", any_of(p.iter().map(|b| text(b)).collect())),
+        Cond::PathPrefix(p) => format!(
+            "path {path} does not start with {}",
+            any_of(p.iter().map(|b| text(b)).collect())
+        ),
+        Cond::PathRegex { written, .. } => format!(
+            "path {path} does not match {}",
+            any_of(written.iter().map(|w| format!("/{w}/")).collect())
+        ),
+        Cond::Method(m) => format!(
+            "method {} is not {}",
+            text(view.method),
+            any_of(m.iter().map(|b| text(b)).collect())
+        ),
+        Cond::Header { name, test } => {
+            let got = header_is(name);
+            match test {
+                ValueTest::Present => format!("header {name} is absent"),
+                ValueTest::Exact(want) => format!("header {name} is {got}, not {:?}", text(want)),
+                ValueTest::Prefix(p) => format!("header {name} is {got}, which does not start with {:?}", text(p)),
+                ValueTest::Regex(re) => format!("header {name} is {got}, which does not match /{}/", re.as_str()),
+            }
+        }
+        Cond::Query { .. } | Cond::Cookie { .. } | Cond::Scheme(_) => {
+            let seen = match cond {
+                Cond::Query { .. } => format!("query {:?}", text(view.query.unwrap_or_default())),
+                Cond::Cookie { .. } => format!("cookie header {}", header_is("cookie")),
+                _ => format!("scheme {}", view.scheme.as_str()),
+            };
+            format!("{seen} does not meet {cond}")
+        }
+        Cond::Source(blocks) => format!(
+            "source {} is not in {}",
+            view.source,
+            any_of(blocks.iter().map(ToString::to_string).collect())
+        ),
+        Cond::Sni(p) => format!(
+            "sni {} does not match {}",
+            view.sni.unwrap_or("(none)"),
+            any_of(p.iter().map(pattern).collect())
+        ),
+        Cond::Matcher { index, name } => match fe.routes.matcher_miss(*index, view) {
+            Some(inner) => format!("matcher {name}: {}", why_not(fe, inner, view, query)),
+            None => format!("matcher {name} does not hold"),
+        },
+        Cond::Not(inner) => match fe.routes.first_holding(inner, view) {
+            Some(held) => format!("{held} holds (under `not`)"),
+            None => format!("{cond} does not hold"),
+        },
+    }
 }
 
 fn default_backend(fe: &Frontend, out: &mut Explanation) -> Option<usize> {
@@ -305,10 +397,15 @@ fn sni_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> 
         if Some(i) == matched {
             break;
         }
-        if let Some(p) = &r.sni {
+        if let Some(p) = r.when.sni() {
+            let patterns: Vec<String> = p.iter().map(pattern).collect();
             out.skipped.push(Skipped {
                 route: i,
-                reason: format!("sni {} does not match {}", sni.unwrap_or("(none)"), pattern(p)),
+                reason: format!(
+                    "sni {} does not match {}",
+                    sni.unwrap_or("(none)"),
+                    patterns.join(" or ")
+                ),
             });
         }
     }
@@ -587,6 +684,75 @@ address = "127.0.0.1:9013"
         );
         assert_eq!(e.route, Some(4));
         assert_eq!(e.target, Target::Backend { name: "hashed".into() });
+    }
+
+    #[test]
+    fn matchers_negations_and_the_new_conditions_name_what_missed() {
+        let c = config(
+            r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+mode = "http"
+default_backend = "api"
+
+[[frontend.matcher]]
+name = "api"
+host = "api.example"
+path_prefix = "/v1/"
+
+[[frontend.route]]
+matcher = "api"
+backend = "api"
+
+[[frontend.route]]
+path_prefix = "/v2/"
+not = { method = ["DELETE", "PUT"] }
+backend = "api"
+
+[[frontend.route]]
+path_regex = "^/v2/[0-9]+$"
+query = { name = "debug" }
+backend = "api"
+
+[[frontend.route]]
+source = "10.0.0.0/8"
+backend = "api"
+
+[[frontend.route]]
+cookie = { name = "sid", value = "7" }
+return = { status = 204 }
+
+[[backend]]
+name = "api"
+mode = "http"
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+"#,
+        );
+        let mut q = query("http://api.example:8080/v2/42?debug");
+        q.method = "DELETE".into();
+        q.headers.push(("Cookie".into(), "sid=7".into()));
+        let e = explain(&c, &q).unwrap();
+        let reasons: Vec<&str> = e.skipped.iter().map(|s| s.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "matcher api: path /v2/42 does not start with /v1/",
+                "method = [\"DELETE\", \"PUT\"] holds (under `not`)",
+            ]
+        );
+        assert_eq!(e.route, Some(2), "{e}");
+        q.url = "http://api.example:8080/v2/x".into();
+        let e = explain(&c, &q).unwrap();
+        assert_eq!(e.skipped[2].reason, "path /v2/x does not match /^/v2/[0-9]+$/");
+        assert_eq!(e.skipped[3].reason, "source 127.0.0.1 is not in 10.0.0.0/8");
+        assert_eq!(e.route, Some(4));
+        q.headers.clear();
+        let e = explain(&c, &q).unwrap();
+        assert!(e.skipped[4].reason.contains("does not meet cookie"), "{e}");
+        assert_eq!(e.route, None);
     }
 
     #[test]

@@ -181,6 +181,9 @@ pub(crate) struct FrontendSection {
     /// Ordered rules; the first that matches decides, else `default_backend`.
     #[serde(default)]
     pub route: Vec<RouteSection>,
+    /// `[[frontend.matcher]]`: named condition sets the routes refer to.
+    #[serde(default)]
+    pub matcher: Vec<MatcherSection>,
     /// TCP mode: close connections whose SNI no `sni` route (or certificate) matches.
     pub reject_unknown_sni: Option<Spanned<bool>>,
     /// `[frontend.tls]`: terminate TLS here.
@@ -229,14 +232,31 @@ pub(crate) struct OffloadSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RouteSection {
+    // Conditions (`config::route`): all ANDed; a list of strings is any of them.
     /// HTTP mode: the request's host, exact (`a.example`) or one-label wildcard (`*.example`).
-    pub host: Option<Spanned<String>>,
+    pub host: Option<Spanned<OneOrMore>>,
+    /// HTTP mode: the path (without the query) is exactly this.
+    pub path: Option<Spanned<OneOrMore>>,
     /// HTTP mode: the path starts with this.
-    pub path_prefix: Option<Spanned<String>>,
-    /// HTTP mode: a header has exactly this value (name case-insensitive).
-    pub header: Option<HeaderMatchSection>,
-    /// TCP mode: the TLS ClientHello's server name, exact or `*.` wildcard.
-    pub sni: Option<Spanned<String>>,
+    pub path_prefix: Option<Spanned<OneOrMore>>,
+    /// HTTP mode: the path matches this regular expression (linear-time engine).
+    pub path_regex: Option<Spanned<OneOrMore>>,
+    pub method: Option<Spanned<OneOrMore>>,
+    pub query: Option<Spanned<NameValueSection>>,
+    /// HTTP mode: a header field (name case-insensitive) has this value, prefix, regex, or is present.
+    pub header: Option<Spanned<HeaderMatchSection>>,
+    pub cookie: Option<Spanned<NameValueSection>>,
+    /// The client's address is in one of these CIDR blocks.
+    pub source: Option<Spanned<OneOrMore>>,
+    pub scheme: Option<Spanned<SchemeName>>,
+    /// The TLS server name (TCP mode: the ClientHello's; HTTP mode: the handshake's).
+    pub sni: Option<Spanned<OneOrMore>>,
+    /// `[[frontend.matcher]]` names whose conditions must hold too.
+    pub matcher: Option<Spanned<String>>,
+    pub matchers: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Conditions none of which may hold.
+    pub not: Option<Spanned<NotSection>>,
+    // Actions.
     /// Send matching traffic to this backend...
     pub backend: Option<Spanned<String>>,
     /// ...or answer it here (HTTP mode).
@@ -244,11 +264,97 @@ pub(crate) struct RouteSection {
     pub return_response: Option<Spanned<ReturnSection>>,
 }
 
+/// `not = { ... }` in a route or a matcher: the route's condition keys, without `not`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NotSection {
+    pub host: Option<Spanned<OneOrMore>>,
+    pub path: Option<Spanned<OneOrMore>>,
+    pub path_prefix: Option<Spanned<OneOrMore>>,
+    pub path_regex: Option<Spanned<OneOrMore>>,
+    pub method: Option<Spanned<OneOrMore>>,
+    pub query: Option<Spanned<NameValueSection>>,
+    pub header: Option<Spanned<HeaderMatchSection>>,
+    pub cookie: Option<Spanned<NameValueSection>>,
+    pub source: Option<Spanned<OneOrMore>>,
+    pub scheme: Option<Spanned<SchemeName>>,
+    pub sni: Option<Spanned<OneOrMore>>,
+    pub matcher: Option<Spanned<String>>,
+    pub matchers: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+/// `[[frontend.matcher]]`: a named set of conditions routes reuse (HAProxy's named ACL).
+/// A matcher cannot use another matcher.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MatcherSection {
+    pub name: Spanned<String>,
+    pub host: Option<Spanned<OneOrMore>>,
+    pub path: Option<Spanned<OneOrMore>>,
+    pub path_prefix: Option<Spanned<OneOrMore>>,
+    pub path_regex: Option<Spanned<OneOrMore>>,
+    pub method: Option<Spanned<OneOrMore>>,
+    pub query: Option<Spanned<NameValueSection>>,
+    pub header: Option<Spanned<HeaderMatchSection>>,
+    pub cookie: Option<Spanned<NameValueSection>>,
+    pub source: Option<Spanned<OneOrMore>>,
+    pub scheme: Option<Spanned<SchemeName>>,
+    pub sni: Option<Spanned<OneOrMore>>,
+    pub not: Option<Spanned<NotSection>>,
+}
+
+/// A string or a list of strings (`host = "a"` or `host = ["a", "b"]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OneOrMore(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for OneOrMore {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = OneOrMore;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMore, E> {
+                Ok(OneOrMore(vec![v.to_string()]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMore, A::Error> {
+                let mut out = Vec::new();
+                while let Some(s) = seq.next_element::<String>()? {
+                    out.push(s);
+                }
+                Ok(OneOrMore(out))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// `scheme = "http" | "https"`: how the client reached the frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum SchemeName {
+    Http,
+    Https,
+}
+
+/// `header = { name = "x-beta", value = "1" }`: at most one of `value` (exact), `prefix`
+/// and `regex`; none of them = the header is present.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct HeaderMatchSection {
     pub name: Spanned<String>,
-    pub value: String,
+    pub value: Option<Spanned<String>>,
+    pub prefix: Option<Spanned<String>>,
+    pub regex: Option<Spanned<String>>,
+}
+
+/// `query` and `cookie`: `{ name = "v", value = "2" }`, or just the name for presence.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NameValueSection {
+    pub name: Spanned<String>,
+    pub value: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -3,7 +3,8 @@
 //! `file` holds the strict serde structs (unknown keys refused), `validate` applies defaults,
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
 //! `tls` reads certificate files and builds the rustls configs (loading them is part of
-//! loading the config), `sni` validates host names and matches them.
+//! loading the config), `sni` validates host names and matches them, `route` compiles a
+//! frontend's route conditions into the table requests are matched against.
 //!
 //! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
 //! feature and reads no process limit; what depends on the machine is decided at run time
@@ -15,6 +16,7 @@ pub(crate) mod file;
 pub mod health;
 pub mod ids;
 pub mod model;
+pub mod route;
 pub mod sni;
 pub(crate) mod tls;
 pub(crate) mod units;

@@ -296,7 +296,8 @@ pub struct Frontend {
     /// Where traffic no route matched goes; `None` = refused (503 in HTTP, closed in TCP).
     pub default_backend: Option<usize>,
     pub forwarded: Forwarded,
-    pub routes: Vec<Route>,
+    /// The routes in order, compiled for matching (`config::route`); derefs to `[Route]`.
+    pub routes: super::route::RouteTable,
     /// TCP mode: SNI pattern -> index in `routes`, built when any route has `sni`. Its
     /// presence makes the frontend read the ClientHello (peeked, or from the handshake).
     pub sni_routes: Option<SniMatcher>,
@@ -342,11 +343,8 @@ pub struct ServerTls {
 
 #[derive(Debug, Clone)]
 pub struct Route {
-    pub host: Option<HostPattern>,
-    pub path_prefix: Option<String>,
-    /// Header name (lowercase) and exact value.
-    pub header: Option<(String, String)>,
-    pub sni: Option<HostPattern>,
+    /// What a request (TCP mode: a connection's SNI) must meet, all ANDed (`config::route`).
+    pub when: super::route::Conditions,
     pub action: RouteAction,
 }
 

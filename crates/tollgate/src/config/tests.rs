@@ -142,12 +142,10 @@ fn routes_resolve_to_backends_and_returns() {
     let routes = &c.frontends[0].routes;
     assert_eq!(routes.len(), 2);
     assert!(matches!(routes[0].action, model::RouteAction::Backend(1)));
-    assert!(
-        routes[0]
-            .host
-            .as_ref()
-            .is_some_and(|h| h.matches("eu.api.example") && !h.matches("a.b.api.example"))
-    );
+    assert!(matches!(
+        routes[0].when.0.first(),
+        Some(route::Cond::Host(h)) if h[0].matches("eu.api.example") && !h[0].matches("a.b.api.example")
+    ));
     assert!(matches!(&routes[1].action, model::RouteAction::Return { status: 200, body, .. } if body == "ok\n"));
 }
 

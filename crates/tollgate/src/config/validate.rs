@@ -704,11 +704,13 @@ impl<'a> Validator<'a> {
                 .default_backend
                 .as_ref()
                 .and_then(|name| self.backend_ref(name, format!("{key}.default_backend"), mode, backends));
+            let mut conditions = super::route::Builder::new(mode, f.tls.is_some());
+            let matchers = conditions.matchers(&mut self.errors, &f.matcher, &key);
             let routes: Vec<Route> = f
                 .route
                 .iter()
                 .enumerate()
-                .filter_map(|(j, r)| self.route(r, format!("{key}.route[{j}]"), mode, backends))
+                .filter_map(|(j, r)| self.route(r, format!("{key}.route[{j}]"), mode, backends, &mut conditions))
                 .collect();
             // Counted as written: a route refused above must not also cause this error.
             if f.default_backend.is_none() && f.route.is_empty() {
@@ -718,7 +720,16 @@ impl<'a> Validator<'a> {
                     "is required (or at least one route)".into(),
                 );
             }
-            let sni_routes = self.sni_routes(f, &routes, &key);
+            let sni_routes = self.sni_routes(f, mode, &routes, &key);
+            let routes =
+                super::route::RouteTable::new(routes, matchers, &conditions.path_regexes).unwrap_or_else(|msg| {
+                    self.err(
+                        f.name.span(),
+                        format!("{key}.route"),
+                        format!("the path regexes together: {msg}"),
+                    );
+                    super::route::RouteTable::default()
+                });
             self.mode_keys(f, mode, &key);
             let reject_unknown_sni = f.reject_unknown_sni.as_ref().is_some_and(|r| *r.get_ref());
             let tls = f
@@ -744,12 +755,16 @@ impl<'a> Validator<'a> {
     }
 
     /// The SNI matcher over a frontend's `sni` routes (route index as target), if it has any.
-    fn sni_routes(&mut self, f: &FrontendSection, routes: &[Route], key: &str) -> Option<SniMatcher> {
+    /// TCP mode only: in HTTP mode `sni` is a condition like any other.
+    fn sni_routes(&mut self, f: &FrontendSection, mode: ModeName, routes: &[Route], key: &str) -> Option<SniMatcher> {
+        if mode != ModeName::Tcp {
+            return None;
+        }
         let patterns: Vec<(String, usize)> = routes
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| {
-                r.sni.as_ref().map(|p| match p {
+            .flat_map(|(i, r)| {
+                r.when.sni().unwrap_or_default().iter().map(move |p| match p {
                     HostPattern::Exact(name) => (name.clone(), i),
                     HostPattern::Wildcard(suffix) => (format!("*{suffix}"), i),
                 })
@@ -764,7 +779,7 @@ impl<'a> Validator<'a> {
                 let at = f.route.iter().enumerate().find(|(_, r)| {
                     r.sni
                         .as_ref()
-                        .is_some_and(|s| s.get_ref().eq_ignore_ascii_case(&e.pattern))
+                        .is_some_and(|s| s.get_ref().0.iter().any(|p| p.eq_ignore_ascii_case(&e.pattern)))
                 });
                 let (span, k) = match at {
                     Some((j, r)) => (
@@ -1037,51 +1052,22 @@ impl<'a> Validator<'a> {
         Some(idx)
     }
 
-    fn host_pattern(&mut self, text: &Spanned<String>, key: String) -> Option<HostPattern> {
-        let pattern = HostPattern::parse(text.get_ref());
-        if pattern.is_none() {
+    fn route(
+        &mut self,
+        r: &RouteSection,
+        key: String,
+        mode: ModeName,
+        backends: &[Backend],
+        conditions: &mut super::route::Builder,
+    ) -> Option<Route> {
+        if let (Some(ret), ModeName::Tcp) = (&r.return_response, mode) {
             self.err(
-                text.span(),
-                key,
-                format!("`{}` is not a host name or a `*.domain` wildcard", text.get_ref()),
+                ret.span(),
+                format!("{key}.return"),
+                "`return` needs an http-mode frontend".into(),
             );
         }
-        pattern
-    }
-
-    fn route(&mut self, r: &RouteSection, key: String, mode: ModeName, backends: &[Backend]) -> Option<Route> {
-        let http_only = [
-            ("host", r.host.as_ref().map(|h| h.span())),
-            ("path_prefix", r.path_prefix.as_ref().map(|p| p.span())),
-            ("header", r.header.as_ref().map(|h| h.name.span())),
-            ("return", r.return_response.as_ref().map(|x| x.span())),
-        ];
-        for (field, span) in http_only {
-            if let (Some(span), ModeName::Tcp) = (span, mode) {
-                self.err(
-                    span,
-                    format!("{key}.{field}"),
-                    format!("`{field}` needs an http-mode frontend"),
-                );
-            }
-        }
-        if let (Some(sni), ModeName::Http) = (&r.sni, mode) {
-            self.err(
-                sni.span(),
-                format!("{key}.sni"),
-                "`sni` routes need a tcp-mode frontend".into(),
-            );
-        }
-        let host = r
-            .host
-            .as_ref()
-            .and_then(|h| self.host_pattern(h, format!("{key}.host")));
-        let sni = r.sni.as_ref().and_then(|h| self.host_pattern(h, format!("{key}.sni")));
-        if let Some(p) = &r.path_prefix
-            && !p.get_ref().starts_with('/')
-        {
-            self.err(p.span(), format!("{key}.path_prefix"), "must start with `/`".into());
-        }
+        let when = conditions.route(&mut self.errors, r, &key);
         let action = match (&r.backend, &r.return_response) {
             (Some(name), None) => {
                 RouteAction::Backend(self.backend_ref(name, format!("{key}.backend"), mode, backends)?)
@@ -1111,24 +1097,13 @@ impl<'a> Validator<'a> {
                     .as_ref()
                     .map(|b| b.span())
                     .or_else(|| r.return_response.as_ref().map(|x| x.span()))
-                    .or_else(|| r.host.as_ref().map(|h| h.span()))
-                    .or_else(|| r.path_prefix.as_ref().map(|p| p.span()))
-                    .or_else(|| r.sni.as_ref().map(|p| p.span()))
+                    .or_else(|| super::route::Keys::of_route(r).first_span())
                     .unwrap_or(0..0);
                 self.err(span, key, "a route needs exactly one of `backend` or `return`".into());
                 return None;
             }
         };
-        Some(Route {
-            host,
-            path_prefix: r.path_prefix.as_ref().map(|p| p.get_ref().clone()),
-            header: r
-                .header
-                .as_ref()
-                .map(|h| (h.name.get_ref().to_ascii_lowercase(), h.value.clone())),
-            sni,
-            action,
-        })
+        Some(Route { when, action })
     }
 }
 

@@ -94,10 +94,8 @@ pub(crate) fn route(fe: &Frontend, sni: Option<&str>) -> Option<usize> {
     if fe.reject_unknown_sni {
         return None;
     }
-    let unconditional = fe.routes.iter().find_map(|r| match (&r.sni, &r.action) {
-        (None, RouteAction::Backend(b)) if r.host.is_none() && r.path_prefix.is_none() && r.header.is_none() => {
-            Some(*b)
-        }
+    let unconditional = fe.routes.iter().find_map(|r| match &r.action {
+        RouteAction::Backend(b) if r.when.is_empty() => Some(*b),
         _ => None,
     });
     unconditional.or(fe.default_backend)

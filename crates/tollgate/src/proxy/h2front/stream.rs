@@ -3,7 +3,7 @@
 //! A gRPC call's proxy-side failure is answered as `grpc-status: 14` (`Stream::fail`).
 //!
 //! Order of events, as `proxy::http::exchange` for an h1 client: judge the head
-//! (`check`), route it (`route::decide_neutral`), answer it or take a server connection
+//! (`check`), route it (`route::decide_h2`), answer it or take a server connection
 //! (pooled or new, `server_conn::open`: queues, maxconn and connect retries as for h1), send
 //! the head as strict HTTP/1.1 (`to_h1`) and the body (known length as is, else chunked with
 //! the client's trailers) while watching for the response head (a server that answers
@@ -149,7 +149,12 @@ impl Stream<'_> {
         if max_body > 0 && checked.content_length.is_some_and(|n| n > max_body) {
             return Err(refused(413, "content-length over http.max_body_size"));
         }
-        match decide(self.fe, &parts) {
+        let conn = route::ConnFacts {
+            scheme: self.conn.proto,
+            source: self.conn.peer.ip(),
+            sni: self.conn.sni.as_deref(),
+        };
+        match route::decide_h2(self.fe, &parts, &conn) {
             Decision::NoRoute => Err(Error::new(
                 ErrorKind::NoServer,
                 Side::Front,
@@ -487,18 +492,6 @@ impl Stream<'_> {
             .find_map(|v| crate::http::cookie::find(v.as_bytes(), table.cookie()))?;
         table.server_of(&local.live, value)
     }
-}
-
-/// The route for an h2 request: host from `:authority` (else `host`), path from `:path`.
-fn decide<'a>(fe: &'a Frontend, parts: &Parts) -> Decision<'a> {
-    let raw = match parts.uri.authority() {
-        Some(a) => a.as_str().as_bytes(),
-        None => parts.headers.get(http::header::HOST).map_or(&b""[..], |h| h.as_bytes()),
-    };
-    let mut host_buf = [0u8; 256];
-    let host = route::normalize_host(raw, &mut host_buf);
-    let path = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
-    route::decide_neutral(fe, host, path, |name| parts.headers.get(name).map(|v| v.as_bytes()))
 }
 
 /// What a gRPC client is told of a proxy-side failure: the kind of failure, never a

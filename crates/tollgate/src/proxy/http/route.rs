@@ -1,7 +1,12 @@
-//! Choosing what answers a request: the frontend's routes in order (host, path prefix,
-//! header), else its default backend.
+//! Choosing what answers a request: the first of the frontend's routes whose conditions
+//! hold (`config::route::RouteTable`, compiled at load), else its default backend. This
+//! file builds the request view routes look at from an HTTP/1 head or an HTTP/2 request,
+//! on the stack, then maps the matched route through `action`.
+
+use std::net::IpAddr;
 
 use crate::config::model::{Frontend, Route, RouteAction};
+use crate::config::route::{Headers, RequestView, Scheme};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 
 pub(crate) enum Decision<'a> {
@@ -14,30 +19,82 @@ pub(crate) enum Decision<'a> {
     NoRoute,
 }
 
-pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8]) -> Decision<'a> {
-    let chosen = if fe.routes.is_empty() {
-        None
-    } else {
-        let mut host_buf = [0u8; 256];
-        let host = request_host(head, buf, &mut host_buf);
-        let path = request_path(head, buf);
-        fe.routes
-            .iter()
-            .find(|r| first_miss(r, host, path, |name| head.header(buf, name.as_bytes())).is_none())
-    };
-    action(fe, chosen)
+/// What the connection, not the request, tells routes.
+#[derive(Clone, Copy)]
+pub(crate) struct ConnFacts<'c> {
+    pub scheme: Scheme,
+    pub source: IpAddr,
+    /// The TLS handshake's server name, as the client sent it.
+    pub sni: Option<&'c str>,
 }
 
-/// `decide` for a head that is not HTTP/1 bytes in a buffer (an HTTP/2 request): `host`
-/// lowercase without port (`normalize_host`), `header` a field's first value by name.
-pub(crate) fn decide_neutral<'a, 'h>(
-    fe: &'a Frontend,
-    host: Option<&str>,
-    path: &[u8],
-    header: impl Fn(&str) -> Option<&'h [u8]>,
-) -> Decision<'a> {
-    let chosen = fe.routes.iter().find(|r| first_miss(r, host, path, &header).is_none());
-    action(fe, chosen)
+struct H1Headers<'h> {
+    head: &'h RequestHead,
+    buf: &'h [u8],
+}
+
+impl Headers for H1Headers<'_> {
+    fn any_value(&self, name: &str, test: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.head
+            .headers(self.buf)
+            .any(|(n, v)| n.eq_ignore_ascii_case(name.as_bytes()) && test(v))
+    }
+}
+
+struct H2Headers<'h>(&'h http::HeaderMap);
+
+impl Headers for H2Headers<'_> {
+    fn any_value(&self, name: &str, test: &mut dyn FnMut(&[u8]) -> bool) -> bool {
+        self.0.get_all(name).iter().any(|v| test(v.as_bytes()))
+    }
+}
+
+/// The route for an HTTP/1 request whose head is in `buf`.
+pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn: &ConnFacts<'_>) -> Decision<'a> {
+    if fe.routes.is_empty() {
+        return action(fe, None);
+    }
+    let mut host_buf = [0u8; 256];
+    let mut sni_buf = [0u8; 256];
+    let (path, query) = RequestView::split_target(request_path(head, buf));
+    let headers = H1Headers { head, buf };
+    let view = RequestView {
+        method: head.method_span.of(buf),
+        host: request_host(head, buf, &mut host_buf),
+        path,
+        query,
+        scheme: conn.scheme,
+        source: conn.source,
+        sni: conn.sni.and_then(|s| normalize_host(s.as_bytes(), &mut sni_buf)),
+        headers: &headers,
+    };
+    action(fe, fe.routes.first_match(&view).and_then(|i| fe.routes.get(i)))
+}
+
+/// The route for an HTTP/2 request: host from `:authority` (else `host`), path and query
+/// from `:path`.
+pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn: &ConnFacts<'_>) -> Decision<'a> {
+    if fe.routes.is_empty() {
+        return action(fe, None);
+    }
+    let raw = match parts.uri.authority() {
+        Some(a) => a.as_str().as_bytes(),
+        None => parts.headers.get(http::header::HOST).map_or(&b""[..], |h| h.as_bytes()),
+    };
+    let mut host_buf = [0u8; 256];
+    let mut sni_buf = [0u8; 256];
+    let headers = H2Headers(&parts.headers);
+    let view = RequestView {
+        method: parts.method.as_str().as_bytes(),
+        host: normalize_host(raw, &mut host_buf),
+        path: parts.uri.path().as_bytes(),
+        query: parts.uri.query().map(str::as_bytes),
+        scheme: conn.scheme,
+        source: conn.source,
+        sni: conn.sni.and_then(|s| normalize_host(s.as_bytes(), &mut sni_buf)),
+        headers: &headers,
+    };
+    action(fe, fe.routes.first_match(&view).and_then(|i| fe.routes.get(i)))
 }
 
 #[inline]
@@ -55,44 +112,6 @@ fn action<'a>(fe: &'a Frontend, chosen: Option<&'a Route>) -> Decision<'a> {
         },
         None => fe.default_backend.map_or(Decision::NoRoute, Decision::Backend),
     }
-}
-
-/// The first condition of route `r` the request does not meet, in the order they are
-/// checked (host, path prefix, header); `None` = the route matches. `header` returns a
-/// request header's first value by (case-insensitive) name. `tollgate explain` calls this
-/// too, so what it reports is what the proxy decides.
-#[inline]
-pub(crate) fn first_miss<'h>(
-    r: &Route,
-    host: Option<&str>,
-    path: &[u8],
-    header: impl Fn(&str) -> Option<&'h [u8]>,
-) -> Option<Miss> {
-    let host_ok = r.host.as_ref().is_none_or(|p| host.is_some_and(|h| p.matches(h)));
-    let path_ok = || r.path_prefix.as_ref().is_none_or(|p| path.starts_with(p.as_bytes()));
-    let header_ok = || {
-        r.header
-            .as_ref()
-            .is_none_or(|(name, value)| header(name).is_some_and(|v| v == value.as_bytes()))
-    };
-    if !host_ok {
-        return Some(Miss::Host);
-    }
-    if !path_ok() {
-        return Some(Miss::PathPrefix);
-    }
-    if !header_ok() {
-        return Some(Miss::Header);
-    }
-    None
-}
-
-/// Which condition of a route a request missed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Miss {
-    Host,
-    PathPrefix,
-    Header,
 }
 
 /// The host the request is for, lowercase, without port: the absolute-form target's

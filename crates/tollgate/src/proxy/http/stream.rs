@@ -344,7 +344,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
             self.fail(&cause).await?;
             return Ok(false);
         }
-        match route::decide(self.fe, &head, self.front.data()) {
+        let conn = route::ConnFacts {
+            scheme: C::PROTO,
+            source: self.peer.ip(),
+            sni: self.client.tls_seen().1,
+        };
+        match route::decide(self.fe, &head, self.front.data(), &conn) {
             Decision::NoRoute => {
                 head.reclaim(&mut self.scratch);
                 let e = Error::new(ErrorKind::NoServer, Side::Front, "no route and no default_backend");
