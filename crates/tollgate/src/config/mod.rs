@@ -14,6 +14,7 @@
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
+mod limits;
 pub mod model;
 pub mod sni;
 pub(crate) mod tls;

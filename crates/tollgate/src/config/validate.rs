@@ -527,6 +527,7 @@ impl<'a> Validator<'a> {
                 servers,
                 sticky: self.sticky(b, &key, mode),
                 discover: self.discover(b, &key),
+                overrides: super::limits::backend(b, &key, mode, &mut self.errors),
             });
         }
         out
@@ -1120,6 +1121,7 @@ impl<'a> Validator<'a> {
             }
         };
         Some(Route {
+            overrides: super::limits::route(r, &key, mode, &mut self.errors),
             host,
             path_prefix: r.path_prefix.as_ref().map(|p| p.get_ref().clone()),
             header: r
