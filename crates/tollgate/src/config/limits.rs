@@ -95,3 +95,113 @@ fn positive(value: &Option<Spanned<DurationValue>>, key: &str, errors: &mut Erro
     }
     Some(v.get_ref().0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+
+    const BASE: &str = "[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"MODE\"\ndefault_backend = \"be\"\n\
+                        ROUTE\n[[backend]]\nname = \"be\"\nmode = \"MODE\"\nBACKEND\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9\"\n";
+
+    fn config(mode: &str, route: &str, backend: &str) -> String {
+        BASE.replace("MODE", mode)
+            .replace("ROUTE", route)
+            .replace("BACKEND", backend)
+    }
+
+    /// The first error's key and message.
+    fn refusal(src: &str) -> (String, String, usize) {
+        let e = parse(src, "t.toml").map(|_| ()).expect_err("accepted");
+        let first = e.0.into_iter().next().expect("an error");
+        (first.key, first.message, first.line)
+    }
+
+    #[test]
+    fn route_and_backend_limits_resolve_in_order() {
+        let route = "[[frontend.route]]\npath_prefix = \"/a\"\nbackend = \"be\"\n\
+                     timeouts = { server = \"2s\", http_request = \"3s\" }\nmax_body_size = \"1KiB\"\nretries = 0\n";
+        let backend = "timeouts = { connect = \"1s\", server = \"5s\", http_request = \"7s\" }";
+        let c = parse(&config("http", route, backend), "t.toml").expect("valid");
+        let overrides = &c.frontends[0].routes[0].overrides;
+        let limits = c.request_limits(Some(0), overrides);
+        assert_eq!(limits.timeouts.server, std::time::Duration::from_secs(2));
+        assert_eq!(limits.timeouts.connect, std::time::Duration::from_secs(1));
+        assert_eq!(limits.whole_request, Some(std::time::Duration::from_secs(3)));
+        assert_eq!((limits.max_body_size, limits.retries), (1024, Some(0)));
+        assert!(!limits.may_retry(0));
+        // The default backend: the backend's overrides, the global rest.
+        let limits = c.request_limits(Some(0), &crate::config::model::Overrides::NONE);
+        assert_eq!(limits.timeouts.server, std::time::Duration::from_secs(5));
+        assert_eq!(limits.whole_request, Some(std::time::Duration::from_secs(7)));
+        assert_eq!((limits.max_body_size, limits.retries), (0, None));
+        assert!(limits.may_retry(5));
+        assert_eq!(c.connect_timeout(0), std::time::Duration::from_secs(1));
+    }
+
+    #[test]
+    fn misplaced_limits_are_refused_with_their_key() {
+        let cases = [
+            (
+                config(
+                    "tcp",
+                    "[[frontend.route]]\nsni = \"a.example\"\nbackend = \"be\"\nretries = 1\n",
+                    "",
+                ),
+                "frontend[0].route[0].retries",
+                "needs an http-mode frontend",
+            ),
+            (
+                config(
+                    "http",
+                    "[[frontend.route]]\npath_prefix = \"/\"\nbackend = \"be\"\ntimeouts = { connect = \"1s\" }\n",
+                    "",
+                ),
+                "frontend[0].route[0].timeouts.connect",
+                "set it in its backend",
+            ),
+            (
+                config(
+                    "http",
+                    "[[frontend.route]]\npath_prefix = \"/\"\nreturn = { status = 200 }\nmax_body_size = \"1k\"\n",
+                    "",
+                ),
+                "frontend[0].route[0].max_body_size",
+                "needs a route to a `backend`",
+            ),
+            (
+                config(
+                    "http",
+                    "[[frontend.route]]\npath_prefix = \"/\"\nbackend = \"be\"\nretries = 17\n",
+                    "",
+                ),
+                "frontend[0].route[0].retries",
+                "at most 16",
+            ),
+            (
+                config(
+                    "http",
+                    "[[frontend.route]]\npath_prefix = \"/\"\nbackend = \"be\"\ntimeouts = { server = \"0s\" }\n",
+                    "",
+                ),
+                "frontend[0].route[0].timeouts.server",
+                "greater than 0",
+            ),
+            (
+                config("tcp", "", "timeouts = { http_request = \"1s\" }"),
+                "backend[0].timeouts.http_request",
+                "needs an http-mode backend",
+            ),
+            (
+                config("http", "", "timeouts = { client = \"1s\" }"),
+                "backend[0].timeouts.client",
+                "unknown field",
+            ),
+        ];
+        for (src, key, message) in cases {
+            let (k, m, line) = refusal(&src);
+            assert_eq!(k, key, "{src}");
+            assert!(m.contains(message), "{m} / {src}");
+            assert!(line > 1, "no position: {src}");
+        }
+    }
+}
