@@ -262,6 +262,24 @@ pub(crate) struct RouteSection {
     /// ...or answer it here (HTTP mode).
     #[serde(rename = "return")]
     pub return_response: Option<Spanned<ReturnSection>>,
+    // --- per-route limits (HTTP mode): override the backend's and the global ones ---
+    /// `timeouts = { server = "…", http_request = "…" }` for the requests this route takes.
+    pub timeouts: Option<Spanned<TimeoutOverridesSection>>,
+    /// Largest request body this route accepts (413 above); 0 = unlimited.
+    pub max_body_size: Option<Spanned<ByteSize>>,
+    /// Retries of any kind a request of this route may get (0 = sent once, never again).
+    pub retries: Option<Spanned<u32>>,
+}
+
+/// `timeouts = { … }` on a route or a backend: the global `[timeouts]` it overrides.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimeoutOverridesSection {
+    /// Backends only: a route does not pick how a server is connected to.
+    pub connect: Option<Spanned<DurationValue>>,
+    pub server: Option<Spanned<DurationValue>>,
+    /// HTTP only: the whole request, head and body, must arrive within this.
+    pub http_request: Option<Spanned<DurationValue>>,
 }
 
 /// `not = { ... }` in a route or a matcher: the route's condition keys, without `not`.
@@ -396,6 +414,9 @@ pub(crate) struct BackendSection {
     pub discover: Vec<DiscoverSection>,
     /// The protocol spoken to its servers unless a server says otherwise ("h1", "h2").
     pub proto: Option<Spanned<ProtoName>>,
+    /// `timeouts = { connect, server, http_request }`: the global `[timeouts]` overridden
+    /// for this backend's traffic.
+    pub timeouts: Option<Spanned<TimeoutOverridesSection>>,
 }
 
 /// `[backend.sticky]`: the proxy inserts a cookie naming the server that answered, and

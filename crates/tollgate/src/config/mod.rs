@@ -15,6 +15,7 @@
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
+mod limits;
 pub mod model;
 pub mod route;
 pub mod sni;

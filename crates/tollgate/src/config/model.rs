@@ -217,6 +217,84 @@ impl Default for Watchdog {
     }
 }
 
+/// What a route or a backend changes of the global limits for the requests it takes
+/// (`None`: the next level's). Routes set `server`, `http_request`, `max_body_size` and
+/// `retries`; backends `connect`, `server` and `http_request` (a backend's retries are
+/// [`Backend::retries`]). Checked at load: a level never holds a key it may not set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub connect: Option<Duration>,
+    pub server: Option<Duration>,
+    pub http_request: Option<Duration>,
+    pub max_body_size: Option<u64>,
+    pub retries: Option<u32>,
+}
+
+impl Overrides {
+    /// Nothing overridden: what traffic no route matched runs under.
+    pub const NONE: Overrides = Overrides {
+        connect: None,
+        server: None,
+        http_request: None,
+        max_body_size: None,
+        retries: None,
+    };
+
+    pub fn is_empty(&self) -> bool {
+        *self == Overrides::NONE
+    }
+}
+
+/// The limits one request runs under: the global ones with its backend's overrides, then
+/// its route's, applied (`Config::request_limits`).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    pub timeouts: Timeouts,
+    /// A backend's or route's `http_request`: head and body must have arrived within this
+    /// of the request's start (the global value bounds the head alone).
+    pub whole_request: Option<Duration>,
+    /// Largest request body (413 above); 0 = unlimited.
+    pub max_body_size: u64,
+    /// The route's retry budget, every kind of retry counted; `None` = the backend's rules.
+    pub retries: Option<u32>,
+}
+
+impl RequestLimits {
+    /// Whether a request that has been retried `done` times may be retried once more.
+    pub fn may_retry(&self, done: u32) -> bool {
+        self.retries.is_none_or(|budget| done < budget)
+    }
+}
+
+impl Config {
+    /// How long a connect to a server of `backend` may take (its `timeouts.connect`).
+    pub fn connect_timeout(&self, backend: usize) -> Duration {
+        self.backends
+            .get(backend)
+            .and_then(|b| b.overrides.connect)
+            .unwrap_or(self.timeouts.connect)
+    }
+
+    /// The limits of a request that goes to `backend` (`None`: answered by the proxy) by a
+    /// route with these overrides (`Overrides::NONE` for the default backend).
+    pub fn request_limits(&self, backend: Option<usize>, route: &Overrides) -> RequestLimits {
+        let mut timeouts = self.timeouts;
+        let backend = backend
+            .and_then(|b| self.backends.get(b))
+            .map_or(&Overrides::NONE, |b| &b.overrides);
+        for level in [backend, route] {
+            timeouts.connect = level.connect.unwrap_or(timeouts.connect);
+            timeouts.server = level.server.unwrap_or(timeouts.server);
+        }
+        RequestLimits {
+            timeouts,
+            whole_request: route.http_request.or(backend.http_request),
+            max_body_size: route.max_body_size.unwrap_or(self.http.max_body_size),
+            retries: route.retries,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {
     pub connect: Duration,
@@ -345,6 +423,8 @@ pub struct ServerTls {
 pub struct Route {
     /// What a request (TCP mode: a connection's SNI) must meet, all ANDed (`config::route`).
     pub when: super::route::Conditions,
+    /// Per-route limits (`timeouts`, `max_body_size`, `retries`).
+    pub overrides: Overrides,
     pub action: RouteAction,
 }
 
@@ -429,6 +509,8 @@ pub struct Backend {
     pub sticky: Option<Sticky>,
     /// `[[backend.discover]]`: SRV names whose records add servers at run time.
     pub discover: Vec<Discover>,
+    /// `timeouts = { … }`: `connect`, `server` and `http_request` for this backend's traffic.
+    pub overrides: Overrides,
 }
 
 /// Cookie persistence, as HAProxy's `cookie NAME insert indirect nocache`: responses get a

@@ -527,6 +527,7 @@ impl<'a> Validator<'a> {
                 servers,
                 sticky: self.sticky(b, &key, mode),
                 discover: self.discover(b, &key),
+                overrides: super::limits::backend(b, &key, mode, &mut self.errors),
             });
         }
         out
@@ -1103,7 +1104,11 @@ impl<'a> Validator<'a> {
                 return None;
             }
         };
-        Some(Route { when, action })
+        Some(Route {
+            when,
+            overrides: super::limits::route(r, &key, mode, &mut self.errors),
+            action,
+        })
     }
 }
 

@@ -1,6 +1,6 @@
 //! Getting a server connection for a session: ask the worker's view of the backend for a
 //! usable server with room, take a slot on it, connect with a timeout; on failure try
-//! another server, up to the backend's `retries`. When every usable server is at its
+//! another server, up to the backend's `retries` (or the route's). When every usable server is at its
 //! maxconn, wait in the backend's queue (first come first served across threads, see
 //! `live::queue`) for a slot up to `timeouts.queue`, or refuse at once beyond `maxqueue`.
 //!
@@ -21,6 +21,34 @@ use crate::live::ServerId;
 use crate::live::backend::QueuedGuard;
 use crate::live::queue::{Ticket, Wake};
 use crate::live::server::{OperState, ServerLive, ServerSlot};
+
+/// A request's retries: how many it had so far (its record's count, every kind) and, when
+/// its route sets `retries`, the most it may have; otherwise connect retries follow the
+/// backend's `retries`.
+pub(crate) struct Retries<'r> {
+    pub done: &'r mut u32,
+    pub budget: Option<u32>,
+}
+
+impl<'r> Retries<'r> {
+    /// The backend's rules (TCP mode, and HTTP traffic whose route sets nothing).
+    pub(crate) fn backend(done: &'r mut u32) -> Self {
+        Retries { done, budget: None }
+    }
+
+    /// The same budget, lent for one attempt at a connection.
+    pub(crate) fn reborrow(&mut self) -> Retries<'_> {
+        Retries {
+            done: self.done,
+            budget: self.budget,
+        }
+    }
+
+    /// Connect retries allowed from here, given the backend's `retries`.
+    fn connect_retries(&self, backend_retries: u32) -> u32 {
+        self.budget.map_or(backend_retries, |b| b.saturating_sub(*self.done))
+    }
+}
 
 /// A slot on a server, as this worker holds it: dropping it releases the slot and tells
 /// this worker's balancer.
@@ -107,7 +135,7 @@ pub(crate) async fn connect<'a>(
     ctx: &'a WorkerCtx,
     backend: usize,
     hash_key: Option<u64>,
-    retries: &mut u32,
+    retries: Retries<'_>,
 ) -> Result<Connected<'a, TcpStream>, Error> {
     let connected = connect_or_reuse(ctx, backend, hash_key, None, |_, _| None, retries).await?;
     // TCP mode sees nothing of the server's answers: a connection is its success.
@@ -142,7 +170,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     hash_key: Option<u64>,
     prefer: Option<ServerId>,
     mut reuse: impl FnMut(&ServerLive, Instant) -> Option<S>,
-    retries: &mut u32,
+    retries: Retries<'_>,
 ) -> Result<Connected<'a, S>, Error> {
     let config = &ctx.shared.config;
     let spec = config
@@ -156,7 +184,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
     if local.is_empty() {
         return Err(no_server(format!("backend {} has no server", spec.name)).at(backend, None));
     }
-    let attempts = spec.retries.saturating_add(1);
+    let attempts = retries.connect_retries(spec.retries).saturating_add(1);
     let context = |slot: &HeldSlot<'_>| format!("connect {}/{}", spec.name, slot.server().name);
     let mut tried = Tried::default();
     let mut last_error: Option<Error> = None;
@@ -170,7 +198,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         // Counted once a server is in hand: a retry that found no server made no attempt.
         if let Some(failed) = previous.take() {
             ctx.stats.connect_retries.add(1);
-            *retries += 1;
+            *retries.done += 1;
             failed.counters(ctx.id).retries.add(1);
         }
         let chosen = Instant::now();
@@ -193,7 +221,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         }
         ctx.stats.connect_attempts.add(1);
         sessions::set_state(SessionState::Connecting);
-        let error = match tokio::time::timeout(config.timeouts.connect, TcpStream::connect(address)).await {
+        let error = match tokio::time::timeout(config.connect_timeout(backend), TcpStream::connect(address)).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
                 slot.server().counters(ctx.id).connections.add(1);

@@ -67,3 +67,30 @@ pub(crate) fn names(config: &Config, backend: Option<usize>, server: Option<crat
         server.map_or("-", |s| s.name.as_str()),
     )
 }
+
+/// Runs `work` to its end, or until `deadline` passes (`None`: no timer is made at all, the
+/// common case costs nothing).
+pub(crate) async fn by_deadline<F: std::future::Future>(
+    deadline: Option<tokio::time::Instant>,
+    work: F,
+) -> Option<F::Output> {
+    match deadline {
+        None => Some(work.await),
+        Some(at) => tokio::time::timeout_at(at, work).await.ok(),
+    }
+}
+
+/// Completes when `deadline` passes; never when there is none (a `select!` arm that costs
+/// no timer unless a deadline is set).
+pub(crate) async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The request body did not arrive within its route's or backend's `timeouts.http_request`.
+pub(crate) fn body_timeout() -> Error {
+    let what = "request body not complete within timeouts.http_request";
+    Error::new(crate::error::ErrorKind::IdleTimeout, Side::Front, what).during(crate::error::Phase::Request)
+}

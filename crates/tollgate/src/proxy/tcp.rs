@@ -13,6 +13,7 @@ use std::rc::Rc;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::connect::Retries;
 use super::record::{StreamRecord, TlsSeen};
 use crate::config::model::Frontend;
 use crate::ctx::WorkerCtx;
@@ -136,7 +137,13 @@ async fn to_server<C: Endpoint>(
         chosen,
         connected,
         ..
-    } = super::connect::connect(ctx, backend, source_key(config, backend, rec), &mut rec.retries).await?;
+    } = super::connect::connect(
+        ctx,
+        backend,
+        source_key(config, backend, rec),
+        Retries::backend(&mut rec.retries),
+    )
+    .await?;
     let live = slot.server();
     (rec.server, rec.server_at) = (Some(live.id), Some(slot.position()));
     rec.timing.chosen = Some(rec.timing.since(chosen));
@@ -145,7 +152,10 @@ async fn to_server<C: Endpoint>(
     let entry = crate::ctx::sessions::current();
     let own = Moved::default();
     let moved = entry.as_deref().map_or(&own, |e| &e.moved);
-    let idle = config.timeouts.client.min(config.timeouts.server);
+    let timeouts = config
+        .request_limits(Some(backend), &crate::config::model::Overrides::NONE)
+        .timeouts;
+    let idle = timeouts.client.min(timeouts.server);
     let epoch = live.kill_epoch();
     let relay = async {
         match live.tls.as_ref().map(|t| (t, &live.name)) {

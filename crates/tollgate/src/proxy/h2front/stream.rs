@@ -36,12 +36,12 @@ use tokio::time::Instant;
 use super::check;
 use super::to_h1::{self, BodyOut, Dechunk, Forwarding};
 use super::to_h2;
-use crate::config::model::Frontend;
+use crate::config::model::{Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
 use crate::live::ServerId;
-use crate::proxy::connect::Connected;
+use crate::proxy::connect::{Connected, Retries};
 use crate::proxy::h2back::{self, grpc};
 use crate::proxy::http::inbound::Inbound;
 use crate::proxy::http::route::{self, Decision};
@@ -123,12 +123,16 @@ pub(super) struct Stream<'s> {
 }
 
 /// What the forwarding needs to know of the request once its head is written.
-struct Request {
+pub(super) struct Request {
     method: Method,
     body: BodyOut,
     head: Vec<u8>,
     /// The server the sticky cookie named (that client keeps its cookie as it is).
     prefer: Option<ServerId>,
+    /// Timeouts, body size and retries of this stream (its route's and backend's).
+    pub(super) limits: RequestLimits,
+    /// When its route or backend sets `timeouts.http_request`: the body must be in by then.
+    pub(super) body_deadline: Option<Instant>,
 }
 
 impl Request {
@@ -145,16 +149,22 @@ impl Stream<'_> {
     async fn run(&mut self, parts: Parts, mut body: RecvStream) -> Result<(), Error> {
         let end_stream = body.is_end_stream();
         let checked = check::request(&parts, end_stream).map_err(|r| refused(400, r.0))?;
-        let max_body = self.conn.ctx.shared.config.http.max_body_size;
-        if max_body > 0 && checked.content_length.is_some_and(|n| n > max_body) {
-            return Err(refused(413, "content-length over http.max_body_size"));
-        }
         let conn = route::ConnFacts {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),
             sni: self.conn.sni.as_deref(),
         };
-        match route::decide_h2(self.fe, &parts, &conn) {
+        let decision = route::decide_h2(self.fe, &parts, &conn);
+        let config = &self.conn.ctx.shared.config;
+        let limits = match decision {
+            Decision::Backend(backend, overrides) => config.request_limits(Some(backend), overrides),
+            _ => config.request_limits(None, &Overrides::NONE),
+        };
+        let max_body = limits.max_body_size;
+        if max_body > 0 && checked.content_length.is_some_and(|n| n > max_body) {
+            return Err(refused(413, "content-length over max_body_size"));
+        }
+        match decision {
             Decision::NoRoute => Err(Error::new(
                 ErrorKind::NoServer,
                 Side::Front,
@@ -165,7 +175,7 @@ impl Stream<'_> {
                 body: text,
                 content_type,
             } => self.answer(status, content_type, text.as_bytes()),
-            Decision::Backend(backend) => {
+            Decision::Backend(backend, _) => {
                 let body_out = match (end_stream, checked.content_length) {
                     (true, _) => BodyOut::None,
                     (false, Some(n)) => BodyOut::Length(n),
@@ -193,6 +203,8 @@ impl Stream<'_> {
                     body: body_out,
                     head,
                     prefer,
+                    limits,
+                    body_deadline: limits.whole_request.filter(|_| !end_stream).map(|d| Instant::now() + d),
                 };
                 let keys = (self.hash_key(backend, &parts), prefer);
                 let asked = to_h2::Asked {
@@ -220,7 +232,11 @@ impl Stream<'_> {
         let mut fresh_only = false;
         let mut unprocessed = 0;
         loop {
-            let conn = server_conn::open(ctx, backend, fresh_only, hash_key, prefer, &mut self.rec.retries).await?;
+            let retries = Retries {
+                done: &mut self.rec.retries,
+                budget: req.limits.retries,
+            };
+            let conn = server_conn::open(ctx, backend, fresh_only, hash_key, prefer, retries).await?;
             if conn.reused {
                 ctx.stats.http_pool_reused.add(1);
             }
@@ -246,13 +262,24 @@ impl Stream<'_> {
             match outcome {
                 Ok(()) => return Ok(()),
                 // Safe however often (the server says it did nothing), but bounded.
-                Err(e) if h2 && e.retryable && !self.answered && unprocessed < MAX_UNPROCESSED_RETRIES => {
+                Err(e)
+                    if h2
+                        && e.retryable
+                        && !self.answered
+                        && unprocessed < MAX_UNPROCESSED_RETRIES
+                        && req.limits.may_retry(self.rec.retries) =>
+                {
                     tracing::debug!(error = %e, "h2 stream: HTTP/2 server did not process it, sending it again");
                     ctx.stats.http_retries.add(1);
                     self.rec.retries += 1;
                     unprocessed += 1;
                 }
-                Err(e) if !fresh_only && !self.answered && e.may_retry(req.replayable(), reused) => {
+                Err(e)
+                    if !fresh_only
+                        && !self.answered
+                        && e.may_retry(req.replayable(), reused)
+                        && req.limits.may_retry(self.rec.retries) =>
+                {
                     tracing::debug!(error = %e, "h2 stream: retrying on a fresh connection");
                     ctx.stats.http_retries.add(1);
                     self.rec.retries += 1;
@@ -276,7 +303,18 @@ impl Stream<'_> {
         let (stream, conn) = conn.take_stream();
         match stream {
             Back::H1(stream) => self.exchange(backend, req, conn.with(stream), body, sent).await,
-            Back::H2(stream) => Box::pin(to_h2::exchange(self, backend, asked, conn.with(stream), body, sent)).await,
+            Back::H2(stream) => {
+                Box::pin(to_h2::exchange(
+                    self,
+                    backend,
+                    req,
+                    asked,
+                    conn.with(stream),
+                    body,
+                    sent,
+                ))
+                .await
+            }
             Back::Wait(..) => Err(Error::new(ErrorKind::NoServer, Side::Internal, "no connection")),
         }
     }
@@ -304,7 +342,7 @@ impl Stream<'_> {
         (self.rec.backend, self.rec.server, self.rec.server_at) = (Some(backend), Some(id), Some(slot.position()));
         self.rec.timing.chosen = Some(self.rec.timing.since(chosen));
         self.rec.timing.connected = Some(self.rec.timing.since(connected));
-        let timeouts = ctx.shared.config.timeouts;
+        let timeouts = req.limits.timeouts;
         if let Err(e) = server.write_all(&req.head).await {
             tracing::debug!(error = %e, reused, "h2 stream: sending request head failed");
             let e = Error::io(Side::Back, "send request head", e).during(Phase::Headers);
@@ -323,11 +361,12 @@ impl Stream<'_> {
             // connection is not reused (as `upload.rs` on the h1 path).
             let mut early = None;
             if req.body != BodyOut::None {
-                let upload = send_body(&mut wr, body, req.body, timeouts.client);
+                let upload = send_body(&mut wr, body, req.body, timeouts.client, req.limits.max_body_size);
                 tokio::select! {
                     biased;
                     r = &mut response => early = Some(r),
                     sent = upload => sent.map_err(at)?,
+                    () = crate::proxy::until(req.body_deadline) => return Err(at(crate::proxy::body_timeout())),
                 }
             }
             let server_first = early.is_some();
@@ -513,6 +552,31 @@ fn expects_continue(parts: &Parts) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
+/// A stream's body against its `max_body_size` (a body without content-length is counted
+/// as it comes; one with it was judged before anything was sent).
+pub(super) struct BodyBudget {
+    left: u64,
+}
+
+impl BodyBudget {
+    /// `max` 0 = unlimited.
+    pub(super) fn new(max: u64) -> Self {
+        BodyBudget {
+            left: if max == 0 { u64::MAX } else { max },
+        }
+    }
+
+    pub(super) fn take(&mut self, n: usize) -> Result<(), Error> {
+        match self.left.checked_sub(n as u64) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(refused(413, "request body over max_body_size")),
+        }
+    }
+}
+
 fn refused(status: u16, why: &'static str) -> Error {
     Error::new(ErrorKind::BadRequest(status), Side::Front, why).during(Phase::Request)
 }
@@ -542,8 +606,10 @@ async fn send_body<W: AsyncWrite + Unpin>(
     body: &mut RecvStream,
     out: BodyOut,
     idle: Duration,
+    max_body: u64,
 ) -> Result<(), Error> {
     let mut frame = Vec::with_capacity(16);
+    let mut budget = BodyBudget::new(max_body);
     loop {
         let next = tokio::time::timeout(idle, body.data())
             .await
@@ -555,6 +621,7 @@ async fn send_body<W: AsyncWrite + Unpin>(
         if data.is_empty() {
             continue;
         }
+        budget.take(data.len())?;
         if out == BodyOut::Chunked {
             to_h1::chunk_head(data.len(), &mut frame);
             write(server, &frame).await?;

@@ -25,7 +25,7 @@ use h2::{RecvStream, SendStream};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
-use super::stream::{Interim, Stream, h2_error};
+use super::stream::{BodyBudget, Interim, Stream, h2_error};
 use super::to_h1::Forwarding;
 use crate::config::model::Forwarded;
 use crate::error::{Error, ErrorKind, Phase, Side};
@@ -50,6 +50,7 @@ pub(super) struct Asked<'a> {
 pub(super) async fn exchange(
     s: &mut Stream<'_>,
     backend: usize,
+    req: &super::stream::Request,
     asked: &Asked<'_>,
     conn: Connected<'_, Lease>,
     body: &mut RecvStream,
@@ -71,10 +72,12 @@ pub(super) async fn exchange(
     s.rec.timing.connected = Some(s.rec.timing.since(connected));
     let head = request_parts(asked.parts, &asked.fwd, server.tls.is_some()).map_err(at)?;
     let (up, pending) = h2back::start(lease, head, asked.end_stream).await.map_err(at)?;
-    let timeouts = ctx.shared.config.timeouts;
+    let timeouts = req.limits.timeouts;
     let progress = Progress::default();
     let mut uploading = !asked.end_stream;
-    let mut upload = pin!(upload(body, up, &progress, sent, &ctx.stats));
+    let budget = BodyBudget::new(req.limits.max_body_size);
+    let mut upload = pin!(upload(body, up, &progress, (sent, budget), &ctx.stats));
+    let mut body_deadline = pin!(crate::proxy::until(req.body_deadline));
     let mut dog = pin!(idle::watchdog(&progress, timeouts.server));
     // Until the response head: the body goes up, interim heads come down, a client reset
     // ends the wait at once.
@@ -90,6 +93,7 @@ pub(super) async fn exchange(
                     uploading = false;
                     upload_ended(r).map_err(at)?;
                 }
+                () = &mut body_deadline, if uploading => return Err(at(crate::proxy::body_timeout())),
                 () = &mut dog => {
                     ctx.stats.idle_timeouts.add(1);
                     let e = if uploading {
@@ -141,6 +145,7 @@ pub(super) async fn exchange(
                 uploading = false;
                 upload_ended(r).map_err(at)?;
             }
+            () = &mut body_deadline, if uploading => return Err(at(crate::proxy::body_timeout())),
             () = &mut dog => {
                 ctx.stats.idle_timeouts.add(1);
                 let e = Error::new(ErrorKind::IdleTimeout, Side::Back, "stream idle both ways").during(Phase::Data);
@@ -275,7 +280,7 @@ async fn upload(
     body: &mut RecvStream,
     mut up: RequestBody,
     progress: &Progress,
-    sent: &Counter,
+    (sent, mut budget): (&Counter, BodyBudget),
     stats: &WorkerStats,
 ) -> Result<(), Error> {
     while let Some(data) = body.data().await {
@@ -290,6 +295,10 @@ async fn upload(
         let last = body.is_end_stream();
         if n == 0 && !last {
             continue;
+        }
+        if let Err(e) = budget.take(n) {
+            up.cancel();
+            return Err(e);
         }
         up.send(&mut data, last).await?;
         // Given back only once the server's flow control took it: the client sends no

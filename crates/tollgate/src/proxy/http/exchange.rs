@@ -25,12 +25,13 @@ use tokio::sync::futures::Notified;
 use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::server_conn::{self, Back};
-use super::stream::{RequestInfo, Session, lingering_close};
+use super::stream::{RequestInfo, Session, lingering_close, request_tracker};
 use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
+use crate::config::model::Timeouts;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
-use crate::proxy::connect::Connected;
+use crate::proxy::connect::{Connected, Retries};
 use crate::relay::counted::Counted;
 use crate::relay::idle::{self, Progress};
 use crate::relay::{Moved, ServerConn};
@@ -59,7 +60,11 @@ pub(super) async fn forward<'a, C: ClientStream>(
     // Requests an HTTP/2 server never processed (refused, or turned away by GOAWAY).
     let mut unprocessed = 0;
     loop {
-        let opened = server_conn::open(s.ctx, backend, fresh_only, req.hash_key, req.prefer, &mut s.rec.retries).await;
+        let retries = Retries {
+            done: &mut s.rec.retries,
+            budget: req.limits.retries,
+        };
+        let opened = server_conn::open(s.ctx, backend, fresh_only, req.hash_key, req.prefer, retries).await;
         let conn = match opened {
             Ok(conn) => conn,
             Err(e) => {
@@ -92,13 +97,20 @@ pub(super) async fn forward<'a, C: ClientStream>(
             // Once, on a fresh connection: a reused one may have been closed by the server
             // just as the request left.
             // Safe however often (the server says it did nothing), but bounded.
-            Outcome::Failed(e) if h2 && e.retryable && unprocessed < MAX_UNPROCESSED_RETRIES => {
+            Outcome::Failed(e)
+                if h2
+                    && e.retryable
+                    && unprocessed < MAX_UNPROCESSED_RETRIES
+                    && req.limits.may_retry(s.rec.retries) =>
+            {
                 tracing::debug!(error = %e, "HTTP/2 server did not process the request: sending it again");
                 s.ctx.stats.http_retries.add(1);
                 s.rec.retries += 1;
                 unprocessed += 1;
             }
-            Outcome::Failed(e) if !fresh_only && e.may_retry(req.replayable(), reused) => {
+            Outcome::Failed(e)
+                if !fresh_only && e.may_retry(req.replayable(), reused) && req.limits.may_retry(s.rec.retries) =>
+            {
                 tracing::debug!(error = %e, "retrying on a fresh connection");
                 s.ctx.stats.http_retries.add(1);
                 s.rec.retries += 1;
@@ -151,7 +163,7 @@ async fn exchange<C: ClientStream>(
     (rec.backend, rec.server, rec.server_at) = (Some(backend), Some(id), Some(slot.position()));
     rec.timing.chosen = Some(rec.timing.since(chosen));
     rec.timing.connected = Some(rec.timing.since(connected));
-    let timeouts = s.ctx.shared.config.timeouts;
+    let timeouts = req.limits.timeouts;
     let at = |e: Error| e.at(backend, Some(id));
     // The head is still in `s.out`: a failure here means the server cannot have acted on it.
     if let Err(e) = server.write_all(&s.out).await {
@@ -160,7 +172,7 @@ async fn exchange<C: ClientStream>(
         return Outcome::Failed(at(e.retryable(true)));
     }
     let mut back = Inbound::default();
-    let mut request_body = s.request_tracker(req.body);
+    let mut request_body = request_tracker(req.body, &req.limits);
     // The body will not be sent whole: close both connections after the response.
     let mut body_skipped = false;
     let mut server_first = false;
@@ -175,7 +187,15 @@ async fn exchange<C: ClientStream>(
         let progress = Progress::default();
         let ctx = s.ctx;
         let upload = upload::send_body(s, &mut server, &mut back, &mut request_body, req, &progress);
-        let sent = transfer(pin!(upload), &progress, timeouts.client).await;
+        let sent = match crate::proxy::by_deadline(
+            req.body_deadline,
+            transfer(pin!(upload), &progress, timeouts.client),
+        )
+        .await
+        {
+            Some(sent) => sent,
+            None => return Outcome::Failed(at(crate::proxy::body_timeout())),
+        };
         if let Err(e) = &sent {
             e.log("request body", &ctx.stats);
         }
@@ -250,7 +270,7 @@ async fn exchange<C: ClientStream>(
     response.reclaim(&mut s.scratch);
 
     if switching {
-        return tunnel(s, server.into_inner(), back, sent).await;
+        return tunnel(s, server.into_inner(), back, sent, &timeouts).await;
     }
     let mut response_body = BodyTracker::new(framing, h1::Side::Response);
     let progress = Progress::default();
@@ -315,7 +335,7 @@ async fn await_continue<C: ClientStream>(
     req: &RequestInfo,
 ) -> Result<bool, Error> {
     let limits = s.limits();
-    let deadline = tokio::time::sleep(s.ctx.shared.config.timeouts.server);
+    let deadline = tokio::time::sleep(req.limits.timeouts.server);
     tokio::pin!(deadline);
     loop {
         if !back.is_empty() {
@@ -373,7 +393,7 @@ async fn read_response<C: ClientStream>(
     req: &RequestInfo,
 ) -> Result<ResponseHead, Error> {
     let limits = s.limits();
-    let deadline = tokio::time::sleep(s.ctx.shared.config.timeouts.server);
+    let deadline = tokio::time::sleep(req.limits.timeouts.server);
     tokio::pin!(deadline);
     let mut received = !back.is_empty();
     loop {
@@ -437,6 +457,7 @@ async fn tunnel<C: ClientStream>(
     server: ServerConn,
     back: Inbound,
     tally: &Counter,
+    timeouts: &Timeouts,
 ) -> Outcome {
     let mut head = std::mem::take(&mut s.out);
     head.extend_from_slice(back.data());
@@ -461,7 +482,6 @@ async fn tunnel<C: ClientStream>(
         s.front.consume(s.front.data().len());
     }
     s.front.release_if_empty();
-    let timeouts = s.ctx.shared.config.timeouts;
     crate::ctx::sessions::set_state(crate::ctx::sessions::SessionState::Tunnel);
     let moved = Moved::default();
     let relayed = s
@@ -478,8 +498,8 @@ async fn tunnel<C: ClientStream>(
 
 /// Reads and drops a request body the proxy answers itself; an error if the connection
 /// cannot continue (its status, if any, is for the client).
-pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, framing: BodyFraming) -> Result<(), Error> {
-    let mut tracker = s.request_tracker(framing);
+pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, req: &RequestInfo) -> Result<(), Error> {
+    let mut tracker = request_tracker(req.body, &req.limits);
     if tracker.is_done() {
         return Ok(());
     }

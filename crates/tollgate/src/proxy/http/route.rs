@@ -5,12 +5,13 @@
 
 use std::net::IpAddr;
 
-use crate::config::model::{Frontend, Route, RouteAction};
+use crate::config::model::{Frontend, Overrides, Route, RouteAction};
 use crate::config::route::{Headers, RequestView, Scheme};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 
 pub(crate) enum Decision<'a> {
-    Backend(usize),
+    /// To this backend, under the route's limits (`Overrides::NONE` for the default backend).
+    Backend(usize, &'a Overrides),
     Return {
         status: u16,
         body: &'a str,
@@ -99,18 +100,23 @@ pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn
 
 #[inline]
 fn action<'a>(fe: &'a Frontend, chosen: Option<&'a Route>) -> Decision<'a> {
-    match chosen.map(|r| &r.action) {
-        Some(RouteAction::Backend(b)) => Decision::Backend(*b),
-        Some(RouteAction::Return {
-            status,
-            body,
-            content_type,
-        }) => Decision::Return {
+    match chosen.map(|r| (&r.action, &r.overrides)) {
+        Some((RouteAction::Backend(b), overrides)) => Decision::Backend(*b, overrides),
+        Some((
+            RouteAction::Return {
+                status,
+                body,
+                content_type,
+            },
+            _,
+        )) => Decision::Return {
             status: *status,
             body,
             content_type,
         },
-        None => fe.default_backend.map_or(Decision::NoRoute, Decision::Backend),
+        None => fe
+            .default_backend
+            .map_or(Decision::NoRoute, |b| Decision::Backend(b, &Overrides::NONE)),
     }
 }
 

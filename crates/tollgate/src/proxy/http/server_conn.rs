@@ -13,7 +13,7 @@ use crate::config::model::{ServerProto, ServerTls};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
 use crate::live::server::ServerLive;
-use crate::proxy::connect::{self, Connected};
+use crate::proxy::connect::{self, Connected, Retries};
 use crate::proxy::h2back::{self, Lease, Pick};
 use crate::relay::ServerConn;
 
@@ -47,13 +47,22 @@ pub(crate) async fn open<'a>(
     fresh_only: bool,
     hash_key: Option<u64>,
     prefer: Option<crate::live::ServerId>,
-    retries: &mut u32,
+    mut retries: Retries<'_>,
 ) -> Result<Connected<'a, Back>, Error> {
     let mut waits = 0;
     loop {
         // Marks of HTTP/2 connections this request is to open, held until it is done.
         let mut marks = Vec::new();
-        let conn = pick(ctx, backend, fresh_only, hash_key, prefer, retries, &mut marks).await?;
+        let conn = pick(
+            ctx,
+            backend,
+            fresh_only,
+            hash_key,
+            prefer,
+            retries.reborrow(),
+            &mut marks,
+        )
+        .await?;
         match conn.stream {
             Back::Wait(notify, until) if waits < MAX_H2_WAITS => {
                 waits += 1;
@@ -77,12 +86,13 @@ async fn pick<'a>(
     fresh_only: bool,
     hash_key: Option<u64>,
     prefer: Option<crate::live::ServerId>,
-    retries: &mut u32,
+    retries: Retries<'_>,
     marks: &mut Vec<h2back::pool::OpenMark>,
 ) -> Result<Connected<'a, Back>, Error> {
     let pool = &ctx.http_pool;
     let timeouts = &ctx.shared.config.timeouts;
-    let opening_for = timeouts.connect + timeouts.tls_handshake + timeouts.connect;
+    let connect = ctx.shared.config.connect_timeout(backend);
+    let opening_for = connect + timeouts.tls_handshake + connect;
     let reuse = |server: &ServerLive, now| match server.proto {
         ServerProto::H1 if fresh_only => None,
         ServerProto::H1 => pool.take(server, now).map(Back::H1),

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::route::{self, Decision};
-use crate::config::model::{Forwarded, Frontend};
+use crate::config::model::{Forwarded, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::ctx::errors::{Direction, Refused};
 use crate::ctx::sessions::{self, SessionState};
@@ -42,11 +42,18 @@ pub(super) struct RequestInfo {
     /// The client sent `TE: trailers` (looked for only when the backend has HTTP/2
     /// servers: the HTTP/1 path drops TE, an HTTP/2 server needs it kept).
     pub te_trailers: bool,
+    /// Timeouts, body size and retries of this request (its route's and backend's).
+    pub limits: RequestLimits,
+    /// When its route or backend sets `timeouts.http_request`: the body must be in by then.
+    pub body_deadline: Option<Instant>,
 }
 
 impl RequestInfo {
-    fn of(head: &RequestHead) -> Self {
+    fn of(head: &RequestHead, limits: RequestLimits) -> Self {
+        let has_body = head.body != BodyFraming::None;
         RequestInfo {
+            limits,
+            body_deadline: limits.whole_request.filter(|_| has_body).map(|d| Instant::now() + d),
             method: head.method,
             version: head.version,
             body: head.body,
@@ -316,8 +323,19 @@ impl<'a, C: ClientStream> Session<'a, C> {
     /// Answers one request; true when the client connection stays open for the next.
     async fn serve_request(&mut self, head: RequestHead, kills: Pin<&mut Notified<'a>>) -> Result<bool, Error> {
         self.ctx.stats.http_requests.add(1);
-        let req = RequestInfo::of(&head);
-        let max_body = self.ctx.shared.config.http.max_body_size;
+        let conn = route::ConnFacts {
+            scheme: C::PROTO,
+            source: self.peer.ip(),
+            sni: self.client.tls_seen().1,
+        };
+        let decision = route::decide(self.fe, &head, self.front.data(), &conn);
+        let config = &self.ctx.shared.config;
+        let limits = match decision {
+            Decision::Backend(backend, overrides) => config.request_limits(Some(backend), overrides),
+            _ => config.request_limits(None, &Overrides::NONE),
+        };
+        let req = RequestInfo::of(&head, limits);
+        let max_body = limits.max_body_size;
         if let BodyFraming::ContentLength(n) = head.body
             && max_body > 0
             && n > max_body
@@ -326,15 +344,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let e = Error::new(
                 ErrorKind::BadRequest(413),
                 Side::Front,
-                "Content-Length over http.max_body_size",
+                "Content-Length over max_body_size",
             );
             self.fail(&e).await?;
             return Ok(false);
         }
-        // What came with the head is judged before anything is decided or connected: a
-        // request refused for bytes already here never reaches a server, not even its head.
+        // What came with the head is judged before anything is connected: a request
+        // refused for bytes already here never reaches a server, not even its head.
         let early = self.front.data().get(head.head_len..).unwrap_or_default();
-        if let Err(e) = self.request_tracker(head.body).advance(early) {
+        if let Err(e) = request_tracker(head.body, &limits).advance(early) {
             head.reclaim(&mut self.scratch);
             let cause = Error::new(
                 ErrorKind::BadRequest(e.status()),
@@ -344,12 +362,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             self.fail(&cause).await?;
             return Ok(false);
         }
-        let conn = route::ConnFacts {
-            scheme: C::PROTO,
-            source: self.peer.ip(),
-            sni: self.client.tls_seen().1,
-        };
-        match route::decide(self.fe, &head, self.front.data(), &conn) {
+        match decision {
             Decision::NoRoute => {
                 head.reclaim(&mut self.scratch);
                 let e = Error::new(ErrorKind::NoServer, Side::Front, "no route and no default_backend");
@@ -363,7 +376,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             } => {
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
-                if let Err(e) = super::exchange::discard_body(self, req.body).await {
+                if let Err(e) = super::exchange::discard_body(self, &req).await {
                     self.fail(&e).await?;
                     return Ok(false);
                 }
@@ -378,7 +391,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 written.map_err(|e| Error::io(Side::Front, "write response", e))?;
                 Ok(keep)
             }
-            Decision::Backend(backend) => {
+            Decision::Backend(backend, _) => {
                 let req = RequestInfo {
                     hash_key: self.hash_key(backend, &head),
                     prefer: self.sticky_server(backend, &head),
@@ -448,12 +461,6 @@ impl<'a, C: ClientStream> Session<'a, C> {
             .filter(|(n, _)| n.eq_ignore_ascii_case(b"cookie"))
             .find_map(|(_, v)| crate::http::cookie::find(v, table.cookie()))?;
         table.server_of(&local.live, value)
-    }
-
-    /// A tracker for a request body, with `http.max_body_size` applied to chunked bodies.
-    pub(super) fn request_tracker(&self, framing: BodyFraming) -> BodyTracker {
-        let max = self.ctx.shared.config.http.max_body_size;
-        BodyTracker::new(framing, h1::Side::Request).with_max_body(if max > 0 { max } else { u64::MAX })
     }
 
     fn request_edits(&self, req: &RequestInfo) -> HeadEdits<'static> {
@@ -534,6 +541,12 @@ impl<C> Session<'_, C> {
 fn request_timeout() -> Error {
     let what = "no complete request head within timeouts.http_request";
     Error::new(ErrorKind::IdleTimeout, Side::Front, what).during(crate::error::Phase::Request)
+}
+
+/// A tracker for a request body, with its `max_body_size` applied to chunked bodies.
+pub(super) fn request_tracker(framing: BodyFraming, limits: &RequestLimits) -> BodyTracker {
+    let max = limits.max_body_size;
+    BodyTracker::new(framing, h1::Side::Request).with_max_body(if max > 0 { max } else { u64::MAX })
 }
 
 /// Half-closes, then reads and discards what the client still sends for a short while:

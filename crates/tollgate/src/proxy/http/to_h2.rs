@@ -77,7 +77,7 @@ pub(super) async fn exchange<C: ClientStream>(
         Err(e) => return Outcome::Failed(at(e)),
     };
     let head_len = s.out.len() as u64;
-    let mut tracker = s.request_tracker(req.body);
+    let mut tracker = super::stream::request_tracker(req.body, &req.limits);
     let has_body = !tracker.is_done();
     let (mut body, pending) = match h2back::start(lease, parts, !has_body).await {
         Ok(started) => started,
@@ -90,7 +90,7 @@ pub(super) async fn exchange<C: ClientStream>(
             return Outcome::Failed(client_gone());
         }
     }
-    let timeouts = s.ctx.shared.config.timeouts;
+    let timeouts = req.limits.timeouts;
     let interims = Interims::new(req.version);
     let mut response = pin!(pending.head(|head| interims.queue(head)));
     // A response head that came while the body was still going up.
@@ -124,6 +124,7 @@ pub(super) async fn exchange<C: ClientStream>(
                     let e = Error::new(ErrorKind::IdleTimeout, Side::Front, "request body idle");
                     Err(e.during(Phase::Request))
                 }
+                () = crate::proxy::until(req.body_deadline) => Err(crate::proxy::body_timeout()),
             }
         };
         if let Err(e) = uploaded {
@@ -365,7 +366,7 @@ async fn respond<C: ClientStream>(
         _ => write_head(&mut out, &head),
     }
     let progress = Progress::default();
-    let idle = ctx.shared.config.timeouts.server;
+    let idle = req.limits.timeouts.server;
     let trailers = asked.trailers && framing == Framing::Chunked;
     let mut cut = false;
     let transfer = async {
