@@ -5,17 +5,17 @@
 
 use std::net::IpAddr;
 
-use crate::config::model::{Frontend, Route, RouteAction};
+use crate::config::model::{Answer, Frontend, Redirect, Route, RouteAction};
 use crate::config::route::{Headers, RequestView, Scheme};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
+use crate::http::rewrite::Rewrite;
 
+/// What answers a request: a backend (with the route's rewrites, if any), or the proxy.
 pub(crate) enum Decision<'a> {
-    Backend(usize),
-    Return {
-        status: u16,
-        body: &'a str,
-        content_type: &'a str,
-    },
+    Backend(usize, Option<&'a Rewrite>),
+    /// `return` and `deny` routes.
+    Return(&'a Answer),
+    Redirect(&'a Redirect),
     NoRoute,
 }
 
@@ -100,17 +100,12 @@ pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn
 #[inline]
 fn action<'a>(fe: &'a Frontend, chosen: Option<&'a Route>) -> Decision<'a> {
     match chosen.map(|r| &r.action) {
-        Some(RouteAction::Backend(b)) => Decision::Backend(*b),
-        Some(RouteAction::Return {
-            status,
-            body,
-            content_type,
-        }) => Decision::Return {
-            status: *status,
-            body,
-            content_type,
-        },
-        None => fe.default_backend.map_or(Decision::NoRoute, Decision::Backend),
+        Some(RouteAction::Backend(b, rewrite)) => Decision::Backend(*b, rewrite.as_deref()),
+        Some(RouteAction::Return(answer)) => Decision::Return(answer),
+        Some(RouteAction::Redirect(redirect)) => Decision::Redirect(redirect),
+        None => fe
+            .default_backend
+            .map_or(Decision::NoRoute, |b| Decision::Backend(b, None)),
     }
 }
 
