@@ -239,10 +239,6 @@ impl Template {
         }
     }
 
-    pub fn uses(&self, var: Var) -> bool {
-        self.pieces.contains(&Piece::Var(var))
-    }
-
     /// Appends the rendered text to `out`; false (and `out` as it was) if the result holds a
     /// byte a field value cannot carry.
     pub fn render(&self, vars: &RequestVars<'_>, out: &mut Vec<u8>) -> bool {
