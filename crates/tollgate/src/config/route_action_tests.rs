@@ -201,3 +201,30 @@ fn return_body_files_are_read_at_load_relative_to_the_config() {
     assert!(e.message.contains("not both"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn actions_other_than_backend_need_an_http_frontend() {
+    let tcp = |route: &str| {
+        format!(
+            "[[frontend]]\nname = \"t\"\nbind = [\"127.0.0.1:0\"]\nmode = \"tcp\"\ndefault_backend = \"app\"\n\n\
+             [[frontend.route]]\n{route}\n\n[[backend]]\nname = \"app\"\nmode = \"tcp\"\n\
+             [[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n"
+        )
+    };
+    for (route, key) in [
+        ("sni = \"a.example\"\nredirect = { scheme = \"https\" }", "redirect"),
+        ("sni = \"a.example\"\ndeny = 403", "deny"),
+        ("sni = \"a.example\"\nbackend = \"app\"\nset_host = \"x\"", "set_host"),
+        (
+            "sni = \"a.example\"\nbackend = \"app\"\nrequest_headers = { remove = [\"x\"] }",
+            "request_headers",
+        ),
+    ] {
+        let src = tcp(route);
+        let e = parse(&src, "t.toml").map(|_| ()).unwrap_err().0.remove(0);
+        assert_eq!(e.key, format!("frontend[0].route[0].{key}"), "{e}");
+        assert!(e.message.contains("needs an http-mode frontend"), "{e}");
+        let at = route.lines().position(|l| l.starts_with(key)).unwrap();
+        assert_eq!(e.line, ROUTE_LINE + at, "{e}");
+    }
+}
