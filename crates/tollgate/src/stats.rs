@@ -112,6 +112,9 @@ worker_stats! {
     /// reused connection failed before any response byte.
     http_pool_reused,
     http_retries,
+    /// Route rewrites not sent because a value rendered from the request could not be a
+    /// field value (a control byte): a header field left out, or a redirect answered 400.
+    http_rewrite_skipped,
     /// TLS handshakes (termination) in progress now, and times one waited for `max_handshakes`.
     tls_handshakes_active,
     tls_handshake_waits,

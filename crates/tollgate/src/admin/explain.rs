@@ -91,6 +91,11 @@ pub enum Target {
         content_type: String,
         body: String,
     },
+    /// A `redirect` route: its status and `Location` template as configured.
+    Redirect {
+        status: u16,
+        location: String,
+    },
     Refused {
         reason: String,
     },
@@ -279,16 +284,19 @@ fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) ->
         out.route = Some(i);
         out.route_reason = "every condition holds".to_string();
         return match &r.action {
-            RouteAction::Backend(b) => Some(*b),
-            RouteAction::Return {
-                status,
-                body,
-                content_type,
-            } => {
+            RouteAction::Backend(b, _) => Some(*b),
+            RouteAction::Return(answer) => {
                 out.target = Target::Return {
-                    status: *status,
-                    content_type: content_type.clone(),
-                    body: body.clone(),
+                    status: answer.status,
+                    content_type: answer.content_type.clone(),
+                    body: String::from_utf8_lossy(&answer.body).into_owned(),
+                };
+                None
+            }
+            RouteAction::Redirect(redirect) => {
+                out.target = Target::Redirect {
+                    status: redirect.status,
+                    location: redirect.location.as_str().to_string(),
                 };
                 None
             }
@@ -544,6 +552,7 @@ impl fmt::Display for Explanation {
                 content_type,
                 body,
             } => writeln!(f, "return {status} ({content_type}): {body:?}")?,
+            Target::Redirect { status, location } => writeln!(f, "redirect {status} to {location}")?,
             Target::Refused { reason } => writeln!(f, "refused: {reason}")?,
         }
         if let Some(p) = &self.pick {

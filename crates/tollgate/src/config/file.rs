@@ -256,12 +256,22 @@ pub(crate) struct RouteSection {
     pub matchers: Option<Spanned<Vec<Spanned<String>>>>,
     /// Conditions none of which may hold.
     pub not: Option<Spanned<NotSection>>,
-    // Actions.
+    // Actions (`config::route_action`): exactly one of backend, return, redirect, deny;
+    // the rewrites only with `backend`.
     /// Send matching traffic to this backend...
     pub backend: Option<Spanned<String>>,
-    /// ...or answer it here (HTTP mode).
+    /// ...or answer it here (HTTP mode)...
     #[serde(rename = "return")]
     pub return_response: Option<Spanned<ReturnSection>>,
+    /// ...or redirect it...
+    pub redirect: Option<Spanned<super::route_action::RedirectSection>>,
+    /// ...or refuse it (`deny = 403` or `deny = { status = 403 }`).
+    pub deny: Option<Spanned<super::route_action::DenySection>>,
+    /// On the way to the backend: header edits both ways, the path, the Host.
+    pub request_headers: Option<Spanned<super::route_action::HeaderEditsSection>>,
+    pub response_headers: Option<Spanned<super::route_action::HeaderEditsSection>>,
+    pub rewrite_path: Option<Spanned<super::route_action::RewritePathSection>>,
+    pub set_host: Option<Spanned<String>>,
     // --- per-route limits (HTTP mode): override the backend's and the global ones ---
     /// `timeouts = { server = "…", http_request = "…" }` for the requests this route takes.
     pub timeouts: Option<Spanned<TimeoutOverridesSection>>,
@@ -379,9 +389,12 @@ pub(crate) struct NameValueSection {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReturnSection {
     pub status: u16,
-    #[serde(default)]
-    pub body: String,
-    pub content_type: Option<String>,
+    pub body: Option<Spanned<String>>,
+    /// The body read from this file at load (relative to the config file's directory).
+    pub body_file: Option<Spanned<String>>,
+    pub content_type: Option<Spanned<String>>,
+    /// Fields added to the response: name = value (no variables).
+    pub headers: Option<super::route_action::FieldsSection>,
 }
 
 #[derive(Debug, Deserialize)]

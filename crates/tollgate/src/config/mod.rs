@@ -2,6 +2,7 @@
 //!
 //! `file` holds the strict serde structs (unknown keys refused), `validate` applies defaults,
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
+//! `route_action` validates what a matched route does (answers, redirects, rewrites).
 //! `tls` reads certificate files and builds the rustls configs (loading them is part of
 //! loading the config), `sni` validates host names and matches them, `route` compiles a
 //! frontend's route conditions into the table requests are matched against.
@@ -18,6 +19,7 @@ pub mod ids;
 mod limits;
 pub mod model;
 pub mod route;
+mod route_action;
 pub mod sni;
 pub(crate) mod tls;
 pub(crate) mod units;

@@ -419,6 +419,8 @@ pub struct ServerTls {
     pub server_name: rustls::pki_types::ServerName<'static>,
 }
 
+pub use crate::http::rewrite::{HeaderRules, PathRewrite, Rewrite, Template};
+
 #[derive(Debug, Clone)]
 pub struct Route {
     /// What a request (TCP mode: a connection's SNI) must meet, all ANDed (`config::route`).
@@ -428,14 +430,32 @@ pub struct Route {
     pub action: RouteAction,
 }
 
+/// What a matched route does (`config::route_action` builds it).
 #[derive(Debug, Clone)]
 pub enum RouteAction {
-    Backend(usize),
-    Return {
-        status: u16,
-        body: String,
-        content_type: String,
-    },
+    /// Forward to this backend, with the route's rewrites if it has any.
+    Backend(usize, Option<Box<Rewrite>>),
+    /// Answer here: `return`, and `deny` (a short text body).
+    Return(Box<Answer>),
+    Redirect(Box<Redirect>),
+}
+
+/// A response the proxy makes for a `return` or `deny` route.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Box<[u8]>,
+    /// `return.headers`: name as written, value checked (no variables).
+    pub headers: Vec<(String, Box<[u8]>)>,
+}
+
+/// A `redirect` route: `Location` rendered from the request, and its status (301, 302,
+/// 303, 307 or 308).
+#[derive(Debug, Clone)]
+pub struct Redirect {
+    pub status: u16,
+    pub location: Template,
 }
 
 /// A host name pattern: `a.example` exactly, or `*.example` = exactly one more label.

@@ -141,12 +141,12 @@ fn routes_resolve_to_backends_and_returns() {
     let c = parse(HTTP_ROUTES, "t.toml").expect("valid");
     let routes = &c.frontends[0].routes;
     assert_eq!(routes.len(), 2);
-    assert!(matches!(routes[0].action, model::RouteAction::Backend(1)));
+    assert!(matches!(routes[0].action, model::RouteAction::Backend(1, None)));
     assert!(matches!(
         routes[0].when.0.first(),
         Some(route::Cond::Host(h)) if h[0].matches("eu.api.example") && !h[0].matches("a.b.api.example")
     ));
-    assert!(matches!(&routes[1].action, model::RouteAction::Return { status: 200, body, .. } if body == "ok\n"));
+    assert!(matches!(&routes[1].action, model::RouteAction::Return(a) if a.status == 200 && &*a.body == b"ok\n"));
 }
 
 #[test]

@@ -59,7 +59,7 @@ impl<'a> Validator<'a> {
         None
     }
 
-    fn err(&mut self, span: Range<usize>, key: String, msg: String) {
+    pub(super) fn err(&mut self, span: Range<usize>, key: String, msg: String) {
         self.errors.push((span, key, msg));
     }
 
@@ -795,7 +795,7 @@ impl<'a> Validator<'a> {
         }
     }
 
-    fn path(&self, text: &str) -> PathBuf {
+    pub(super) fn path(&self, text: &str) -> PathBuf {
         let p = Path::new(text);
         match &self.base_dir {
             Some(base) if p.is_relative() => base.join(p),
@@ -1026,7 +1026,7 @@ impl<'a> Validator<'a> {
     }
 
     /// Resolves a backend name used by a frontend in `mode`.
-    fn backend_ref(
+    pub(super) fn backend_ref(
         &mut self,
         name: &Spanned<String>,
         key: String,
@@ -1061,49 +1061,8 @@ impl<'a> Validator<'a> {
         backends: &[Backend],
         conditions: &mut super::route::Builder,
     ) -> Option<Route> {
-        if let (Some(ret), ModeName::Tcp) = (&r.return_response, mode) {
-            self.err(
-                ret.span(),
-                format!("{key}.return"),
-                "`return` needs an http-mode frontend".into(),
-            );
-        }
         let when = conditions.route(&mut self.errors, r, &key);
-        let action = match (&r.backend, &r.return_response) {
-            (Some(name), None) => {
-                RouteAction::Backend(self.backend_ref(name, format!("{key}.backend"), mode, backends)?)
-            }
-            (None, Some(ret)) => {
-                let status = ret.get_ref().status;
-                if !(200..=599).contains(&status) {
-                    self.err(
-                        ret.span(),
-                        format!("{key}.return.status"),
-                        "must be between 200 and 599".into(),
-                    );
-                }
-                RouteAction::Return {
-                    status,
-                    body: ret.get_ref().body.clone(),
-                    content_type: ret
-                        .get_ref()
-                        .content_type
-                        .clone()
-                        .unwrap_or_else(|| "text/plain".into()),
-                }
-            }
-            _ => {
-                let span = r
-                    .backend
-                    .as_ref()
-                    .map(|b| b.span())
-                    .or_else(|| r.return_response.as_ref().map(|x| x.span()))
-                    .or_else(|| super::route::Keys::of_route(r).first_span())
-                    .unwrap_or(0..0);
-                self.err(span, key, "a route needs exactly one of `backend` or `return`".into());
-                return None;
-            }
-        };
+        let action = self.route_action(r, &key, mode, backends)?;
         Some(Route {
             when,
             overrides: super::limits::route(r, &key, mode, &mut self.errors),

@@ -3,8 +3,12 @@
 //! - [`h1`]: HTTP/1.1 head parsing, body framing (validate and delimit, never de-chunk) and head
 //!   rewriting for forwarding.
 //! - [`cookie`]: finding, stripping and recognising cookies in `Cookie` / `Set-Cookie` fields.
+//! - [`rewrite`]: what a matched route changes: templates, header edits, path rewrites
+//!   ([`path_regex`]: their regexes, searched with per-thread caches).
 //! - `status`: reason phrases for the statuses tollgate writes itself.
 
 pub mod cookie;
 pub mod h1;
+pub mod path_regex;
+pub mod rewrite;
 pub(crate) mod status;

@@ -87,7 +87,7 @@ pub(crate) async fn peek_client_hello(
 /// refuse (no match with `reject_unknown_sni`, or nowhere to go).
 pub(crate) fn route(fe: &Frontend, sni: Option<&str>) -> Option<usize> {
     if let (Some(matcher), Some(name)) = (&fe.sni_routes, sni)
-        && let Some(RouteAction::Backend(b)) = matcher.lookup(name).and_then(|i| fe.routes.get(i)).map(|r| &r.action)
+        && let Some(RouteAction::Backend(b, _)) = matcher.lookup(name).and_then(|i| fe.routes.get(i)).map(|r| &r.action)
     {
         return Some(*b);
     }
@@ -95,7 +95,7 @@ pub(crate) fn route(fe: &Frontend, sni: Option<&str>) -> Option<usize> {
         return None;
     }
     let unconditional = fe.routes.iter().find_map(|r| match &r.action {
-        RouteAction::Backend(b) if r.when.is_empty() => Some(*b),
+        RouteAction::Backend(b, _) if r.when.is_empty() => Some(*b),
         _ => None,
     });
     unconditional.or(fe.default_backend)

@@ -2,13 +2,17 @@
 //!
 //! Owns: [`HeadEdits`], [`ConnectionOut`], [`Proto`], [`write_request_head`],
 //! [`write_response_head`], [`write_error_response`]. Writers append to a caller-owned `Vec<u8>`
-//! and allocate nothing else.
+//! and allocate nothing else (a route's regex path rewrite searches with its thread's slots,
+//! `http::path_regex`).
 //!
 //! Invariants: hop-by-hop fields (`Connection` and every field it names, `Keep-Alive`, `TE`,
 //! `Proxy-Connection`, and `Upgrade` unless the message is an upgrade forwarded with
 //! [`ConnectionOut::Upgrade`]) are never forwarded; `Host`, `Content-Length` and
 //! `Transfer-Encoding` are always forwarded as received (the body keeps the framing they
-//! announce: a chunked body is only re-framed canonically, see [`super::body`]).
+//! announce: a chunked body is only re-framed canonically, see [`super::body`]) — except that
+//! a route's `set_host` replaces `Host`. A route's header rules (`HeadEdits::rewrite`) apply
+//! to the received fields (config load refuses hop-by-hop and framing names in them); the
+//! proxy's own fields (forwarding, sticky cookie, `Connection`) are written after them.
 //! `Proxy-Authorization`/`Proxy-Authenticate` are kept: whether they are meant for us is the
 //! proxy's policy, not the codec's. Lines always end in CRLF. Every head
 //! is written as HTTP/1.1 (a 1.0 request goes upstream as 1.1; its `BodyFraming` and
@@ -20,6 +24,7 @@ use std::net::IpAddr;
 use super::headers::{HeaderEntry, HeaderKind};
 use super::request::RequestHead;
 use super::response::ResponseHead;
+use crate::http::rewrite::{HeaderRules, RequestVars, Rewrite, split_target};
 
 /// The `Connection` field to write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -72,19 +77,59 @@ pub struct HeadEdits<'a> {
     pub cookie: Option<&'a [u8]>,
     /// Complete header lines (each ending in CRLF) written after the forwarded fields.
     pub append: &'a [u8],
+    /// A matched route's rewrites: requests get its request rules, path and host, responses
+    /// its response rules.
+    pub rewrite: Option<&'a Rewrite>,
+    /// The client's scheme, for the route's templates (`{scheme}`); `None` reads as `http`.
+    pub scheme: Option<Proto>,
 }
 
-/// Write the request line (as HTTP/1.1) and the forwarded header fields to `out`.
-pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out: &mut Vec<u8>) {
+/// Write the request line (as HTTP/1.1) and the forwarded header fields to `out`. Returns
+/// how many of the route's fields were left out because their rendered value could not be
+/// sent (the caller counts them).
+pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out: &mut Vec<u8>) -> u32 {
     out.extend_from_slice(head.method_span.of(buf));
     out.push(b' ');
-    out.extend_from_slice(head.target.of(buf));
+    let target = head.target.of(buf);
+    match edits.rewrite {
+        Some(r) if r.changes_target() => {
+            let (authority, path_and_query) = split_target(target);
+            // An absolute-form target keeps its authority unless `set_host` names another:
+            // then it goes as origin-form, so that only `Host` names the host.
+            if r.host.is_none()
+                && let Some(a) = authority
+            {
+                let scheme_end = target.windows(3).position(|w| w == b"://").map_or(0, |i| i + 3);
+                out.extend_from_slice(target.get(..scheme_end).unwrap_or_default());
+                out.extend_from_slice(a);
+            }
+            r.write_target(path_and_query, out);
+        }
+        _ => out.extend_from_slice(target),
+    }
     out.extend_from_slice(if edits.http10 {
         b" HTTP/1.0\r\n"
     } else {
         b" HTTP/1.1\r\n"
     });
-    write_fields(&head.headers, buf, head.upgrade, edits, out);
+    let Some(rewrite) = edits.rewrite else {
+        write_fields(&head.headers, buf, head.upgrade, edits, out);
+        return 0;
+    };
+    let host = head.host.map(|h| h.of(buf));
+    let vars = RequestVars::of(edits.scheme.unwrap_or(Proto::Http).as_str(), target, host);
+    let mut skipped = 0;
+    let route = Route {
+        rules: Some(&rewrite.request_headers),
+        set_host: rewrite.host.is_some(),
+    };
+    write_fields_with(&head.headers, buf, head.upgrade, edits, route, out, |out| {
+        if let Some(host) = &rewrite.host {
+            push_field(b"Host", host, out);
+        }
+        skipped = rewrite.request_headers.write_h1(&vars, out);
+    });
+    skipped
 }
 
 /// Write the status line (as HTTP/1.1) and the forwarded header fields to `out`. Only
@@ -99,9 +144,30 @@ pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, o
         connection: edits.connection,
         cookie: edits.cookie,
         append: edits.append,
+        rewrite: edits.rewrite,
         ..HeadEdits::default()
     };
-    write_fields(&head.headers, buf, head.switching_protocols, &edits, out);
+    match edits.rewrite {
+        // Response rules hold no variables (config load refuses them): nothing to render.
+        Some(r) => {
+            let route = Route {
+                rules: Some(&r.response_headers),
+                set_host: false,
+            };
+            write_fields_with(
+                &head.headers,
+                buf,
+                head.switching_protocols,
+                &edits,
+                route,
+                out,
+                |out| {
+                    r.response_headers.write_h1(&RequestVars::default(), out);
+                },
+            );
+        }
+        None => write_fields(&head.headers, buf, head.switching_protocols, &edits, out),
+    }
 }
 
 fn push_status(status: u16, out: &mut Vec<u8>) {
@@ -114,6 +180,40 @@ fn push_status(status: u16, out: &mut Vec<u8>) {
 }
 
 fn write_fields(entries: &[HeaderEntry], buf: &[u8], is_upgrade: bool, edits: &HeadEdits, out: &mut Vec<u8>) {
+    write_fields_with(entries, buf, is_upgrade, edits, Route::NONE, out, |_| {});
+}
+
+/// A route's part in writing the fields: which received ones it drops, whether it replaces
+/// `Host`.
+#[derive(Clone, Copy)]
+struct Route<'a> {
+    rules: Option<&'a HeaderRules>,
+    set_host: bool,
+}
+
+impl Route<'_> {
+    const NONE: Route<'static> = Route {
+        rules: None,
+        set_host: false,
+    };
+
+    #[inline]
+    fn drops(&self, name: &[u8]) -> bool {
+        self.rules.is_some_and(|r| r.drops(name))
+    }
+}
+
+/// The fields; `own` writes the route's fields after the received ones that are kept,
+/// before the proxy's.
+fn write_fields_with(
+    entries: &[HeaderEntry],
+    buf: &[u8],
+    is_upgrade: bool,
+    edits: &HeadEdits,
+    route: Route<'_>,
+    out: &mut Vec<u8>,
+    own: impl FnOnce(&mut Vec<u8>),
+) {
     let keep_upgrade = is_upgrade && edits.connection == ConnectionOut::Upgrade;
     for e in entries {
         let skip = match e.kind {
@@ -121,9 +221,10 @@ fn write_fields(entries: &[HeaderEntry], buf: &[u8], is_upgrade: bool, edits: &H
             HeaderKind::XForwardedFor => edits.x_forwarded_for.is_some(),
             HeaderKind::XForwardedProto => edits.x_forwarded_proto.is_some(),
             HeaderKind::Forwarded => edits.forwarded.is_some(),
+            HeaderKind::Host => route.set_host,
             _ => e.is_hop_by_hop(),
         };
-        if skip {
+        if skip || route.drops(e.name.of(buf)) {
             continue;
         }
         match edits.cookie {
@@ -131,9 +232,12 @@ fn write_fields(entries: &[HeaderEntry], buf: &[u8], is_upgrade: bool, edits: &H
             None => push_field(e.name.of(buf), e.value.of(buf), out),
         }
     }
+    own(out);
     if let Some(ip) = edits.x_forwarded_for {
         out.extend_from_slice(b"X-Forwarded-For: ");
-        push_existing(entries, buf, HeaderKind::XForwardedFor, out);
+        if !route.drops(b"x-forwarded-for") {
+            push_existing(entries, buf, HeaderKind::XForwardedFor, out);
+        }
         push_ip(ip, out);
         out.extend_from_slice(b"\r\n");
     }
@@ -142,7 +246,9 @@ fn write_fields(entries: &[HeaderEntry], buf: &[u8], is_upgrade: bool, edits: &H
     }
     if let Some((ip, proto)) = edits.forwarded {
         out.extend_from_slice(b"Forwarded: ");
-        push_existing(entries, buf, HeaderKind::Forwarded, out);
+        if !route.drops(b"forwarded") {
+            push_existing(entries, buf, HeaderKind::Forwarded, out);
+        }
         out.extend_from_slice(b"for=");
         match ip {
             IpAddr::V4(_) => push_ip(ip, out),
@@ -251,4 +357,97 @@ pub fn write_error_response(status: u16, out: &mut Vec<u8>) {
          Connection: close\r\nCache-Control: no-cache\r\n\r\n{reason}\n",
         reason.len() + 1
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::http::h1::{HeadScratch, Limits, parse_request_head, parse_response_head};
+    use crate::http::rewrite::{HeaderRules, PathRewrite, Template};
+
+    fn rewrite() -> Rewrite {
+        let t = |s: &str| Template::parse(s).unwrap();
+        Rewrite {
+            request_headers: HeaderRules::new(
+                vec![("X-Set".into(), t("{scheme}|{host}|{path}|{query}"))],
+                vec![("X-Add".into(), t("added"))],
+                vec!["x-dup".into(), "x-forwarded-for".into()],
+            ),
+            response_headers: HeaderRules::new(vec![], vec![("X-Resp".into(), t("c"))], vec!["server".into()]),
+            path: Some(PathRewrite::prefix("/api", "/").unwrap()),
+            host: Some(b"internal".as_slice().into()),
+        }
+    }
+
+    fn request(buf: &[u8], edits: &HeadEdits) -> String {
+        let head = parse_request_head(buf, &Limits::default(), &mut HeadScratch::new())
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        assert_eq!(write_request_head(&head, buf, edits, &mut out), 0);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_route_rewrites_target_host_and_fields_before_the_proxys_own() {
+        let r = rewrite();
+        let edits = HeadEdits {
+            rewrite: Some(&r),
+            scheme: Some(Proto::Https),
+            x_forwarded_for: Some([10, 0, 0, 1].into()),
+            ..HeadEdits::default()
+        };
+        let buf = b"GET /api/a%2Fb?x=%20&y HTTP/1.1\r\nHost: public\r\nX-Dup: 1\r\nX-Set: old\r\n\
+X-Forwarded-For: 6.6.6.6\r\nX-Dup: 2\r\nX-Keep: k\r\n\r\n";
+        assert_eq!(
+            request(buf, &edits),
+            "GET /a%2Fb?x=%20&y HTTP/1.1\r\nX-Keep: k\r\nHost: internal\r\nX-Set: https|public|/api/a%2Fb|x=%20&y\r\n\
+X-Add: added\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n"
+        );
+        // Absolute form: with `set_host` it goes as origin-form (only Host names the host).
+        let buf = b"GET http://public:81/api?q HTTP/1.1\r\nHost: public:81\r\n\r\n";
+        let out = request(buf, &edits);
+        assert!(
+            out.starts_with("GET /?q HTTP/1.1\r\nHost: internal\r\nX-Set: https|public|/api|q\r\n"),
+            "{out}"
+        );
+        let path_only = Rewrite {
+            host: None,
+            ..rewrite()
+        };
+        let edits = HeadEdits {
+            rewrite: Some(&path_only),
+            ..HeadEdits::default()
+        };
+        let out = request(buf, &edits);
+        assert!(
+            out.starts_with("GET http://public:81/?q HTTP/1.1\r\nHost: public:81\r\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_route_edits_the_response_fields() {
+        let r = rewrite();
+        let buf = b"HTTP/1.1 200 OK\r\nServer: x\r\nX-Resp: a\r\nContent-Length: 0\r\nServer: y\r\n\r\n";
+        let head = parse_response_head(
+            buf,
+            &Limits::default(),
+            crate::http::h1::Method::Get,
+            &mut HeadScratch::new(),
+        )
+        .unwrap()
+        .unwrap();
+        let mut out = Vec::new();
+        let edits = HeadEdits {
+            rewrite: Some(&r),
+            ..HeadEdits::default()
+        };
+        write_response_head(&head, buf, &edits, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nX-Resp: a\r\nContent-Length: 0\r\nX-Resp: c\r\n\r\n"
+        );
+    }
 }

@@ -40,6 +40,7 @@ use crate::config::model::{Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
+use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};
 use crate::proxy::h2back::{self, grpc};
@@ -93,6 +94,7 @@ pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mu
         answered: false,
         send: None,
         grpc,
+        rewrite: None,
     };
     if let Err(e) = s.run(parts, body).await {
         s.fail(&e);
@@ -120,6 +122,8 @@ pub(super) struct Stream<'s> {
     /// as gRPC status 14 (UNAVAILABLE), never as a bare 5xx or reset — unless the response
     /// head announced a `content-length` (trailers ending it short would be malformed).
     pub(super) grpc: bool,
+    /// The matched route's rewrites (its request already applied to the head).
+    pub(super) rewrite: Option<&'s Rewrite>,
 }
 
 /// What the forwarding needs to know of the request once its head is written.
@@ -146,7 +150,7 @@ impl Request {
 }
 
 impl Stream<'_> {
-    async fn run(&mut self, parts: Parts, mut body: RecvStream) -> Result<(), Error> {
+    async fn run(&mut self, mut parts: Parts, mut body: RecvStream) -> Result<(), Error> {
         let end_stream = body.is_end_stream();
         let checked = check::request(&parts, end_stream).map_err(|r| refused(400, r.0))?;
         let conn = route::ConnFacts {
@@ -157,7 +161,7 @@ impl Stream<'_> {
         let decision = route::decide_h2(self.fe, &parts, &conn);
         let config = &self.conn.ctx.shared.config;
         let limits = match decision {
-            Decision::Backend(backend, overrides) => config.request_limits(Some(backend), overrides),
+            Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
             _ => config.request_limits(None, &Overrides::NONE),
         };
         let max_body = limits.max_body_size;
@@ -170,12 +174,60 @@ impl Stream<'_> {
                 Side::Front,
                 "no route and no default_backend",
             )),
-            Decision::Return {
-                status,
-                body: text,
-                content_type,
-            } => self.answer(status, content_type, text.as_bytes()),
-            Decision::Backend(backend, _) => {
+            Decision::Return(answer) => {
+                let mut resp = http::Response::new(());
+                for (name, value) in &answer.headers {
+                    if let (Ok(n), Ok(v)) = (
+                        http::HeaderName::from_bytes(name.as_bytes()),
+                        http::HeaderValue::from_bytes(value),
+                    ) {
+                        resp.headers_mut().append(n, v);
+                    }
+                }
+                // A HEAD request gets the length of the body it does not get.
+                let body: &[u8] = if parts.method == http::Method::HEAD {
+                    resp.headers_mut()
+                        .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(answer.body.len()));
+                    b""
+                } else {
+                    &answer.body
+                };
+                self.answer_with(resp, answer.status, &answer.content_type, body)
+            }
+            Decision::Redirect(redirect) => {
+                let host = parts.headers.get(http::header::HOST).map(|h| h.as_bytes());
+                let authority = parts.uri.authority().map(|a| a.as_str().as_bytes()).or(host);
+                let target = parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes();
+                let vars = RequestVars::of(self.conn.proto.as_str(), target, authority);
+                let mut location = Vec::with_capacity(128);
+                let value = redirect
+                    .location
+                    .render(&vars, &mut location)
+                    .then(|| http::HeaderValue::from_bytes(&location).ok())
+                    .flatten();
+                let Some(value) = value else {
+                    self.conn.ctx.stats.http_rewrite_skipped.add(1);
+                    return Err(refused(
+                        400,
+                        "redirect: the request makes a Location that cannot be sent",
+                    ));
+                };
+                let mut resp = http::Response::new(());
+                resp.headers_mut().insert(http::header::LOCATION, value);
+                self.answer_with(resp, redirect.status, "", b"")
+            }
+            Decision::Backend(backend, rewrite, _) => {
+                // Balancing and stickiness read the request as the client sent it, as on
+                // the h1 path; the server gets it rewritten.
+                let prefer = self.sticky_server(backend, &parts);
+                let keys = (self.hash_key(backend, &parts), prefer);
+                self.rewrite = rewrite;
+                if let Some(rewrite) = rewrite {
+                    let skipped = super::rewrite::request(&mut parts, rewrite, self.conn.proto.as_str());
+                    if skipped > 0 {
+                        self.conn.ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
+                    }
+                }
                 let body_out = match (end_stream, checked.content_length) {
                     (true, _) => BodyOut::None,
                     (false, Some(n)) => BodyOut::Length(n),
@@ -197,7 +249,6 @@ impl Stream<'_> {
                     *go.status_mut() = http::StatusCode::CONTINUE;
                     let _ = self.respond.send_informational(go);
                 }
-                let prefer = self.sticky_server(backend, &parts);
                 let req = Request {
                     method: Method::of(parts.method.as_str().as_bytes()),
                     body: body_out,
@@ -206,7 +257,6 @@ impl Stream<'_> {
                     limits,
                     body_deadline: limits.whole_request.filter(|_| !end_stream).map(|d| Instant::now() + d),
                 };
-                let keys = (self.hash_key(backend, &parts), prefer);
                 let asked = to_h2::Asked {
                     parts: &parts,
                     end_stream,
@@ -407,6 +457,11 @@ impl Stream<'_> {
         self.rec.status = response.status;
         let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
         let mut head = to_h1::response_head(&response, back.data(), sticky.map(|t| t.cookie()));
+        if let Some(rewrite) = self.rewrite {
+            rewrite
+                .response_headers
+                .apply_to_map(head.headers_mut(), &RequestVars::default());
+        }
         // As the h1 path: a client that came with this server's cookie keeps it.
         if let Some(table) = sticky
             && req.prefer != Some(id)
@@ -439,15 +494,31 @@ impl Stream<'_> {
         Ok(())
     }
 
-    /// A response the proxy makes (a `return` route, or an error before any response).
+    /// A response the proxy makes (an error before any response).
     fn answer(&mut self, status: u16, content_type: &str, text: &[u8]) -> Result<(), Error> {
-        let mut resp = http::Response::new(());
+        self.answer_with(http::Response::new(()), status, content_type, text)
+    }
+
+    /// A response the proxy makes: `resp`'s fields, then the status, the content type (none
+    /// when empty) and the length of `text`, the body.
+    fn answer_with(
+        &mut self,
+        mut resp: http::Response<()>,
+        status: u16,
+        content_type: &str,
+        text: &[u8],
+    ) -> Result<(), Error> {
         *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-        if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        if !content_type.is_empty()
+            && let Ok(v) = http::HeaderValue::from_str(content_type)
+        {
             resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
         }
-        resp.headers_mut()
-            .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+        // Already there only for a HEAD request's answer (the length it would have had).
+        if !resp.headers().contains_key(http::header::CONTENT_LENGTH) {
+            resp.headers_mut()
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
+        }
         self.rec.status = status;
         self.answered = true;
         let mut send = self

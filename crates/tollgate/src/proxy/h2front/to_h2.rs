@@ -266,6 +266,11 @@ fn response_head(
             }
         }
     }
+    if let Some(rewrite) = s.rewrite {
+        // Response rules hold no variables (config load refuses them).
+        let vars = crate::http::rewrite::RequestVars::default();
+        rewrite.response_headers.apply_to_map(&mut parts.headers, &vars);
+    }
     let mut response = http::Response::from_parts(parts, ());
     if let Some(table) = sticky
         && prefer != Some(id)

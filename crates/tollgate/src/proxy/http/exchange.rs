@@ -247,11 +247,13 @@ async fn exchange<C: ClientStream>(
     };
     s.out.clear();
     let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+    let rewrite = s.rewrite;
     let mut write_head = |append: &[u8]| {
         let edits = HeadEdits {
             connection,
             cookie: sticky.map(|t| t.cookie()),
             append,
+            rewrite,
             ..HeadEdits::default()
         };
         h1::write_response_head(&response, back.data(), &edits, &mut s.out);

@@ -5,18 +5,19 @@
 
 use std::net::IpAddr;
 
-use crate::config::model::{Frontend, Overrides, Route, RouteAction};
+use crate::config::model::{Answer, Frontend, Overrides, Redirect, Route, RouteAction};
 use crate::config::route::{Headers, RequestView, Scheme};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
+use crate::http::rewrite::Rewrite;
 
+/// What answers a request: a backend (with the route's rewrites, if any), or the proxy.
 pub(crate) enum Decision<'a> {
-    /// To this backend, under the route's limits (`Overrides::NONE` for the default backend).
-    Backend(usize, &'a Overrides),
-    Return {
-        status: u16,
-        body: &'a str,
-        content_type: &'a str,
-    },
+    /// To this backend, with the route's rewrites and under its limits (`Overrides::NONE`
+    /// for the default backend).
+    Backend(usize, Option<&'a Rewrite>, &'a Overrides),
+    /// `return` and `deny` routes.
+    Return(&'a Answer),
+    Redirect(&'a Redirect),
     NoRoute,
 }
 
@@ -101,22 +102,12 @@ pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn
 #[inline]
 fn action<'a>(fe: &'a Frontend, chosen: Option<&'a Route>) -> Decision<'a> {
     match chosen.map(|r| (&r.action, &r.overrides)) {
-        Some((RouteAction::Backend(b), overrides)) => Decision::Backend(*b, overrides),
-        Some((
-            RouteAction::Return {
-                status,
-                body,
-                content_type,
-            },
-            _,
-        )) => Decision::Return {
-            status: *status,
-            body,
-            content_type,
-        },
+        Some((RouteAction::Backend(b, rewrite), overrides)) => Decision::Backend(*b, rewrite.as_deref(), overrides),
+        Some((RouteAction::Return(answer), _)) => Decision::Return(answer),
+        Some((RouteAction::Redirect(redirect), _)) => Decision::Redirect(redirect),
         None => fe
             .default_backend
-            .map_or(Decision::NoRoute, |b| Decision::Backend(b, &Overrides::NONE)),
+            .map_or(Decision::NoRoute, |b| Decision::Backend(b, None, &Overrides::NONE)),
     }
 }
 

@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
+use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::record::StreamRecord;
 use crate::relay::counted::Counted;
@@ -110,6 +111,8 @@ pub(super) struct Session<'a, C> {
     /// The current request's method and target for the access log (taken from the
     /// thread's spares at the first request, only when access logs are on).
     line: Option<crate::accesslog::LineSlot>,
+    /// The matched route's rewrites for the request being forwarded (its response too).
+    pub(super) rewrite: Option<&'a Rewrite>,
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
@@ -131,6 +134,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             stream_began: accepted,
             client_mark: 0,
             line: None,
+            rewrite: None,
         })
     }
 
@@ -192,6 +196,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             e.server.set(None);
         });
         self.rec = StreamRecord::new(self.frontend, self.peer, self.stream_began);
+        self.rewrite = None;
         self.client_mark = self.client.written();
         if let Some(slot) = &mut self.line {
             slot.line.clear();
@@ -331,7 +336,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let decision = route::decide(self.fe, &head, self.front.data(), &conn);
         let config = &self.ctx.shared.config;
         let limits = match decision {
-            Decision::Backend(backend, overrides) => config.request_limits(Some(backend), overrides),
+            Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
             _ => config.request_limits(None, &Overrides::NONE),
         };
         let req = RequestInfo::of(&head, limits);
@@ -369,29 +374,30 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 self.fail(&e).await?;
                 Ok(false)
             }
-            Decision::Return {
-                status,
-                body,
-                content_type,
-            } => {
-                self.front.consume(head.head_len);
-                head.reclaim(&mut self.scratch);
-                if let Err(e) = super::exchange::discard_body(self, &req).await {
+            Decision::Return(answer) => {
+                let keep = req.keep_alive && !self.ctx.is_stopping();
+                fixed_response(answer, keep, req.method == Method::Head, &mut self.out);
+                self.answer_here(head, &req, answer.status, keep).await
+            }
+            Decision::Redirect(redirect) => {
+                let keep = req.keep_alive && !self.ctx.is_stopping();
+                let buf = self.front.data();
+                let vars = RequestVars::of(C::PROTO.as_str(), head.target.of(buf), head.host.map(|h| h.of(buf)));
+                if !redirect_response(redirect, &vars, keep, &mut self.out) {
+                    head.reclaim(&mut self.scratch);
+                    self.ctx.stats.http_rewrite_skipped.add(1);
+                    let e = Error::new(
+                        ErrorKind::BadRequest(400),
+                        Side::Front,
+                        "redirect: the request makes a Location that cannot be sent",
+                    );
                     self.fail(&e).await?;
                     return Ok(false);
                 }
-                let keep = req.keep_alive && !self.ctx.is_stopping();
-                self.rec.status = status;
-                fixed_response(status, content_type, body, keep, &mut self.out);
-                let written = if keep {
-                    self.client.write_all(&self.out).await
-                } else {
-                    self.client.write_last(&self.out).await
-                };
-                written.map_err(|e| Error::io(Side::Front, "write response", e))?;
-                Ok(keep)
+                self.answer_here(head, &req, redirect.status, keep).await
             }
-            Decision::Backend(backend, _) => {
+            Decision::Backend(backend, rewrite, _) => {
+                self.rewrite = rewrite;
                 let req = RequestInfo {
                     hash_key: self.hash_key(backend, &head),
                     prefer: self.sticky_server(backend, &head),
@@ -404,14 +410,45 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 let edits = HeadEdits {
                     // The proxy's cookie is its own business: the server never sees it.
                     cookie: sticky.map(|t| t.cookie()),
+                    rewrite,
+                    scheme: Some(C::PROTO),
                     ..self.request_edits(&req)
                 };
-                h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
+                let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
+                if skipped > 0 {
+                    ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
+                }
                 self.front.consume(head.head_len);
                 head.reclaim(&mut self.scratch);
                 super::exchange::forward(self, backend, &req, kills).await
             }
         }
+    }
+
+    /// Sends the response the proxy made (in `out`) for a request it answers itself, once
+    /// the request's body is read and dropped.
+    async fn answer_here(
+        &mut self,
+        head: RequestHead,
+        req: &RequestInfo,
+        status: u16,
+        keep: bool,
+    ) -> Result<bool, Error> {
+        self.front.consume(head.head_len);
+        head.reclaim(&mut self.scratch);
+        // `discard_body` leaves `out` (the response) alone.
+        if let Err(e) = super::exchange::discard_body(self, req).await {
+            self.fail(&e).await?;
+            return Ok(false);
+        }
+        self.rec.status = status;
+        let written = if keep {
+            self.client.write_all(&self.out).await
+        } else {
+            self.client.write_last(&self.out).await
+        };
+        written.map_err(|e| Error::io(Side::Front, "write response", e))?;
+        Ok(keep)
     }
 
     /// The request's key when `backend` hashes (computed from the head in place, nothing
@@ -569,17 +606,59 @@ pub(super) async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &
     let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
 }
 
-/// A response made by a `return` route.
-fn fixed_response(status: u16, content_type: &str, body: &str, keep: bool, out: &mut Vec<u8>) {
+/// A response made by a `return` or `deny` route (to a HEAD request: its head only).
+fn fixed_response(answer: &crate::config::model::Answer, keep: bool, head_only: bool, out: &mut Vec<u8>) {
     use std::io::Write;
     out.clear();
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{}\r\n{body}",
-        reason(status),
-        body.len(),
-        if keep { "" } else { "Connection: close\r\n" },
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+        answer.status,
+        reason(answer.status),
+        answer.content_type,
+        answer.body.len(),
     );
+    for (name, value) in &answer.headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(&answer.body);
+    }
+}
+
+/// A `redirect` route's response; false (nothing usable in `out`) if the request makes a
+/// `Location` that cannot be sent.
+fn redirect_response(
+    redirect: &crate::config::model::Redirect,
+    vars: &RequestVars<'_>,
+    keep: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    use std::io::Write;
+    out.clear();
+    let _ = write!(
+        out,
+        "HTTP/1.1 {} {}\r\nLocation: ",
+        redirect.status,
+        reason(redirect.status)
+    );
+    if !redirect.location.render(vars, out) {
+        out.clear();
+        return false;
+    }
+    out.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+    if !keep {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    true
 }
 
 fn reason(status: u16) -> &'static str {

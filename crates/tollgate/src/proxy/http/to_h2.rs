@@ -220,6 +220,7 @@ impl Interims {
                 version: Version::Http11,
                 length: None,
                 append: b"",
+                rules: None,
             };
             write_head(&mut out, &head);
             client.write_all(&out).await.map_err(|_| client_gone())?;
@@ -355,6 +356,7 @@ async fn respond<C: ClientStream>(
         version: req.version,
         length,
         append: b"",
+        rules: s.rewrite.map(|r| &r.response_headers),
     };
     match ctx.backends.get(backend).and_then(|b| b.sticky.as_ref()) {
         // A client that came with this server's cookie keeps it (HAProxy's `indirect`).
@@ -455,6 +457,8 @@ struct Head<'a> {
     length: Option<u64>,
     /// Lines the proxy adds (a sticky cookie), CRLF-terminated.
     append: &'a [u8],
+    /// The matched route's response rules.
+    rules: Option<&'a crate::http::rewrite::HeaderRules>,
 }
 
 /// The HTTP/1.1 response head, into `out`.
@@ -473,13 +477,18 @@ fn write_head(out: &mut Vec<u8>, head: &Head<'_>) {
         if matches!(
             name,
             "connection" | "keep-alive" | "transfer-encoding" | "upgrade" | "proxy-connection" | "content-length"
-        ) {
+        ) || head.rules.is_some_and(|r| r.drops(name.as_bytes()))
+        {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(rules) = head.rules {
+        // Response rules hold no variables (config load refuses them).
+        rules.write_h1(&crate::http::rewrite::RequestVars::default(), out);
     }
     match (head.framing, head.length) {
         (Framing::Length | Framing::None, Some(n)) => {
@@ -674,6 +683,7 @@ mod tests {
             version,
             length: None,
             append,
+            rules: None,
         };
         let mut out = Vec::new();
         write_head(&mut out, &head(Framing::Chunked, true, Version::Http11, b""));
