@@ -111,7 +111,9 @@ where
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, respond))) => {
                     ctx.stats.h2_streams.add(1);
-                    streams.spawn_local(stream::serve(Rc::clone(&info), req, respond));
+                    // Boxed: the task then holds a pointer, not the stream's whole state,
+                    // which tokio would otherwise copy at every stage of the task.
+                    streams.spawn_local(Box::pin(stream::serve(Rc::clone(&info), req, respond)));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %info.peer, error = %e, "h2 connection ended");
