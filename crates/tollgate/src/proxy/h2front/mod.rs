@@ -21,16 +21,15 @@ mod stream;
 mod to_h1;
 mod to_h2;
 
-use std::rc::Rc;
-use std::time::Duration;
-
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::Stream;
 use futures_util::stream::FuturesUnordered;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::ctx::WorkerCtx;
@@ -175,7 +174,11 @@ fn finish_ready<F: Future<Output = ()>>(streams: &mut FuturesUnordered<F>, cx: &
     while let Poll::Ready(Some(())) = Pin::new(&mut *streams).poll_next(cx) {
         finished += 1;
     }
-    if finished > 0 { Poll::Ready(finished) } else { Poll::Pending }
+    if finished > 0 {
+        Poll::Ready(finished)
+    } else {
+        Poll::Pending
+    }
 }
 
 fn builder(l: &crate::config::model::Http2) -> h2::server::Builder {

@@ -414,7 +414,8 @@ impl Stream<'_> {
         // Split only when a body goes up while the response is awaited (the split halves
         // share the connection through a lock and an allocation).
         let (read, server_first) = if req.body == BodyOut::None {
-            head.wait(&mut server, None::<std::future::Pending<Result<(), Error>>>).await
+            head.wait(&mut server, None::<std::future::Pending<Result<(), Error>>>)
+                .await
         } else {
             let (mut rd, mut wr) = tokio::io::split(&mut server);
             let upload = async {
@@ -757,7 +758,11 @@ impl Head<'_> {
     /// The response head read from `server` while `upload` sends the request body: the
     /// head, and whether it came before the body was all sent. `Err`: the upload failed or
     /// the client reset the stream.
-    async fn wait<R, U>(self, server: &mut R, upload: Option<U>) -> Result<(Result<h1::ResponseHead, Error>, bool), Error>
+    async fn wait<R, U>(
+        self,
+        server: &mut R,
+        upload: Option<U>,
+    ) -> Result<(Result<h1::ResponseHead, Error>, bool), Error>
     where
         R: AsyncRead + Unpin,
         U: Future<Output = Result<(), Error>>,
