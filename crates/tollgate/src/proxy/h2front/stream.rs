@@ -464,7 +464,8 @@ impl Stream<'_> {
         let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
         response.reclaim(&mut self.conn.scratch.borrow_mut());
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
-        self.grpc &= !head.headers().contains_key(http::header::CONTENT_LENGTH);
+        // (A lookup only for gRPC calls.)
+        self.grpc = self.grpc && !head.headers().contains_key(http::header::CONTENT_LENGTH);
         let send = self
             .respond
             .send_response(head, end)
