@@ -90,7 +90,13 @@ impl ServerPool {
             return;
         }
         let now = Instant::now();
-        slot.conns.retain(|c| now.duration_since(c.since) <= self.max_age);
+        // Oldest first (each put pushes now, take pops the newest): the expired ones are a
+        // prefix, and the first one tells whether there are any.
+        let expired = |c: &Idle| now.duration_since(c.since) > self.max_age;
+        if slot.conns.first().is_some_and(expired) {
+            let n = slot.conns.partition_point(expired);
+            slot.conns.drain(..n);
+        }
         if slot.conns.len() < self.max_per_server {
             slot.conns.push(Idle {
                 conn,

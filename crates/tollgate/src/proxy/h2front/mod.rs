@@ -6,8 +6,9 @@
 //! go through here.
 //!
 //! Owns the connection task: the h2 codec (hyperium `h2`, configured from `[http2]`) over a
-//! frame-counting wrapper (`guard.rs`), one local task per stream (joined here, so no stream
-//! outlives its connection), and the connection's end: idle (no stream for
+//! frame-counting wrapper (`guard.rs`), its streams (each a future polled inside this
+//! connection's task, so no stream outlives its connection and none costs a task), and the
+//! connection's end: idle (no stream for
 //! `timeouts.http_keep_alive`, or none ever within `timeouts.http_request`) → graceful
 //! GOAWAY; worker stopping (reload, stop) → graceful GOAWAY, open streams finish (a hard
 //! stop drops them); a flood → GOAWAY `ENHANCE_YOUR_CALM`, every stream dropped, closed.
@@ -20,12 +21,15 @@ mod stream;
 mod to_h1;
 mod to_h2;
 
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::Stream;
+use futures_util::stream::FuturesUnordered;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::ctx::WorkerCtx;
@@ -97,7 +101,7 @@ where
         }
     };
     let info = Rc::new(info);
-    let mut streams = JoinSet::new();
+    let mut streams = FuturesUnordered::new();
     let mut going_away = false;
     // No stream yet: the first must come within http_request; later, http_keep_alive.
     let idle = tokio::time::sleep_until(Instant::now() + timeouts.http_request);
@@ -111,7 +115,7 @@ where
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, respond))) => {
                     ctx.stats.h2_streams.add(1);
-                    streams.spawn_local(stream::serve(Rc::clone(&info), req, respond));
+                    streams.push(stream::serve(Rc::clone(&info), req, respond));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %info.peer, error = %e, "h2 connection ended");
@@ -126,7 +130,7 @@ where
                 // GOAWAY sent and every stream done, or the client closed.
                 None => break None,
             },
-            Some(_) = streams.join_next(), if !streams.is_empty() => {
+            _ = std::future::poll_fn(|cx| finish_ready(&mut streams, cx)), if !streams.is_empty() => {
                 if streams.is_empty() {
                     idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
                 }
@@ -143,7 +147,7 @@ where
     };
     if let Some(flood) = ended {
         // The abusive connection's streams go now: nothing of theirs is worth finishing.
-        streams.abort_all();
+        streams.clear();
         count_flood(ctx, flood);
         conn.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
         // Driving the codec writes the GOAWAY; once it is flushed nothing else is owed.
@@ -157,9 +161,24 @@ where
         return Err(Error::new(ErrorKind::BadRequest(400), Side::Front, flood.as_str()));
     }
     // Streams still running after the connection ended have lost their client.
-    streams.abort_all();
-    while streams.join_next().await.is_some() {}
+    drop(streams);
     Ok(())
+}
+
+/// Polls the streams until none can go further now; ready once at least one finished.
+/// Every stream that can answer now does so before the codec writes again: their frames
+/// leave together, in one TLS record and one write, rather than one response at a time.
+fn finish_ready<F: Future<Output = ()>>(streams: &mut FuturesUnordered<F>, cx: &mut Context<'_>) -> Poll<usize> {
+    let mut finished = 0;
+    // Bounded: each round ends a stream (one poll never runs a stream twice).
+    while let Poll::Ready(Some(())) = Pin::new(&mut *streams).poll_next(cx) {
+        finished += 1;
+    }
+    if finished > 0 {
+        Poll::Ready(finished)
+    } else {
+        Poll::Pending
+    }
 }
 
 fn builder(l: &crate::config::model::Http2) -> h2::server::Builder {

@@ -63,6 +63,10 @@ pub(crate) struct ConnInfo {
     pub proto: Proto,
     pub tls_version: Option<&'static str>,
     pub sni: Option<Box<str>>,
+    /// Header storage for parsing response heads, shared by the connection's streams: a
+    /// head is parsed, turned into h2 fields and its storage given back without an await
+    /// in between, so one is enough (a stream that finds it lent out makes its own).
+    pub scratch: RefCell<HeadScratch>,
 }
 
 /// Serves one stream to its end and sinks its record.
@@ -399,46 +403,31 @@ impl Stream<'_> {
             return Err(at(e.retryable(true)));
         }
         let mut back = Inbound::default();
-        let mut scratch = HeadScratch::new();
-        let (read, server_first) = {
+        let head = Head {
+            ctx,
+            respond: &mut *self.respond,
+            back: &mut back,
+            method: req.method,
+            scratch: &self.conn.scratch,
+            server_idle: timeouts.server,
+        };
+        // Split only when a body goes up while the response is awaited (the split halves
+        // share the connection through a lock and an allocation).
+        let (read, server_first) = if req.body == BodyOut::None {
+            head.wait(&mut server, None::<std::future::Pending<Result<(), Error>>>)
+                .await
+        } else {
             let (mut rd, mut wr) = tokio::io::split(&mut server);
-            let respond = RefCell::new(&mut *self.respond);
-            let mut interim = Interim::new(&respond);
-            let response = read_response(ctx, &mut rd, &mut back, req.method, &mut scratch, &mut interim);
-            tokio::pin!(response);
-            // A server may answer before the body is complete (a 413, a redirect): its
-            // answer is heard at once, the rest of the body is not sent, and the server
-            // connection is not reused (as `upload.rs` on the h1 path).
-            let mut early = None;
-            if req.body != BodyOut::None {
-                let upload = send_body(&mut wr, body, req.body, timeouts.client, req.limits.max_body_size);
+            let upload = async {
                 tokio::select! {
                     biased;
-                    r = &mut response => early = Some(r),
-                    sent = upload => sent.map_err(at)?,
-                    () = crate::proxy::until(req.body_deadline) => return Err(at(crate::proxy::body_timeout())),
+                    sent = send_body(&mut wr, body, req.body, timeouts.client, req.limits.max_body_size) => sent,
+                    () = crate::proxy::until(req.body_deadline) => Err(crate::proxy::body_timeout()),
                 }
-            }
-            let server_first = early.is_some();
-            // A client that resets its stream stops the wait at once (its server connection
-            // is closed): a reset stream holds no server connection (rapid reset).
-            let read = match early {
-                Some(r) => r,
-                None => tokio::select! {
-                    r = tokio::time::timeout(timeouts.server, &mut response) => r.unwrap_or_else(|_| {
-                        Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"))
-                    }),
-                    reason = std::future::poll_fn(|cx| respond.borrow_mut().poll_reset(cx)) => {
-                        let why = match reason {
-                            Ok(reason) => format!("client reset the stream ({reason})"),
-                            Err(e) => format!("client connection: {e}"),
-                        };
-                        return Err(at(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers)));
-                    }
-                },
             };
-            (read, server_first)
-        };
+            head.wait(&mut rd, Some(upload)).await
+        }
+        .map_err(at)?;
         let response = match read {
             Ok(r) => {
                 server_live.check.traffic_ok();
@@ -473,9 +462,10 @@ impl Stream<'_> {
         back.consume(response.head_len);
         let framing = response.body;
         let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
-        response.reclaim(&mut scratch);
+        response.reclaim(&mut self.conn.scratch.borrow_mut());
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
-        self.grpc &= !head.headers().contains_key(http::header::CONTENT_LENGTH);
+        // (A lookup only for gRPC calls.)
+        self.grpc = self.grpc && !head.headers().contains_key(http::header::CONTENT_LENGTH);
         let send = self
             .respond
             .send_response(head, end)
@@ -754,13 +744,74 @@ impl<'a, 'b> Interim<'a, 'b> {
     }
 }
 
+/// What waiting for a response head needs.
+struct Head<'a> {
+    ctx: &'a WorkerCtx,
+    respond: &'a mut SendResponse<Bytes>,
+    back: &'a mut Inbound,
+    method: Method,
+    scratch: &'a RefCell<HeadScratch>,
+    /// `timeouts.server`, from the end of the request body.
+    server_idle: Duration,
+}
+
+impl Head<'_> {
+    /// The response head read from `server` while `upload` sends the request body: the
+    /// head, and whether it came before the body was all sent. `Err`: the upload failed or
+    /// the client reset the stream.
+    async fn wait<R, U>(
+        self,
+        server: &mut R,
+        upload: Option<U>,
+    ) -> Result<(Result<h1::ResponseHead, Error>, bool), Error>
+    where
+        R: AsyncRead + Unpin,
+        U: Future<Output = Result<(), Error>>,
+    {
+        let respond = RefCell::new(self.respond);
+        let mut interim = Interim::new(&respond);
+        let response = read_response(self.ctx, server, self.back, self.method, self.scratch, &mut interim);
+        tokio::pin!(response);
+        // A server may answer before the body is complete (a 413, a redirect): its
+        // answer is heard at once, the rest of the body is not sent, and the server
+        // connection is not reused (as `upload.rs` on the h1 path).
+        let mut early = None;
+        if let Some(upload) = upload {
+            tokio::select! {
+                biased;
+                r = &mut response => early = Some(r),
+                sent = upload => sent?,
+            }
+        }
+        let server_first = early.is_some();
+        // A client that resets its stream stops the wait at once (its server connection
+        // is closed): a reset stream holds no server connection (rapid reset).
+        let read = match early {
+            Some(r) => r,
+            None => tokio::select! {
+                r = tokio::time::timeout(self.server_idle, &mut response) => r.unwrap_or_else(|_| {
+                    Err(Error::new(ErrorKind::ResponseTimeout, Side::Back, "no response head within timeouts.server"))
+                }),
+                reason = std::future::poll_fn(|cx| respond.borrow_mut().poll_reset(cx)) => {
+                    let why = match reason {
+                        Ok(reason) => format!("client reset the stream ({reason})"),
+                        Err(e) => format!("client connection: {e}"),
+                    };
+                    return Err(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers));
+                }
+            },
+        };
+        Ok((read, server_first))
+    }
+}
+
 /// Reads the final response head, each interim 1xx passed on through `interim`.
 async fn read_response<R: AsyncRead + Unpin>(
     ctx: &WorkerCtx,
     server: &mut R,
     back: &mut Inbound,
     method: Method,
-    scratch: &mut HeadScratch,
+    scratch: &RefCell<HeadScratch>,
     interim: &mut Interim<'_, '_>,
 ) -> Result<h1::ResponseHead, Error> {
     let http = &ctx.shared.config.http;
@@ -773,15 +824,16 @@ async fn read_response<R: AsyncRead + Unpin>(
     let mut received = false;
     loop {
         if !back.is_empty() {
-            match h1::parse_response_head(back.data(), &limits, method, scratch) {
+            let parsed = h1::parse_response_head(back.data(), &limits, method, &mut scratch.borrow_mut());
+            match parsed {
                 Ok(Some(head)) if head.informational => {
                     interim.pass(head.status, || to_h1::response_head(&head, back.data(), None));
                     back.consume(head.head_len);
-                    head.reclaim(scratch);
+                    head.reclaim(&mut scratch.borrow_mut());
                     continue;
                 }
                 Ok(Some(head)) if head.switching_protocols || head.tunnel => {
-                    head.reclaim(scratch);
+                    head.reclaim(&mut scratch.borrow_mut());
                     return Err(Error::new(
                         ErrorKind::BadResponse,
                         Side::Back,
@@ -839,12 +891,19 @@ async fn relay_response(
                             let (used, run) = d.step(body.get(at..).unwrap_or_default());
                             if let Some(r) = run {
                                 let data = body.get(at + r.start..at + r.end).unwrap_or_default();
-                                moved.bytes += send_data(send, data, timeouts.client).await?;
+                                moved.bytes += send_data(send, data, false, timeouts.client).await?;
                             }
                             at += used;
                         }
                     }
-                    None => moved.bytes += send_data(send, body, timeouts.client).await?,
+                    // The last piece of a length-framed body ends the stream itself (no
+                    // empty DATA frame after it).
+                    None if p.done && !body.is_empty() => {
+                        moved.bytes += send_data(send, body, true, timeouts.client).await?;
+                        back.consume(p.consumed);
+                        return Ok(());
+                    }
+                    None => moved.bytes += send_data(send, body, false, timeouts.client).await?,
                 }
                 back.consume(p.consumed);
                 if p.done {
@@ -881,9 +940,9 @@ async fn relay_response(
     moved
 }
 
-/// Sends `data` as the client's window allows; a window that stays shut for `idle` ends the
-/// stream (zero-window stall).
-async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], idle: Duration) -> Result<u64, Error> {
+/// Sends `data` as the client's window allows, its last piece ending the stream if `end`; a
+/// window that stays shut for `idle` ends the stream (zero-window stall).
+async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], end: bool, idle: Duration) -> Result<u64, Error> {
     let total = data.len() as u64;
     while !data.is_empty() {
         send.reserve_capacity(data.len());
@@ -906,7 +965,7 @@ async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], idle: Duration
             continue;
         }
         let (now, rest) = data.split_at(n);
-        send.send_data(Bytes::copy_from_slice(now), false)
+        send.send_data(Bytes::copy_from_slice(now), end && rest.is_empty())
             .map_err(|e| h2_error(Side::Front, "send response body", &e).during(Phase::Data))?;
         data = rest;
     }

@@ -195,7 +195,10 @@ pub(crate) fn write_last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) 
 pub(crate) fn response_head(head: &ResponseHead, buf: &[u8], sticky: Option<&[u8]>) -> http::Response<()> {
     let mut resp = http::Response::new(());
     *resp.status_mut() = http::StatusCode::from_u16(head.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    // The values share one copy of the head (two allocations, not one per value).
+    let shared = bytes::Bytes::copy_from_slice(buf.get(..head.head_len).unwrap_or(buf));
     let fields = resp.headers_mut();
+    fields.reserve(head.entries().len());
     for e in head.entries() {
         if skip_in_h2(e) {
             continue;
@@ -206,10 +209,11 @@ pub(crate) fn response_head(head: &ResponseHead, buf: &[u8], sticky: Option<&[u8
         {
             continue;
         }
-        let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(e.name.of(buf)),
-            http::HeaderValue::from_bytes(e.value.of(buf)),
-        ) else {
+        let value = match shared.get(e.value.start..e.value.end) {
+            Some(_) => http::HeaderValue::from_maybe_shared(shared.slice(e.value.start..e.value.end)),
+            None => http::HeaderValue::from_bytes(e.value.of(buf)),
+        };
+        let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(e.name.of(buf)), value) else {
             continue;
         };
         fields.append(name, value);

@@ -78,6 +78,7 @@ fn h2_info(
         proto,
         tls_version,
         sni: sni.map(Into::into),
+        scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::new()),
     }
 }
 
