@@ -16,7 +16,8 @@
 # peerbench window does. Environment: TOLLGATE (binary, default target/release/tollgate),
 # KEEP=1 keeps the work folder (the callgrind profile for callgrind_annotate).
 # Needs valgrind, h2load, nginx (the origin), openssl; haproxy for that contestant.
-# tollgate's configs are the peerbench templates in bench/peerbench/ (h2.toml, http.toml).
+# tollgate's configs are the peerbench templates in bench/peerbench/ (h2.toml, http.toml;
+# TEMPLATE=NAME for bench/peerbench/NAME.toml instead, e.g. TEMPLATE=routes50/http).
 set -euo pipefail
 
 scenario=${1:?usage: bench/instructions.sh h2|http-keepalive tollgate|haproxy [REQUESTS]}
@@ -28,6 +29,8 @@ case $scenario in
     http-keepalive) requests=${3:-30000}; template=http ;;
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
+# TEMPLATE=routes50/http measures another tollgate config under the same load.
+config_template=${TEMPLATE:-$template}
 
 work=$(mktemp -d /tmp/tollgate-instructions.XXXXXX)
 pids=()
@@ -90,8 +93,8 @@ case $contestant in
     tollgate)
         sed -e "s|{{threads}}|1|g; s|{{listen_port}}|$listen_port|g; s|{{origin_port}}|$origin_port|g" \
             -e "s|{{cert_crt}}|$work/cert.crt|g; s|{{cert_key}}|$work/cert.key|g" \
-            "$root/bench/peerbench/$template.toml" >"$work/proxy.toml"
-        if grep -q '{{' "$work/proxy.toml"; then echo "unrendered placeholder in $template.toml" >&2; exit 1; fi
+            "$root/bench/peerbench/$config_template.toml" >"$work/proxy.toml"
+        if grep -q '{{' "$work/proxy.toml"; then echo "unrendered placeholder in $config_template.toml" >&2; exit 1; fi
         "$tollgate" check --config "$work/proxy.toml" >/dev/null
         proxy=("$tollgate" run --no-master --config "$work/proxy.toml")
         ;;
