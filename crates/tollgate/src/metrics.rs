@@ -66,6 +66,8 @@ pub(crate) struct FrontendCell {
     /// Bytes from clients forwarded to servers, and bytes written to clients.
     pub bytes_in: Counter,
     pub bytes_out: Counter,
+    /// Connections closed at accept by the frontend's `allow` / `deny` lists.
+    pub conn_denied: Counter,
 }
 
 /// One thread's timing histograms of one backend.
@@ -165,6 +167,9 @@ pub struct FrontendMetrics {
     /// An operator disabled it (`ctl disable frontend`): not accepting, still serving.
     #[serde(default)]
     pub disabled: bool,
+    /// Connections closed at accept by `allow` / `deny`.
+    #[serde(default)]
+    pub conn_denied: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -353,7 +353,7 @@ fn why_not(fe: &Frontend, cond: &Cond, view: &RequestView<'_>, query: &Query) ->
         Cond::Source(blocks) => format!(
             "source {} is not in {}",
             view.source,
-            any_of(blocks.iter().map(ToString::to_string).collect())
+            any_of(blocks.blocks().iter().map(ToString::to_string).collect())
         ),
         Cond::Sni(p) => format!(
             "sni {} does not match {}",

@@ -386,6 +386,8 @@ pub struct Frontend {
     pub splice: Offload,
     /// Plain HTTP: a connection that opens with the HTTP/2 preface speaks HTTP/2.
     pub h2c: bool,
+    /// `allow` / `deny`: which client addresses may open a connection at all.
+    pub access: super::prefix_set::Access,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.

@@ -750,9 +750,22 @@ impl<'a> Validator<'a> {
                 tls,
                 splice: offload(f.splice.as_ref().map(Spanned::get_ref)),
                 h2c: self.h2c(f, mode, &key),
+                access: self.access(f, &key),
             });
         }
         out
+    }
+
+    /// A frontend's `allow` / `deny` lists (any mode: checked at accept).
+    fn access(&mut self, f: &FrontendSection, key: &str) -> super::prefix_set::Access {
+        let mut list = |v: &Option<Spanned<super::file::OneOrMore>>, field: &str| {
+            let blocks = super::route::sources(&mut self.errors, v.as_ref()?, &format!("{key}.{field}"))?;
+            Some(super::prefix_set::PrefixSet::new(blocks))
+        };
+        super::prefix_set::Access {
+            allow: list(&f.allow, "allow"),
+            deny: list(&f.deny, "deny"),
+        }
     }
 
     /// The SNI matcher over a frontend's `sni` routes (route index as target), if it has any.

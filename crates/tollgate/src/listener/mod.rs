@@ -188,6 +188,10 @@ pub(crate) fn spawn_session(
     peer: SocketAddr,
     permits: ConnPermits,
 ) {
+    if !admit(ctx, frontend, peer.ip()) {
+        // Dropped here: closed before any byte is read or written.
+        return;
+    }
     ctx.stats.sessions_total.add(1);
     ctx.stats.sessions_active.add(1);
     let ctx = Rc::clone(ctx);
@@ -205,6 +209,25 @@ pub(crate) fn spawn_session(
         drop(permits);
     };
     tokio::task::spawn_local(fut);
+}
+
+/// Whether the frontend's `allow` / `deny` lists let a connection from `client` in; counts
+/// a refusal. `client` is the socket's peer, or the address a PROXY protocol header carries
+/// when the frontend accepts one (then this runs after the header, before anything else).
+#[inline]
+pub(crate) fn admit(ctx: &WorkerCtx, frontend: usize, client: std::net::IpAddr) -> bool {
+    let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
+        return true;
+    };
+    if fe.access.is_open() || fe.access.admits(client) {
+        return true;
+    }
+    ctx.stats.conn_denied.add(1);
+    if let Some(cell) = ctx.shared.metrics.get(ctx.id).and_then(|t| t.frontends.get(frontend)) {
+        cell.conn_denied.add(1);
+    }
+    tracing::debug!(frontend = %fe.name, %client, "connection refused by the frontend's allow/deny lists");
+    false
 }
 
 /// A new connection's entry: a TLS frontend starts with its handshake, HTTP with reading
