@@ -66,7 +66,8 @@ pub(crate) struct FrontendCell {
     /// Bytes from clients forwarded to servers, and bytes written to clients.
     pub bytes_in: Counter,
     pub bytes_out: Counter,
-    /// Connections closed at accept by the frontend's `allow` / `deny` lists.
+    /// Connections closed by the frontend's `allow` / `deny` lists (at accept) or by a TCP
+    /// `deny = true` route.
     pub conn_denied: Counter,
 }
 
@@ -167,7 +168,7 @@ pub struct FrontendMetrics {
     /// An operator disabled it (`ctl disable frontend`): not accepting, still serving.
     #[serde(default)]
     pub disabled: bool,
-    /// Connections closed at accept by `allow` / `deny`.
+    /// Connections closed by `allow` / `deny` or a TCP `deny = true` route.
     #[serde(default)]
     pub conn_denied: u64,
 }

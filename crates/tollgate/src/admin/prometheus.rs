@@ -246,7 +246,7 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
         (
             "tollgate_frontend_connections_denied_total",
             "counter",
-            "Connections closed at accept by the frontend's allow / deny lists.",
+            "Connections closed by the frontend's allow / deny lists or a TCP deny route.",
             |f| Some(f.conn_denied),
         ),
         (

@@ -145,7 +145,7 @@ pub struct FrontendStat {
     pub denied_4xx: u64,
     /// Requests refused as malformed (the ones `show errors` captures).
     pub malformed: u64,
-    /// Connections closed at accept by the frontend's `allow` / `deny` lists.
+    /// Connections closed by the frontend's `allow` / `deny` lists or a TCP `deny` route.
     #[serde(default)]
     pub conn_denied: u64,
     /// TLS handshakes completed (`None`: not a TLS frontend).

@@ -425,7 +425,7 @@ pub use crate::http::rewrite::{HeaderRules, PathRewrite, Rewrite, Template};
 
 #[derive(Debug, Clone)]
 pub struct Route {
-    /// What a request (TCP mode: a connection's SNI) must meet, all ANDed (`config::route`).
+    /// What a request (TCP mode: a connection's source and SNI) must meet, all ANDed (`config::route`).
     pub when: super::route::Conditions,
     /// Per-route limits (`timeouts`, `max_body_size`, `retries`).
     pub overrides: Overrides,
@@ -440,6 +440,9 @@ pub enum RouteAction {
     /// Answer here: `return`, and `deny` (a short text body).
     Return(Box<Answer>),
     Redirect(Box<Redirect>),
+    /// TCP mode, `deny = true`: close the connection at once (validation never puts it on
+    /// an HTTP frontend, where `deny` answers a status).
+    Close,
 }
 
 /// A response the proxy makes for a `return` or `deny` route.

@@ -722,6 +722,7 @@ impl<'a> Validator<'a> {
                 );
             }
             let sni_routes = self.sni_routes(f, mode, &routes, &key);
+            self.tcp_route_order(f, mode, &key);
             let routes =
                 super::route::RouteTable::new(routes, matchers, &conditions.path_regexes).unwrap_or_else(|msg| {
                     self.err(
@@ -754,6 +755,35 @@ impl<'a> Validator<'a> {
             });
         }
         out
+    }
+
+    /// TCP mode decides source-only routes at accept, before SNI routes and the route with
+    /// no condition (`config::route::tcp`): they must be written first, so that the file's
+    /// order is the order they are tried in.
+    fn tcp_route_order(&mut self, f: &FrontendSection, mode: ModeName, key: &str) {
+        if mode != ModeName::Tcp {
+            return;
+        }
+        let mut later = None;
+        for (j, r) in f.route.iter().enumerate() {
+            match (&r.source, &r.sni) {
+                (Some(source), None) => {
+                    if let Some(before) = later {
+                        self.err(
+                            source.span(),
+                            format!("{key}.route[{j}].source"),
+                            format!(
+                                "a tcp-mode route with `source` and no `sni` is decided at accept, before \
+                                 route[{before}] (`sni` or no condition): write it before that route"
+                            ),
+                        );
+                    }
+                }
+                _ => {
+                    later.get_or_insert(j);
+                }
+            }
+        }
     }
 
     /// A frontend's `allow` / `deny` lists (any mode: checked at accept).

@@ -222,10 +222,7 @@ pub(crate) fn admit(ctx: &WorkerCtx, frontend: usize, client: std::net::IpAddr) 
     if fe.access.is_open() || fe.access.admits(client) {
         return true;
     }
-    ctx.stats.conn_denied.add(1);
-    if let Some(cell) = ctx.shared.metrics.get(ctx.id).and_then(|t| t.frontends.get(frontend)) {
-        cell.conn_denied.add(1);
-    }
+    ctx.count_denied(frontend);
     tracing::debug!(frontend = %fe.name, %client, "connection refused by the frontend's allow/deny lists");
     false
 }

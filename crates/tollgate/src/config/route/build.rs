@@ -195,7 +195,7 @@ impl Builder {
         let mut out = Vec::new();
         for (field, span) in keys.given() {
             let refused = match (self.mode, field) {
-                (ModeName::Tcp, "sni") => None,
+                (ModeName::Tcp, "sni" | "source") => None,
                 (ModeName::Tcp, _) => Some(format!("`{field}` needs an http-mode frontend")),
                 (ModeName::Http, "sni") if !self.tls => {
                     Some("`sni` in an http-mode frontend needs `[frontend.tls]` (a plain connection has no SNI)".into())

@@ -12,6 +12,7 @@
 mod build;
 mod pattern;
 mod table;
+pub mod tcp;
 mod view;
 
 #[cfg(test)]
