@@ -53,7 +53,12 @@ fn bench(c: &mut Criterion) {
     assert!(set.contains(hit_v4) && set.contains(hit_v6));
     assert!(!set.contains(miss_v4) && !set.contains(miss_v6));
     let mut g = c.benchmark_group("prefix_set_100k");
-    for (name, ip) in [("v4_hit", hit_v4), ("v4_miss", miss_v4), ("v6_hit", hit_v6), ("v6_miss", miss_v6)] {
+    for (name, ip) in [
+        ("v4_hit", hit_v4),
+        ("v4_miss", miss_v4),
+        ("v6_hit", hit_v6),
+        ("v6_miss", miss_v6),
+    ] {
         g.bench_function(name, |b| b.iter(|| black_box(&set).contains(black_box(ip))));
     }
     // Addresses spread over the space defeat the branch predictor and the cache.

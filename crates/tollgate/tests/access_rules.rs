@@ -58,7 +58,10 @@ fn closed_without_a_byte(addr: SocketAddr, first: &[u8]) {
         Ok(0) => {}
         Ok(n) => panic!("got {n} bytes: {:?}", String::from_utf8_lossy(&buf[..n])),
         Err(e) => assert!(
-            matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe),
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            ),
             "expected a close, got {e}"
         ),
     }
@@ -79,7 +82,12 @@ fn total(o: &Origin) -> usize {
 #[test]
 fn tcp_frontend_deny_list_closes_at_accept_and_counts() {
     let (a, b) = (origin(echo), origin(echo));
-    let proxy = Proxy::start(&tcp("127.0.0.1:0", "deny = [\"10.0.0.0/8\", \"127.0.0.1\"]", a.addr, b.addr));
+    let proxy = Proxy::start(&tcp(
+        "127.0.0.1:0",
+        "deny = [\"10.0.0.0/8\", \"127.0.0.1\"]",
+        a.addr,
+        b.addr,
+    ));
     for _ in 0..3 {
         closed_without_a_byte(proxy.addr, b"ping");
     }
@@ -97,18 +105,28 @@ fn tcp_frontend_deny_list_closes_at_accept_and_counts() {
     };
     let text = tollgate::admin::prometheus::render(&report);
     assert!(
-        text.lines().any(|l| l.starts_with("tollgate_frontend_connections_denied_total{")
-            && l.contains("frontend=\"fe\"")
-            && l.ends_with(" 3")),
+        text.lines()
+            .any(|l| l.starts_with("tollgate_frontend_connections_denied_total{")
+                && l.contains("frontend=\"fe\"")
+                && l.ends_with(" 3")),
         "{text}"
     );
-    assert!(text.lines().any(|l| l.starts_with("tollgate_conn_denied_total") && l.ends_with(" 3")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("tollgate_conn_denied_total") && l.ends_with(" 3")),
+        "{text}"
+    );
 }
 
 #[test]
 fn tcp_frontend_allow_list_admits_only_its_blocks_and_deny_wins() {
     let (a, b) = (origin(echo), origin(echo));
-    let allowed = Proxy::start(&tcp("127.0.0.1:0", "allow = [\"127.0.0.0/8\", \"::1\"]", a.addr, b.addr));
+    let allowed = Proxy::start(&tcp(
+        "127.0.0.1:0",
+        "allow = [\"127.0.0.0/8\", \"::1\"]",
+        a.addr,
+        b.addr,
+    ));
     echoes(allowed.addr);
     assert_eq!(allowed.running().stats().conn_denied, 0);
 
@@ -116,7 +134,12 @@ fn tcp_frontend_allow_list_admits_only_its_blocks_and_deny_wins() {
     closed_without_a_byte(elsewhere.addr, b"ping");
     assert_eq!(elsewhere.running().stats().conn_denied, 1);
 
-    let both = Proxy::start(&tcp("127.0.0.1:0", "allow = \"127.0.0.0/8\"\ndeny = \"127.0.0.1/32\"", a.addr, b.addr));
+    let both = Proxy::start(&tcp(
+        "127.0.0.1:0",
+        "allow = \"127.0.0.0/8\"\ndeny = \"127.0.0.1/32\"",
+        a.addr,
+        b.addr,
+    ));
     closed_without_a_byte(both.addr, b"ping");
     assert_eq!(both.running().stats().conn_denied, 1, "deny wins over allow");
     assert_eq!(total(&a), 1, "only the admitted connection reached a server");
@@ -132,9 +155,17 @@ fn ipv6_lists_on_tcp_and_http_frontends() {
     closed_without_a_byte(denied.addr, b"ping");
     let v4_only = Proxy::start(&tcp("[::1]:0", "allow = \"127.0.0.0/8\"", a.addr, b.addr));
     closed_without_a_byte(v4_only.addr, b"ping");
-    let admitted = Proxy::start(&tcp("[::1]:0", "allow = \"::/0\"\ndeny = \"2001:db8::/32\"", a.addr, b.addr));
+    let admitted = Proxy::start(&tcp(
+        "[::1]:0",
+        "allow = \"::/0\"\ndeny = \"2001:db8::/32\"",
+        a.addr,
+        b.addr,
+    ));
     echoes(admitted.addr);
-    assert_eq!(denied.running().stats().conn_denied + v4_only.running().stats().conn_denied, 2);
+    assert_eq!(
+        denied.running().stats().conn_denied + v4_only.running().stats().conn_denied,
+        2
+    );
 
     let web = http_origin(|_| ok("hello"));
     let http_denied = Proxy::start(&http("[::1]:0", "deny = [\"::1\"]", web.addr));
@@ -162,9 +193,15 @@ fn http_route_source_deny_answers_403_and_others_pass() {
     let routes = "[[frontend.route]]\nsource = [\"127.0.0.1\", \"::1\"]\npath_prefix = \"/admin\"\ndeny = true\n\
                   [[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = 451\n";
     let proxy = Proxy::start(&http("127.0.0.1:0", routes, web.addr));
-    let admin = raw_exchange(proxy.addr, b"GET /admin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let admin = raw_exchange(
+        proxy.addr,
+        b"GET /admin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
     assert!(admin.starts_with("HTTP/1.1 403"), "{admin}");
-    assert!(raw_exchange(proxy.addr, GET).starts_with("HTTP/1.1 200"), "another source block, another path");
+    assert!(
+        raw_exchange(proxy.addr, GET).starts_with("HTTP/1.1 200"),
+        "another source block, another path"
+    );
     assert_eq!(web.requests().len(), 1);
     if has_v6_loopback() {
         let v6 = Proxy::start(&http("[::1]:0", routes, web.addr));
@@ -228,7 +265,11 @@ fn tcp_sni_routes_with_source() {
     hello_echoed(proxy.addr, "in.example");
     assert_eq!((total(&a), total(&b)), (0, 1), "sni and source both hold: b");
     hello_echoed(proxy.addr, "out.example");
-    assert_eq!((total(&a), total(&b)), (1, 1), "source does not hold: the default backend");
+    assert_eq!(
+        (total(&a), total(&b)),
+        (1, 1),
+        "source does not hold: the default backend"
+    );
     closed_without_a_byte(proxy.addr, &client_hello("shut.example"));
     assert_eq!(proxy.running().stats().conn_denied, 1);
     assert_eq!((total(&a), total(&b)), (1, 1));
@@ -238,15 +279,33 @@ fn tcp_sni_routes_with_source() {
 fn config_refusals_name_file_line_column_and_key() {
     let (a, b) = ("127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap());
     let cases = [
-        (tcp("127.0.0.1:0", "allow = [\"10.0.0.0/33\"]", a, b), "test.toml:5:9", "frontend[0].allow"),
-        (tcp("127.0.0.1:0", "deny = \"nope\"", a, b), "test.toml:5:8", "frontend[0].deny"),
         (
-            tcp("127.0.0.1:0", "[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = 403", a, b),
+            tcp("127.0.0.1:0", "allow = [\"10.0.0.0/33\"]", a, b),
+            "test.toml:5:9",
+            "frontend[0].allow",
+        ),
+        (
+            tcp("127.0.0.1:0", "deny = \"nope\"", a, b),
+            "test.toml:5:8",
+            "frontend[0].deny",
+        ),
+        (
+            tcp(
+                "127.0.0.1:0",
+                "[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = 403",
+                a,
+                b,
+            ),
             "test.toml:7:8",
             "frontend[0].route[0].deny",
         ),
         (
-            tcp("127.0.0.1:0", "[[frontend.route]]\nsource = \"10.0.0.0/8\"\npath = \"/x\"\nbackend = \"b\"", a, b),
+            tcp(
+                "127.0.0.1:0",
+                "[[frontend.route]]\nsource = \"10.0.0.0/8\"\npath = \"/x\"\nbackend = \"b\"",
+                a,
+                b,
+            ),
             "test.toml:7:8",
             "frontend[0].route[0].path",
         ),
@@ -279,5 +338,8 @@ fn show_stat_and_show_info_count_denied_connections() {
     let table = master.ctl_ok(&["show", "stat"]);
     assert!(table.contains("DENIED"), "{table}");
     let info = master.ctl_ok(&["show", "info"]);
-    assert!(info.lines().any(|l| l.contains("conn_denied") && l.contains('2')), "{info}");
+    assert!(
+        info.lines().any(|l| l.contains("conn_denied") && l.contains('2')),
+        "{info}"
+    );
 }

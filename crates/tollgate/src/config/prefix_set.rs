@@ -31,7 +31,10 @@ impl PrefixSet {
             let (first, last) = b.range();
             if b.is_ipv4() {
                 // A v4 block's range fits in 32 bits by construction.
-                v4.push((u32::try_from(first).unwrap_or(u32::MAX), u32::try_from(last).unwrap_or(u32::MAX)));
+                v4.push((
+                    u32::try_from(first).unwrap_or(u32::MAX),
+                    u32::try_from(last).unwrap_or(u32::MAX),
+                ));
             } else {
                 v6.push((first, last));
             }
@@ -108,7 +111,10 @@ fn merge<T: Copy + Ord + Step>(mut ranges: Vec<(T, T)>) -> Vec<(T, T)> {
 fn within<T: Copy + Ord>(table: &[(T, T)], x: T) -> bool {
     // The number of intervals starting at or before `x`; the last of them is the candidate.
     let after = table.partition_point(|&(start, _)| start <= x);
-    after.checked_sub(1).and_then(|i| table.get(i)).is_some_and(|&(_, end)| x <= end)
+    after
+        .checked_sub(1)
+        .and_then(|i| table.get(i))
+        .is_some_and(|&(_, end)| x <= end)
 }
 
 /// The successor of an address, `None` at the top of the space.
@@ -145,10 +151,25 @@ mod tests {
     #[test]
     fn membership_v4_v6_and_mapped() {
         let s = set(&["10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32", "::1"]);
-        for yes in ["10.0.0.0", "10.255.255.255", "192.0.2.77", "2001:db8:ffff::1", "::1", "::ffff:10.1.2.3"] {
+        for yes in [
+            "10.0.0.0",
+            "10.255.255.255",
+            "192.0.2.77",
+            "2001:db8:ffff::1",
+            "::1",
+            "::ffff:10.1.2.3",
+        ] {
             assert!(s.contains(ip(yes)), "{yes}");
         }
-        for no in ["11.0.0.0", "9.255.255.255", "192.0.3.0", "2001:db9::", "::2", "127.0.0.1", "::ffff:11.0.0.1"] {
+        for no in [
+            "11.0.0.0",
+            "9.255.255.255",
+            "192.0.3.0",
+            "2001:db9::",
+            "::2",
+            "127.0.0.1",
+            "::ffff:11.0.0.1",
+        ] {
             assert!(!s.contains(ip(no)), "{no}");
         }
         assert_eq!(s.blocks().len(), 4);
@@ -173,7 +194,11 @@ mod tests {
                 Cidr::parse(&format!("{}/{len}", std::net::Ipv4Addr::from(a & mask))).unwrap()
             }),
             (any::<u128>(), 0u8..=128).prop_map(|(a, len)| {
-                let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+                let mask = if len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(len))
+                };
                 Cidr::parse(&format!("{}/{len}", std::net::Ipv6Addr::from(a & mask))).unwrap()
             }),
         ]
@@ -182,7 +207,7 @@ mod tests {
     /// Addresses near the blocks' edges as well as random ones, so hits and misses both occur.
     fn probe(blocks: &[Cidr], pick: usize, delta: i8, random: u128, v4: bool) -> IpAddr {
         match blocks.get(pick % blocks.len().max(1)) {
-            Some(b) if pick % 3 != 0 => {
+            Some(b) if !pick.is_multiple_of(3) => {
                 let (first, last) = b.range();
                 let base = if delta >= 0 { last } else { first };
                 let x = base.wrapping_add_signed(i128::from(delta));

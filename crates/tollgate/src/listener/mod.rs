@@ -1,5 +1,7 @@
 //! Listening sockets: binding them, accepting from them (`accept`, under the budgets of
 //! `crate::budget`), and starting a session for each connection (`spawn_session`).
+//! A frontend's `allow` / `deny` lists are checked right after accept (`admit`), before a
+//! connection is handed to another worker or read from: a refused one is closed unread.
 //!
 //! With `thread_per_core`, every bind address gets one SO_REUSEPORT socket per worker, all
 //! bound up front (so group order is ours) and handed to worker `i` as socket `i`; the kernel
@@ -188,10 +190,6 @@ pub(crate) fn spawn_session(
     peer: SocketAddr,
     permits: ConnPermits,
 ) {
-    if !admit(ctx, frontend, peer.ip()) {
-        // Dropped here: closed before any byte is read or written.
-        return;
-    }
     ctx.stats.sessions_total.add(1);
     ctx.stats.sessions_active.add(1);
     let ctx = Rc::clone(ctx);

@@ -104,12 +104,18 @@ fn route_sni(ctx: &WorkerCtx, fe: &Frontend, rec: &StreamRecord, sni: Option<&st
     match tcp_route::after_sni(fe, rec.client.ip(), sni) {
         Some(TcpTarget::Backend(b)) => Ok(b),
         Some(TcpTarget::Close) => Err(denied(ctx, rec.frontend)),
-        None if fe.sni_routes.is_none() && fe.tls.is_none() => {
-            Err(Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))
-        }
+        None if fe.sni_routes.is_none() && fe.tls.is_none() => Err(Error::new(
+            ErrorKind::NoServer,
+            Side::Internal,
+            "frontend has no backend",
+        )),
         None => {
             ctx.stats.sni_rejected.add(1);
-            Err(Error::new(ErrorKind::Tls, Side::Front, format!("no route for SNI {sni:?}")))
+            Err(Error::new(
+                ErrorKind::Tls,
+                Side::Front,
+                format!("no route for SNI {sni:?}"),
+            ))
         }
     }
 }

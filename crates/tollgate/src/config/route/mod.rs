@@ -167,7 +167,11 @@ impl Cidr {
     pub fn range(&self) -> (u128, u128) {
         let width = if self.net.is_ipv4() { 32 } else { 128 };
         let host_bits = width - u32::from(self.len);
-        let span = if host_bits == 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
+        let span = if host_bits == 128 {
+            u128::MAX
+        } else {
+            (1u128 << host_bits) - 1
+        };
         let first = bits(self.net);
         (first, first | span)
     }

@@ -71,7 +71,9 @@ pub fn after_sni(fe: &Frontend, client: IpAddr, sni: Option<&str>) -> Option<Tcp
 
 /// All three steps at once (for `explain`, and connections with no SNI to wait for).
 pub fn decide(fe: &Frontend, client: IpAddr, sni: Option<&str>) -> Option<TcpTarget> {
-    at_accept(fe, client).map(|(_, t)| t).or_else(|| after_sni(fe, client, sni))
+    at_accept(fe, client)
+        .map(|(_, t)| t)
+        .or_else(|| after_sni(fe, client, sni))
 }
 
 #[cfg(test)]
@@ -108,24 +110,49 @@ mod tests {
         assert_eq!(at_accept(fe, ip("2001:db8::7")), Some((0, TcpTarget::Close)));
         assert_eq!(at_accept(fe, ip("::ffff:10.0.0.1")), Some((0, TcpTarget::Close)));
         assert_eq!(at_accept(fe, ip("192.0.2.9")), Some((1, TcpTarget::Backend(1))));
-        assert_eq!(at_accept(fe, ip("198.51.100.1")), None, "an sni route waits for the SNI");
-        assert_eq!(after_sni(fe, ip("198.51.100.1"), Some("x.example")), Some(TcpTarget::Backend(1)));
-        assert_eq!(after_sni(fe, ip("203.0.113.1"), Some("x.example")), Some(TcpTarget::Backend(0)));
+        assert_eq!(
+            at_accept(fe, ip("198.51.100.1")),
+            None,
+            "an sni route waits for the SNI"
+        );
+        assert_eq!(
+            after_sni(fe, ip("198.51.100.1"), Some("x.example")),
+            Some(TcpTarget::Backend(1))
+        );
+        assert_eq!(
+            after_sni(fe, ip("203.0.113.1"), Some("x.example")),
+            Some(TcpTarget::Backend(0))
+        );
         assert_eq!(decide(fe, ip("127.0.0.1"), None), Some(TcpTarget::Backend(0)));
     }
 
     #[test]
     fn refusals_name_the_key_and_line() {
         let cases = [
-            ("[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = 403\n", 8, "frontend[0].route[0].deny", "deny = true"),
-            ("[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = false\n", 8, "frontend[0].route[0].deny", "deny = true"),
+            (
+                "[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = 403\n",
+                8,
+                "frontend[0].route[0].deny",
+                "deny = true",
+            ),
+            (
+                "[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = false\n",
+                8,
+                "frontend[0].route[0].deny",
+                "deny = true",
+            ),
             (
                 "[[frontend.route]]\nsni = \"x.example\"\nbackend = \"b\"\n[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = true\n",
                 10,
                 "frontend[0].route[1].source",
                 "write it before that route",
             ),
-            ("[[frontend.route]]\nsource = \"10.0.0.1/8\"\ndeny = true\n", 7, "frontend[0].route[0].source", "bits set"),
+            (
+                "[[frontend.route]]\nsource = \"10.0.0.1/8\"\ndeny = true\n",
+                7,
+                "frontend[0].route[0].source",
+                "bits set",
+            ),
         ];
         for (routes, line, key, message) in cases {
             let errors = parse(&frontend(routes), "t.toml").unwrap_err().0;
@@ -137,8 +164,10 @@ mod tests {
 
     #[test]
     fn frontend_lists_and_http_deny_true() {
-        let text = frontend("")
-            .replace("mode = \"tcp\"\n", "mode = \"tcp\"\nallow = [\"127.0.0.0/8\", \"::1\"]\ndeny = \"127.0.0.2\"\n");
+        let text = frontend("").replace(
+            "mode = \"tcp\"\n",
+            "mode = \"tcp\"\nallow = [\"127.0.0.0/8\", \"::1\"]\ndeny = \"127.0.0.2\"\n",
+        );
         let c = parse(&text, "t.toml").unwrap();
         let access = &c.frontends[0].access;
         assert!(access.admits(ip("127.0.0.1")) && access.admits(ip("::1")));
