@@ -343,3 +343,76 @@ fn show_stat_and_show_info_count_denied_connections() {
         "{info}"
     );
 }
+
+#[test]
+fn explain_tells_lists_and_tcp_source_routes() {
+    use tollgate::admin::explain::{Query, Target, explain};
+    let (a, b) = ("127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap());
+    let query = |source: &str| Query {
+        method: "GET".into(),
+        url: "http://t/".into(),
+        headers: Vec::new(),
+        sni: None,
+        frontend: Some("fe".into()),
+        port: None,
+        source: source.parse().unwrap(),
+    };
+    let routes = "deny = \"192.0.2.0/24\"\n[[frontend.route]]\nsource = \"10.0.0.0/8\"\ndeny = true\n\
+                  [[frontend.route]]\nsource = \"172.16.0.0/12\"\nbackend = \"b\"\n";
+    let config = tollgate::config::parse(&tcp("127.0.0.1:0", routes, a, b), "test.toml").unwrap();
+    let listed = explain(&config, &query("192.0.2.7")).unwrap();
+    assert!(
+        matches!(&listed.target, Target::Refused { reason } if reason.contains("refused at accept")),
+        "{listed:?}"
+    );
+    let denied = explain(&config, &query("10.1.1.1")).unwrap();
+    assert_eq!(denied.route, Some(0), "{denied:?}");
+    assert!(
+        matches!(&denied.target, Target::Refused { reason } if reason.contains("denies")),
+        "{denied:?}"
+    );
+    let to_b = explain(&config, &query("172.16.0.1")).unwrap();
+    assert_eq!(
+        (to_b.route, &to_b.target),
+        (Some(1), &Target::Backend { name: "b".into() }),
+        "{to_b:?}"
+    );
+    let default = explain(&config, &query("127.0.0.1")).unwrap();
+    assert_eq!(default.target, Target::Backend { name: "a".into() }, "{default:?}");
+}
+
+#[test]
+fn tls_terminating_tcp_frontend_decides_source_routes_before_the_handshake() {
+    use common::tls::{TempDir, cert_entry};
+    let (a, b) = (origin(echo), origin(echo));
+    let dir = TempDir::new();
+    let ca = Ca::new("access-ca");
+    let leaf = ca.leaf(&["t.example"], "cert-t", false).write(&dir, "t");
+    let tls = format!("[frontend.tls]\n{}", cert_entry(&leaf, true));
+    let deny = format!("[[frontend.route]]\nsource = \"127.0.0.1\"\ndeny = true\n{tls}");
+    let proxy = Proxy::start(&tcp("127.0.0.1:0", &deny, a.addr, b.addr));
+    closed_without_a_byte(proxy.addr, &client_hello("t.example"));
+    let s = proxy.running().stats();
+    assert_eq!(
+        (s.conn_denied, s.tls_handshakes_full),
+        (1, 0),
+        "closed before the handshake: {s:?}"
+    );
+
+    let to_b = format!("[[frontend.route]]\nsource = \"127.0.0.0/8\"\nbackend = \"b\"\n{tls}");
+    let proxy = Proxy::start(&tcp("127.0.0.1:0", &to_b, a.addr, b.addr));
+    let name = rustls::pki_types::ServerName::try_from("t.example").unwrap();
+    let conn = rustls::ClientConnection::new(client_config(&ca), name).unwrap();
+    let sock = TcpStream::connect(proxy.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut stream = rustls::StreamOwned::new(conn, sock);
+    stream.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    stream.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+    assert_eq!(
+        (total(&a), total(&b)),
+        (0, 1),
+        "the source route picked b, the handshake still done"
+    );
+}
