@@ -46,6 +46,8 @@ pub enum ErrorKind {
     Config,
     /// An operator closed the session (`ctl set server … state maint --kill`).
     Killed,
+    /// A TCP-mode `deny = true` route closed the connection.
+    Denied,
 }
 
 /// Where in a stream's life a failure happened (HAProxy's session states, the second letter
@@ -153,6 +155,7 @@ impl ErrorKind {
             ErrorKind::Tls => "tls",
             ErrorKind::Config => "config",
             ErrorKind::Killed => "killed",
+            ErrorKind::Denied => "denied",
         }
     }
 
@@ -162,7 +165,7 @@ impl ErrorKind {
             ErrorKind::Connect | ErrorKind::ConnectTimeout | ErrorKind::Tls => Phase::Connect,
             ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::QueueFull => Phase::Queue,
             ErrorKind::ServerEmpty | ErrorKind::ResponseTimeout | ErrorKind::BadResponse => Phase::Headers,
-            ErrorKind::BadRequest(_) => Phase::Request,
+            ErrorKind::BadRequest(_) | ErrorKind::Denied => Phase::Request,
             _ => Phase::Tunnel,
         }
     }
@@ -244,7 +247,7 @@ impl Error {
     pub fn is_routine(&self) -> bool {
         matches!(
             self.kind,
-            ErrorKind::PeerClosed | ErrorKind::IdleTimeout | ErrorKind::Killed
+            ErrorKind::PeerClosed | ErrorKind::IdleTimeout | ErrorKind::Killed | ErrorKind::Denied
         )
     }
 
@@ -260,6 +263,7 @@ impl Error {
             ErrorKind::PeerClosed | ErrorKind::Io | ErrorKind::Tls if front => return None,
             ErrorKind::Killed => return None,
             ErrorKind::BadRequest(status) => status,
+            ErrorKind::Denied => 403,
             ErrorKind::IdleTimeout if front => 408,
             ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::QueueFull | ErrorKind::Connect => 503,
             ErrorKind::ConnectTimeout | ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => 504,
@@ -291,7 +295,7 @@ impl Error {
         let front = self.side == Side::Front;
         let who = match self.kind {
             ErrorKind::Killed => b'K',
-            ErrorKind::BadRequest(_) | ErrorKind::BadResponse => b'P',
+            ErrorKind::BadRequest(_) | ErrorKind::BadResponse | ErrorKind::Denied => b'P',
             ErrorKind::QueueFull => b'R',
             ErrorKind::IdleTimeout if front => b'c',
             ErrorKind::IdleTimeout

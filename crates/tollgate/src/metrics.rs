@@ -66,6 +66,9 @@ pub(crate) struct FrontendCell {
     /// Bytes from clients forwarded to servers, and bytes written to clients.
     pub bytes_in: Counter,
     pub bytes_out: Counter,
+    /// Connections closed by the frontend's `allow` / `deny` lists (at accept) or by a TCP
+    /// `deny = true` route.
+    pub conn_denied: Counter,
 }
 
 /// One thread's timing histograms of one backend.
@@ -165,6 +168,9 @@ pub struct FrontendMetrics {
     /// An operator disabled it (`ctl disable frontend`): not accepting, still serving.
     #[serde(default)]
     pub disabled: bool,
+    /// Connections closed by `allow` / `deny` or a TCP `deny = true` route.
+    #[serde(default)]
+    pub conn_denied: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

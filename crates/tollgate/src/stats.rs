@@ -133,6 +133,9 @@ worker_stats! {
     sni_inspect_failures,
     /// Connections closed because their SNI matched no route (`reject_unknown_sni`).
     sni_rejected,
+    /// Connections closed at accept by a frontend's `allow` / `deny` lists, and TCP
+    /// connections closed by a `deny = true` route.
+    conn_denied,
     /// splice(2) pipes lent to relays now, and idle in this worker's pool.
     pipes_in_use,
     pipes_pooled,

@@ -7,7 +7,7 @@
 //!
 //! Invariant: nothing here decides on its own. The route is the one the proxy's own route
 //! table picks (`RouteTable::first_match`), each earlier route's reason the first condition
-//! `RouteTable::first_miss` finds unmet, SNI routing by `tls::passthrough::route`, and the pick is the
+//! `RouteTable::first_miss` finds unmet, TCP routing by `config::route::tcp`, and the pick is the
 //! backend's real balancer (from the registry) over a fresh live server set, built and asked
 //! the way `ctx::backends::LocalBackend::take` does: primaries first, then backups. Offline,
 //! every server is in its configured state (admin ready, oper unknown, no load); against a
@@ -166,6 +166,13 @@ fn explain_with(config: &Config, query: &Query, live: &[ServerView]) -> Result<E
         target: Target::Refused { reason: String::new() },
         pick: None,
     };
+    if !fe.access.admits(query.source) {
+        out.route_reason = "the frontend's allow / deny lists refuse the source".to_string();
+        out.target = Target::Refused {
+            reason: format!("source {} refused at accept (connection closed)", query.source),
+        };
+        return Ok(out);
+    }
     let backend = match fe.mode {
         Mode::Http => http_route(fe, query, &url, &mut out),
         Mode::Tcp => sni_route(fe, query, &url, &mut out),
@@ -300,6 +307,12 @@ fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) ->
                 };
                 None
             }
+            RouteAction::Close => {
+                out.target = Target::Refused {
+                    reason: "the route denies: the connection is closed".into(),
+                };
+                None
+            }
         };
     }
     default_backend(fe, out)
@@ -353,7 +366,7 @@ fn why_not(fe: &Frontend, cond: &Cond, view: &RequestView<'_>, query: &Query) ->
         Cond::Source(blocks) => format!(
             "source {} is not in {}",
             view.source,
-            any_of(blocks.iter().map(ToString::to_string).collect())
+            any_of(blocks.blocks().iter().map(ToString::to_string).collect())
         ),
         Cond::Sni(p) => format!(
             "sni {} does not match {}",
@@ -394,8 +407,23 @@ fn pattern(p: &crate::config::model::HostPattern) -> String {
     }
 }
 
-/// TCP routing: the SNI (given, else the URL's host) through the proxy's own SNI router.
+/// TCP routing as the proxy does it (`config::route::tcp`): source-only routes, then the
+/// SNI (given, else the URL's host) through the proxy's own SNI router.
 fn sni_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> Option<usize> {
+    use crate::config::route::tcp::{self, TcpTarget};
+    if let Some((i, target)) = tcp::at_accept(fe, query.source) {
+        out.route = Some(i);
+        out.route_reason = format!("source {} is in its blocks (decided at accept)", query.source);
+        return match target {
+            TcpTarget::Backend(b) => Some(b),
+            TcpTarget::Close => {
+                out.target = Target::Refused {
+                    reason: "the route denies: the connection is closed".into(),
+                };
+                None
+            }
+        };
+    }
     if fe.sni_routes.is_none() {
         return default_backend(fe, out);
     }
@@ -417,9 +445,19 @@ fn sni_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> 
             });
         }
     }
-    let chosen = crate::tls::passthrough::route(fe, sni);
+    let decided = tcp::after_sni(fe, query.source, sni);
+    let chosen = match decided {
+        Some(TcpTarget::Backend(b)) => Some(b),
+        _ => None,
+    };
     out.route = matched;
-    out.route_reason = match (matched, chosen) {
+    out.route_reason = match (matched, decided) {
+        (_, Some(TcpTarget::Close)) => {
+            out.target = Target::Refused {
+                reason: "the route denies: the connection is closed".into(),
+            };
+            "a deny route matched".to_string()
+        }
         (Some(_), Some(_)) => "its sni pattern matches".to_string(),
         (_, None) => {
             out.target = Target::Refused {

@@ -224,7 +224,7 @@ fn budgets(out: &mut Out, gens: &Gens<'_>) {
 
 fn frontends(out: &mut Out, gens: &Gens<'_>) {
     type Pick = fn(&crate::metrics::FrontendMetrics) -> Option<u64>;
-    let families: [(&str, &str, &str, Pick); 5] = [
+    let families: [(&str, &str, &str, Pick); 6] = [
         (
             "tollgate_frontend_requests_total",
             "counter",
@@ -242,6 +242,12 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
             "counter",
             "Bytes written to clients.",
             |f| Some(f.bytes_out),
+        ),
+        (
+            "tollgate_frontend_connections_denied_total",
+            "counter",
+            "Connections closed by the frontend's allow / deny lists or a TCP deny route.",
+            |f| Some(f.conn_denied),
         ),
         (
             "tollgate_frontend_maxconn",

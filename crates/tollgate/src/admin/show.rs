@@ -93,6 +93,7 @@ fn stat_tables(gens: &[GenerationShow], out: &mut String) {
                     f.bytes_out.to_string(),
                     f.denied_4xx.to_string(),
                     f.malformed.to_string(),
+                    f.conn_denied.to_string(),
                     tls,
                 ]
             })
@@ -112,6 +113,7 @@ fn stat_tables(gens: &[GenerationShow], out: &mut String) {
             "BYTES OUT",
             "4XX",
             "MALFORMED",
+            "DENIED",
             "TLS",
         ];
         out.push_str(&table(&header, &frontends));

@@ -145,6 +145,9 @@ pub struct FrontendStat {
     pub denied_4xx: u64,
     /// Requests refused as malformed (the ones `show errors` captures).
     pub malformed: u64,
+    /// Connections closed by the frontend's `allow` / `deny` lists or a TCP `deny` route.
+    #[serde(default)]
+    pub conn_denied: u64,
     /// TLS handshakes completed (`None`: not a TLS frontend).
     #[serde(default)]
     pub tls_handshakes: Option<u64>,

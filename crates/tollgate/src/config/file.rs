@@ -192,6 +192,10 @@ pub(crate) struct FrontendSection {
     pub splice: Option<Spanned<OffloadSection>>,
     /// HTTP mode without TLS: accept HTTP/2 with prior knowledge (the connection preface).
     pub h2c: Option<Spanned<bool>>,
+    /// Accept connections only from these blocks (checked at accept, before any byte).
+    pub allow: Option<Spanned<OneOrMore>>,
+    /// Close connections from these blocks at accept (wins over `allow`).
+    pub deny: Option<Spanned<OneOrMore>>,
 }
 
 /// `[frontend.tls]`.

@@ -18,6 +18,7 @@ pub mod health;
 pub mod ids;
 mod limits;
 pub mod model;
+pub mod prefix_set;
 pub mod route;
 mod route_action;
 pub mod sni;

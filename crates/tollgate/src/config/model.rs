@@ -386,6 +386,8 @@ pub struct Frontend {
     pub splice: Offload,
     /// Plain HTTP: a connection that opens with the HTTP/2 preface speaks HTTP/2.
     pub h2c: bool,
+    /// `allow` / `deny`: which client addresses may open a connection at all.
+    pub access: super::prefix_set::Access,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
@@ -423,7 +425,7 @@ pub use crate::http::rewrite::{HeaderRules, PathRewrite, Rewrite, Template};
 
 #[derive(Debug, Clone)]
 pub struct Route {
-    /// What a request (TCP mode: a connection's SNI) must meet, all ANDed (`config::route`).
+    /// What a request (TCP mode: a connection's source and SNI) must meet, all ANDed (`config::route`).
     pub when: super::route::Conditions,
     /// Per-route limits (`timeouts`, `max_body_size`, `retries`).
     pub overrides: Overrides,
@@ -438,6 +440,9 @@ pub enum RouteAction {
     /// Answer here: `return`, and `deny` (a short text body).
     Return(Box<Answer>),
     Redirect(Box<Redirect>),
+    /// TCP mode, `deny = true`: close the connection at once (validation never puts it on
+    /// an HTTP frontend, where `deny` answers a status).
+    Close,
 }
 
 /// A response the proxy makes for a `return` or `deny` route.

@@ -62,11 +62,13 @@ pub(crate) struct RedirectSection {
     pub status: Option<Spanned<u16>>,
 }
 
-/// `deny = 403` or `deny = { status = 403 }`.
+/// `deny = 403`, `deny = { status = 403 }`, or `deny = true` (403 in HTTP mode; TCP mode:
+/// close the connection).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum DenySection {
     Status(u16),
+    Flag(bool),
     Table(DenyTable),
 }
 
@@ -117,7 +119,6 @@ impl Validator<'_> {
         let http_only = [
             ("return", r.return_response.as_ref().map(|x| x.span())),
             ("redirect", r.redirect.as_ref().map(|x| x.span())),
-            ("deny", r.deny.as_ref().map(|x| x.span())),
             ("request_headers", r.request_headers.as_ref().map(|x| x.span())),
             ("response_headers", r.response_headers.as_ref().map(|x| x.span())),
             ("rewrite_path", r.rewrite_path.as_ref().map(|x| x.span())),
@@ -158,7 +159,7 @@ impl Validator<'_> {
         }
         if r.backend.is_none() {
             // Rewrites shape what goes to a server and what comes back from it.
-            let rewrites = http_only.iter().skip(3).filter_map(|(f, s)| s.clone().map(|s| (f, s)));
+            let rewrites = http_only.iter().skip(2).filter_map(|(f, s)| s.clone().map(|s| (f, s)));
             for (field, span) in rewrites.collect::<Vec<_>>() {
                 self.err(
                     span,
@@ -183,9 +184,21 @@ impl Validator<'_> {
                 .map(|r| RouteAction::Redirect(Box::new(r)));
         }
         let deny = r.deny.as_ref()?;
-        let status = match deny.get_ref() {
-            DenySection::Status(s) => *s,
-            DenySection::Table(t) => t.status.unwrap_or(403),
+        let status = match (deny.get_ref(), mode) {
+            (DenySection::Flag(true), ModeName::Tcp) => return Some(RouteAction::Close),
+            (_, ModeName::Tcp) => {
+                let msg = "a tcp-mode route denies with `deny = true` (the connection is closed: there is no status)";
+                self.err(deny.span(), format!("{key}.deny"), msg.into());
+                return None;
+            }
+            (DenySection::Flag(false), _) => {
+                let msg = "`deny = false` denies nothing: remove the route, or give it a `backend`";
+                self.err(deny.span(), format!("{key}.deny"), msg.into());
+                return None;
+            }
+            (DenySection::Flag(true), _) => 403,
+            (DenySection::Status(s), _) => *s,
+            (DenySection::Table(t), _) => t.status.unwrap_or(403),
         };
         if !(400..=599).contains(&status) {
             self.err(deny.span(), format!("{key}.deny"), "must be between 400 and 599".into());

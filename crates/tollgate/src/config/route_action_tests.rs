@@ -213,7 +213,6 @@ fn actions_other_than_backend_need_an_http_frontend() {
     };
     for (route, key) in [
         ("sni = \"a.example\"\nredirect = { scheme = \"https\" }", "redirect"),
-        ("sni = \"a.example\"\ndeny = 403", "deny"),
         ("sni = \"a.example\"\nbackend = \"app\"\nset_host = \"x\"", "set_host"),
         (
             "sni = \"a.example\"\nbackend = \"app\"\nrequest_headers = { remove = [\"x\"] }",
@@ -227,4 +226,16 @@ fn actions_other_than_backend_need_an_http_frontend() {
         let at = route.lines().position(|l| l.starts_with(key)).unwrap();
         assert_eq!(e.line, ROUTE_LINE + at, "{e}");
     }
+    // `deny` works in TCP mode, as `deny = true` only.
+    let e = parse(&tcp("sni = \"a.example\"\ndeny = 403"), "t.toml")
+        .unwrap_err()
+        .0
+        .remove(0);
+    assert_eq!(
+        (e.key.as_str(), e.line),
+        ("frontend[0].route[0].deny", ROUTE_LINE + 1),
+        "{e}"
+    );
+    assert!(e.message.contains("`deny = true`"), "{e}");
+    assert!(parse(&tcp("sni = \"a.example\"\ndeny = true"), "t.toml").is_ok());
 }

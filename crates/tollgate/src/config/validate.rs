@@ -722,6 +722,7 @@ impl<'a> Validator<'a> {
                 );
             }
             let sni_routes = self.sni_routes(f, mode, &routes, &key);
+            self.tcp_route_order(f, mode, &key);
             let routes =
                 super::route::RouteTable::new(routes, matchers, &conditions.path_regexes).unwrap_or_else(|msg| {
                     self.err(
@@ -750,9 +751,51 @@ impl<'a> Validator<'a> {
                 tls,
                 splice: offload(f.splice.as_ref().map(Spanned::get_ref)),
                 h2c: self.h2c(f, mode, &key),
+                access: self.access(f, &key),
             });
         }
         out
+    }
+
+    /// TCP mode decides source-only routes at accept, before SNI routes and the route with
+    /// no condition (`config::route::tcp`): they must be written first, so that the file's
+    /// order is the order they are tried in.
+    fn tcp_route_order(&mut self, f: &FrontendSection, mode: ModeName, key: &str) {
+        if mode != ModeName::Tcp {
+            return;
+        }
+        let mut later = None;
+        for (j, r) in f.route.iter().enumerate() {
+            match (&r.source, &r.sni) {
+                (Some(source), None) => {
+                    if let Some(before) = later {
+                        self.err(
+                            source.span(),
+                            format!("{key}.route[{j}].source"),
+                            format!(
+                                "a tcp-mode route with `source` and no `sni` is decided at accept, before \
+                                 route[{before}] (`sni` or no condition): write it before that route"
+                            ),
+                        );
+                    }
+                }
+                _ => {
+                    later.get_or_insert(j);
+                }
+            }
+        }
+    }
+
+    /// A frontend's `allow` / `deny` lists (any mode: checked at accept).
+    fn access(&mut self, f: &FrontendSection, key: &str) -> super::prefix_set::Access {
+        let mut list = |v: &Option<Spanned<super::file::OneOrMore>>, field: &str| {
+            let blocks = super::route::sources(&mut self.errors, v.as_ref()?, &format!("{key}.{field}"))?;
+            Some(super::prefix_set::PrefixSet::new(blocks))
+        };
+        super::prefix_set::Access {
+            allow: list(&f.allow, "allow"),
+            deny: list(&f.deny, "deny"),
+        }
     }
 
     /// The SNI matcher over a frontend's `sni` routes (route index as target), if it has any.

@@ -167,6 +167,14 @@ impl WorkerCtx {
         self.shared.stat.get(self.id)
     }
 
+    /// A connection of `frontend` closed by its `allow` / `deny` lists or a TCP `deny` route.
+    pub(crate) fn count_denied(&self, frontend: usize) {
+        self.stats.conn_denied.add(1);
+        if let Some(cell) = self.shared.metrics.get(self.id).and_then(|t| t.frontends.get(frontend)) {
+            cell.conn_denied.add(1);
+        }
+    }
+
     /// The current session's TLS handshake completed (counted for its frontend; its state
     /// moves on with what the session does next).
     pub(crate) fn handshake_done(&self) {

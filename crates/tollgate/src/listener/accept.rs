@@ -164,6 +164,8 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
                 _ = &mut stop => true,
             };
         match accepted {
+            // Refused by `allow` / `deny` before any handoff: dropped (closed) here.
+            Ok((_, peer)) if !super::admit(&ctx, frontend, peer.ip()) => {}
             Ok((stream, peer)) => match &placement {
                 Placement::Here => spawn_session(&ctx, frontend, stream, peer, permits),
                 Placement::Rebalance(d) => match d.rebalance_target(ctx.id) {

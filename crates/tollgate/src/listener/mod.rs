@@ -1,5 +1,7 @@
 //! Listening sockets: binding them, accepting from them (`accept`, under the budgets of
 //! `crate::budget`), and starting a session for each connection (`spawn_session`).
+//! A frontend's `allow` / `deny` lists are checked right after accept (`admit`), before a
+//! connection is handed to another worker or read from: a refused one is closed unread.
 //!
 //! With `thread_per_core`, every bind address gets one SO_REUSEPORT socket per worker, all
 //! bound up front (so group order is ours) and handed to worker `i` as socket `i`; the kernel
@@ -205,6 +207,22 @@ pub(crate) fn spawn_session(
         drop(permits);
     };
     tokio::task::spawn_local(fut);
+}
+
+/// Whether the frontend's `allow` / `deny` lists let a connection from `client` in; counts
+/// a refusal. `client` is the socket's peer, or the address a PROXY protocol header carries
+/// when the frontend accepts one (then this runs after the header, before anything else).
+#[inline]
+pub(crate) fn admit(ctx: &WorkerCtx, frontend: usize, client: std::net::IpAddr) -> bool {
+    let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
+        return true;
+    };
+    if fe.access.is_open() || fe.access.admits(client) {
+        return true;
+    }
+    ctx.count_denied(frontend);
+    tracing::debug!(frontend = %fe.name, %client, "connection refused by the frontend's allow/deny lists");
+    false
 }
 
 /// A new connection's entry: a TLS frontend starts with its handshake, HTTP with reading

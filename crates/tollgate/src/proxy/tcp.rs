@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::connect::Retries;
 use super::record::{StreamRecord, TlsSeen};
 use crate::config::model::Frontend;
+use crate::config::route::tcp::{self as tcp_route, TcpTarget};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
 use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
@@ -34,24 +35,36 @@ pub(crate) async fn serve(
         .frontends
         .get(frontend)
         .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such frontend"))?;
+    // Source-only routes decide before any byte is read (`config::route::tcp`).
+    let early = match tcp_route::at_accept(fe, rec.client.ip()) {
+        Some((_, TcpTarget::Close)) => return Err(denied(ctx, frontend)),
+        Some((_, TcpTarget::Backend(b))) => Some(b),
+        None => None,
+    };
     if let Some(tls) = &fe.tls {
         // Boxed: the TLS states are large, and a plain TCP session should not carry (and copy
         // into its task) their size.
-        return Box::pin(serve_tls(ctx, fe, tls, client, rec, seen)).await;
+        return Box::pin(serve_tls(ctx, fe, tls, early, client, rec, seen)).await;
     }
-    let backend = match fe.sni_routes {
-        Some(_) => inspect(ctx, fe, &client, seen).await?,
-        None => fe
-            .default_backend
-            .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "frontend has no backend"))?,
+    let backend = match (early, &fe.sni_routes) {
+        (Some(b), _) => b,
+        (None, Some(_)) => inspect(ctx, fe, &client, rec, seen).await?,
+        (None, None) => route_sni(ctx, fe, rec, None)?,
     };
     to_server(ctx, fe, backend, &client, rec).await
+}
+
+/// A `deny = true` route closed the connection (counted).
+fn denied(ctx: &WorkerCtx, frontend: usize) -> Error {
+    ctx.count_denied(frontend);
+    Error::new(ErrorKind::Denied, Side::Front, "closed by a deny route")
 }
 
 async fn serve_tls(
     ctx: &Rc<WorkerCtx>,
     fe: &Frontend,
     tls: &crate::config::model::FrontendTls,
+    early: Option<usize>,
     client: TcpStream,
     rec: &mut StreamRecord,
     seen: &mut TlsSeen,
@@ -62,13 +75,19 @@ async fn serve_tls(
         // after `after_bytes` (tls::ktls).
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
         note_tls(ctx, client.get_ref().1, seen);
-        let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
+        let backend = match early {
+            Some(b) => b,
+            None => route_sni(ctx, fe, rec, client.get_ref().1.server_name())?,
+        };
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
         return to_server(ctx, fe, backend, client, rec).await;
     }
     let client = crate::tls::terminate::accept(ctx, tls, client).await?;
     note_tls(ctx, client.get_ref().1, seen);
-    let backend = route_sni(ctx, fe, client.get_ref().1.server_name())?;
+    let backend = match early {
+        Some(b) => b,
+        None => route_sni(ctx, fe, rec, client.get_ref().1.server_name())?,
+    };
     to_server(ctx, fe, backend, Layered(client), rec).await
 }
 
@@ -81,15 +100,34 @@ fn note_tls(ctx: &WorkerCtx, conn: &rustls::ServerConnection, seen: &mut TlsSeen
     }
 }
 
-fn route_sni(ctx: &WorkerCtx, fe: &Frontend, sni: Option<&str>) -> Result<usize, Error> {
-    passthrough::route(fe, sni).ok_or_else(|| {
-        ctx.stats.sni_rejected.add(1);
-        Error::new(ErrorKind::Tls, Side::Front, format!("no route for SNI {sni:?}"))
-    })
+fn route_sni(ctx: &WorkerCtx, fe: &Frontend, rec: &StreamRecord, sni: Option<&str>) -> Result<usize, Error> {
+    match tcp_route::after_sni(fe, rec.client.ip(), sni) {
+        Some(TcpTarget::Backend(b)) => Ok(b),
+        Some(TcpTarget::Close) => Err(denied(ctx, rec.frontend)),
+        None if fe.sni_routes.is_none() && fe.tls.is_none() => Err(Error::new(
+            ErrorKind::NoServer,
+            Side::Internal,
+            "frontend has no backend",
+        )),
+        None => {
+            ctx.stats.sni_rejected.add(1);
+            Err(Error::new(
+                ErrorKind::Tls,
+                Side::Front,
+                format!("no route for SNI {sni:?}"),
+            ))
+        }
+    }
 }
 
 /// Peeks the ClientHello (a pooled buffer is held only while peeking) and routes on its SNI.
-async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream, seen: &mut TlsSeen) -> Result<usize, Error> {
+async fn inspect(
+    ctx: &WorkerCtx,
+    fe: &Frontend,
+    client: &TcpStream,
+    rec: &StreamRecord,
+    seen: &mut TlsSeen,
+) -> Result<usize, Error> {
     let deadline = Instant::now() + ctx.shared.config.timeouts.tls_inspect;
     let hello = {
         let mut buf = ctx.buffers.get(false).await;
@@ -100,7 +138,7 @@ async fn inspect(ctx: &WorkerCtx, fe: &Frontend, client: &TcpStream, seen: &mut 
             if ctx.access_log.is_some() {
                 seen.sni = info.sni().map(Box::from);
             }
-            route_sni(ctx, fe, info.sni())
+            route_sni(ctx, fe, rec, info.sni())
         }
         Err(e) => {
             ctx.stats.sni_inspect_failures.add(1);

@@ -89,6 +89,7 @@ fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
                 m.streams += c.streams.get();
                 m.bytes_in += c.bytes_in.get();
                 m.bytes_out += c.bytes_out.get();
+                m.conn_denied += c.conn_denied.get();
             }
             m
         })

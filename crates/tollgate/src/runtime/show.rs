@@ -212,6 +212,7 @@ fn frontend_stat(shared: &Shared, i: usize, now_ms: u64) -> Option<FrontendStat>
         bytes_out: metrics().map(|c| c.bytes_out.get()).sum(),
         denied_4xx: sum(&|c| c.proxy_4xx.get()),
         malformed: sum(&|c| c.malformed.get()),
+        conn_denied: metrics().map(|c| c.conn_denied.get()).sum(),
         tls_handshakes: f.tls.is_some().then(|| sum(&|c| c.tls_handshakes.get())),
     })
 }

@@ -13,7 +13,6 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::client_hello::{self, ClientHelloInfo, HelloError};
-use crate::config::model::{Frontend, RouteAction};
 
 /// Why no ClientHello could be read.
 #[derive(Debug)]
@@ -80,23 +79,4 @@ pub(crate) async fn peek_client_hello(
             Err(e) => return Err(InspectError::Hello(e)),
         }
     }
-}
-
-/// The backend for a connection that sent `sni`: the matching `sni` route (exact, then
-/// wildcard), else the first route without conditions, else `default_backend`. `None` =
-/// refuse (no match with `reject_unknown_sni`, or nowhere to go).
-pub(crate) fn route(fe: &Frontend, sni: Option<&str>) -> Option<usize> {
-    if let (Some(matcher), Some(name)) = (&fe.sni_routes, sni)
-        && let Some(RouteAction::Backend(b, _)) = matcher.lookup(name).and_then(|i| fe.routes.get(i)).map(|r| &r.action)
-    {
-        return Some(*b);
-    }
-    if fe.reject_unknown_sni {
-        return None;
-    }
-    let unconditional = fe.routes.iter().find_map(|r| match &r.action {
-        RouteAction::Backend(b, _) if r.when.is_empty() => Some(*b),
-        _ => None,
-    });
-    unconditional.or(fe.default_backend)
 }

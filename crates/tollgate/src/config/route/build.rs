@@ -7,6 +7,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use super::super::prefix_set::PrefixSet;
 use super::{Cidr, Cond, Conditions, Matcher, Regex, Scheme, ValueTest};
 use crate::config::file::{
     HeaderMatchSection, MatcherSection, ModeName, NameValueSection, NotSection, OneOrMore, RouteSection, SchemeName,
@@ -194,7 +195,7 @@ impl Builder {
         let mut out = Vec::new();
         for (field, span) in keys.given() {
             let refused = match (self.mode, field) {
-                (ModeName::Tcp, "sni") => None,
+                (ModeName::Tcp, "sni" | "source") => None,
                 (ModeName::Tcp, _) => Some(format!("`{field}` needs an http-mode frontend")),
                 (ModeName::Http, "sni") if !self.tls => {
                     Some("`sni` in an http-mode frontend needs `[frontend.tls]` (a plain connection has no SNI)".into())
@@ -235,7 +236,7 @@ impl Builder {
             out.extend(name_value(errors, v, &at("cookie"), token).map(|(name, value)| Cond::Cookie { name, value }));
         }
         if let Some(v) = keys.source {
-            out.extend(sources(errors, v, &at("source")).map(Cond::Source));
+            out.extend(sources(errors, v, &at("source")).map(|b| Cond::Source(PrefixSet::new(b))));
         }
         if let Some(v) = keys.scheme {
             out.push(Cond::Scheme(match v.get_ref() {
@@ -437,7 +438,7 @@ fn header(errors: &mut Errors, v: &Spanned<HeaderMatchSection>, key: &str) -> Op
     })
 }
 
-fn sources(errors: &mut Errors, v: &Spanned<OneOrMore>, key: &str) -> Option<Vec<Cidr>> {
+pub(in crate::config) fn sources(errors: &mut Errors, v: &Spanned<OneOrMore>, key: &str) -> Option<Vec<Cidr>> {
     let list = non_empty(errors, v, key)?;
     let mut out = Vec::new();
     for text in list {

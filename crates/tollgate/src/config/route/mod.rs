@@ -12,6 +12,7 @@
 mod build;
 mod pattern;
 mod table;
+pub mod tcp;
 mod view;
 
 #[cfg(test)]
@@ -21,7 +22,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::ops::Range;
 
-pub(super) use build::{Builder, Keys};
+pub(super) use build::{Builder, Keys, sources};
 pub use pattern::{MAX_REGEX_SIZE, Regex};
 pub use table::RouteTable;
 pub use view::{Headers, NoHeaders, RequestView};
@@ -77,7 +78,7 @@ pub enum Cond {
         name: Box<[u8]>,
         value: Option<Box<[u8]>>,
     },
-    Source(Vec<Cidr>),
+    Source(super::prefix_set::PrefixSet),
     Scheme(Scheme),
     Sni(Vec<HostPattern>),
     /// The `[[frontend.matcher]]` at this index (of `RouteTable::matchers`) holds.
@@ -156,6 +157,23 @@ impl Cidr {
         let keep = u32::from(self.len);
         let mask = if keep == 0 { 0 } else { u128::MAX << (width - keep) };
         bits(ip) & mask
+    }
+
+    pub fn is_ipv4(&self) -> bool {
+        self.net.is_ipv4()
+    }
+
+    /// The first and last address of the block, as numbers of its family's width.
+    pub fn range(&self) -> (u128, u128) {
+        let width = if self.net.is_ipv4() { 32 } else { 128 };
+        let host_bits = width - u32::from(self.len);
+        let span = if host_bits == 128 {
+            u128::MAX
+        } else {
+            (1u128 << host_bits) - 1
+        };
+        let first = bits(self.net);
+        (first, first | span)
     }
 
     /// Whether `ip` is in the block (an IPv4-mapped IPv6 address counts as its IPv4 one).
@@ -238,7 +256,7 @@ impl fmt::Display for Cond {
             }
             Cond::Source(c) => {
                 f.write_str("source = ")?;
-                list(f, c.iter())
+                list(f, c.blocks().iter())
             }
             Cond::Scheme(s) => write!(f, "scheme = {:?}", s.as_str()),
             Cond::Sni(p) => {

@@ -290,7 +290,7 @@ impl Eval<'_, '_, '_> {
                 ValueTest::Regex(re) => re.is_match(value),
             }),
             Cond::Cookie { name, value } => cookie_has(v.headers, name, value.as_deref()),
-            Cond::Source(blocks) => blocks.iter().any(|b| b.contains(v.source)),
+            Cond::Source(blocks) => blocks.contains(v.source),
             Cond::Scheme(s) => v.scheme == *s,
             Cond::Sni(p) => v.sni.is_some_and(|h| p.iter().any(|p| p.matches(h))),
             Cond::Matcher { index, .. } => {

@@ -674,14 +674,16 @@ fn bad_conditions_are_refused_where_they_are_written() {
 }
 
 #[test]
-fn tcp_mode_routes_take_only_sni() {
+fn tcp_mode_routes_take_only_sni_and_source() {
     let text = "[[frontend]]\nname = \"t\"\nbind = [\"127.0.0.1:8443\"]\nmode = \"tcp\"\ndefault_backend = \"app\"\n\
-                [[frontend.route]]\nsni = [\"a.example\", \"*.b.example\"]\nsource = \"10.0.0.0/8\"\nbackend = \"app\"\n\
+                [[frontend.route]]\nsni = [\"a.example\", \"*.b.example\"]\npath = \"/x\"\nbackend = \"app\"\n\
                 [[backend]]\nname = \"app\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n";
     let e = crate::config::parse(text, "t.toml").unwrap_err().0.remove(0);
-    assert_eq!((e.line, e.key.as_str()), (8, "frontend[0].route[0].source"), "{e}");
+    assert_eq!((e.line, e.key.as_str()), (8, "frontend[0].route[0].path"), "{e}");
     assert!(e.message.contains("needs an http-mode frontend"), "{e}");
-    let ok = text.replace("source = \"10.0.0.0/8\"\n", "");
+    let with_source = text.replace("path = \"/x\"\n", "source = \"10.0.0.0/8\"\n");
+    assert!(crate::config::parse(&with_source, "t.toml").is_ok());
+    let ok = text.replace("path = \"/x\"\n", "");
     let c = crate::config::parse(&ok, "t.toml").unwrap();
     let sni = c.frontends[0].sni_routes.as_ref().unwrap();
     assert_eq!(sni.lookup("a.example"), Some(0));

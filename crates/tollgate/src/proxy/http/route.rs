@@ -105,6 +105,8 @@ fn action<'a>(fe: &'a Frontend, chosen: Option<&'a Route>) -> Decision<'a> {
         Some((RouteAction::Backend(b, rewrite), overrides)) => Decision::Backend(*b, rewrite.as_deref(), overrides),
         Some((RouteAction::Return(answer), _)) => Decision::Return(answer),
         Some((RouteAction::Redirect(redirect), _)) => Decision::Redirect(redirect),
+        // TCP only (validation): never on an HTTP frontend.
+        Some((RouteAction::Close, _)) => Decision::NoRoute,
         None => fe
             .default_backend
             .map_or(Decision::NoRoute, |b| Decision::Backend(b, None, &Overrides::NONE)),
