@@ -8,7 +8,6 @@
 //! (same compiled program), so the slots made for one id fit every regex with it.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use regex_automata::util::captures::Captures;
@@ -27,7 +26,8 @@ pub struct PathRegex {
 }
 
 thread_local! {
-    static SLOTS: RefCell<HashMap<u64, (meta::Cache, Captures)>> = RefCell::new(HashMap::new());
+    static SLOTS: RefCell<std::collections::HashMap<u64, (meta::Cache, Captures), foldhash::fast::FixedState>> =
+        RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0)));
 }
 
 impl PathRegex {

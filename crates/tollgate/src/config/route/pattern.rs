@@ -7,7 +7,6 @@
 //! (same compiled program), so a cache made for one id is valid for every regex with it.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use regex_automata::{Input, MatchKind, PatternID, PatternSet, meta};
@@ -36,13 +35,13 @@ pub(super) struct Slot {
     hits: PatternSet,
 }
 
-type Slots = RefCell<HashMap<u64, Slot>>;
+type Slots = RefCell<std::collections::HashMap<u64, Slot, foldhash::fast::FixedState>>;
 
 thread_local! {
     /// Single regexes (header values); kept apart from the sets so that a header regex can
     /// be searched while a request's path set search is held.
-    static CACHES: Slots = RefCell::new(HashMap::new());
-    static SETS: Slots = RefCell::new(HashMap::new());
+    static CACHES: Slots = RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0)));
+    static SETS: Slots = RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0)));
 }
 
 impl Regex {

@@ -5,7 +5,8 @@
 //! lookups, are checked in full, and the lowest route index that holds wins, exactly as a
 //! walk through the routes in order would decide.
 
-use std::collections::HashMap;
+/// Looked up per request with keys fixed at load: a fast hasher, no flooding possible.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 use std::ops::Deref;
 
 use super::pattern::{self, Regex, SetSearch};
