@@ -27,25 +27,31 @@ pub struct PathRegex {
 
 thread_local! {
     static SLOTS: RefCell<std::collections::HashMap<u64, (meta::Cache, Captures), foldhash::fast::FixedState>> =
-        RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0)));
+        const { RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0))) };
+}
+
+/// Why a regex was refused at load, on one line (routes' conditions and rewrites alike).
+pub(crate) fn refusal(e: &meta::BuildError) -> String {
+    match e.size_limit() {
+        Some(limit) => format!("compiles to more than {} KiB: simplify it", limit / 1024),
+        // The syntax error's own text is several lines (the pattern, a caret).
+        None => e
+            .syntax_error()
+            .map_or_else(|| e.to_string(), ToString::to_string)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
 }
 
 impl PathRegex {
     /// Compiles `pattern`; the error says why it was refused (syntax, or over `size_limit`).
     pub fn new(pattern: &str, size_limit: usize) -> Result<PathRegex, String> {
         let config = meta::Config::new().nfa_size_limit(Some(size_limit));
-        let re = meta::Builder::new().configure(config).build(pattern).map_err(|e| {
-            match e.size_limit() {
-                Some(limit) => format!("compiles to more than {} KiB: simplify it", limit / 1024),
-                // The syntax error's own text is several lines (the pattern, a caret).
-                None => e
-                    .syntax_error()
-                    .map_or_else(|| e.to_string(), ToString::to_string)
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            }
-        })?;
+        let re = meta::Builder::new()
+            .configure(config)
+            .build(pattern)
+            .map_err(|e| refusal(&e))?;
         Ok(PathRegex {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             re,

@@ -40,8 +40,8 @@ type Slots = RefCell<std::collections::HashMap<u64, Slot, foldhash::fast::FixedS
 thread_local! {
     /// Single regexes (header values); kept apart from the sets so that a header regex can
     /// be searched while a request's path set search is held.
-    static CACHES: Slots = RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0)));
-    static SETS: Slots = RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0)));
+    static CACHES: Slots = const { RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0))) };
+    static SETS: Slots = const { RefCell::new(std::collections::HashMap::with_hasher(foldhash::fast::FixedState::with_seed(0))) };
 }
 
 impl Regex {
@@ -60,18 +60,7 @@ impl Regex {
         let re = meta::Builder::new()
             .configure(config)
             .build_many(patterns)
-            .map_err(|e| {
-                match e.size_limit() {
-                    Some(limit) => format!("compiles to more than {} KiB: simplify it", limit / 1024),
-                    // The syntax error's own text is several lines (the pattern, a caret).
-                    None => e
-                        .syntax_error()
-                        .map_or_else(|| e.to_string(), ToString::to_string)
-                        .split_whitespace()
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                }
-            })?;
+            .map_err(|e| crate::http::path_regex::refusal(&e))?;
         let text = patterns.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(" | ");
         Ok(Regex {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
