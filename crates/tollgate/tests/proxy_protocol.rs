@@ -87,12 +87,20 @@ fn read_header(s: &mut TcpStream) -> std::io::Result<Seen> {
         0x11 => {
             let ip = |o: usize| IpAddr::V4(Ipv4Addr::new(body[o], body[o + 1], body[o + 2], body[o + 3]));
             let port = |o: usize| u16::from_be_bytes([body[o], body[o + 1]]);
-            (SocketAddr::new(ip(0), port(8)), SocketAddr::new(ip(4), port(10)), &body[12..])
+            (
+                SocketAddr::new(ip(0), port(8)),
+                SocketAddr::new(ip(4), port(10)),
+                &body[12..],
+            )
         }
         0x21 => {
             let ip = |o: usize| IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&body[o..o + 16]).unwrap()));
             let port = |o: usize| u16::from_be_bytes([body[o], body[o + 1]]);
-            (SocketAddr::new(ip(0), port(32)), SocketAddr::new(ip(16), port(34)), &body[36..])
+            (
+                SocketAddr::new(ip(0), port(32)),
+                SocketAddr::new(ip(16), port(34)),
+                &body[36..],
+            )
         }
         other => panic!("family {other:#x}"),
     };
@@ -331,7 +339,10 @@ fn h2c_after_a_v1_header() {
         frontend("http", &format!("h2c = true\naccept_proxy = \"v1\"\n{TRUST_LOOPBACK}")),
         backend("http", origin.addr, "")
     ));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let addr = proxy.addr;
     rt.block_on(async move {
         use tokio::io::AsyncWriteExt;
@@ -341,7 +352,10 @@ fn h2c_after_a_v1_header() {
         tokio::spawn(conn);
         let req = ::http::Request::get("http://t/h2").body(()).unwrap();
         let (resp, _) = client.send_request(req, true).unwrap();
-        let resp = tokio::time::timeout(Duration::from_secs(10), resp).await.unwrap().unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(resp.status(), 200);
     });
     assert_eq!(origin.requests()[0].header("x-forwarded-for"), Some("203.0.113.8"));
@@ -363,7 +377,10 @@ fn tls_setup() -> Tls {
 /// Connects, writes `header`, then speaks TLS (SNI `a.example`): sends `request`,
 /// half-closes and reads the reply to EOF.
 fn tls_after_header(addr: SocketAddr, ca: &Ca, header: &[u8], request: &[u8]) -> Vec<u8> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let config = client_config(ca);
     rt.block_on(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -423,12 +440,24 @@ fn tls_termination_http_mode_after_curl_haproxy_protocol() {
     let port = proxy.addr.port();
     // curl's own v1 header names its real connection (127.0.0.1 and its port).
     let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--haproxy-protocol", "--cacert", &path_str(&ca_path)])
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--haproxy-protocol",
+            "--cacert",
+            &path_str(&ca_path),
+        ])
         .args(["--resolve", &format!("a.example:{port}:127.0.0.1")])
         .arg(format!("https://a.example:{port}/tls"))
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hi",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(origin.requests()[0].header("x-forwarded-for"), Some("127.0.0.1"));
     // And a header naming someone else, then TLS: that one is the client.
     let reply = tls_after_header(
@@ -451,7 +480,10 @@ fn sni_passthrough_after_a_v1_header() {
     });
     let proxy = Proxy::start(&format!(
         "{}[[frontend.route]]\nsni = \"a.example\"\nbackend = \"be\"\n{}",
-        frontend("tcp", &format!("accept_proxy = \"v1\"\nreject_unknown_sni = true\n{TRUST_LOOPBACK}")),
+        frontend(
+            "tcp",
+            &format!("accept_proxy = \"v1\"\nreject_unknown_sni = true\n{TRUST_LOOPBACK}")
+        ),
         backend("tcp", origin, "")
     ));
     let reply = tls_after_header(proxy.addr, &t.ca, &v1("192.0.2.3:3", "192.0.2.1:443"), b"12345");
@@ -465,7 +497,10 @@ fn an_untrusted_source_is_closed_unread() {
     let origin = http_origin(|_| ok("hi"));
     let proxy = Proxy::start(&format!(
         "{}{}",
-        frontend("http", "accept_proxy = \"any\"\ntrusted_proxies = [\"10.0.0.0/8\", \"::1/128\"]"),
+        frontend(
+            "http",
+            "accept_proxy = \"any\"\ntrusted_proxies = [\"10.0.0.0/8\", \"::1/128\"]"
+        ),
         backend("http", origin.addr, "")
     ));
     let mut c = connect(&proxy);
@@ -506,7 +541,10 @@ fn missing_truncated_oversized_and_malformed_headers_are_closed_and_counted() {
     long.resize(200, b'1');
     send(&long, false);
     // Malformed: a port out of range, a v4 address in a TCP6 line.
-    send(b"PROXY TCP4 192.0.2.1 192.0.2.2 99999 80\r\nGET / HTTP/1.1\r\n\r\n", false);
+    send(
+        b"PROXY TCP4 192.0.2.1 192.0.2.2 99999 80\r\nGET / HTTP/1.1\r\n\r\n",
+        false,
+    );
     send(b"PROXY TCP6 192.0.2.1 ::1 1 80\r\n", false);
     let stats = wait_stats(&proxy, |s| s.proxy_header_malformed == 3);
     assert_eq!(stats.proxy_header_accepted, 0);
@@ -621,7 +659,11 @@ fn a_send_proxy_server_connection_is_reused_by_its_client_only() {
     assert_eq!(get(&mut b, &mut rb), "192.0.2.20:2000");
     assert_eq!(get(&mut a, &mut ra), "192.0.2.10:1000");
     assert_eq!(get(&mut b, &mut rb), "192.0.2.20:2000");
-    assert_eq!(origin.conns.load(Ordering::SeqCst), 2, "one server connection per client");
+    assert_eq!(
+        origin.conns.load(Ordering::SeqCst),
+        2,
+        "one server connection per client"
+    );
     let stats = proxy.running().stats();
     assert_eq!(stats.http_pool_reused, 3, "each client reused its own connection");
     assert_eq!(stats.proxy_headers_sent, 2);
@@ -632,15 +674,27 @@ fn config_refusals_name_the_key_and_position() {
     let refused = |text: &str| tollgate::config::parse(text, "pp.toml").unwrap_err().to_string();
     let be = backend("tcp", addr("127.0.0.1:9"), "");
     let e = refused(&format!("{}{be}", frontend("tcp", "accept_proxy = \"v1\"")));
-    assert!(e.contains("pp.toml:6:16") && e.contains("frontend[0].accept_proxy") && e.contains("trusted_proxies"), "{e}");
-    let e = refused(&format!("{}{be}", frontend("tcp", "trusted_proxies = [\"10.0.0.0/8\"]")));
+    assert!(
+        e.contains("pp.toml:6:16") && e.contains("frontend[0].accept_proxy") && e.contains("trusted_proxies"),
+        "{e}"
+    );
+    let e = refused(&format!(
+        "{}{be}",
+        frontend("tcp", "trusted_proxies = [\"10.0.0.0/8\"]")
+    ));
     assert!(e.contains("frontend[0].trusted_proxies"), "{e}");
     let e = refused(&format!(
         "{}{be}",
         frontend("tcp", "accept_proxy = \"any\"\ntrusted_proxies = [\"10.0.0.1/8\"]")
     ));
-    assert!(e.contains("frontend[0].trusted_proxies[0]") && e.contains("past its /8"), "{e}");
-    let e = refused(&format!("{}{be}", frontend("tcp", "accept_proxy = \"v3\"\ntrusted_proxies = []")));
+    assert!(
+        e.contains("frontend[0].trusted_proxies[0]") && e.contains("past its /8"),
+        "{e}"
+    );
+    let e = refused(&format!(
+        "{}{be}",
+        frontend("tcp", "accept_proxy = \"v3\"\ntrusted_proxies = []")
+    ));
     assert!(e.contains("accept_proxy"), "{e}");
     let e = refused(&format!(
         "{}{}",
@@ -653,5 +707,8 @@ fn config_refusals_name_the_key_and_position() {
         frontend("tcp", ""),
         backend("tcp", addr("127.0.0.1:9"), "check_send_proxy = true")
     ));
-    assert!(e.contains("backend[0].server[0].check_send_proxy") && e.contains("[backend.health]"), "{e}");
+    assert!(
+        e.contains("backend[0].server[0].check_send_proxy") && e.contains("[backend.health]"),
+        "{e}"
+    );
 }

@@ -117,4 +117,3 @@ pub(super) fn check_send_proxy(s: &ServerSection, server: Option<Version>) -> Op
         .filter(|c| *c.get_ref())
         .map(|_| server.unwrap_or(Version::V1))
 }
-

@@ -755,7 +755,9 @@ impl<'a> Validator<'a> {
                 h2c: self.h2c(f, mode, &key),
                 access: self.access(f, &key),
                 accept_proxy: super::proxy::accept_proxy(f, &key, &mut self.errors),
-                keep_origin: backends.iter().any(|b| b.servers.iter().any(|s| s.send_proxy.is_some())),
+                keep_origin: backends
+                    .iter()
+                    .any(|b| b.servers.iter().any(|s| s.send_proxy.is_some())),
             });
         }
         out

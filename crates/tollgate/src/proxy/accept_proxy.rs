@@ -201,8 +201,8 @@ fn peek(fd: impl std::os::fd::AsFd, buf: &mut [u8]) -> io::Result<usize> {
 fn consume(fd: impl std::os::fd::AsFd, buf: &mut [u8], parsed: Parsed) -> Result<Parsed, ReadError> {
     let mut left = buf.get_mut(..parsed.len).unwrap_or_default();
     while !left.is_empty() {
-        let (n, _) = rustix::net::recv(&fd, &mut *left, rustix::net::RecvFlags::empty())
-            .map_err(|e| ReadError::Io(e.into()))?;
+        let (n, _) =
+            rustix::net::recv(&fd, &mut *left, rustix::net::RecvFlags::empty()).map_err(|e| ReadError::Io(e.into()))?;
         if n == 0 {
             return Err(ReadError::Closed);
         }

@@ -235,7 +235,11 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
                     connected: Instant::now(),
                 });
             }
-            Ok(Ok(_)) => Error::new(ErrorKind::Connect, Side::Back, format!("{}: PROXY header", context(&slot))),
+            Ok(Ok(_)) => Error::new(
+                ErrorKind::Connect,
+                Side::Back,
+                format!("{}: PROXY header", context(&slot)),
+            ),
             Ok(Err(e)) => Error::new(ErrorKind::Connect, Side::Back, context(&slot)).with_source(e),
             Err(_) => Error::new(ErrorKind::ConnectTimeout, Side::Back, context(&slot)),
         };

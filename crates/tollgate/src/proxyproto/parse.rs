@@ -107,7 +107,8 @@ fn port(s: &str) -> Result<u16, ParseError> {
     if s.is_empty() || s.len() > 5 || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ParseError::Malformed("a v1 port is 1 to 5 digits"));
     }
-    s.parse().map_err(|_| ParseError::Malformed("a v1 port is at most 65535"))
+    s.parse()
+        .map_err(|_| ParseError::Malformed("a v1 port is at most 65535"))
 }
 
 fn v2(buf: &[u8]) -> Result<Option<Parsed>, ParseError> {

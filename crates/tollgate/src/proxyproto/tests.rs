@@ -33,7 +33,9 @@ fn v1_tcp6_unknown_and_every_prefix_asks_for_more() {
     assert_eq!(p.header.addrs.unwrap().0, addr("[2001:db8::1]:1"));
     let p = parse(b"PROXY UNKNOWN\r\n", Accept::V1).unwrap().unwrap();
     assert_eq!((p.len, p.header.addrs), (15, None));
-    let p = parse(b"PROXY UNKNOWN ffff::1 ffff::2 1 2\r\nX", Accept::V1).unwrap().unwrap();
+    let p = parse(b"PROXY UNKNOWN ffff::1 ffff::2 1 2\r\nX", Accept::V1)
+        .unwrap()
+        .unwrap();
     assert_eq!(p.len, 35);
 }
 
@@ -129,10 +131,22 @@ fn v2_refusals() {
         b[at] = v;
         b
     };
-    assert!(matches!(parse(&with(12, 0x11), Accept::V2), Err(ParseError::Malformed(_))));
-    assert!(matches!(parse(&with(12, 0x22), Accept::V2), Err(ParseError::Malformed(_))));
-    assert!(matches!(parse(&with(13, 0x12), Accept::V2), Err(ParseError::Malformed(_))));
-    assert!(matches!(parse(&with(13, 0x41), Accept::V2), Err(ParseError::Malformed(_))));
+    assert!(matches!(
+        parse(&with(12, 0x11), Accept::V2),
+        Err(ParseError::Malformed(_))
+    ));
+    assert!(matches!(
+        parse(&with(12, 0x22), Accept::V2),
+        Err(ParseError::Malformed(_))
+    ));
+    assert!(matches!(
+        parse(&with(13, 0x12), Accept::V2),
+        Err(ParseError::Malformed(_))
+    ));
+    assert!(matches!(
+        parse(&with(13, 0x41), Accept::V2),
+        Err(ParseError::Malformed(_))
+    ));
     // Declared shorter than its addresses.
     assert!(matches!(parse(&with(15, 4), Accept::V2), Err(ParseError::Malformed(_))));
     // A TLV running past the end.
@@ -156,7 +170,11 @@ fn cidrs() {
     let one = Cidr::parse("::1").unwrap();
     assert!(one.contains("::1".parse().unwrap()));
     assert_eq!(one.to_string(), "::1/128");
-    assert!(Cidr::parse("0.0.0.0/0").unwrap().contains("203.0.113.9".parse().unwrap()));
+    assert!(
+        Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("203.0.113.9".parse().unwrap())
+    );
     assert!(Cidr::parse("::/0").unwrap().contains("2001:db8::1".parse().unwrap()));
     for bad in ["10.0.0.1/8", "10.0.0.0/33", "::/129", "x", "10.0.0.0/", "10.0.0.0/+8"] {
         assert!(Cidr::parse(bad).is_err(), "{bad}");

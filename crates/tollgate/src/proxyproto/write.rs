@@ -53,7 +53,9 @@ pub fn write_v2(out: &mut Vec<u8>, command: Command, addrs: Option<(SocketAddr, 
         Command::Local => 0x20,
         Command::Proxy => 0x21,
     });
-    let addrs = addrs.filter(|_| command == Command::Proxy).map(|(s, d)| same_family(s, d));
+    let addrs = addrs
+        .filter(|_| command == Command::Proxy)
+        .map(|(s, d)| same_family(s, d));
     out.push(match addrs {
         None => 0x00,
         Some((s, _)) if s.is_ipv4() => 0x11,
