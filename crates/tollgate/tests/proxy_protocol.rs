@@ -712,3 +712,70 @@ fn config_refusals_name_the_key_and_position() {
         "{e}"
     );
 }
+
+#[test]
+fn v2_tlvs_received_are_kept_and_passed_on_when_tollgate_did_not_terminate_tls() {
+    let origin = header_origin(say_source_then_echo);
+    let proxy = Proxy::start(&format!(
+        "{}{}",
+        frontend("tcp", &format!("accept_proxy = \"v2\"\n{TRUST_LOOPBACK}")),
+        backend("tcp", origin.addr, "send_proxy = \"v2\"")
+    ));
+    let tlvs = Tlvs {
+        authority: Some("app.example".into()),
+        unique_id: Some(b"req-42".to_vec()),
+        ..Tlvs::default()
+    };
+    let mut header = Vec::new();
+    write_v2(
+        &mut header,
+        Command::Proxy,
+        Some((addr("192.0.2.50:5050"), addr("192.0.2.1:443"))),
+        &tlvs,
+    );
+    let mut c = connect(&proxy);
+    c.write_all(&header).unwrap();
+    let mut line = String::new();
+    BufReader::new(c.try_clone().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "seen 192.0.2.50:5050\n");
+    let seen = origin.seen.lock().unwrap()[0].clone();
+    assert_eq!(seen.tlv(0x02), Some(&b"app.example"[..]), "{seen:?}");
+    assert_eq!(seen.tlv(0x05), Some(&b"req-42"[..]), "{seen:?}");
+}
+
+#[test]
+fn hashing_by_source_uses_the_proxied_address() {
+    let named = |name: &'static str| {
+        origin(move |s: &mut TcpStream| {
+            let _ = s.write_all(name.as_bytes());
+        })
+    };
+    let (a, b) = (named("a"), named("b"));
+    let proxy = Proxy::start(&format!(
+        "{}[[backend]]\nname = \"be\"\nbalance = \"hash\"\nhash_key = \"source\"\n\
+         [[backend.server]]\nname = \"a\"\naddress = \"{}\"\n[[backend.server]]\nname = \"b\"\naddress = \"{}\"\n",
+        frontend("tcp", &format!("accept_proxy = \"v1\"\n{TRUST_LOOPBACK}")),
+        a.addr,
+        b.addr
+    ));
+    let server_for = |src: &str| {
+        let mut c = connect(&proxy);
+        c.write_all(&v1(src, "192.0.2.1:80")).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        got
+    };
+    let mut picks = Vec::new();
+    for i in 1..=20 {
+        let src = format!("198.51.100.{i}:1000");
+        let first = server_for(&src);
+        // The same client, another connection (another real port): the same server.
+        assert_eq!(server_for(&format!("198.51.100.{i}:2000")), first, "{src}");
+        picks.push(first);
+    }
+    // Every real connection comes from 127.0.0.1: only the proxied addresses spread them.
+    assert!(
+        picks.iter().any(|p| p == "a") && picks.iter().any(|p| p == "b"),
+        "{picks:?}"
+    );
+}
