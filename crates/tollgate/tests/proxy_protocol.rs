@@ -779,3 +779,25 @@ fn hashing_by_source_uses_the_proxied_address() {
         "{picks:?}"
     );
 }
+
+#[test]
+fn a_source_route_matches_the_proxied_address() {
+    let inside = http_origin(|_| ok("inside"));
+    let outside = http_origin(|_| ok("outside"));
+    let proxy = Proxy::start(&format!(
+        "{}[[frontend.route]]\nsource = [\"192.0.2.0/24\"]\nbackend = \"in\"\n\
+         [[backend]]\nname = \"in\"\nmode = \"http\"\n[[backend.server]]\nname = \"i\"\naddress = \"{}\"\n{}",
+        frontend("http", &format!("accept_proxy = \"v1\"\n{TRUST_LOOPBACK}")),
+        inside.addr,
+        backend("http", outside.addr, "")
+    ));
+    let body_for = |src: &str| {
+        let mut c = connect(&proxy);
+        c.write_all(&v1(src, "192.0.2.1:80")).unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        String::from_utf8(read_response(&mut BufReader::new(c)).unwrap().2).unwrap()
+    };
+    assert_eq!(body_for("192.0.2.77:1"), "inside");
+    assert_eq!(body_for("203.0.113.77:1"), "outside");
+}
