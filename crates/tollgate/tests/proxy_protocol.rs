@@ -801,3 +801,50 @@ fn a_source_route_matches_the_proxied_address() {
     assert_eq!(body_for("192.0.2.77:1"), "inside");
     assert_eq!(body_for("203.0.113.77:1"), "outside");
 }
+
+#[test]
+fn h2c_streams_send_their_connection_client_to_a_send_proxy_server() {
+    let origin = header_origin(http_naming_source);
+    let proxy = Proxy::start(&format!(
+        "[global]\nworkers = 1\n{}{}",
+        frontend("http", &format!("h2c = true\naccept_proxy = \"v2\"\n{TRUST_LOOPBACK}")),
+        backend("http", origin.addr, "send_proxy = \"v1\"")
+    ));
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bodies = rt.block_on(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(&v2("[2001:db8::77]:7000", "[2001:db8::1]:80"))
+            .await
+            .unwrap();
+        let (mut client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut bodies = Vec::new();
+        // One after the other: the second stream finds the first one's server connection idle.
+        for path in ["/1", "/2"] {
+            let req = ::http::Request::get(format!("http://t{path}")).body(()).unwrap();
+            let (resp, _) = client.send_request(req, true).unwrap();
+            let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+                .await
+                .unwrap()
+                .unwrap();
+            let mut body = resp.into_body();
+            let mut got = Vec::new();
+            while let Some(chunk) = body.data().await {
+                got.extend_from_slice(&chunk.unwrap());
+            }
+            bodies.push(String::from_utf8(got).unwrap());
+        }
+        bodies
+    });
+    assert_eq!(bodies, ["[2001:db8::77]:7000", "[2001:db8::77]:7000"]);
+    assert_eq!(
+        origin.conns.load(Ordering::SeqCst),
+        1,
+        "the connection's streams share its server connection"
+    );
+}
