@@ -117,3 +117,75 @@ pub(super) fn check_send_proxy(s: &ServerSection, server: Option<Version>) -> Op
         .filter(|c| *c.get_ref())
         .map(|_| server.unwrap_or(Version::V1))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use std::time::Duration;
+
+    use crate::proxyproto::{Accept, Version};
+
+    const CONFIG: &str = r#"
+[[frontend]]
+name = "fe"
+bind = ["127.0.0.1:0"]
+default_backend = "be"
+accept_proxy = "any"
+trusted_proxies = ["10.0.0.0/8", "::1"]
+[[frontend]]
+name = "plain"
+bind = ["127.0.0.1:0"]
+default_backend = "be"
+[[backend]]
+name = "be"
+[backend.health]
+type = "tcp"
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:1"
+send_proxy = "v2"
+check_send_proxy = true
+[[backend.server]]
+name = "b"
+address = "127.0.0.1:2"
+check_send_proxy = true
+[[backend.server]]
+name = "c"
+address = "127.0.0.1:3"
+"#;
+
+    #[test]
+    fn keys_become_the_model() {
+        let c = crate::config::parse(CONFIG, "t.toml").unwrap();
+        let fe = &c.frontends[0];
+        let accept = fe.accept_proxy.as_ref().unwrap();
+        assert_eq!(accept.accept, Accept::Any);
+        assert!(accept.trusted.contains("10.9.8.7".parse().unwrap()));
+        assert!(accept.trusted.contains("::1".parse().unwrap()));
+        assert!(!accept.trusted.contains("127.0.0.1".parse().unwrap()));
+        assert_eq!(c.timeouts.proxy_header, Duration::from_secs(5));
+        // A server sends headers: every frontend keeps its sessions' origins.
+        assert!(fe.keep_origin && c.frontends[1].keep_origin && c.frontends[1].accept_proxy.is_none());
+        let s = &c.backends[0].servers;
+        assert_eq!(
+            (s[0].send_proxy, s[0].check.send_proxy),
+            (Some(Version::V2), Some(Version::V2))
+        );
+        // Checks without the server's own version send v1; no key, no header.
+        assert_eq!((s[1].send_proxy, s[1].check.send_proxy), (None, Some(Version::V1)));
+        assert_eq!((s[2].send_proxy, s[2].check.send_proxy), (None, None));
+    }
+
+    #[test]
+    fn no_send_proxy_keeps_no_origin() {
+        let text = CONFIG
+            .replace("send_proxy = \"v2\"\n", "")
+            .replace("check_send_proxy = true\n", "");
+        let c = crate::config::parse(&text, "t.toml").unwrap();
+        assert!(!c.frontends[1].keep_origin);
+        let with = "[timeouts]\nproxy_header = \"250ms\"\n".to_string() + &text;
+        let c = crate::config::parse(&with, "t.toml").unwrap();
+        assert_eq!(c.timeouts.proxy_header, Duration::from_millis(250));
+    }
+}
