@@ -47,9 +47,10 @@ pub(crate) async fn start(
         return Err(refused(format!("PROXY protocol from {peer}, not in trusted_proxies")));
     }
     let deadline = Instant::now() + ctx.shared.config.timeouts.proxy_header;
-    let parsed = {
-        let mut buf = ctx.buffers.get(false).await;
-        read(socket, accept, &mut buf, deadline).await
+    // The wait for a buffer (under a full buffer budget) counts against the same deadline.
+    let parsed = match tokio::time::timeout_at(deadline, ctx.buffers.get(false)).await {
+        Ok(mut buf) => read(socket, accept, &mut buf, deadline).await,
+        Err(_) => Err(ReadError::TimedOut),
     };
     let header = match parsed {
         Ok(p) => p.header,
