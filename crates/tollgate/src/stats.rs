@@ -148,7 +148,8 @@ worker_stats! {
     proxy_header_malformed,
     proxy_header_timeout,
     proxy_header_closed,
-    /// PROXY headers written to servers (`send_proxy`) and by health checks (`check_send_proxy`).
+    /// PROXY headers written on new server connections (`send_proxy`); the health checks'
+    /// (`check_send_proxy`, written on the checker thread) are not counted.
     proxy_headers_sent,
     /// splice(2) pipes lent to relays now, and idle in this worker's pool.
     pipes_in_use,
