@@ -708,3 +708,59 @@ fn h2c_streams_send_their_connection_client_to_a_send_proxy_server() {
         "the connection's streams share its server connection"
     );
 }
+
+#[test]
+fn allow_and_deny_lists_judge_the_proxied_address_not_the_balancer() {
+    let origin = http_origin(|_| ok("hi"));
+    // The balancer (127.0.0.1) is in neither list: only the addresses its headers carry count.
+    let proxy = Proxy::start(&format!(
+        "{}{}",
+        frontend(
+            "http",
+            &format!(
+                "accept_proxy = \"v1\"\n{TRUST_LOOPBACK}\nallow = [\"203.0.113.0/24\"]\ndeny = [\"203.0.113.66\"]"
+            )
+        ),
+        backend("http", origin.addr, "")
+    ));
+    let status_for = |src: &str| {
+        let mut c = connect(&proxy);
+        c.write_all(&v1(src, "192.0.2.1:80")).unwrap();
+        let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        read_response(&mut BufReader::new(c)).map(|r| r.0)
+    };
+    assert_eq!(status_for("203.0.113.5:1"), Some(200));
+    assert_eq!(status_for("203.0.113.66:1"), None, "denied");
+    assert_eq!(status_for("198.51.100.5:1"), None, "not allowed");
+    let stats = wait_stats(&proxy, |s| s.conn_denied == 2);
+    assert_eq!(stats.proxy_header_accepted, 3);
+    assert_eq!(origin.requests().len(), 1);
+}
+
+#[test]
+fn a_tcp_source_route_decides_on_the_proxied_address() {
+    let named = |name: &'static str| {
+        origin(move |s: &mut TcpStream| {
+            let _ = s.write_all(name.as_bytes());
+        })
+    };
+    let (inside, outside) = (named("inside"), named("outside"));
+    let proxy = Proxy::start(&format!(
+        "{}[[frontend.route]]\nsource = [\"192.0.2.0/24\"]\nbackend = \"in\"\n\
+         [[frontend.route]]\nsource = [\"198.51.100.0/24\"]\ndeny = true\n\
+         [[backend]]\nname = \"in\"\n[[backend.server]]\nname = \"i\"\naddress = \"{}\"\n{}",
+        frontend("tcp", &format!("accept_proxy = \"v2\"\n{TRUST_LOOPBACK}")),
+        inside.addr,
+        backend("tcp", outside.addr, "")
+    ));
+    let reply_for = |src: &str| {
+        let mut c = connect(&proxy);
+        c.write_all(&v2(src, "192.0.2.1:80")).unwrap();
+        let mut got = String::new();
+        let _ = c.read_to_string(&mut got);
+        got
+    };
+    assert_eq!(reply_for("192.0.2.9:9"), "inside");
+    assert_eq!(reply_for("203.0.113.9:9"), "outside");
+    assert_eq!(reply_for("198.51.100.9:9"), "", "a deny route closes");
+}

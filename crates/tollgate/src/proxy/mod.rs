@@ -33,6 +33,13 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, mut stream: Lazy
     let (peer, result) = match origin {
         Some(origin) => {
             let client = origin.client;
+            // `allow` / `deny` on the address the header carried (the accept loop let the
+            // balancer's connection in unchecked).
+            if fe.accept_proxy.is_some() && !(fe.access.is_open() || fe.access.admits(client.ip())) {
+                ctx.count_denied(frontend);
+                tracing::debug!(frontend = %fe.name, %client, "connection refused by the frontend's allow/deny lists");
+                return;
+            }
             crate::ctx::sessions::note(|e| e.set_client(client));
             let served = crate::ctx::origin::scope(origin, serve_mode(ctx, fe, frontend, stream, client));
             (client, served.await)
