@@ -4,8 +4,9 @@
 //!
 //! Owns: one `Origin` per session that needs it (the frontend has `accept_proxy`, or some
 //! server has `send_proxy`), reached through a task-local like `sessions::CURRENT`, so the
-//! connect path needs no extra argument; an HTTP/2 client's stream tasks inherit it
-//! ([`inherit`]). Sessions that need none carry none: no allocation, no task-local scope.
+//! connect path needs no extra argument (an HTTP/2 client's streams are polled in their
+//! connection's task, so they see it too). Sessions that need none carry none: no
+//! allocation, no task-local scope.
 //!
 //! Invariants: `id` is unique among this thread's sessions for the thread's life: the
 //! HTTP pool keys a `send_proxy` server's idle connections by it, so a connection that
@@ -105,14 +106,6 @@ pub(crate) fn current() -> Option<Rc<Origin>> {
 /// The pool key of the current session: its id, 0 without an origin.
 pub(crate) fn current_id() -> u64 {
     ORIGIN.try_with(|o| o.id).unwrap_or(0)
-}
-
-/// `fut` (a task spawned for the session, e.g. an HTTP/2 stream) under the session's origin.
-pub(crate) async fn inherit<F: Future>(origin: Option<Rc<Origin>>, fut: F) -> F::Output {
-    match origin {
-        Some(o) => ORIGIN.scope(o, fut).await,
-        None => fut.await,
-    }
 }
 
 /// The client's handshake with tollgate finished (termination).
