@@ -32,7 +32,8 @@
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors), certificates
 //!   and SNI patterns included. [`http`]: the sans-io HTTP/1.1 codec. [`error`]: the one
 //!   error type (kind, side, retryable). `ids`: stable backend and server ids. [`origin`]:
-//!   small built-in HTTP origins for the embedded default config and tests.
+//!   small built-in HTTP origins for the embedded default config and tests. [`proxyproto`]:
+//!   the sans-io PROXY protocol (v1, v2) parser and writer, and trusted-source CIDR lists.
 //!
 //! Items are `pub(crate)` unless they are library API: what the binary, the tests, the
 //! benches and the fuzz targets use.
@@ -58,6 +59,7 @@ pub mod master;
 pub(crate) mod metrics;
 pub mod origin;
 pub(crate) mod proxy;
+pub mod proxyproto;
 pub(crate) mod relay;
 pub mod runtime;
 pub mod stats;

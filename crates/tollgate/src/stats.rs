@@ -136,6 +136,21 @@ worker_stats! {
     /// Connections closed at accept by a frontend's `allow` / `deny` lists, and TCP
     /// connections closed by a `deny = true` route.
     conn_denied,
+    /// `accept_proxy` frontends, one per connection: a PROXY header with the client's
+    /// address; a `LOCAL` (or `UNKNOWN`) header (the connection's own address stands).
+    /// Closed: a peer outside `trusted_proxies` (nothing read); no header (other bytes
+    /// came first, or a version not accepted); a malformed or oversized header; no whole
+    /// header within `timeouts.proxy_header`; the client closed or reset first.
+    proxy_header_accepted,
+    proxy_header_local,
+    proxy_header_untrusted,
+    proxy_header_missing,
+    proxy_header_malformed,
+    proxy_header_timeout,
+    proxy_header_closed,
+    /// PROXY headers written on new server connections (`send_proxy`); the health checks'
+    /// (`check_send_proxy`, written on the checker thread) are not counted.
+    proxy_headers_sent,
     /// splice(2) pipes lent to relays now, and idle in this worker's pool.
     pipes_in_use,
     pipes_pooled,

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics"],
     &["live"],
     &["budget", "buffer", "stats", "accesslog"],
-    &["config", "http", "error", "ids", "origin"],
+    &["config", "http", "error", "ids", "origin", "proxyproto"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -169,6 +169,7 @@ pub(crate) fn test_servers(weights: &[u32]) -> Vec<Arc<ServerLive>> {
                 proto: Default::default(),
                 slowstart: std::time::Duration::ZERO,
                 check: Default::default(),
+                send_proxy: None,
             };
             Arc::new(ServerLive::new(
                 &server,

@@ -130,6 +130,8 @@ pub(crate) struct TimeoutsSection {
     pub pool_idle: Option<Spanned<DurationValue>>,
     pub tls_handshake: Option<Spanned<DurationValue>>,
     pub tls_inspect: Option<Spanned<DurationValue>>,
+    /// The whole PROXY protocol header must arrive within this (`accept_proxy`).
+    pub proxy_header: Option<Spanned<DurationValue>>,
 }
 
 /// `[http]`: limits of HTTP mode, for every http frontend.
@@ -196,6 +198,10 @@ pub(crate) struct FrontendSection {
     pub allow: Option<Spanned<OneOrMore>>,
     /// Close connections from these blocks at accept (wins over `allow`).
     pub deny: Option<Spanned<OneOrMore>>,
+    /// Every connection opens with a PROXY protocol header (`config::proxy`)...
+    pub accept_proxy: Option<Spanned<super::proxy::AcceptName>>,
+    /// ...from a peer in one of these blocks.
+    pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `[frontend.tls]`.
@@ -483,6 +489,10 @@ pub(crate) struct ServerSection {
     pub agent_port: Option<Spanned<u16>>,
     /// The protocol spoken to this server ("h1", "h2"; default: the backend's `proto`).
     pub proto: Option<Spanned<ProtoName>>,
+    /// Open every connection to this server with a PROXY protocol header.
+    pub send_proxy: Option<Spanned<super::proxy::VersionName>>,
+    /// Health checks open with one too.
+    pub check_send_proxy: Option<Spanned<bool>>,
 }
 
 /// `proto` on a backend or a server: HTTP/1.1 or HTTP/2 to the server.

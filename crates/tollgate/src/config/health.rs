@@ -148,6 +148,8 @@ pub struct ServerCheck {
     pub tls: bool,
     /// Consecutive errors on live traffic that mark the server down; 0 = off.
     pub error_limit: u32,
+    /// Checks open with a PROXY header of this version (`check_send_proxy`).
+    pub send_proxy: Option<crate::proxyproto::Version>,
 }
 
 type Errors = Vec<(Range<usize>, String, String)>;
@@ -187,6 +189,7 @@ pub(super) fn backend_health(
                 ("check", s.check.as_ref().map(Spanned::span)),
                 ("check_port", s.check_port.as_ref().map(Spanned::span)),
                 ("agent_port", s.agent_port.as_ref().map(Spanned::span)),
+                ("check_send_proxy", s.check_send_proxy.as_ref().map(Spanned::span)),
             ] {
                 if let Some(span) = span {
                     errors.push((
@@ -234,6 +237,7 @@ pub(super) fn backend_health(
             agent_port,
             tls: tls && enabled,
             error_limit: if enabled { error_limit } else { 0 },
+            send_proxy: super::proxy::check_send_proxy(s, server.send_proxy),
         };
     }
     health.map(Arc::new)

@@ -19,6 +19,7 @@ pub mod ids;
 mod limits;
 pub mod model;
 pub mod prefix_set;
+pub mod proxy;
 pub mod route;
 mod route_action;
 pub mod sni;

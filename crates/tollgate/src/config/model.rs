@@ -316,6 +316,8 @@ pub struct Timeouts {
     pub tls_handshake: Duration,
     /// Longest to wait for a complete ClientHello when routing by SNI without terminating.
     pub tls_inspect: Duration,
+    /// Longest to wait for a complete PROXY protocol header (`accept_proxy`).
+    pub proxy_header: Duration,
 }
 
 /// The largest request head HTTP mode accepts unless `http.max_header_size` says otherwise
@@ -360,6 +362,7 @@ impl Default for Timeouts {
             pool_idle: Duration::from_secs(10),
             tls_handshake: Duration::from_secs(10),
             tls_inspect: Duration::from_secs(5),
+            proxy_header: Duration::from_secs(5),
         }
     }
 }
@@ -388,6 +391,11 @@ pub struct Frontend {
     pub h2c: bool,
     /// `allow` / `deny`: which client addresses may open a connection at all.
     pub access: super::prefix_set::Access,
+    /// Connections open with a PROXY protocol header (`accept_proxy`, `trusted_proxies`).
+    pub accept_proxy: Option<super::proxy::AcceptProxy>,
+    /// Sessions keep their origin (addresses, TLS facts) for a server's PROXY header: some
+    /// server of the config has `send_proxy`.
+    pub keep_origin: bool,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
@@ -632,6 +640,8 @@ pub struct Server {
     pub slowstart: Duration,
     /// Health-check settings, resolved (`enabled = false` when nothing checks it).
     pub check: super::health::ServerCheck,
+    /// Connections to this server open with a PROXY protocol header of this version.
+    pub send_proxy: Option<crate::proxyproto::Version>,
 }
 
 impl Global {

@@ -355,6 +355,7 @@ impl<'a> Validator<'a> {
             ("pool_idle", &t.pool_idle, &mut out.pool_idle),
             ("tls_handshake", &t.tls_handshake, &mut out.tls_handshake),
             ("tls_inspect", &t.tls_inspect, &mut out.tls_inspect),
+            ("proxy_header", &t.proxy_header, &mut out.proxy_header),
         ];
         for (key, value, slot) in fields {
             if let Some(v) = value {
@@ -508,6 +509,7 @@ impl<'a> Validator<'a> {
                     proto,
                     slowstart,
                     check: Default::default(),
+                    send_proxy: super::proxy::send_proxy(s, &skey, proto, &mut self.errors),
                 });
             }
             let health = super::health::backend_health(b, &key, mode, &mut servers, &mut self.errors);
@@ -752,6 +754,10 @@ impl<'a> Validator<'a> {
                 splice: offload(f.splice.as_ref().map(Spanned::get_ref)),
                 h2c: self.h2c(f, mode, &key),
                 access: self.access(f, &key),
+                accept_proxy: super::proxy::accept_proxy(f, &key, &mut self.errors),
+                keep_origin: backends
+                    .iter()
+                    .any(|b| b.servers.iter().any(|s| s.send_proxy.is_some())),
             });
         }
         out

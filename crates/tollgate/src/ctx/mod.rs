@@ -11,6 +11,7 @@
 //! - [`sticky`]: a sticky backend's cookie values and `Set-Cookie` lines, per thread.
 //! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
 //! - [`loglimit`]: the warn-line budget (sans-io).
+//! - [`origin`]: a session's client and TLS facts, for a server's PROXY protocol header.
 //! - [`sessions`], [`errors`], [`stat`]: what `show sessions`, `show errors` and `show
 //!   stat` read: the thread's live connections, its last malformed messages, its cells.
 //!
@@ -21,6 +22,7 @@ pub(crate) mod backends;
 pub(crate) mod errors;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;
+pub(crate) mod origin;
 pub(crate) mod pool;
 pub(crate) mod sessions;
 pub(crate) mod stat;

@@ -10,6 +10,12 @@
 //! each idle connection remembers the address it was made to, and `take` discards those to
 //! an address the server no longer has (requests in flight to the old address finish;
 //! nothing new is sent there).
+//!
+//! A `send_proxy` server's connections began with one client's PROXY header: each idle one
+//! remembers the session that made it (`origin::current_id`), and only that session takes
+//! it again (a keep-alive client's next requests); no other client ever gets it. Such a
+//! list, when full, gives up its oldest connection (likely a session that ended) for the
+//! new one; connections of sessions that ended go at `pool_idle` like any other.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -27,11 +33,15 @@ struct Idle {
     since: Instant,
     /// The server's address when the connection was made.
     address: SocketAddr,
+    /// The session it belongs to (a `send_proxy` server's); 0 = any.
+    owner: u64,
 }
 
 /// The idle connections to one server.
 struct ServerIdle {
     tls: bool,
+    /// `send_proxy`: connections are the owning session's only.
+    owned: bool,
     conns: Vec<Idle>,
 }
 
@@ -53,6 +63,7 @@ impl ServerPool {
                         b.servers.iter().map(|s| {
                             let idle = ServerIdle {
                                 tls: s.tls.is_some(),
+                                owned: s.send_proxy.is_some(),
                                 conns: Vec::new(),
                             };
                             (s.id, idle)
@@ -68,8 +79,27 @@ impl ServerPool {
     /// A live idle connection to `server` at its current address, if any.
     pub(crate) fn take(&self, server: &ServerLive, now: Instant) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
-        let list = &mut idle.get_mut(&server.id)?.conns;
+        let slot = idle.get_mut(&server.id)?;
+        if slot.owned {
+            return self.take_owned(&mut slot.conns, server, now);
+        }
+        let list = &mut slot.conns;
         while let Some(mut idle) = list.pop() {
+            if idle.address == server.address
+                && now.duration_since(idle.since) <= self.max_age
+                && idle.conn.is_usable_idle()
+            {
+                return Some(idle.conn);
+            }
+        }
+        None
+    }
+
+    /// The current session's latest usable connection in `list`; the others stay.
+    fn take_owned(&self, list: &mut Vec<Idle>, server: &ServerLive, now: Instant) -> Option<ServerConn> {
+        let me = super::origin::current_id();
+        while let Some(i) = list.iter().rposition(|c| c.owner == me) {
+            let mut idle = list.remove(i);
             if idle.address == server.address
                 && now.duration_since(idle.since) <= self.max_age
                 && idle.conn.is_usable_idle()
@@ -85,7 +115,11 @@ impl ServerPool {
     /// its list here).
     pub(crate) fn put(&self, id: ServerId, tls: bool, address: SocketAddr, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
-        let slot = idle.entry(id).or_insert_with(|| ServerIdle { tls, conns: Vec::new() });
+        let slot = idle.entry(id).or_insert_with(|| ServerIdle {
+            tls,
+            owned: false,
+            conns: Vec::new(),
+        });
         if conn.is_tls() != slot.tls {
             return;
         }
@@ -97,11 +131,16 @@ impl ServerPool {
             let n = slot.conns.partition_point(expired);
             slot.conns.drain(..n);
         }
+        let owner = if slot.owned { super::origin::current_id() } else { 0 };
+        if slot.owned && slot.conns.len() >= self.max_per_server && !slot.conns.is_empty() {
+            slot.conns.remove(0);
+        }
         if slot.conns.len() < self.max_per_server {
             slot.conns.push(Idle {
                 conn,
                 since: now,
                 address,
+                owner,
             });
         }
     }

@@ -108,6 +108,11 @@ impl SessionEntry {
         self.frontend.get()
     }
 
+    /// The client is at `addr` (what a trusted PROXY protocol header said).
+    pub(crate) fn set_client(&self, addr: SocketAddr) {
+        self.client.set(addr);
+    }
+
     /// The server this connection is on now (`None`: none).
     pub(crate) fn on_server(&self, backend: usize, server: Option<ServerId>) {
         self.backend.set(Some(backend));

@@ -417,6 +417,7 @@ fn discovered_spec(
         proto: Default::default(),
         slowstart,
         check,
+        send_proxy: None,
     }
 }
 

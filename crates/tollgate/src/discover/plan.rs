@@ -225,6 +225,7 @@ mod tests {
             proto: Default::default(),
             slowstart: std::time::Duration::ZERO,
             check: Default::default(),
+            send_proxy: None,
         };
         let live = ServerLive::new(
             &spec,

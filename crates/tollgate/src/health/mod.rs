@@ -163,6 +163,7 @@ fn probe_for(server: &ServerLive, health: &HealthCheck) -> Probe {
             CheckKind::Tcp => None,
             CheckKind::Http(http) => Some(HttpProbe::new(http, &host)),
         },
+        send_proxy: settings.send_proxy,
     }
 }
 

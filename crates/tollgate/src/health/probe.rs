@@ -27,6 +27,8 @@ pub(crate) struct Probe {
     pub addr: SocketAddr,
     pub tls: Option<ServerTls>,
     pub http: Option<HttpProbe>,
+    /// `check_send_proxy`: a PROXY header with the check's own addresses opens the check.
+    pub send_proxy: Option<crate::proxyproto::Version>,
 }
 
 pub(crate) struct HttpProbe {
@@ -66,6 +68,11 @@ impl Probe {
             Ok(Err(_)) => return Outcome::L4Con,
             Ok(Ok(s)) => s,
         };
+        if let Some(version) = self.send_proxy
+            && send_header(&tcp, version, self.http.is_some() || self.tls.is_some()).is_err()
+        {
+            return Outcome::L4Con;
+        }
         // No TCP_NODELAY: the request leaves in one write, and a syscall per check is CPU.
         match &self.tls {
             None => self.after_connect(tcp, deadline, buf, scratch).await,
@@ -95,6 +102,26 @@ impl Probe {
             Err(_) => Outcome::L7Timeout,
         }
     }
+}
+
+/// The check's PROXY header: `PROXY` with this connection's own addresses, sent with
+/// `MSG_MORE` when a request or a ClientHello follows (one segment for both).
+fn send_header(tcp: &TcpStream, version: crate::proxyproto::Version, more: bool) -> std::io::Result<()> {
+    use crate::proxyproto::{Command, Tlvs, Version, write_v1, write_v2};
+    let addrs = Some((tcp.local_addr()?, tcp.peer_addr()?));
+    let mut header = Vec::with_capacity(64);
+    match version {
+        Version::V1 => write_v1(&mut header, addrs),
+        Version::V2 => write_v2(&mut header, Command::Proxy, addrs, &Tlvs::default()),
+    }
+    let mut flags = rustix::net::SendFlags::NOSIGNAL;
+    if more {
+        flags |= rustix::net::SendFlags::MORE;
+    }
+    if rustix::net::send(tcp, &header, flags)? != header.len() {
+        return Err(std::io::ErrorKind::WriteZero.into());
+    }
+    Ok(())
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(

@@ -217,7 +217,8 @@ pub(crate) fn admit(ctx: &WorkerCtx, frontend: usize, client: std::net::IpAddr) 
     let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
         return true;
     };
-    if fe.access.is_open() || fe.access.admits(client) {
+    // With `accept_proxy` the client is not known yet: `proxy::serve` checks after the header.
+    if fe.accept_proxy.is_some() || fe.access.is_open() || fe.access.admits(client) {
         return true;
     }
     ctx.count_denied(frontend);

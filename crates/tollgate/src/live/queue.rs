@@ -238,6 +238,7 @@ mod tests {
             proto: Default::default(),
             slowstart: std::time::Duration::ZERO,
             check: Default::default(),
+            send_proxy: None,
         };
         let backend: Arc<str> = Arc::from("test");
         Arc::new(ServerLive::new(

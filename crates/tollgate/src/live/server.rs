@@ -208,6 +208,8 @@ pub(crate) struct ServerLive {
     pub tls: Option<ServerTls>,
     /// HTTP/1.1 or HTTP/2 to this server (`proto`).
     pub proto: crate::config::model::ServerProto,
+    /// Connections open with a PROXY protocol header of this version (`send_proxy`).
+    pub send_proxy: Option<crate::proxyproto::Version>,
     /// Health checks: settings, last outcome, passive error streak.
     pub check: super::check::CheckLive,
     /// Set once, before the server joins a set; carried by `readdressed`.
@@ -304,6 +306,7 @@ impl ServerLive {
             backup: server.backup,
             tls: server.tls.clone(),
             proto: server.proto,
+            send_proxy: server.send_proxy,
             check: super::check::CheckLive::new(server.check),
             source: Source::File,
             admin: AtomicU8::new(AdminState::Ready.to_u8()),
@@ -345,6 +348,7 @@ impl ServerLive {
             backup,
             tls: self.tls.clone(),
             proto: self.proto,
+            send_proxy: self.send_proxy,
             check: self.check.carried(),
             source: self.source,
             slowstart: self.slowstart,

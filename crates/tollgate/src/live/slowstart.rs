@@ -121,6 +121,7 @@ mod tests {
             proto: Default::default(),
             slowstart,
             check: Default::default(),
+            send_proxy: None,
         };
         let backend: std::sync::Arc<str> = "b".into();
         crate::live::server::ServerLive::new(

@@ -222,7 +222,8 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         ctx.stats.connect_attempts.add(1);
         sessions::set_state(SessionState::Connecting);
         let error = match tokio::time::timeout(config.connect_timeout(backend), TcpStream::connect(address)).await {
-            Ok(Ok(stream)) => {
+            // `send_proxy`: the PROXY header goes first (a failure to write it is a failed connect).
+            Ok(Ok(stream)) if super::send_proxy::open(ctx, spec, slot.server(), &stream).is_ok() => {
                 let _ = stream.set_nodelay(true);
                 slot.server().counters(ctx.id).connections.add(1);
                 sessions::set_state(SessionState::Forwarding);
@@ -234,6 +235,11 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
                     connected: Instant::now(),
                 });
             }
+            Ok(Ok(_)) => Error::new(
+                ErrorKind::Connect,
+                Side::Back,
+                format!("{}: PROXY header", context(&slot)),
+            ),
             Ok(Err(e)) => Error::new(ErrorKind::Connect, Side::Back, context(&slot)).with_source(e),
             Err(_) => Error::new(ErrorKind::ConnectTimeout, Side::Back, context(&slot)),
         };

@@ -1,11 +1,16 @@
 //! A client connection's life (a *session*): choose a server, connect, relay until both
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
+//! A frontend with `accept_proxy` first reads the PROXY protocol header (`accept_proxy`):
+//! from then on its address is the client's everywhere (routes, hashing, forwarding
+//! headers, logs, `show sessions`).
 
+pub(crate) mod accept_proxy;
 pub(crate) mod connect;
 pub(crate) mod h2back;
 pub(crate) mod h2front;
 pub(crate) mod http;
 pub(crate) mod record;
+pub(crate) mod send_proxy;
 pub(crate) mod tcp;
 
 use std::net::SocketAddr;
@@ -17,11 +22,44 @@ use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
 /// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`).
-pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySocket, peer: SocketAddr) {
+pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, mut stream: LazySocket, peer: SocketAddr) {
     let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
         return;
     };
-    let result = match fe.mode {
+    let origin = match accept_proxy::start(ctx, fe, &mut stream, peer).await {
+        Ok(origin) => origin,
+        Err(e) => return log_end(ctx, &fe.name, peer, &e),
+    };
+    let (peer, result) = match origin {
+        Some(origin) => {
+            let client = origin.client;
+            // `allow` / `deny` on the address the header carried (the accept loop let the
+            // balancer's connection in unchecked).
+            if fe.accept_proxy.is_some() && !(fe.access.is_open() || fe.access.admits(client.ip())) {
+                ctx.count_denied(frontend);
+                tracing::debug!(frontend = %fe.name, %client, "connection refused by the frontend's allow/deny lists");
+                return;
+            }
+            crate::ctx::sessions::note(|e| e.set_client(client));
+            let served = crate::ctx::origin::scope(origin, serve_mode(ctx, fe, frontend, stream, client));
+            (client, served.await)
+        }
+        None => (peer, serve_mode(ctx, fe, frontend, stream, peer).await),
+    };
+    if let Err(e) = result {
+        log_end(ctx, &fe.name, peer, &e);
+    }
+}
+
+/// The session in the frontend's mode, `peer` being the client.
+async fn serve_mode(
+    ctx: &Rc<WorkerCtx>,
+    fe: &crate::config::Frontend,
+    frontend: usize,
+    stream: LazySocket,
+    peer: SocketAddr,
+) -> Result<(), Error> {
+    match fe.mode {
         // A relay waits on both sides at once from the start: register right away.
         Mode::Tcp => {
             // A TCP session is one stream: one record. (HTTP mode records each request.)
@@ -39,9 +77,6 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, stream: LazySock
             result
         }
         Mode::Http => http::serve(ctx, frontend, stream, peer).await,
-    };
-    if let Err(e) = result {
-        log_end(ctx, &fe.name, peer, &e);
     }
 }
 

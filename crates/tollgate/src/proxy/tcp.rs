@@ -94,6 +94,7 @@ async fn serve_tls(
 /// The handshake's version and SNI, for the access log (copied only when it is on).
 fn note_tls(ctx: &WorkerCtx, conn: &rustls::ServerConnection, seen: &mut TlsSeen) {
     ctx.handshake_done();
+    crate::ctx::origin::note_tls(conn);
     if ctx.access_log.is_some() {
         seen.version = super::record::tls_version_name(conn.protocol_version());
         seen.sni = conn.server_name().map(Box::from);
@@ -135,6 +136,7 @@ async fn inspect(
     };
     match hello {
         Ok(info) => {
+            crate::ctx::origin::note_sni(info.sni());
             if ctx.access_log.is_some() {
                 seen.sni = info.sni().map(Box::from);
             }

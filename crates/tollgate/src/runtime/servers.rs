@@ -131,6 +131,8 @@ impl Running {
                 error_limit: config.health.as_ref().map_or(0, |h| h.error_limit),
                 ..Default::default()
             },
+            // Runtime servers send no PROXY header (a config key only).
+            send_proxy: None,
         };
         let mut taken = false;
         backend.update(|servers, queue, workers| {

@@ -100,6 +100,7 @@ fn serve_tls<'a>(
         let client = crate::tls::terminate::accept(ctx, tls, client).await?;
         ctx.handshake_done();
         let conn = client.get_ref().1;
+        crate::ctx::origin::note_tls(conn);
         if conn.alpn_protocol() == Some(b"h2") {
             let version = crate::proxy::record::tls_version_name(conn.protocol_version());
             let info = h2_info(
