@@ -139,6 +139,23 @@ pub struct Explanation {
     pub route_reason: String,
     pub target: Target,
     pub pick: Option<Pick>,
+    /// The limits the request runs under when it goes to a backend: the global ones with
+    /// the backend's and the route's overrides (`Config::request_limits`).
+    pub limits: Option<Limits>,
+}
+
+/// Effective per-request limits, in milliseconds and bytes.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Limits {
+    pub connect_ms: u64,
+    pub server_ms: u64,
+    /// A route's or backend's `timeouts.http_request`: the request body's deadline.
+    pub body_within_ms: Option<u64>,
+    /// 0 = unlimited.
+    pub max_body_size: u64,
+    /// The route's retry budget (every kind), or `None`: the backend's connect `retries`.
+    pub retries: Option<u32>,
+    pub backend_retries: u32,
 }
 
 /// Explains `query` against `config`, every server in its configured state.
@@ -165,6 +182,7 @@ fn explain_with(config: &Config, query: &Query, live: &[ServerView]) -> Result<E
         route_reason: String::new(),
         target: Target::Refused { reason: String::new() },
         pick: None,
+        limits: None,
     };
     if !fe.access.admits(query.source) {
         out.route_reason = "the frontend's allow / deny lists refuse the source".to_string();
@@ -180,6 +198,20 @@ fn explain_with(config: &Config, query: &Query, live: &[ServerView]) -> Result<E
     if let Some(b) = backend.and_then(|b| config.backends.get(b)) {
         out.target = Target::Backend { name: b.name.clone() };
         out.pick = Some(dry_pick(b, query, &url, fe.mode, live));
+        let overrides = out
+            .route
+            .and_then(|i| fe.routes.get(i))
+            .map_or(&crate::config::model::Overrides::NONE, |r| &r.overrides);
+        let l = config.request_limits(backend, overrides);
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        out.limits = Some(Limits {
+            connect_ms: ms(l.timeouts.connect),
+            server_ms: ms(l.timeouts.server),
+            body_within_ms: l.whole_request.map(ms),
+            max_body_size: if fe.mode == Mode::Http { l.max_body_size } else { 0 },
+            retries: l.retries,
+            backend_retries: b.retries,
+        });
     }
     Ok(out)
 }
@@ -618,6 +650,19 @@ impl fmt::Display for Explanation {
                 None => writeln!(f, "pick: none: {}", p.reason)?,
             }
         }
+        if let Some(l) = &self.limits {
+            write!(f, "limits: connect {}ms, server {}ms", l.connect_ms, l.server_ms)?;
+            if let Some(b) = l.body_within_ms {
+                write!(f, ", request body within {b}ms")?;
+            }
+            if l.max_body_size > 0 {
+                write!(f, ", max body {} bytes", l.max_body_size)?;
+            }
+            match l.retries {
+                Some(r) => writeln!(f, ", retries {r} (the route's, every kind)")?,
+                None => writeln!(f, ", connect retries {} (the backend's)", l.backend_retries)?,
+            }
+        }
         Ok(())
     }
 }
@@ -820,6 +865,55 @@ address = "127.0.0.1:9001"
         assert_eq!(pick.server.as_deref(), Some("a"), "offline every primary is usable");
         assert!(pick.reason.contains("a usable primary"));
         assert!(pick.servers.iter().any(|s| s.backup && s.name == "b" && s.usable));
+    }
+
+    #[test]
+    fn the_limits_a_request_runs_under_are_shown() {
+        let c = config(
+            r#"
+[timeouts]
+server = "30s"
+
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:8080"]
+mode = "http"
+default_backend = "api"
+
+[[frontend.route]]
+path_prefix = "/pay"
+backend = "api"
+retries = 0
+max_body_size = "64KiB"
+timeouts = { http_request = "5s" }
+
+[[backend]]
+name = "api"
+mode = "http"
+timeouts = { connect = "1s", server = "2m" }
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+"#,
+        );
+        let e = explain(&c, &query("http://x.test:8080/pay/1")).unwrap();
+        let l = e.limits.clone().unwrap();
+        assert_eq!(
+            (l.connect_ms, l.server_ms, l.body_within_ms),
+            (1000, 120_000, Some(5000))
+        );
+        assert_eq!((l.max_body_size, l.retries), (65536, Some(0)));
+        let text = e.to_string();
+        assert!(
+            text.contains("limits: connect 1000ms, server 120000ms, request body within 5000ms, max body 65536 bytes, retries 0 (the route's, every kind)"),
+            "{text}"
+        );
+        // The default backend: its own overrides, the backend's retries.
+        let l = explain(&c, &query("http://x.test:8080/other")).unwrap().limits.unwrap();
+        assert_eq!(
+            (l.server_ms, l.body_within_ms, l.retries, l.backend_retries),
+            (120_000, None, None, 3)
+        );
     }
 
     #[test]
