@@ -102,19 +102,9 @@ fn measure(origin: std::net::SocketAddr, chunked_origin: std::net::SocketAddr, l
             got += c.read(&mut buf[got..]).expect("read");
         }
     };
-    for _ in 0..2_000 {
-        request(&mut c);
-    }
-    const N: u64 = 20_000;
-    let before = tollgate_sys::alloc_count::allocations();
-    for _ in 0..N {
-        request(&mut c);
-    }
-    let allocs = tollgate_sys::alloc_count::allocations() - before;
-    println!(
-        "heap allocations per keep-alive request (proxy, steady state): {:.3} ({allocs} in {N} requests)",
-        allocs as f64 / N as f64
-    );
+    report("heap allocations per keep-alive request (proxy, steady state)", || {
+        request(&mut c)
+    });
 
     let mut c2 = TcpStream::connect(running.local_addr("fe2").expect("addr")).expect("connect");
     let mut upload = |c: &mut TcpStream| {
@@ -124,18 +114,9 @@ fn measure(origin: std::net::SocketAddr, chunked_origin: std::net::SocketAddr, l
             got += c.read(&mut buf[got..]).expect("read");
         }
     };
-    for _ in 0..2_000 {
-        upload(&mut c2);
-    }
-    let before = tollgate_sys::alloc_count::allocations();
-    for _ in 0..N {
-        upload(&mut c2);
-    }
-    let allocs = tollgate_sys::alloc_count::allocations() - before;
-    println!(
-        "heap allocations per keep-alive chunked upload (re-framed): {:.3} ({allocs} in {N} requests)",
-        allocs as f64 / N as f64
-    );
+    report("heap allocations per keep-alive chunked upload (re-framed)", || {
+        upload(&mut c2)
+    });
     drop(c2);
 
     let mut one_connection = || {
@@ -185,18 +166,9 @@ fn sticky(running: &tollgate::runtime::Running, buf: &mut [u8; 1024]) {
         }
         assert_eq!(got, RESPONSE.len(), "no Set-Cookie once the client has it");
     };
-    for _ in 0..2_000 {
-        request(&mut c);
-    }
-    const N: u64 = 20_000;
-    let before = tollgate_sys::alloc_count::allocations();
-    for _ in 0..N {
-        request(&mut c);
-    }
-    let allocs = tollgate_sys::alloc_count::allocations() - before;
-    println!(
-        "heap allocations per keep-alive request to a sticky backend, with its cookie: {:.3} ({allocs} in {N} requests)",
-        allocs as f64 / N as f64
+    report(
+        "heap allocations per keep-alive request to a sticky backend, with its cookie",
+        || request(&mut c),
     );
 }
 
@@ -218,17 +190,23 @@ fn measure_rewrites(running: &tollgate::runtime::Running, buf: &mut [u8; 1024], 
         }
         debug_assert!(std::str::from_utf8(&buf[..got]).is_ok_and(|t| t.contains("Strict-Transport-Security")));
     };
+    report(
+        &format!("heap allocations per keep-alive request through {what}"),
+        || request(&mut c),
+    );
+}
+
+/// Warms up with 2,000 keep-alive requests, then prints `label` and the heap allocations
+/// per request over the next 20,000.
+fn report(label: &str, mut request: impl FnMut()) {
     for _ in 0..2_000 {
-        request(&mut c);
+        request();
     }
     const N: u64 = 20_000;
     let before = tollgate_sys::alloc_count::allocations();
     for _ in 0..N {
-        request(&mut c);
+        request();
     }
     let allocs = tollgate_sys::alloc_count::allocations() - before;
-    println!(
-        "heap allocations per keep-alive request through {what}: {:.3} ({allocs} in {N} requests)",
-        allocs as f64 / N as f64
-    );
+    println!("{label}: {:.3} ({allocs} in {N} requests)", allocs as f64 / N as f64);
 }
