@@ -217,6 +217,11 @@ pub(crate) struct TlsSection {
     pub session_cache: Option<bool>,
     /// `[frontend.tls.ktls]`.
     pub ktls: Option<Spanned<OffloadSection>>,
+    /// Poll every certificate's files and swap in a changed pair (each cert may override).
+    pub watch: Option<bool>,
+    /// Fetch and refresh OCSP responses from each certificate's responder (each cert may
+    /// override).
+    pub ocsp_fetch: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +233,10 @@ pub(crate) struct CertSection {
     pub key: Spanned<String>,
     /// Serve this one when no certificate matches the SNI (default: the first listed).
     pub default: Option<bool>,
+    /// This certificate's `watch` (default: the frontend's).
+    pub watch: Option<bool>,
+    /// This certificate's `ocsp_fetch` (default: the frontend's).
+    pub ocsp_fetch: Option<bool>,
 }
 
 /// `[frontend.splice]` and `[frontend.tls.ktls]`: an offload switched on after a byte count.

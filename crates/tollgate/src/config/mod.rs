@@ -4,7 +4,9 @@
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
 //! `route_action` validates what a matched route does (answers, redirects, rewrites).
 //! `tls` reads certificate files and builds the rustls configs (loading them is part of
-//! loading the config), `sni` validates host names and matches them, `route` compiles a
+//! loading the config), `cert_store` holds a frontend's certificates (swappable at run
+//! time), `x509` and `ocsp` read the certificate and OCSP DER they need, `sni` validates
+//! host names and matches them, `route` compiles a
 //! frontend's route conditions into the table requests are matched against.
 //!
 //! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
@@ -13,11 +15,13 @@
 //! Every error names the file, line, column and key path of the value at fault, so
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
+pub mod cert_store;
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
 mod limits;
 pub mod model;
+pub mod ocsp;
 pub mod prefix_set;
 pub mod proxy;
 pub mod route;
@@ -27,6 +31,7 @@ pub(crate) mod tls;
 pub(crate) mod units;
 mod users;
 mod validate;
+pub(crate) mod x509;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -411,6 +411,30 @@ pub struct Offload {
 pub struct FrontendTls {
     pub server_config: Arc<rustls::ServerConfig>,
     pub ktls: Offload,
+    /// The certificates `server_config` resolves SNI with, swappable at run time.
+    pub certs: Arc<super::cert_store::CertStore>,
+    /// The `[[frontend.tls.cert]]` entries' files, in config order.
+    pub files: Vec<CertFiles>,
+}
+
+/// One `[[frontend.tls.cert]]`'s files and what is done with them at run time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// Polled; a changed, valid pair is swapped in (`watch`).
+    pub watch: bool,
+    /// Its OCSP response is fetched from its responder and kept fresh (`ocsp_fetch`).
+    pub ocsp_fetch: bool,
+}
+
+impl CertFiles {
+    /// HAProxy's convention: the DER OCSP response to staple sits next to the certificate.
+    pub fn ocsp_path(&self) -> std::path::PathBuf {
+        let mut p = self.cert.clone().into_os_string();
+        p.push(".ocsp");
+        p.into()
+    }
 }
 
 /// The HTTP version spoken to a server (`proto`): HTTP/1.1 connections pooled one request

@@ -5,10 +5,12 @@ use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use toml::Spanned;
 
 use super::ConfigError;
+use super::cert_store::{CertSource, CertStore};
 use super::file::{
     BackendSection, ConfigFile, FrontendSection, ModeName, OffloadSection, ProtoName, RouteSection, ServerSection,
     TlsSection,
@@ -871,8 +873,15 @@ impl<'a> Validator<'a> {
             return None;
         }
         let mut loaded = Vec::new();
+        let mut files = Vec::new();
         let mut default = None;
         for (i, c) in t.cert.iter().enumerate() {
+            let cert_files = CertFiles {
+                cert: self.path(c.cert.get_ref()),
+                key: self.path(c.key.get_ref()),
+                watch: c.watch.or(t.watch).unwrap_or(false),
+                ocsp_fetch: c.ocsp_fetch.or(t.ocsp_fetch).unwrap_or(false),
+            };
             if c.default == Some(true) {
                 if default.is_some() {
                     self.err(
@@ -883,10 +892,14 @@ impl<'a> Validator<'a> {
                 }
                 default = Some(i);
             }
-            match certs::load_cert(&self.path(c.cert.get_ref()), &self.path(c.key.get_ref()), &provider) {
-                Ok(cert) => loaded.push(cert),
+            match certs::load_cert(&cert_files.cert, &cert_files.key, &provider) {
+                Ok(cert) => loaded.push((
+                    certs::with_staple_file(cert, &cert_files.ocsp_path()),
+                    cert_files.clone(),
+                )),
                 Err(msg) => self.err(c.cert.span(), format!("{key}.cert[{i}].cert"), msg),
             }
+            files.push(cert_files);
         }
         let tls13_only = match &t.min_version {
             None => false,
@@ -927,13 +940,30 @@ impl<'a> Validator<'a> {
         if loaded.len() != t.cert.len() {
             return None;
         }
+        let entries = loaded
+            .into_iter()
+            .map(|(c, f)| {
+                let source = CertSource::File {
+                    cert: f.cert,
+                    key: f.key,
+                };
+                (c.key, c.names, source)
+            })
+            .collect();
+        let default = if reject_unknown_sni {
+            None
+        } else {
+            Some(default.unwrap_or(0))
+        };
+        let store = match CertStore::new(f.name.get_ref(), entries, default) {
+            Ok(store) => Arc::new(store),
+            Err(msg) => {
+                self.err(f.name.span(), key.to_string(), msg);
+                return None;
+            }
+        };
         let settings = certs::ServerSettings {
-            certs: loaded,
-            default: if reject_unknown_sni {
-                None
-            } else {
-                Some(default.unwrap_or(0))
-            },
+            certs: Arc::clone(&store),
             tls13_only,
             alpn,
             session_tickets: t.session_tickets.unwrap_or(true),
@@ -943,7 +973,12 @@ impl<'a> Validator<'a> {
             secret_extraction: ktls.enabled,
         };
         match certs::server_config(settings, provider) {
-            Ok(server_config) => Some(FrontendTls { server_config, ktls }),
+            Ok(server_config) => Some(FrontendTls {
+                server_config,
+                ktls,
+                certs: store,
+                files,
+            }),
             Err(msg) => {
                 self.err(f.name.span(), key.to_string(), msg);
                 None

@@ -3,7 +3,8 @@
 //!
 //! - [`Shared`]: what every worker thread of one generation shares — the config, the live
 //!   state of every backend, the accept budgets, every worker's counters, the handshake
-//!   budget. Read-mostly: atomics touched once per connection, no lock per request.
+//!   budget; each TLS frontend's live certificate store (`cert_store`, in the config).
+//!   Read-mostly: atomics touched once per connection, no lock per request.
 //! - [`worker::WorkerCtx`]: one worker thread's own state (buffer pool, splice pipes,
 //!   balancers, HTTP server pool, stop and kill signals, warn-line budget).
 //! - [`backends`]: a thread's view of one backend (its balancer over the live server set).
@@ -35,6 +36,7 @@ pub(crate) use worker::WorkerCtx;
 
 use crate::budget::AcceptBudgets;
 use crate::config::Config;
+use crate::config::cert_store::CertStore;
 use crate::live::backend::BackendLive;
 use crate::stats::WorkerStats;
 
@@ -66,6 +68,22 @@ pub struct Shared {
     pub(crate) paused: FrontendSwitch,
     /// `show stat`'s own per-thread cells, by worker id.
     pub(crate) stat: Vec<stat::ThreadStat>,
+}
+
+impl Shared {
+    /// Every TLS frontend's live certificate store, with the frontend's name (the same
+    /// stores the handshakes of this generation read: see `config::cert_store`).
+    pub fn cert_stores(&self) -> impl Iterator<Item = (&str, &Arc<CertStore>)> {
+        self.config
+            .frontends
+            .iter()
+            .filter_map(|f| f.tls.as_ref().map(|t| (f.name.as_str(), &t.certs)))
+    }
+
+    /// The certificate store of the TLS frontend `frontend`.
+    pub fn cert_store(&self, frontend: &str) -> Option<&Arc<CertStore>> {
+        self.cert_stores().find(|(name, _)| *name == frontend).map(|(_, s)| s)
+    }
 }
 
 /// Which frontends accept, as the operator set it at run time. Accept loops read one

@@ -9,7 +9,8 @@
 //! - [`ktls`]: the once-per-process kernel TLS probe and the handover to kernel TLS.
 //!
 //! Certificates, the SNI matcher and the rustls configs are built at config load
-//! (`config::tls`, `config::sni`) and shared by every worker.
+//! (`config::tls`, `config::sni`) and shared by every worker; each TLS frontend's
+//! certificates live in its `config::cert_store::CertStore`, which run-time changes swap.
 pub(crate) mod backend;
 pub mod client_hello;
 pub mod ktls;
