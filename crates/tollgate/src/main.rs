@@ -227,6 +227,12 @@ enum CtlShow {
     Errors,
     /// Every budget of every worker thread: limit, in use, parked, waiting.
     Budgets,
+    /// Every TLS frontend's certificates (of one frontend): names, validity, days to
+    /// expiry, source (file, acme, runtime), OCSP staple, serial, SHA-256 fingerprint.
+    Certs {
+        /// Only this frontend.
+        frontend: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -237,6 +243,17 @@ enum CtlSet {
         server: String,
         #[command(subcommand)]
         field: CtlServerField,
+    },
+    /// Swap a frontend's certificate without a reload: `set cert web /etc/tls/a.pem`. It
+    /// replaces the certificate configured from that file (or the one serving the same
+    /// names, or is added); new handshakes get it at once, open connections keep theirs. A
+    /// later reload reads the configured files again: write the new files first.
+    Cert {
+        frontend: String,
+        /// PEM chain, leaf first.
+        cert: PathBuf,
+        /// PEM private key (default: the configured key of that certificate, else CERT).
+        key: Option<PathBuf>,
     },
 }
 
@@ -472,6 +489,15 @@ fn ctl(args: CtlArgs) -> ExitCode {
             let query = tollgate::command::show::Query::Errors;
             return show(&args.target, args.json, Ok(tollgate::command::Command::Show { query }));
         }
+        CtlCommand::Show {
+            what: CtlShow::Certs { frontend },
+        } => {
+            let query = tollgate::command::show::Query::Certs { frontend };
+            return show(&args.target, args.json, Ok(tollgate::command::Command::Show { query }));
+        }
+        CtlCommand::Set {
+            what: CtlSet::Cert { frontend, cert, key },
+        } => ctl::set_cert(&frontend, &cert, key.as_deref()),
         CtlCommand::Show { what: CtlShow::Budgets } => {
             let query = tollgate::command::show::Query::Budgets;
             return show(&args.target, args.json, Ok(tollgate::command::Command::Show { query }));

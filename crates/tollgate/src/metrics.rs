@@ -171,6 +171,14 @@ pub struct FrontendMetrics {
     /// Connections closed by `allow` / `deny` or a TCP `deny = true` route.
     #[serde(default)]
     pub conn_denied: u64,
+    /// TLS frontends: handshakes served a stapled OCSP response, OCSP responses fetched and
+    /// accepted, fetches failed (`None`: not a TLS frontend).
+    #[serde(default)]
+    pub ocsp_staples: Option<u64>,
+    #[serde(default)]
+    pub ocsp_fetch_ok: Option<u64>,
+    #[serde(default)]
+    pub ocsp_fetch_failed: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +212,22 @@ pub struct MetricsSnapshot {
     pub backends: Vec<BackendMetrics>,
     #[serde(default)]
     pub servers: Vec<ServerView>,
+    /// Every TLS frontend's certificates.
+    #[serde(default)]
+    pub certs: Vec<CertMetrics>,
+}
+
+/// One certificate's expiry, and its frontend's OCSP counters (repeated per certificate of
+/// the frontend: the counters are the store's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertMetrics {
+    pub frontend: String,
+    /// Its first name (`*.a.example` for a wildcard), the serial (hex), where it came from.
+    pub name: String,
+    pub serial: String,
+    pub source: String,
+    /// Unix seconds.
+    pub not_after: i64,
 }
 
 /// Sums one histogram over every thread.

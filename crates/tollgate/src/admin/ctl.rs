@@ -89,6 +89,20 @@ pub fn del_server(server: &str) -> Result<Command, String> {
     Ok(Command::DelServer { backend, server })
 }
 
+/// `set cert FRONTEND CERT [KEY]`: the paths made absolute here (the master runs elsewhere).
+pub fn set_cert(frontend: &str, cert: &std::path::Path, key: Option<&std::path::Path>) -> Result<Command, String> {
+    let absolute = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .map(|p| p.display().to_string())
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    Ok(Command::SetCert {
+        frontend: frontend.to_string(),
+        cert: absolute(cert)?,
+        key: key.map(absolute).transpose()?,
+    })
+}
+
 /// `show info`: the metrics answer as a summary for a person — the master, each
 /// generation's threads, every budget with its limit, use and parks, the process counters.
 /// Other answers (and `--json`) render as `render` does.

@@ -70,7 +70,70 @@ pub fn render(report: &MetricsReport) -> String {
     frontends(&mut out, &gens);
     backends(&mut out, &gens);
     servers_families(&mut out, &gens);
+    certs(&mut out, &gens, crate::config::cert_store::unix_now());
     out.0
+}
+
+/// Certificate expiry (seconds left at `now`, and the date itself) and the OCSP counters.
+fn certs(out: &mut Out, gens: &Gens<'_>, now: i64) {
+    let families = [
+        (
+            "tollgate_tls_cert_expiry_seconds",
+            "Seconds until the certificate's notAfter (negative once expired).",
+        ),
+        (
+            "tollgate_tls_cert_not_after_seconds",
+            "The certificate's notAfter, Unix seconds.",
+        ),
+    ];
+    for (i, (name, help)) in families.iter().enumerate() {
+        out.family(name, "gauge", help);
+        for (g, m) in gens {
+            for c in &m.metrics.certs {
+                let labels = [
+                    ("generation", g.as_str()),
+                    ("frontend", &c.frontend),
+                    ("name", &c.name),
+                    ("serial", &c.serial),
+                    ("source", &c.source),
+                ];
+                let value = if i == 0 { c.not_after - now } else { c.not_after };
+                out.sample(name, &labels, value);
+            }
+        }
+    }
+    let name = "tollgate_tls_ocsp_staples_total";
+    out.family(
+        name,
+        "counter",
+        "Handshakes served a certificate with a stapled OCSP response.",
+    );
+    for (g, m) in gens {
+        for f in &m.metrics.frontends {
+            if let Some(v) = f.ocsp_staples {
+                out.sample(name, &[("generation", g), ("frontend", &f.name)], v);
+            }
+        }
+    }
+    let name = "tollgate_tls_ocsp_fetches_total";
+    out.family(
+        name,
+        "counter",
+        "OCSP responses fetched from certificates' responders (ocsp_fetch), by outcome.",
+    );
+    for (g, m) in gens {
+        for f in &m.metrics.frontends {
+            for (outcome, v) in [("ok", f.ocsp_fetch_ok), ("failed", f.ocsp_fetch_failed)] {
+                if let Some(v) = v {
+                    out.sample(
+                        name,
+                        &[("generation", g), ("frontend", &f.name), ("outcome", outcome)],
+                        v,
+                    );
+                }
+            }
+        }
+    }
 }
 
 struct Out(String);

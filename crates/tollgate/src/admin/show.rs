@@ -57,6 +57,7 @@ pub fn render_show(reply: &Reply, json: bool) -> (String, bool) {
     match report.what.as_str() {
         "stat" => stat_tables(gens, &mut out),
         "budgets" => budgets_table(gens, &mut out),
+        "certs" => certs_table(gens, crate::config::cert_store::unix_now(), &mut out),
         "errors" if report.errors.is_empty() => out.push_str("no capture"),
         "errors" => {
             errors_text(&report.errors, &mut out);
@@ -285,6 +286,78 @@ fn budgets_table(gens: &[GenerationShow], out: &mut String) {
     out.push_str(&table(&header, &rows));
 }
 
+/// One line per certificate: where, which names, validity and days left, where from,
+/// the OCSP staple's end, serial and fingerprint.
+fn certs_table(gens: &[GenerationShow], now: i64, out: &mut String) {
+    let rows: Vec<Vec<String>> = gens
+        .iter()
+        .flat_map(|g| {
+            g.certs.iter().map(move |c| {
+                let ocsp = match (c.stapled, c.ocsp_next_update) {
+                    (false, _) => "-".to_string(),
+                    (true, Some(next)) => format!("until {}", date(next)),
+                    (true, None) => "stapled".to_string(),
+                };
+                let mut names = c.names.join(",");
+                if c.default {
+                    names.push_str(" (default)");
+                }
+                vec![
+                    g.generation.to_string(),
+                    c.frontend.clone(),
+                    names,
+                    date(c.not_before),
+                    date(c.not_after),
+                    days_left(c.not_after, now).to_string(),
+                    c.source.clone(),
+                    ocsp,
+                    c.serial.clone(),
+                    c.sha256.clone(),
+                ]
+            })
+        })
+        .collect();
+    let header = [
+        "GEN",
+        "FRONTEND",
+        "NAMES",
+        "NOT BEFORE",
+        "NOT AFTER",
+        "DAYS",
+        "SOURCE",
+        "OCSP",
+        "SERIAL",
+        "SHA256",
+    ];
+    out.push_str(&table(&header, &rows));
+}
+
+/// Whole days from `now` to `not_after` (negative once expired).
+pub(crate) fn days_left(not_after: i64, now: i64) -> i64 {
+    (not_after - now).div_euclid(86_400)
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM:SSZ` (UTC).
+pub(crate) fn date(unix: i64) -> String {
+    let (days, secs) = (unix.div_euclid(86_400), unix.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
 /// Each capture: a line of facts, then its bytes, a line per line of the message with
 /// the byte offset of its start, and a caret under the offending byte.
 fn errors_text(errors: &[ErrorCapture], out: &mut String) {
@@ -358,6 +431,16 @@ mod tests {
             }
         ));
         assert!(sessions(Some("app/")).is_err());
+    }
+
+    #[test]
+    fn dates_and_days_left() {
+        assert_eq!(date(0), "1970-01-01 00:00:00Z");
+        assert_eq!(date(1_709_164_800 + 3661), "2024-02-29 01:01:01Z");
+        assert_eq!(date(2_556_143_999), "2050-12-31 23:59:59Z");
+        assert_eq!(days_left(86_400 * 10, 0), 10);
+        assert_eq!(days_left(86_400 * 10 - 1, 0), 9);
+        assert_eq!(days_left(0, 1), -1);
     }
 
     #[test]

@@ -72,8 +72,32 @@ pub enum Command {
     },
     /// Remove a server that is in maint (or drain) with no connection and no queued request.
     DelServer { backend: String, server: String },
-    /// `show stat|sessions|errors|budgets`, answered by every live generation.
+    /// `show stat|sessions|errors|budgets|certs`, answered by every live generation.
     Show { query: show::Query },
+    /// Serve the certificate in `cert` (a PEM chain, leaf first) with the key in `key` (the
+    /// configured key of that certificate, else `cert` itself) on `frontend`, from the next
+    /// handshake on: it replaces the certificate configured from `cert`, or the one serving
+    /// the same names, or is added. Paths are absolute (`ctl` resolves them).
+    SetCert {
+        frontend: String,
+        cert: String,
+        #[serde(default)]
+        key: Option<String>,
+    },
+}
+
+/// A certificate the master read and checked for `ctl set cert`, as every worker process
+/// installs it (and a restarted one re-installs it: see `master::desired`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertInstall {
+    pub frontend: String,
+    pub cert_path: String,
+    pub key_path: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+    /// The DER OCSP response found next to the certificate (`CERT_PATH.ocsp`), hex.
+    #[serde(default)]
+    pub ocsp_hex: Option<String>,
 }
 
 /// One request to explain (`tollgate explain`, `ctl explain`).
@@ -137,6 +161,7 @@ impl Command {
             Command::AddServer { .. } => "add server",
             Command::DelServer { .. } => "del server",
             Command::Show { query } => query.name(),
+            Command::SetCert { .. } => "set cert",
         }
     }
 }
@@ -364,6 +389,10 @@ pub(crate) enum ToWorker {
         /// Health states of the previous generation (see `HealthReport`).
         #[serde(default)]
         health: Vec<HealthReport>,
+        /// Certificates set at run time since the config was loaded (`ctl set cert`), in
+        /// order: a worker restarted on the same config installs them again.
+        #[serde(default)]
+        certs: Vec<CertInstall>,
     },
     /// Soft stop: stop accepting, finish what is in flight, exit.
     Stop,
@@ -394,6 +423,11 @@ pub(crate) enum ToWorker {
     Show {
         id: u64,
         query: show::Query,
+    },
+    /// Install a certificate (answered like `Apply`, the text saying what it replaced).
+    SetCert {
+        id: u64,
+        cert: CertInstall,
     },
 }
 

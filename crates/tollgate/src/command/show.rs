@@ -54,6 +54,11 @@ pub enum Query {
     Errors,
     /// Every budget of every worker thread.
     Budgets,
+    /// Every TLS frontend's certificates (of one frontend), as its handshakes see them now.
+    Certs {
+        #[serde(default)]
+        frontend: Option<String>,
+    },
 }
 
 impl Query {
@@ -63,10 +68,11 @@ impl Query {
             Query::Sessions { .. } => "show sessions",
             Query::Errors => "show errors",
             Query::Budgets => "show budgets",
+            Query::Certs { .. } => "show certs",
         }
     }
 
-    /// `stat`, `sessions`, `errors` or `budgets` (`ShowReport::what`).
+    /// `stat`, `sessions`, `errors`, `budgets` or `certs` (`ShowReport::what`).
     pub fn what(&self) -> &'static str {
         self.name().trim_start_matches("show ")
     }
@@ -75,7 +81,7 @@ impl Query {
 /// The answer to a `show`: one entry per live generation, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShowReport {
-    /// What was asked: `stat`, `sessions`, `errors` or `budgets` (filled by the master).
+    /// What was asked: `stat`, `sessions`, `errors`, `budgets` or `certs` (filled by the master).
     #[serde(default)]
     pub what: String,
     #[serde(default)]
@@ -109,6 +115,38 @@ pub struct GenerationShow {
     pub errors_left_out: u64,
     #[serde(default)]
     pub budgets: Vec<ThreadBudgets>,
+    #[serde(default)]
+    pub certs: Vec<CertView>,
+}
+
+/// One certificate of a TLS frontend (`show certs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CertView {
+    pub frontend: String,
+    pub names: Vec<String>,
+    /// Unix seconds.
+    pub not_before: i64,
+    pub not_after: i64,
+    /// `file`, `acme` or `runtime`.
+    pub source: String,
+    /// The certificate file it was read from (file, runtime).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Hex.
+    pub serial: String,
+    /// SHA-256 of the leaf, `AB:CD:...`.
+    pub sha256: String,
+    /// Served when the SNI matches no name.
+    #[serde(default)]
+    pub default: bool,
+    /// An OCSP response is stapled; its nextUpdate (Unix seconds), when it has one.
+    #[serde(default)]
+    pub stapled: bool,
+    #[serde(default)]
+    pub ocsp_next_update: Option<i64>,
+    /// When it was installed (loaded, swapped in), Unix seconds.
+    #[serde(default)]
+    pub installed_at: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

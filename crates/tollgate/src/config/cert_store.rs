@@ -211,7 +211,7 @@ pub(crate) fn unix_now() -> i64 {
 }
 
 /// Whether two paths name the same file (through symlinks and `..`), or are equal.
-fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,

@@ -102,6 +102,43 @@ pub(crate) fn with_staple(key: &CertifiedKey, response: Vec<u8>) -> Result<Certi
     })
 }
 
+/// A certificate to swap in at run time (`ctl set cert`, the file watch): checked as at
+/// load, and its leaf must be valid now; `ocsp` is stapled when it is good for it (else the
+/// second value says why it was not).
+pub(crate) fn runtime_cert(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    ocsp: Option<Vec<u8>>,
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<(LoadedCert, Option<String>), String> {
+    let loaded = cert_from_pem(cert_pem, key_pem, cert_path, key_path, &provider())?;
+    let leaf = loaded.key.cert.first().and_then(|l| super::x509::tbs(l));
+    let now = super::cert_store::unix_now();
+    match leaf {
+        Some(t) if t.not_after <= now => {
+            return Err(format!("{}: the certificate has expired", cert_path.display()));
+        }
+        Some(t) if t.not_before > now + 60 => {
+            return Err(format!("{}: the certificate is not valid yet", cert_path.display()));
+        }
+        _ => {}
+    }
+    let Some(response) = ocsp else {
+        return Ok((loaded, None));
+    };
+    match with_staple(&loaded.key, response) {
+        Ok(key) => Ok((
+            LoadedCert {
+                key: Arc::new(key),
+                names: loaded.names,
+            },
+            None,
+        )),
+        Err(msg) => Ok((loaded, Some(format!("OCSP response not stapled: {msg}")))),
+    }
+}
+
 fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     chain_from_pem(&read(path)?, path)
 }

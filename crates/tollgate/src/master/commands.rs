@@ -42,6 +42,8 @@ enum Gather {
     },
     /// A `show` answer from every live generation (`master::show`); what was asked.
     Show { what: &'static str },
+    /// An acknowledgement from every generation, whose texts say what each one did.
+    Installed { what: String },
 }
 
 /// A command on its way to the workers: where its answer goes and how it is gathered.
@@ -62,6 +64,8 @@ pub(crate) struct Pending {
     servers: Vec<ServerView>,
     metrics: Vec<GenerationMetrics>,
     shows: Vec<crate::command::show::GenerationShow>,
+    /// The generations' text answers (`Gather::Installed`).
+    texts: Vec<String>,
     errors: Vec<String>,
     deadline: Instant,
     /// When the master sent the command (the answer says how long the workers took).
@@ -101,6 +105,15 @@ impl Pending {
                     self.client_id,
                     Answer::Show(super::show::merge(std::mem::take(&mut self.shows), what)),
                 ),
+                Gather::Installed { what } => Reply::text(
+                    self.client_id,
+                    format!(
+                        "{what}: {} (applied by {} generation(s) in {} ms)",
+                        dedup(&self.texts).join("; "),
+                        self.asked,
+                        self.sent.elapsed().as_millis()
+                    ),
+                ),
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
                     format!(
@@ -114,6 +127,17 @@ impl Pending {
         let _ = tx.send(reply);
         if failed { self.undo.take() } else { None }
     }
+}
+
+/// `texts` without repeats, in order (every generation usually did the same).
+fn dedup(texts: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in texts {
+        if !out.contains(t) {
+            out.push(t.clone());
+        }
+    }
+    out
 }
 
 /// `ctl explain`'s answer: the explanation against the live server states.
@@ -265,6 +289,31 @@ impl Master {
                     }
                 }
             }
+            Command::SetCert { frontend, cert, key } => {
+                let install = match super::certs::prepare(&self.config, &frontend, &cert, key.as_deref()) {
+                    Ok(i) => i,
+                    Err(msg) => {
+                        let _ = reply.send(Reply::error(id, msg));
+                        return;
+                    }
+                };
+                let what = format!("certificate {} set on frontend {frontend}", install.cert_path);
+                tracing::info!("runtime change: {what}");
+                self.desired.record_cert(install.clone());
+                let generations: Vec<u64> = self
+                    .gens
+                    .iter()
+                    .filter(|g| g.state != GenState::Stopping)
+                    .map(|g| g.id)
+                    .collect();
+                let request = self.next_request_id();
+                let msg = ToWorker::SetCert {
+                    id: request,
+                    cert: install,
+                };
+                self.send_and_gather(request, id, reply, Gather::Installed { what }, &generations, &msg)
+                    .await;
+            }
             Command::DelServer { backend, server } => {
                 let change = ServerChange {
                     backend,
@@ -385,6 +434,7 @@ impl Master {
             servers: Vec::new(),
             metrics: Vec::new(),
             shows: Vec::new(),
+            texts: Vec::new(),
             errors: Vec::new(),
             deadline: Instant::now() + REPLY_TIMEOUT,
             sent: Instant::now(),
@@ -435,6 +485,9 @@ impl Master {
                 g.generation = generation;
                 g
             })),
+            Outcome::Ok {
+                answer: Answer::Text { text },
+            } => pending.texts.push(text),
             Outcome::Ok { .. } => {}
             Outcome::Error { message } => pending.errors.push(format!("generation {generation}: {message}")),
         }

@@ -1,6 +1,7 @@
 //! The master's desired state: the config it runs, the id table every generation shares,
 //! and the runtime changes operators made since (weights, admin states, addresses, servers
-//! added and deleted: see `servers`).
+//! added and deleted: see `servers`; certificates set with `ctl set cert`, kept until the
+//! next reload, which reads the certificate files again).
 //!
 //! Sans-io. A change is recorded only after validation against the current config, so
 //! every recorded change names a real server. On reload, `reconcile` decides per change:
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 
 pub(crate) mod servers;
 
-use crate::command::{HealthReport, ReloadReport, ServerChange};
+use crate::command::{CertInstall, HealthReport, ReloadReport, ServerChange};
 use crate::config::ids::IdTable;
 use crate::config::{Config, Server};
 use crate::live::server::AdminState;
@@ -33,6 +34,10 @@ pub(crate) struct Desired {
     health: BTreeMap<(String, String), HealthReport>,
     /// Frontends an operator disabled (`ctl disable frontend`), by name.
     disabled_frontends: std::collections::BTreeSet<String>,
+    /// Certificates set at run time (`ctl set cert`), in order, one per frontend and file:
+    /// a worker restarted on the same config installs them again; a reload drops them (it
+    /// reads the certificate files again).
+    certs: Vec<CertInstall>,
 }
 
 /// What a server's health state depends on: where and how it is checked.
@@ -200,6 +205,12 @@ impl Desired {
             }
         }
         self.changes = kept;
+        for c in std::mem::take(&mut self.certs) {
+            report.overridden.push(format!(
+                "certificate {} on frontend {} (a reload reads the configured certificate files)",
+                c.cert_path, c.frontend
+            ));
+        }
         self.disabled_frontends.retain(|name| {
             let keep = new.frontends.iter().any(|f| f.name == *name);
             if keep {
@@ -250,6 +261,19 @@ impl Desired {
             .filter(|name| new.frontends.iter().any(|f| f.name == **name))
             .cloned()
             .collect()
+    }
+
+    /// Records a certificate set at run time (the master checked it), replacing an earlier
+    /// one of the same frontend and file.
+    pub(crate) fn record_cert(&mut self, cert: CertInstall) {
+        self.certs
+            .retain(|c| !(c.frontend == cert.frontend && c.cert_path == cert.cert_path));
+        self.certs.push(cert);
+    }
+
+    /// What a generation restarted on the current config installs before it serves.
+    pub(crate) fn certs(&self) -> Vec<CertInstall> {
+        self.certs.clone()
     }
 
     /// Records a server's health as its generation's checker reported it.

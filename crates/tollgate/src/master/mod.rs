@@ -17,6 +17,7 @@
 //! config uses it — or at SIGTERM, when the master closes them all at once so nothing new is
 //! accepted while the generations finish their connections.
 
+mod certs;
 pub(crate) mod commands;
 pub mod control;
 pub(crate) mod desired;
@@ -239,7 +240,7 @@ impl Master {
         let config = Arc::clone(&self.config);
         let text = self.text.clone();
         let first = self
-            .spawn(&config, &text, &plan, Vec::new())
+            .spawn(&config, &text, &plan, Vec::new(), Vec::new())
             .map_err(internal("starting the first worker"))?;
         if let Err(msg) = self.wait_ready(first, events).await {
             self.kill_all();
@@ -290,7 +291,14 @@ impl Master {
 
     /// Starts one worker process on `plan` with `config`, which applies `changes` before it
     /// says ready; returns its generation id.
-    fn spawn(&mut self, config: &Config, text: &str, plan: &Plan, changes: Vec<ServerChange>) -> std::io::Result<u64> {
+    fn spawn(
+        &mut self,
+        config: &Config,
+        text: &str,
+        plan: &Plan,
+        changes: Vec<ServerChange>,
+        certs: Vec<crate::command::CertInstall>,
+    ) -> std::io::Result<u64> {
         let health = self.desired.health_for(&self.config, config);
         let id = self.next_id;
         self.next_id += 1;
@@ -319,6 +327,7 @@ impl Master {
                 changes,
                 disabled_frontends: self.desired.disabled_frontends(config),
                 health,
+                certs,
             };
             codec::write(&mut &ours, &msg)?;
             ours.set_nonblocking(true)
@@ -427,7 +436,8 @@ impl Master {
             }
         };
         let carried = self.desired.preview(&self.config, &config);
-        let id = match self.spawn(&config, &text, &plan, carried) {
+        // A reload reads the certificate files again: runtime certificates are not carried.
+        let id = match self.spawn(&config, &text, &plan, carried, Vec::new()) {
             Ok(id) => id,
             Err(e) => {
                 self.release_sockets();
@@ -593,7 +603,7 @@ impl Master {
     fn restart(&mut self) {
         self.restart_at = None;
         let (config, text, plan) = (Arc::clone(&self.config), self.text.clone(), self.plan.clone());
-        if let Err(e) = self.spawn(&config, &text, &plan, self.desired.changes()) {
+        if let Err(e) = self.spawn(&config, &text, &plan, self.desired.changes(), self.desired.certs()) {
             tracing::error!(error = %e, "restarting a worker failed");
             self.check_serving(Duration::ZERO);
         }

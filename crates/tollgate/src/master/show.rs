@@ -1,4 +1,4 @@
-//! The master's side of `show stat|sessions|errors|budgets`: the query checked against the
+//! The master's side of `show stat|sessions|errors|budgets|certs`: the query checked against the
 //! current config before any worker is asked, and the generations' answers folded into one
 //! report (generations oldest first; error captures of every generation merged, oldest
 //! first; at most `MAX_SESSIONS` sessions in all, the rest counted).
@@ -12,6 +12,14 @@ pub(crate) fn validate(config: &Config, query: &Query) -> Result<(), String> {
         Query::Stat { frontend, backend } => (frontend.as_deref(), backend.as_deref()),
         Query::Sessions { backend, .. } => (None, backend.as_deref()),
         Query::Errors | Query::Budgets => (None, None),
+        Query::Certs { frontend } => {
+            if let Some(f) = frontend
+                && config.frontends.iter().any(|fe| fe.name == *f && fe.tls.is_none())
+            {
+                return Err(format!("frontend `{f}` does not terminate TLS"));
+            }
+            (frontend.as_deref(), None)
+        }
     };
     if let Some(f) = frontend
         && !config.frontends.iter().any(|fe| fe.name == f)

@@ -40,6 +40,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
         changes,
         disabled_frontends,
         health,
+        certs,
     } = first
     else {
         return Err(Error::new(ErrorKind::Io, Side::Internal, "expected the config first"));
@@ -92,6 +93,11 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     for change in &changes {
         if let Err(e) = running.reapply(change) {
             tracing::warn!("runtime change {} not re-applied: {e}", change.describe());
+        }
+    }
+    for cert in &certs {
+        if let Err(e) = running.set_cert(cert) {
+            tracing::warn!("certificate set at run time not re-installed ({}): {e}", cert.cert_path);
         }
     }
     codec::write(&mut chan, &ToMaster::Ready).map_err(internal("say ready"))?;
@@ -160,7 +166,7 @@ async fn control(
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. })) => {
                     answer(&mut replies, running, cmd).await;
                 }
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
@@ -214,7 +220,7 @@ async fn control(
                 // A stopping generation still writes lines for its last sessions.
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 // A stopping generation still has sessions: `--kill` must reach them.
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. })) => {
                     answer(&mut replies, running, cmd).await
                 }
                 Some(_) => {}
@@ -236,6 +242,10 @@ async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: 
         },
         ToWorker::Frontend { id, frontend, enabled } => match running.set_frontend(&frontend, enabled) {
             Ok(()) => Reply::text(id, format!("frontend {frontend}")),
+            Err(e) => Reply::error(id, e),
+        },
+        ToWorker::SetCert { id, cert } => match running.set_cert(&cert) {
+            Ok(text) => Reply::text(id, text),
             Err(e) => Reply::error(id, e),
         },
         ToWorker::ShowServers { id, backend } => Reply::ok(

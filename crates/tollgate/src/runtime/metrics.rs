@@ -23,7 +23,23 @@ pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
             .iter()
             .flat_map(|b| b.servers().servers.iter().map(|s| s.view()).collect::<Vec<_>>())
             .collect(),
+        certs: certs(shared),
     }
+}
+
+fn certs(shared: &Shared) -> Vec<crate::metrics::CertMetrics> {
+    shared
+        .cert_stores()
+        .flat_map(|(frontend, store)| {
+            store.entries().into_iter().map(move |e| crate::metrics::CertMetrics {
+                frontend: frontend.to_string(),
+                name: e.names.first().cloned().unwrap_or_default(),
+                serial: e.facts.serial_hex(),
+                source: e.source.as_str().to_string(),
+                not_after: e.facts.not_after,
+            })
+        })
+        .collect()
 }
 
 fn budgets(shared: &Shared, c: &Snapshot) -> Vec<BudgetMetrics> {
@@ -85,6 +101,12 @@ fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
                 disabled: shared.paused.is_disabled(i),
                 ..FrontendMetrics::default()
             };
+            if let Some(tls) = &f.tls {
+                let load = |c: &std::sync::atomic::AtomicU64| Some(c.load(std::sync::atomic::Ordering::Relaxed));
+                m.ocsp_staples = Some(tls.certs.staples_served());
+                m.ocsp_fetch_ok = load(&tls.certs.ocsp_fetch_ok);
+                m.ocsp_fetch_failed = load(&tls.certs.ocsp_fetch_failed);
+            }
             for c in cells {
                 m.streams += c.streams.get();
                 m.bytes_in += c.bytes_in.get();

@@ -5,6 +5,7 @@
 //! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
 //! what is in flight), hard stop (drop everything), join.
 
+mod certs;
 pub(crate) mod inbox;
 pub mod limits;
 pub(crate) mod metrics;
@@ -52,6 +53,8 @@ pub struct Running {
     checker: Option<JoinHandle<()>>,
     /// DNS discovery's thread (when a backend uses DNS); stops when dropped.
     _discover: Option<crate::discover::Handle>,
+    /// The certificate file watch and OCSP fetcher (when a certificate asks); stops when dropped.
+    _cert_refresh: Option<crate::tls::refresh::Handle>,
     /// Servers `set server address` replaced, alive while connections to their old address
     /// are (`del server` counts those).
     retired: servers::Retired,
@@ -203,6 +206,13 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         inboxes: senders.clone(),
         master: options.health_reports,
     };
+    let cert_refresh = match crate::tls::refresh::start(&shared.config) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = phase.send(Phase::HardStop);
+            return Err(e);
+        }
+    };
     let checker = match crate::health::start(Arc::clone(&shared), reporter, phase_rx) {
         Ok(c) => c,
         Err(e) => {
@@ -221,6 +231,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _watchdog: watchdog,
         checker,
         _discover: discover,
+        _cert_refresh: cert_refresh,
         retired: servers::Retired::default(),
     })
 }
@@ -330,6 +341,11 @@ impl Running {
             .ok_or_else(|| format!("no frontend `{name}`"))?;
         self.shared.paused.set(index, enabled);
         Ok(())
+    }
+
+    /// Swaps a certificate into its frontend's store (`ctl set cert`); what it did, in words.
+    pub(crate) fn set_cert(&self, cert: &crate::command::CertInstall) -> Result<String, String> {
+        certs::set_cert(&self.shared, cert)
     }
 
     fn tell_threads(&self, msg: impl Fn() -> Message) {

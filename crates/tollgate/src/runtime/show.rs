@@ -34,6 +34,7 @@ pub(crate) fn answer(
     match query {
         Query::Stat { frontend, backend } => out.stat = Some(stat(shared, frontend.as_deref(), backend.as_deref())),
         Query::Budgets => out.budgets = budgets(shared),
+        Query::Certs { frontend } => out.certs = super::certs::views(shared, frontend.as_deref()),
         Query::Sessions { backend, server } => {
             let ask = ThreadQuery::Sessions {
                 backend: backend.clone(),

@@ -7,6 +7,8 @@
 //! - `passthrough`: peeking a ClientHello without consuming it and routing on its SNI.
 //! - `backend`: TLS to a server.
 //! - [`ktls`]: the once-per-process kernel TLS probe and the handover to kernel TLS.
+//! - `refresh`: the thread that watches certificate files and fetches OCSP responses,
+//!   swapping what it finds into the frontends' certificate stores.
 //!
 //! Certificates, the SNI matcher and the rustls configs are built at config load
 //! (`config::tls`, `config::sni`) and shared by every worker; each TLS frontend's
@@ -15,4 +17,5 @@ pub(crate) mod backend;
 pub mod client_hello;
 pub mod ktls;
 pub(crate) mod passthrough;
+pub(crate) mod refresh;
 pub(crate) mod terminate;
