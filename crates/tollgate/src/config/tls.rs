@@ -58,8 +58,14 @@ pub(crate) fn cert_from_pem(
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| format!("{}: no usable private key: {e}", key_path.display()))?;
     let names = chain.first().map(|leaf| dns_names(leaf)).unwrap_or_default();
-    let certified = CertifiedKey::from_der(chain, key, provider)
-        .map_err(|e| format!("{} and {}: {e}", cert_path.display(), key_path.display()))?;
+    let certified = CertifiedKey::from_der(chain, key, provider).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => format!(
+            "{} and {}: the private key does not belong to the certificate",
+            cert_path.display(),
+            key_path.display()
+        ),
+        e => format!("{} and {}: {e}", cert_path.display(), key_path.display()),
+    })?;
     Ok(LoadedCert {
         key: Arc::new(certified),
         names,

@@ -203,11 +203,13 @@ impl Master {
                     let _ = reply.send(Reply::error(id, msg));
                     return;
                 }
-                // Every live generation: a stopping one still has sessions and counters.
+                // Every live generation: a stopping one still has sessions and counters. But
+                // certificates are what new handshakes get: only serving generations make them.
+                let certs = matches!(query, crate::command::show::Query::Certs { .. });
                 let generations: Vec<u64> = self
                     .gens
                     .iter()
-                    .filter(|g| g.state != GenState::Starting)
+                    .filter(|g| g.state != GenState::Starting && !(certs && g.state == GenState::Stopping))
                     .map(|g| g.id)
                     .collect();
                 let request = self.next_request_id();
