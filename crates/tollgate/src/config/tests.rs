@@ -735,3 +735,26 @@ fn proto_h2_on_servers_offers_alpn_h2_and_needs_http_mode() {
     ));
     assert!(e.to_string().contains("h3"), "unknown protocol named: {e}");
 }
+
+#[test]
+fn watch_and_ocsp_fetch_are_read_and_ocsp_fetch_needs_a_responder() {
+    let (dir, cert, key) = cert_files("certkeys");
+    let c = parse(&tls_frontend("tcp", &cert, &key, "watch = true"), "t.toml").unwrap();
+    let files = &c.frontends[0].tls.as_ref().unwrap().files;
+    assert!(files[0].watch && !files[0].ocsp_fetch, "{files:?}");
+    assert_eq!(files[0].ocsp_path(), std::path::PathBuf::from(format!("{cert}.ocsp")));
+    let per_cert = tls_frontend("tcp", &cert, &key, "watch = true").replace(
+        &format!("key = \"{key}\"\n"),
+        &format!("key = \"{key}\"\nwatch = false\n"),
+    );
+    let c = parse(&per_cert, "t.toml").unwrap();
+    assert!(
+        !c.frontends[0].tls.as_ref().unwrap().files[0].watch,
+        "the cert's own key wins"
+    );
+    // A self-signed certificate names no responder and has no issuer to ask about.
+    let e = first_error(&tls_frontend("tcp", &cert, &key, "ocsp_fetch = true"));
+    assert_eq!(e.key, "frontend[0].tls.cert[0].ocsp_fetch", "{e}");
+    assert!(e.message.contains("Authority Information Access"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

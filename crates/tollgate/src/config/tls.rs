@@ -145,6 +145,23 @@ pub(crate) fn runtime_cert(
     }
 }
 
+/// Why `ocsp_fetch` cannot fetch for `key`, if it cannot: it needs the responder's URL
+/// (plain HTTP) in the leaf's Authority Information Access and the issuer next in the chain.
+pub(crate) fn fetchable(key: &CertifiedKey) -> Result<(), String> {
+    let leaf = key.cert.first().and_then(|l| super::x509::tbs(l));
+    match leaf.and_then(|t| super::x509::ocsp_url(&t)) {
+        None => Err("`ocsp_fetch` needs a certificate that names its OCSP responder (Authority Information Access)".into()),
+        Some(url) if !url.starts_with("http://") => Err(format!(
+            "`ocsp_fetch`: the certificate's OCSP responder `{url}` is not a plain http:// URL"
+        )),
+        Some(_) if key.cert.len() < 2 => Err(
+            "`ocsp_fetch` needs the issuer's certificate after the leaf in the chain file (the request names the issuer)"
+                .into(),
+        ),
+        Some(_) => Ok(()),
+    }
+}
+
 fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     chain_from_pem(&read(path)?, path)
 }

@@ -893,6 +893,12 @@ impl<'a> Validator<'a> {
                 default = Some(i);
             }
             match certs::load_cert(&cert_files.cert, &cert_files.key, &provider) {
+                Ok(cert)
+                    if cert_files.ocsp_fetch
+                        && let Err(msg) = certs::fetchable(&cert.key) =>
+                {
+                    self.err(c.cert.span(), format!("{key}.cert[{i}].ocsp_fetch"), msg);
+                }
                 Ok(cert) => loaded.push((
                     certs::with_staple_file(cert, &cert_files.ocsp_path()),
                     cert_files.clone(),
