@@ -87,8 +87,9 @@ pub enum Command {
 }
 
 /// A certificate the master read and checked for `ctl set cert`, as every worker process
-/// installs it (and a restarted one re-installs it: see `master::desired`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// installs it (and a restarted one re-installs it: see `master::desired`). Its `Debug`
+/// leaves the private key out.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CertInstall {
     pub frontend: String,
     pub cert_path: String,
@@ -98,6 +99,18 @@ pub struct CertInstall {
     /// The DER OCSP response found next to the certificate (`CERT_PATH.ocsp`), hex.
     #[serde(default)]
     pub ocsp_hex: Option<String>,
+}
+
+impl std::fmt::Debug for CertInstall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertInstall")
+            .field("frontend", &self.frontend)
+            .field("cert_path", &self.cert_path)
+            .field("key_path", &self.key_path)
+            .field("cert_pem_len", &self.cert_pem.len())
+            .field("ocsp", &self.ocsp_hex.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One request to explain (`tollgate explain`, `ctl explain`).

@@ -299,7 +299,7 @@ impl Master {
                         return;
                     }
                 };
-                let what = format!("certificate {} set on frontend {frontend}", install.cert_path);
+                let what = format!("frontend {frontend}: certificate {}", install.cert_path);
                 tracing::info!("runtime change: {what}");
                 self.desired.record_cert(install.clone());
                 let generations: Vec<u64> = self

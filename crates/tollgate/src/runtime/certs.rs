@@ -26,18 +26,18 @@ pub(crate) fn set_cert(shared: &Shared, c: &CertInstall) -> Result<String, Strin
         key: key_path.to_path_buf(),
     };
     let done = store.replace_configured(cert_path, loaded.key, source)?;
-    let mut text = describe(&c.frontend, &done);
+    let mut text = describe(&done);
     if let Some(note) = note {
         text.push_str("; ");
         text.push_str(&note);
     }
-    tracing::info!("certificate swapped in: {text}");
+    tracing::info!("certificate swapped in on frontend {}: {text}", c.frontend);
     Ok(text)
 }
 
-/// `frontend fe: a.example, b.example (replaced a.example)`.
-pub(crate) fn describe(frontend: &str, done: &Installed) -> String {
-    let mut text = format!("frontend {frontend}: {}", done.names.join(", "));
+/// `a.example, b.example (replaced the certificate of a.example)`.
+pub(crate) fn describe(done: &Installed) -> String {
+    let mut text = done.names.join(", ");
     match &done.replaced {
         Some(old) => text.push_str(&format!(" (replaced the certificate of {})", old.join(", "))),
         None => text.push_str(" (added)"),
