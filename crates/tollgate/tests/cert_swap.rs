@@ -319,6 +319,14 @@ fn bad_files_are_refused_and_a_reload_reads_the_files_again() {
     write_pair(&third, &c3, &k3);
     master.ctl_ok(&["set", "cert", "fe", c3.to_str().unwrap(), k3.to_str().unwrap()]);
     assert_eq!(served(master.addr, &ca), fingerprint(&third.der));
+    // ... a worker restarted after a crash installs it again before it serves ...
+    let (_, pid, _) = master.wait_single_generation(Duration::from_secs(5));
+    let from = master.log_len();
+    master.signal(pid, rustix::process::Signal::KILL);
+    master
+        .wait_log_from(from, |l| l.contains("worker ready"), Duration::from_secs(10))
+        .expect("the worker restarted");
+    assert_eq!(served(master.addr, &ca), fingerprint(&third.der));
     // ... until a reload, which reads the configured files again and says so.
     let out = master.reload_ok();
     assert!(out.contains("c3.crt"), "{out}");
