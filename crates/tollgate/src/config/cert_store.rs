@@ -9,6 +9,8 @@
 //! - Reading: a handshake does one `ArcSwap` load of the current [`Snapshot`] (no lock, no
 //!   allocation) and clones one `Arc<CertifiedKey>`. A swap is seen by the next handshake;
 //!   an open connection keeps the certificate it was made with (rustls holds its own `Arc`).
+//!   A stapled OCSP response is left out of handshakes once its nextUpdate has passed (one
+//!   clock read per handshake of a stapled certificate).
 //! - Writing: [`CertStore::install`] (by names: ACME, runtime certificates),
 //!   [`CertStore::replace_configured`] (the slot a config entry made: `set cert`, the file
 //!   watch) and [`CertStore::set_staple`] (OCSP) build a new snapshot and store it. Writers
@@ -118,6 +120,9 @@ pub struct CertEntry {
     pub facts: CertFacts,
     /// The stapled OCSP response's validity, when one is stapled.
     pub staple: Option<super::ocsp::Staple>,
+    /// `key` without its staple, served once the staple's nextUpdate has passed (an expired
+    /// response is worse than none: a client may refuse the handshake over it).
+    unstapled: Option<Arc<CertifiedKey>>,
     /// Served when the SNI matches no name.
     pub default: bool,
     /// The config entry (its `cert` path) this slot was made from, if any: `set cert` and
@@ -231,9 +236,10 @@ impl CertStore {
         let mut entries = Vec::with_capacity(certs.len());
         for (i, (key, names, source)) in certs.into_iter().enumerate() {
             let facts = CertFacts::of(&key)?;
-            let staple = staple_of(&key, &facts);
+            let (staple, unstapled) = stapling(&key, &facts);
             entries.push(CertEntry {
                 names: normalise(&names),
+                unstapled,
                 configured: source.cert_path().map(Path::to_path_buf),
                 key,
                 source,
@@ -317,7 +323,7 @@ impl CertStore {
             key: Arc::clone(&entry.key.key),
             ocsp: response,
         };
-        entry.staple = staple_of(&key, &entry.facts);
+        (entry.staple, entry.unstapled) = stapling(&key, &entry.facts);
         entry.key = Arc::new(key);
         match Snapshot::build(entries) {
             Ok(s) => {
@@ -344,10 +350,19 @@ impl CertStore {
     }
 }
 
-/// The stapled response's validity (already checked when it was attached).
-fn staple_of(key: &CertifiedKey, facts: &CertFacts) -> Option<super::ocsp::Staple> {
-    let response = key.ocsp.as_deref()?;
-    super::ocsp::read_response(response, &facts.serial).ok()
+/// The stapled response's validity (already checked when it was attached), and the key
+/// to serve once it has expired.
+fn stapling(key: &CertifiedKey, facts: &CertFacts) -> (Option<super::ocsp::Staple>, Option<Arc<CertifiedKey>>) {
+    let Some(response) = key.ocsp.as_deref() else {
+        return (None, None);
+    };
+    let staple = super::ocsp::read_response(response, &facts.serial).ok();
+    let unstapled = Arc::new(CertifiedKey {
+        cert: key.cert.clone(),
+        key: Arc::clone(&key.key),
+        ocsp: None,
+    });
+    (staple, Some(unstapled))
 }
 
 /// Puts a certificate at `at` (replacing that entry) or adds it, then drops the entries
@@ -361,7 +376,7 @@ fn put(
     seq: u64,
 ) -> Result<Installed, String> {
     let facts = CertFacts::of(&key)?;
-    let staple = staple_of(&key, &facts);
+    let (staple, unstapled) = stapling(&key, &facts);
     let now = unix_now().max(0) as u64;
     let (replaced, index) = match at.and_then(|i| entries.get_mut(i).map(|e| (i, e))) {
         Some((i, e)) => {
@@ -370,6 +385,7 @@ fn put(
             e.source = source;
             e.facts = facts;
             e.staple = staple;
+            e.unstapled = unstapled;
             e.installed_at = now;
             (Some(old), i)
         }
@@ -380,6 +396,7 @@ fn put(
                 source,
                 facts,
                 staple,
+                unstapled,
                 default: false,
                 configured: None,
                 installed_at: now,
@@ -404,16 +421,26 @@ fn put(
 
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.serve(client_hello.server_name())
+    }
+}
+
+impl CertStore {
+    /// What a handshake with this SNI is served now.
+    fn serve(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
         let snapshot = self.current.load();
-        let index = client_hello
-            .server_name()
-            .and_then(|n| snapshot.matcher.lookup(n))
-            .or(snapshot.default)?;
-        let key = &snapshot.entries.get(index)?.key;
-        if key.ocsp.is_some() {
-            self.staples_served.fetch_add(1, Ordering::Relaxed);
+        let index = sni.and_then(|n| snapshot.matcher.lookup(n)).or(snapshot.default)?;
+        let entry = snapshot.entries.get(index)?;
+        if entry.key.ocsp.is_none() {
+            return Some(Arc::clone(&entry.key));
         }
-        Some(Arc::clone(key))
+        if let Some(until) = entry.staple.and_then(|s| s.next_update)
+            && unix_now() >= until
+        {
+            return Some(Arc::clone(entry.unstapled.as_ref().unwrap_or(&entry.key)));
+        }
+        self.staples_served.fetch_add(1, Ordering::Relaxed);
+        Some(Arc::clone(&entry.key))
     }
 }
 
@@ -513,5 +540,24 @@ mod tests {
         assert!(store.set_staple(&fp(&renamed), Some(vec![1, 2, 3])));
         assert_eq!(store.entries()[0].key.ocsp.as_deref(), Some(&[1u8, 2, 3][..]));
         assert!(!store.set_staple(&[0; 32], None));
+    }
+
+    #[test]
+    fn a_staple_is_served_until_its_next_update() {
+        let a = cert(&["a.example"]);
+        let serial = CertFacts::of(&a).unwrap().serial;
+        let store = CertStore::new("fe", vec![(Arc::clone(&a), vec!["a.example".into()], file("a"))], None).unwrap();
+        let response =
+            |next: &str| super::super::ocsp::tests::response(0, &serial, &[0x80, 0], "20200101000000Z", Some(next));
+        assert!(store.set_staple(&fp(&a), Some(response("29990101000000Z"))));
+        assert!(store.serve(Some("a.example")).unwrap().ocsp.is_some());
+        assert_eq!(store.staples_served(), 1);
+        assert_eq!(store.entries()[0].staple.unwrap().next_update, Some(32_472_144_000));
+        // Past its nextUpdate: the certificate is served bare.
+        assert!(store.set_staple(&fp(&a), Some(response("20210101000000Z"))));
+        let served = store.serve(Some("a.example")).unwrap();
+        assert!(served.ocsp.is_none());
+        assert_eq!(served.cert, a.cert);
+        assert_eq!(store.staples_served(), 1);
     }
 }

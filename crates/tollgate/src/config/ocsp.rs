@@ -173,12 +173,12 @@ pub fn request(leaf: &[u8], issuer: &[u8]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
     /// A basic response with one single response, built by hand (what a responder sends).
-    fn response(status: u8, serial: &[u8], cert_status: &[u8], this: &str, next: Option<&str>) -> Vec<u8> {
+    pub(crate) fn response(status: u8, serial: &[u8], cert_status: &[u8], this: &str, next: Option<&str>) -> Vec<u8> {
         let gt = |s: &str| der(TAG_GENERALIZED_TIME, s.as_bytes());
         let alg = der(TAG_SEQUENCE, &[der(TAG_OID, OID_SHA1), vec![5, 0]].concat());
         let cert_id = der(
