@@ -327,6 +327,13 @@ fn bad_files_are_refused_and_a_reload_reads_the_files_again() {
         .wait_log_from(from, |l| l.contains("worker ready"), Duration::from_secs(10))
         .expect("the worker restarted");
     assert_eq!(served(master.addr, &ca), fingerprint(&third.der));
+    // One PEM holding chain and key: the key defaults to the same file.
+    let both = other("both.pem");
+    let fourth = ca.leaf(&["a.example"], "fourth", false);
+    std::fs::write(&both, format!("{}{}", fourth.cert_pem, fourth.key_pem)).unwrap();
+    master.ctl_ok(&["set", "cert", "fe", both.to_str().unwrap()]);
+    assert_eq!(served(master.addr, &ca), fingerprint(&fourth.der));
+    master.ctl_ok(&["set", "cert", "fe", c3.to_str().unwrap(), k3.to_str().unwrap()]);
     // ... until a reload, which reads the configured files again and says so.
     let out = master.reload_ok();
     assert!(out.contains("c3.crt"), "{out}");
