@@ -1,5 +1,6 @@
 //! OCSP stapling in master mode: a `CERT.ocsp` file next to a certificate is stapled
-//! (`openssl s_client -status` sees it), and with `ocsp_fetch = true` tollgate asks the
+//! (`openssl s_client -status` sees it; an unusable one is not, and the file watch follows
+//! the response file), and with `ocsp_fetch = true` tollgate asks the
 //! responder named in the certificate (a real `openssl ocsp` responder on a loopback port,
 //! started only after a first fetch has failed, so the retry is exercised) and staples what
 //! it answers. The CA, the certificate (with its Authority Information Access) and the
@@ -198,8 +199,9 @@ fn an_ocsp_file_next_to_the_certificate_is_stapled() {
             "1",
         ],
     );
-    let text = config(&dir.0, origin.addr, "", &pki);
+    let text = config(&dir.0, origin.addr, "watch = true", &pki);
     let master = Master::start(dir, &text, &[]);
+    let good = std::fs::read(master.dir.0.join("a.crt.ocsp")).unwrap();
     assert_stapled(&status(master.addr));
     assert!(metric(&master, "tollgate_tls_ocsp_staples_total", "") >= 1);
     let certs = master.ctl_ok(&["show", "certs"]);
@@ -219,6 +221,19 @@ fn an_ocsp_file_next_to_the_certificate_is_stapled() {
         transcript.contains("CN = a.example") || transcript.contains("CN=a.example"),
         "{transcript}"
     );
+
+    // The file watch follows the response file too: a good one written back is stapled.
+    master.wait_single_generation(Duration::from_secs(10));
+    let from = master.log_len();
+    std::fs::write(master.dir.0.join("a.crt.ocsp"), good).unwrap();
+    master
+        .wait_log_from(
+            from,
+            |l| l.contains("certificate file watch") && l.contains("swapped in"),
+            Duration::from_secs(10),
+        )
+        .expect("the watch re-read the pair and its response");
+    assert_stapled(&status(master.addr));
 }
 
 /// The responder, on `port` (all its addresses: `openssl ocsp -port` takes no host).
