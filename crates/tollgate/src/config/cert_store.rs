@@ -46,6 +46,9 @@ pub enum CertSource {
     Acme,
     /// `ctl set cert`, from these files.
     Runtime { cert: PathBuf, key: PathBuf },
+    /// Made at load for `[[frontend.tls.acme]]` names until the CA issues their certificate
+    /// (a frontend without `[[frontend.tls.cert]]`).
+    SelfSigned,
 }
 
 impl CertSource {
@@ -55,6 +58,7 @@ impl CertSource {
             CertSource::File { .. } => "file",
             CertSource::Acme => "acme",
             CertSource::Runtime { .. } => "runtime",
+            CertSource::SelfSigned => "self-signed",
         }
     }
 
@@ -62,7 +66,7 @@ impl CertSource {
     pub fn cert_path(&self) -> Option<&Path> {
         match self {
             CertSource::File { cert, .. } | CertSource::Runtime { cert, .. } => Some(cert),
-            CertSource::Acme => None,
+            CertSource::Acme | CertSource::SelfSigned => None,
         }
     }
 }

@@ -79,6 +79,8 @@ pub(crate) struct GlobalSection {
     pub control_socket_mode: Option<Spanned<String>>,
     /// Group the control socket file is given (name or gid).
     pub control_socket_group: Option<Spanned<String>>,
+    /// Where ACME keeps the account key and the certificates it obtained.
+    pub state_dir: Option<Spanned<String>>,
 }
 
 /// `[log]`: access logs (docs/logging.md).
@@ -222,6 +224,9 @@ pub(crate) struct TlsSection {
     /// Fetch and refresh OCSP responses from each certificate's responder (each cert may
     /// override).
     pub ocsp_fetch: Option<bool>,
+    /// `[[frontend.tls.acme]]`: certificates ordered from an ACME CA (`config::acme`).
+    #[serde(default)]
+    pub acme: Vec<super::acme::AcmeSection>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -15,6 +15,7 @@
 //! Every error names the file, line, column and key path of the value at fault, so
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
+pub mod acme;
 pub mod cert_store;
 pub(crate) mod file;
 pub mod health;

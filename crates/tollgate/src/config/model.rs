@@ -40,6 +40,8 @@ pub struct Config {
     pub resolvers: Resolvers,
     /// `[http2]`: HTTP/2 client connections.
     pub http2: Http2,
+    /// `[[frontend.tls.acme]]` orders, `global.state_dir`, the challenge answers in flight.
+    pub acme: super::acme::Acme,
 }
 
 /// How server host names and SRV records are resolved (the `discover` module runs it).
@@ -415,6 +417,9 @@ pub struct FrontendTls {
     pub certs: Arc<super::cert_store::CertStore>,
     /// The `[[frontend.tls.cert]]` entries' files, in config order.
     pub files: Vec<CertFiles>,
+    /// With a tls-alpn-01 `[[frontend.tls.acme]]`: what handshakes offering `acme-tls/1`
+    /// get while a name is under validation (`config::acme::ChallengeBook`).
+    pub acme_challenge: Option<super::acme::AlpnChallenge>,
 }
 
 /// One `[[frontend.tls.cert]]`'s files and what is done with them at run time.

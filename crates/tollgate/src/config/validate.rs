@@ -20,6 +20,14 @@ use super::sni::SniMatcher;
 use super::tls as certs;
 use super::units::ByteSize;
 
+/// See `Validator::frontend_acme`.
+#[derive(Default)]
+struct FrontendAcme {
+    stored: Vec<certs::LoadedCert>,
+    challenge: Option<super::acme::AlpnChallenge>,
+    self_signed: Option<certs::LoadedCert>,
+}
+
 /// ALPN protocols an http-mode frontend may offer: HTTP/2 (`proxy::h2front`) and HTTP/1.
 const HTTP_ALPN: [&str; 3] = ["h2", "http/1.1", "http/1.0"];
 
@@ -27,6 +35,12 @@ pub(super) struct Validator<'a> {
     pub errors: Vec<(Range<usize>, String, String)>,
     /// Relative certificate paths are taken from here (the config file's directory).
     pub base_dir: Option<PathBuf>,
+    /// `[[frontend.tls.acme]]` blocks validated so far, and the challenge book their
+    /// frontends' tls-alpn-01 configs read.
+    acme_found: Vec<super::acme::AcmeOrder>,
+    acme_book: std::sync::Arc<super::acme::ChallengeBook>,
+    /// `global.state_dir`, absolute (stored ACME certificates are loaded from it).
+    state_dir: Option<PathBuf>,
     _src: &'a str,
 }
 
@@ -35,6 +49,9 @@ impl<'a> Validator<'a> {
         Validator {
             errors: Vec::new(),
             base_dir: None,
+            acme_found: Vec::new(),
+            acme_book: Default::default(),
+            state_dir: None,
             _src: src,
         }
     }
@@ -74,8 +91,15 @@ impl<'a> Validator<'a> {
         let admin = self.admin(&file);
         let backends = self.backends(&file);
         let resolvers = self.resolvers(&file);
+        self.state_dir = file.global.state_dir.as_ref().map(|d| self.path(d.get_ref()));
         let frontends = self.frontends(&file, &backends);
         let http2 = self.http2(&file);
+        let acme = super::acme::Acme {
+            state_dir: self.acme_whole(&file, &frontends),
+            orders: std::mem::take(&mut self.acme_found),
+            book: std::sync::Arc::clone(&self.acme_book),
+            stats: Default::default(),
+        };
         if file.frontend.is_empty() {
             self.err(
                 0..0,
@@ -98,6 +122,7 @@ impl<'a> Validator<'a> {
             backends,
             resolvers,
             http2,
+            acme,
         })
     }
 
@@ -738,10 +763,11 @@ impl<'a> Validator<'a> {
                 });
             self.mode_keys(f, mode, &key);
             let reject_unknown_sni = f.reject_unknown_sni.as_ref().is_some_and(|r| *r.get_ref());
+            let index = out.len();
             let tls = f
                 .tls
                 .as_ref()
-                .and_then(|t| self.frontend_tls(f, t, &format!("{key}.tls"), mode, reject_unknown_sni));
+                .and_then(|t| self.frontend_tls(f, t, &format!("{key}.tls"), (index, mode), reject_unknown_sni));
             out.push(Frontend {
                 name: f.name.get_ref().clone(),
                 binds,
@@ -860,18 +886,24 @@ impl<'a> Validator<'a> {
         f: &FrontendSection,
         t: &TlsSection,
         key: &str,
-        mode: ModeName,
+        (index, mode): (usize, ModeName),
         reject_unknown_sni: bool,
     ) -> Option<FrontendTls> {
         let provider = certs::provider();
-        if t.cert.is_empty() {
+        let mut orders = self.acme_orders(&t.acme, key, index);
+        if t.cert.is_empty() && t.acme.is_empty() {
             self.err(
                 f.name.span(),
                 format!("{key}.cert"),
-                "needs at least one [[frontend.tls.cert]]".into(),
+                "needs at least one [[frontend.tls.cert]] (or [[frontend.tls.acme]])".into(),
             );
             return None;
         }
+        for o in &mut orders {
+            o.fallback_self_signed = t.cert.is_empty();
+        }
+        let acme = self.frontend_acme(f, key, &orders, &provider);
+        self.acme_found.extend(orders);
         let mut loaded = Vec::new();
         let mut files = Vec::new();
         let mut default = None;
@@ -946,7 +978,7 @@ impl<'a> Validator<'a> {
         if loaded.len() != t.cert.len() {
             return None;
         }
-        let entries = loaded
+        let mut entries: Vec<_> = loaded
             .into_iter()
             .map(|(c, f)| {
                 let source = CertSource::File {
@@ -956,6 +988,11 @@ impl<'a> Validator<'a> {
                 (c.key, c.names, source)
             })
             .collect();
+        if let Some(fallback) = acme.self_signed {
+            // Without files, names nothing else serves get the self-signed one.
+            default = Some(entries.len());
+            entries.push((fallback.key, fallback.names, CertSource::SelfSigned));
+        }
         let default = if reject_unknown_sni {
             None
         } else {
@@ -968,6 +1005,16 @@ impl<'a> Validator<'a> {
                 return None;
             }
         };
+        // Certificates ACME stored earlier and still valid serve at once: a reload or a
+        // restart orders nothing.
+        for stored in acme.stored {
+            if let Err(msg) = store.install(&stored.names, stored.key, CertSource::Acme) {
+                tracing::warn!(
+                    frontend = f.name.get_ref(),
+                    "acme: stored certificate not installed: {msg}"
+                );
+            }
+        }
         let settings = certs::ServerSettings {
             certs: Arc::clone(&store),
             tls13_only,
@@ -984,12 +1031,53 @@ impl<'a> Validator<'a> {
                 ktls,
                 certs: store,
                 files,
+                acme_challenge: acme.challenge,
             }),
             Err(msg) => {
                 self.err(f.name.span(), key.to_string(), msg);
                 None
             }
         }
+    }
+
+    /// What a frontend's `[[frontend.tls.acme]]` blocks add to its TLS: the certificates
+    /// stored in `state_dir` and still valid, the tls-alpn-01 config, and (without
+    /// `[[frontend.tls.cert]]`) a self-signed certificate for the names until the CA issues.
+    fn frontend_acme(
+        &mut self,
+        f: &FrontendSection,
+        key: &str,
+        orders: &[super::acme::AcmeOrder],
+        provider: &Arc<rustls::crypto::CryptoProvider>,
+    ) -> FrontendAcme {
+        let mut out = FrontendAcme::default();
+        if orders.is_empty() {
+            return out;
+        }
+        if let Some(dir) = &self.state_dir {
+            out.stored = orders
+                .iter()
+                .filter_map(|o| super::acme::load_stored(dir, o, std::time::SystemTime::now()))
+                .map(|s| s.cert)
+                .collect();
+        }
+        if orders
+            .iter()
+            .any(|o| o.challenge == super::acme::ChallengeKind::TlsAlpn01)
+        {
+            match super::acme::challenge_config(Arc::clone(&self.acme_book), Arc::clone(provider)) {
+                Ok(c) => out.challenge = Some(c),
+                Err(msg) => self.err(f.name.span(), format!("{key}.acme"), msg),
+            }
+        }
+        if orders.first().is_some_and(|o| o.fallback_self_signed) {
+            let names: Vec<String> = orders.iter().flat_map(|o| o.domains.iter().cloned()).collect();
+            match super::acme::self_signed(&names) {
+                Ok(c) => out.self_signed = Some(c),
+                Err(msg) => self.err(f.name.span(), format!("{key}.acme"), msg),
+            }
+        }
+        out
     }
 
     /// `tls = true` on a server: verified against `ca_file` unless `verify = false`.

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
+use crate::config::acme::{ACME_TLS_ALPN, offers_acme_tls};
 use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
@@ -108,10 +109,35 @@ pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
     };
     stats.tls_handshakes_active.add(1);
     let _active = Active(&stats.tls_handshakes_active);
-    let acceptor = TlsAcceptor::from(Arc::clone(&tls.server_config));
-    match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+    let handshake = async {
+        match &tls.acme_challenge {
+            // While a name of a frontend answering tls-alpn-01 is under validation, the
+            // ClientHello is read first: a validation connection (offering `acme-tls/1`)
+            // gets the challenge config. Otherwise (nearly always) one atomic load.
+            Some(challenge) if challenge.book.alpn_pending() => {
+                let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream).await?;
+                let config = if offers_acme_tls(&start.client_hello()) {
+                    Arc::clone(&challenge.config)
+                } else {
+                    Arc::clone(&tls.server_config)
+                };
+                start.into_stream(config).await
+            }
+            _ => TlsAcceptor::from(Arc::clone(&tls.server_config)).accept(stream).await,
+        }
+    };
+    match tokio::time::timeout_at(deadline, handshake).await {
         Err(_) => Err(fail(HandshakeFailure::Timeout, None)),
         Ok(Err(e)) => Err(fail(HandshakeFailure::classify(&e), Some(e))),
+        Ok(Ok(s)) if s.get_ref().1.alpn_protocol() == Some(ACME_TLS_ALPN) => {
+            // The CA only handshakes: the proof is the certificate. Nothing is served.
+            stats.tls_handshakes_full.add(1);
+            Err(Error::new(
+                ErrorKind::PeerClosed,
+                Side::Front,
+                "TLS handshake: tls-alpn-01 validation answered",
+            ))
+        }
         Ok(Ok(s)) => {
             if s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
                 stats.tls_handshakes_resumed.add(1);

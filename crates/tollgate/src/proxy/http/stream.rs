@@ -311,6 +311,25 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
     }
 
+    /// An http-01 challenge answer (`/.well-known/acme-challenge/TOKEN` for a token the
+    /// `acme` thread is being validated on), before any route: the CA must get it whatever
+    /// the routes say. Only with `[[frontend.tls.acme]]` in the config, so a path compare.
+    fn acme_http01(&self, head: &RequestHead) -> Option<crate::config::model::Answer> {
+        let acme = &self.ctx.shared.config.acme;
+        if acme.orders.is_empty() {
+            return None;
+        }
+        let target = route::request_path(head, self.front.data());
+        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+        let key_authorization = acme.book.http_answer(path)?;
+        Some(crate::config::model::Answer {
+            status: 200,
+            content_type: "application/octet-stream".into(),
+            body: key_authorization.as_bytes().into(),
+            headers: Vec::new(),
+        })
+    }
+
     /// Keeps a refused message for `show errors`, with where it went wrong.
     pub(super) fn capture(&self, direction: Direction, bytes: &[u8], e: &h1::H1Error) {
         self.ctx.capture_error(Refused {
@@ -328,6 +347,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
     /// Answers one request; true when the client connection stays open for the next.
     async fn serve_request(&mut self, head: RequestHead, kills: Pin<&mut Notified<'a>>) -> Result<bool, Error> {
         self.ctx.stats.http_requests.add(1);
+        if let Some(answer) = self.acme_http01(&head) {
+            let req = RequestInfo::of(&head, self.ctx.shared.config.request_limits(None, &Overrides::NONE));
+            let keep = req.keep_alive && !self.ctx.is_stopping();
+            fixed_response(&answer, keep, req.method == Method::Head, &mut self.out);
+            return self.answer_here(head, &req, answer.status, keep).await;
+        }
         let conn = route::ConnFacts {
             scheme: C::PROTO,
             source: self.peer.ip(),
