@@ -12,6 +12,8 @@
 //!   and what passive health (`error_limit`) hands over to them.
 //! - `discover`: servers from DNS: host-named addresses re-resolved, backends filled from
 //!   SRV records; one thread per process, changes published through the live model.
+//! - `acme`: certificates ordered from an ACME CA (RFC 8555) and renewed; one thread per
+//!   process, the challenges answered by the process's own listeners.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; HTTP/2
@@ -41,6 +43,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod accesslog;
+pub(crate) mod acme;
 pub mod admin;
 pub(crate) mod balance;
 pub(crate) mod budget;

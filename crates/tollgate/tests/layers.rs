@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["master"],
     &["admin"],
     &["runtime"],
-    &["health", "discover"],
+    &["health", "discover", "acme"],
     &["listener"],
     &["proxy"],
     &["tls"],

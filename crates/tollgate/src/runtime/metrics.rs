@@ -11,7 +11,12 @@ pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
     let counters = stats::sum(shared.stats.iter().map(|s| s.as_ref()));
     MetricsSnapshot {
         workers: u32::try_from(shared.stats.len()).unwrap_or(u32::MAX),
-        counters: counters.fields().into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        counters: counters
+            .fields()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .chain(acme_counters(shared))
+            .collect(),
         budgets: budgets(shared, &counters)
             .into_iter()
             .chain(h2_budgets(shared, &counters))
@@ -25,6 +30,21 @@ pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
             .collect(),
         certs: certs(shared),
     }
+}
+
+/// The ACME thread's counters, when the config orders certificates
+/// (`tollgate_acme_orders_ok_total`, `_failed_total`, `tollgate_acme_renewals_total`).
+fn acme_counters(shared: &Shared) -> Vec<(String, u64)> {
+    let acme = &shared.config.acme;
+    if acme.orders.is_empty() {
+        return Vec::new();
+    }
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    vec![
+        ("acme_orders_ok".into(), load(&acme.stats.orders_ok)),
+        ("acme_orders_failed".into(), load(&acme.stats.orders_failed)),
+        ("acme_renewals".into(), load(&acme.stats.renewals)),
+    ]
 }
 
 fn certs(shared: &Shared) -> Vec<crate::metrics::CertMetrics> {

@@ -53,6 +53,8 @@ pub struct Running {
     checker: Option<JoinHandle<()>>,
     /// DNS discovery's thread (when a backend uses DNS); stops when dropped.
     _discover: Option<crate::discover::Handle>,
+    /// The ACME thread (when a frontend orders certificates); stops when dropped.
+    _acme: Option<crate::acme::Handle>,
     /// The certificate file watch and OCSP fetcher (when a certificate asks); stops when dropped.
     _cert_refresh: Option<crate::tls::refresh::Handle>,
     /// Servers `set server address` replaced, alive while connections to their old address
@@ -165,6 +167,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
     // Host names resolve (or are given up on) before any worker serves.
     let discover = crate::discover::start(&shared, senders.clone())?;
+    let acme = crate::acme::start(&shared)?;
     let dispatcher = Dispatcher {
         inboxes: senders.clone(),
         stats: shared.stats.clone(),
@@ -231,6 +234,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _watchdog: watchdog,
         checker,
         _discover: discover,
+        _acme: acme,
         _cert_refresh: cert_refresh,
         retired: servers::Retired::default(),
     })
