@@ -29,6 +29,8 @@
 //!   snapshot a worker process answers a scrape with.
 //! - `live`: the live model: backends and servers with stable ids and live state
 //!   (admin/operational state, weights, connections, counters) shared by every worker.
+//! - `limit`: rate and concurrency limits (`[[frontend.limit]]`): the stick tables shared by
+//!   a generation's workers, the sliding-window math (sans-io), the decision.
 //! - `budget`, `buffer`, [`stats`], `accesslog`: accept budgets, the per-worker copy-buffer
 //!   pool charged against a byte budget, counters, access log lines and their writer thread.
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors), certificates
@@ -56,6 +58,7 @@ pub mod error;
 pub(crate) mod health;
 pub mod http;
 pub(crate) mod ids;
+pub(crate) mod limit;
 pub mod listener;
 pub(crate) mod live;
 pub mod master;

@@ -26,6 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["command"],
     &["metrics"],
     &["live"],
+    &["limit"],
     &["budget", "buffer", "stats", "accesslog"],
     &["config", "http", "error", "ids", "origin", "proxyproto"],
 ];

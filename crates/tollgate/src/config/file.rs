@@ -204,6 +204,9 @@ pub(crate) struct FrontendSection {
     pub accept_proxy: Option<Spanned<super::proxy::AcceptName>>,
     /// ...from a peer in one of these blocks.
     pub trusted_proxies: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `[[frontend.limit]]`: rate and concurrency limits per key (`config::limit`).
+    #[serde(default)]
+    pub limit: Vec<super::limit::LimitSection>,
 }
 
 /// `[frontend.tls]`.

@@ -20,6 +20,7 @@ pub mod cert_store;
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
+pub mod limit;
 mod limits;
 pub mod model;
 pub mod ocsp;

@@ -398,6 +398,9 @@ pub struct Frontend {
     /// Sessions keep their origin (addresses, TLS facts) for a server's PROXY header: some
     /// server of the config has `send_proxy`.
     pub keep_origin: bool,
+    /// `[[frontend.limit]]`, in the order written: every one applies to every request
+    /// (TCP mode: connection) of the frontend.
+    pub limits: Vec<super::limit::Limit>,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.

@@ -699,6 +699,7 @@ impl<'a> Validator<'a> {
     fn frontends(&mut self, file: &ConfigFile, backends: &[Backend]) -> Vec<Frontend> {
         let mut seen = HashSet::new();
         let mut bound = HashSet::new();
+        let mut limit_names = HashSet::new();
         let mut out = Vec::new();
         for (i, f) in file.frontend.iter().enumerate() {
             let key = format!("frontend[{i}]");
@@ -786,6 +787,7 @@ impl<'a> Validator<'a> {
                 keep_origin: backends
                     .iter()
                     .any(|b| b.servers.iter().any(|s| s.send_proxy.is_some())),
+                limits: super::limit::limits(f, mode, &key, &mut limit_names, &mut self.errors),
             });
         }
         out
