@@ -48,6 +48,10 @@ pub enum ErrorKind {
     Killed,
     /// A TCP-mode `deny = true` route closed the connection.
     Denied,
+    /// Over a `[[frontend.limit]]`: answered 429 (or closed, by the limit's action).
+    Limited,
+    /// Over a limit with `action = "tarpit"`: held, then answered 500 and closed.
+    Tarpitted,
 }
 
 /// Where in a stream's life a failure happened (HAProxy's session states, the second letter
@@ -156,6 +160,8 @@ impl ErrorKind {
             ErrorKind::Config => "config",
             ErrorKind::Killed => "killed",
             ErrorKind::Denied => "denied",
+            ErrorKind::Limited => "limited",
+            ErrorKind::Tarpitted => "tarpitted",
         }
     }
 
@@ -165,7 +171,7 @@ impl ErrorKind {
             ErrorKind::Connect | ErrorKind::ConnectTimeout | ErrorKind::Tls => Phase::Connect,
             ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::QueueFull => Phase::Queue,
             ErrorKind::ServerEmpty | ErrorKind::ResponseTimeout | ErrorKind::BadResponse => Phase::Headers,
-            ErrorKind::BadRequest(_) | ErrorKind::Denied => Phase::Request,
+            ErrorKind::BadRequest(_) | ErrorKind::Denied | ErrorKind::Limited | ErrorKind::Tarpitted => Phase::Request,
             _ => Phase::Tunnel,
         }
     }
@@ -247,7 +253,12 @@ impl Error {
     pub fn is_routine(&self) -> bool {
         matches!(
             self.kind,
-            ErrorKind::PeerClosed | ErrorKind::IdleTimeout | ErrorKind::Killed | ErrorKind::Denied
+            ErrorKind::PeerClosed
+                | ErrorKind::IdleTimeout
+                | ErrorKind::Killed
+                | ErrorKind::Denied
+                | ErrorKind::Limited
+                | ErrorKind::Tarpitted
         )
     }
 
@@ -264,6 +275,8 @@ impl Error {
             ErrorKind::Killed => return None,
             ErrorKind::BadRequest(status) => status,
             ErrorKind::Denied => 403,
+            ErrorKind::Limited => 429,
+            ErrorKind::Tarpitted => 500,
             ErrorKind::IdleTimeout if front => 408,
             ErrorKind::NoServer | ErrorKind::QueueTimeout | ErrorKind::QueueFull | ErrorKind::Connect => 503,
             ErrorKind::ConnectTimeout | ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => 504,
@@ -295,7 +308,11 @@ impl Error {
         let front = self.side == Side::Front;
         let who = match self.kind {
             ErrorKind::Killed => b'K',
-            ErrorKind::BadRequest(_) | ErrorKind::BadResponse | ErrorKind::Denied => b'P',
+            ErrorKind::BadRequest(_)
+            | ErrorKind::BadResponse
+            | ErrorKind::Denied
+            | ErrorKind::Limited
+            | ErrorKind::Tarpitted => b'P',
             ErrorKind::QueueFull => b'R',
             ErrorKind::IdleTimeout if front => b'c',
             ErrorKind::IdleTimeout

@@ -153,6 +153,22 @@ enum CtlCommand {
         #[command(subcommand)]
         what: CtlDel,
     },
+    /// Forget stick table entries: `clear table api [KEY]`.
+    Clear {
+        #[command(subcommand)]
+        what: CtlClear,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlClear {
+    /// One entry of a limit's table (KEY as `show table` prints it: an address for a
+    /// `source` key), or every entry.
+    Table {
+        /// The limit's name.
+        limit: String,
+        key: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -232,6 +248,12 @@ enum CtlShow {
     Certs {
         /// Only this frontend.
         frontend: Option<String>,
+    },
+    /// A stick table (`[[frontend.limit]]`): its counters and entries (key, rate now,
+    /// requests in flight, last seen), highest rates first.
+    Table {
+        /// The limit's name.
+        limit: String,
     },
 }
 
@@ -498,6 +520,12 @@ fn ctl(args: CtlArgs) -> ExitCode {
         CtlCommand::Set {
             what: CtlSet::Cert { frontend, cert, key },
         } => ctl::set_cert(&frontend, &cert, key.as_deref()),
+        CtlCommand::Show {
+            what: CtlShow::Table { limit },
+        } => Ok(tollgate::command::Command::ShowTable { limit }),
+        CtlCommand::Clear {
+            what: CtlClear::Table { limit, key },
+        } => Ok(tollgate::command::Command::ClearTable { limit, key }),
         CtlCommand::Show { what: CtlShow::Budgets } => {
             let query = tollgate::command::show::Query::Budgets;
             return show(&args.target, args.json, Ok(tollgate::command::Command::Show { query }));

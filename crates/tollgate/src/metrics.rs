@@ -195,6 +195,25 @@ pub struct BackendMetrics {
     pub total: HistogramSnapshot,
 }
 
+/// One stick table (`[[frontend.limit]]`): its counters since the generation started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitMetrics {
+    pub name: String,
+    pub frontend: String,
+    /// Entries held now, and the most it may hold (`size`).
+    pub entries: u64,
+    pub size: u64,
+    /// Requests (TCP: connections) refused, and of those, tarpitted.
+    pub denied: u64,
+    pub tarpitted: u64,
+    /// Entries pushed out by a full table, and dropped after `expire` idle.
+    pub evicted: u64,
+    pub expired: u64,
+    /// New keys admitted without an entry: every candidate for eviction had requests in flight.
+    #[serde(default)]
+    pub untracked: u64,
+}
+
 /// Everything one worker process reports at a scrape (fields are additive).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MetricsSnapshot {
@@ -215,6 +234,9 @@ pub struct MetricsSnapshot {
     /// Every TLS frontend's certificates.
     #[serde(default)]
     pub certs: Vec<CertMetrics>,
+    /// Every stick table, in frontend then limit order.
+    #[serde(default)]
+    pub limits: Vec<LimitMetrics>,
 }
 
 /// One certificate's expiry, and its frontend's OCSP counters (repeated per certificate of

@@ -197,6 +197,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
             Answer::Servers { servers } => servers_table(servers),
             Answer::Explained { text, .. } => text.trim_end().to_string(),
             Answer::Metrics(report) => super::prometheus::render(report),
+            Answer::Table(report) => table_text(report),
             // Tables (never back here: `render_show` renders a `show` answer itself).
             Answer::Show(_) => return super::show::render_show(reply, false),
             Answer::Reload(report) => {
@@ -212,6 +213,52 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
         },
     };
     (text, ok)
+}
+
+/// `show table`: the limit and its counters, then one line an entry.
+pub(crate) fn table_text(t: &crate::command::table::TableReport) -> String {
+    let mut limits = Vec::new();
+    if let Some(rate) = &t.rate {
+        limits.push(format!("rate {rate}"));
+        if t.burst > 0 {
+            limits.push(format!("burst {}", t.burst));
+        }
+    }
+    if t.concurrent > 0 {
+        limits.push(format!("concurrent {}", t.concurrent));
+    }
+    let mut out = format!(
+        "table {} (frontend {}): key {}, {}, action {}\nentries {}/{} denied {} tarpitted {} evicted {} expired {} untracked {}\n",
+        t.name,
+        t.frontend,
+        t.key,
+        limits.join(", "),
+        t.action,
+        t.entries,
+        t.size,
+        t.denied,
+        t.tarpitted,
+        t.evicted,
+        t.expired,
+        t.untracked
+    );
+    let rows: Vec<Vec<String>> = t
+        .rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.key.clone(),
+                r.rate.to_string(),
+                r.in_flight.to_string(),
+                format!("{}.{:03}s", r.idle_ms / 1000, r.idle_ms % 1000),
+            ]
+        })
+        .collect();
+    out.push_str(&table(&["KEY", "RATE", "CONCURRENT", "LAST SEEN"], &rows));
+    if t.rows_left_out > 0 {
+        out.push_str(&format!("\n({} more entries not listed)", t.rows_left_out));
+    }
+    out
 }
 
 /// One line a server, columns aligned.

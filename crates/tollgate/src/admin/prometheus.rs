@@ -71,6 +71,7 @@ pub fn render(report: &MetricsReport) -> String {
     backends(&mut out, &gens);
     servers_families(&mut out, &gens);
     certs(&mut out, &gens, crate::config::cert_store::unix_now());
+    limits(&mut out, &gens);
     out.0
 }
 
@@ -131,6 +132,62 @@ fn certs(out: &mut Out, gens: &Gens<'_>, now: i64) {
                         v,
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Stick tables (`[[frontend.limit]]`), labelled by limit and frontend.
+fn limits(out: &mut Out, gens: &Gens<'_>) {
+    type Pick = fn(&crate::metrics::LimitMetrics) -> u64;
+    let families: [(&str, &str, &str, Pick); 7] = [
+        (
+            "tollgate_limit_denied_total",
+            "counter",
+            "Requests (TCP: connections) refused by the limit.",
+            |l| l.denied,
+        ),
+        (
+            "tollgate_limit_tarpitted_total",
+            "counter",
+            "Refused requests held for the tarpit.",
+            |l| l.tarpitted,
+        ),
+        (
+            "tollgate_limit_evicted_total",
+            "counter",
+            "Entries pushed out of the full stick table (least recently seen first).",
+            |l| l.evicted,
+        ),
+        (
+            "tollgate_limit_expired_total",
+            "counter",
+            "Entries dropped after `expire` without a request.",
+            |l| l.expired,
+        ),
+        (
+            "tollgate_limit_untracked_total",
+            "counter",
+            "New keys admitted without an entry (every eviction candidate was in flight).",
+            |l| l.untracked,
+        ),
+        (
+            "tollgate_limit_entries",
+            "gauge",
+            "Entries the stick table holds now.",
+            |l| l.entries,
+        ),
+        ("tollgate_limit_size", "gauge", "The stick table's size.", |l| l.size),
+    ];
+    for (name, kind, help, pick) in families {
+        out.family(name, kind, help);
+        for (g, m) in gens {
+            for l in &m.metrics.limits {
+                out.sample(
+                    name,
+                    &[("generation", g), ("limit", &l.name), ("frontend", &l.frontend)],
+                    pick(l),
+                );
             }
         }
     }

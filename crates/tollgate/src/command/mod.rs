@@ -11,6 +11,7 @@
 
 pub mod codec;
 pub mod show;
+pub mod table;
 
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +82,14 @@ pub enum Command {
     SetCert {
         frontend: String,
         cert: String,
+        #[serde(default)]
+        key: Option<String>,
+    },
+    /// A stick table's entries and counters, from the serving generation.
+    ShowTable { limit: String },
+    /// Forget one entry of a stick table (`key`, as `show table` prints it), or all.
+    ClearTable {
+        limit: String,
         #[serde(default)]
         key: Option<String>,
     },
@@ -175,6 +184,8 @@ impl Command {
             Command::DelServer { .. } => "del server",
             Command::Show { query } => query.name(),
             Command::SetCert { .. } => "set cert",
+            Command::ShowTable { .. } => "show table",
+            Command::ClearTable { .. } => "clear table",
         }
     }
 }
@@ -206,6 +217,8 @@ pub enum Answer {
         detail: serde_json::Value,
     },
     Show(show::ShowReport),
+    /// `show table`.
+    Table(table::TableReport),
 }
 
 /// The master's own figures and one snapshot per live worker generation.
@@ -441,6 +454,11 @@ pub(crate) enum ToWorker {
     SetCert {
         id: u64,
         cert: CertInstall,
+    },
+    /// Answered with `Answer::Table` (show) or `Answer::Text` (clear).
+    Table {
+        id: u64,
+        op: table::TableOp,
     },
 }
 

@@ -179,7 +179,13 @@ fn is_token_byte(b: u8) -> bool {
 }
 
 /// A frontend's limits, validated; `names` collects every limit name of the config.
-pub(super) fn limits(f: &FrontendSection, mode: ModeName, key: &str, names: &mut HashSet<String>, errors: &mut Errors) -> Vec<Limit> {
+pub(super) fn limits(
+    f: &FrontendSection,
+    mode: ModeName,
+    key: &str,
+    names: &mut HashSet<String>,
+    errors: &mut Errors,
+) -> Vec<Limit> {
     if f.limit.len() > MAX_LIMITS_PER_FRONTEND
         && let Some(extra) = f.limit.get(MAX_LIMITS_PER_FRONTEND)
     {
@@ -229,7 +235,10 @@ fn one(
         (Some(LimitKey::Header(_) | LimitKey::Path), ModeName::Tcp) => err(
             l.key.span(),
             "key",
-            format!("`{}` needs an http-mode frontend (a TCP frontend reads no request)", l.key.get_ref()),
+            format!(
+                "`{}` needs an http-mode frontend (a TCP frontend reads no request)",
+                l.key.get_ref()
+            ),
         ),
         (Some(LimitKey::Sni), _) if !reads_sni => err(
             l.key.span(),
@@ -249,14 +258,26 @@ fn one(
     if let Some(c) = &l.concurrent
         && *c.get_ref() == 0
     {
-        err(c.span(), "concurrent", "must be at least 1 (leave it out for no limit)".into());
+        err(
+            c.span(),
+            "concurrent",
+            "must be at least 1 (leave it out for no limit)".into(),
+        );
     }
     if l.rate.is_none() && l.concurrent.is_none() {
-        err(l.name.span(), "rate", "a limit needs `rate`, `concurrent` or both".into());
+        err(
+            l.name.span(),
+            "rate",
+            "a limit needs `rate`, `concurrent` or both".into(),
+        );
     }
     let burst = match &l.burst {
         Some(b) if l.rate.is_none() => {
-            err(b.span(), "burst", "`burst` is an allowance above `rate`: it needs `rate`".into());
+            err(
+                b.span(),
+                "burst",
+                "`burst` is an allowance above `rate`: it needs `rate`".into(),
+            );
             0
         }
         Some(b) if *b.get_ref() > MAX_COUNT => {
@@ -333,7 +354,11 @@ fn action(l: &LimitSection, mode: ModeName, err: &mut impl FnMut(Range<usize>, &
     };
     if let Some(t) = &l.tarpit {
         if !matches!(action, LimitAction::Tarpit(_)) {
-            err(t.span(), "tarpit", "`tarpit` is only used with `action = \"tarpit\"`".into());
+            err(
+                t.span(),
+                "tarpit",
+                "`tarpit` is only used with `action = \"tarpit\"`".into(),
+            );
         } else if t.get_ref().0.is_zero() {
             err(t.span(), "tarpit", "must be more than 0".into());
         }
@@ -350,12 +375,37 @@ mod tests {
     #[test]
     fn rates_parse_with_their_period() {
         let r = |t| parse_rate(t).unwrap();
-        assert_eq!(r("100/s"), Rate { count: 100, period: Duration::from_secs(1) });
+        assert_eq!(
+            r("100/s"),
+            Rate {
+                count: 100,
+                period: Duration::from_secs(1)
+            }
+        );
         assert_eq!(r("6000/m").period, Duration::from_secs(60));
         assert_eq!(r("5/h").period, Duration::from_secs(3600));
-        assert_eq!(r("10/5s"), Rate { count: 10, period: Duration::from_secs(5) });
+        assert_eq!(
+            r("10/5s"),
+            Rate {
+                count: 10,
+                period: Duration::from_secs(5)
+            }
+        );
         assert_eq!(r("3/250ms").period, Duration::from_millis(250));
-        for bad in ["", "100", "/s", "0/s", "-1/s", "1.5/s", "100/", "100/x", "100/0s", "100/2d", "100/1500us", "99999999999/s"] {
+        for bad in [
+            "",
+            "100",
+            "/s",
+            "0/s",
+            "-1/s",
+            "1.5/s",
+            "100/",
+            "100/x",
+            "100/0s",
+            "100/2d",
+            "100/1500us",
+            "99999999999/s",
+        ] {
             assert!(parse_rate(bad).is_err(), "{bad:?} parsed");
         }
     }
@@ -363,7 +413,10 @@ mod tests {
     #[test]
     fn keys_parse_and_header_names_are_lowercased() {
         assert_eq!(parse_key("source").unwrap(), LimitKey::Source);
-        assert_eq!(parse_key("header:X-Api-Key").unwrap(), LimitKey::Header("x-api-key".into()));
+        assert_eq!(
+            parse_key("header:X-Api-Key").unwrap(),
+            LimitKey::Header("x-api-key".into())
+        );
         assert_eq!(parse_key("sni").unwrap(), LimitKey::Sni);
         assert_eq!(parse_key("path").unwrap(), LimitKey::Path);
         for bad in ["", "header:", "header:a b", "cookie:x", "Source", "header:é"] {
@@ -381,36 +434,132 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_mode_and_the_window() {
-        let c = crate::config::parse(&config("http", "name = \"api\"\nkey = \"header:X-Key\"\nrate = \"50/s\""), "t.toml").unwrap();
+        let c = crate::config::parse(
+            &config("http", "name = \"api\"\nkey = \"header:X-Key\"\nrate = \"50/s\""),
+            "t.toml",
+        )
+        .unwrap();
         let l = &c.frontends[0].limits[0];
         assert_eq!(l.key, LimitKey::Header("x-key".into()));
-        assert_eq!((l.action, l.size, l.expire, l.burst, l.concurrent), (LimitAction::TooMany, DEFAULT_SIZE, DEFAULT_EXPIRE, 0, 0));
-        let c = crate::config::parse(&config("tcp", "name = \"c\"\nkey = \"source\"\nrate = \"5/h\"\naction = \"tarpit\""), "t.toml").unwrap();
+        assert_eq!(
+            (l.action, l.size, l.expire, l.burst, l.concurrent),
+            (LimitAction::TooMany, DEFAULT_SIZE, DEFAULT_EXPIRE, 0, 0)
+        );
+        let c = crate::config::parse(
+            &config(
+                "tcp",
+                "name = \"c\"\nkey = \"source\"\nrate = \"5/h\"\naction = \"tarpit\"",
+            ),
+            "t.toml",
+        )
+        .unwrap();
         let l = &c.frontends[0].limits[0];
-        assert_eq!((l.action, l.expire), (LimitAction::Tarpit(DEFAULT_TARPIT), Duration::from_secs(7200)));
-        let c = crate::config::parse(&config("tcp", "name = \"c\"\nkey = \"source\"\nconcurrent = 3"), "t.toml").unwrap();
+        assert_eq!(
+            (l.action, l.expire),
+            (LimitAction::Tarpit(DEFAULT_TARPIT), Duration::from_secs(7200))
+        );
+        let c = crate::config::parse(
+            &config("tcp", "name = \"c\"\nkey = \"source\"\nconcurrent = 3"),
+            "t.toml",
+        )
+        .unwrap();
         assert_eq!(c.frontends[0].limits[0].action, LimitAction::Close);
     }
 
     #[test]
     fn refusals_name_the_position_and_key() {
         let cases = [
-            ("tcp", "name = \"a\"\nkey = \"header:x\"\nrate = \"1/s\"", "t.toml:8:7", "limit[0].key"),
-            ("tcp", "name = \"a\"\nkey = \"path\"\nrate = \"1/s\"", "t.toml:8:7", "limit[0].key"),
-            ("tcp", "name = \"a\"\nkey = \"sni\"\nrate = \"1/s\"", "t.toml:8:7", "limit[0].key"),
-            ("http", "name = \"a\"\nkey = \"sni\"\nrate = \"1/s\"", "t.toml:8:7", "limit[0].key"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"0/s\"", "t.toml:9:8", "limit[0].rate"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"10/fortnight\"", "t.toml:9:8", "limit[0].rate"),
+            (
+                "tcp",
+                "name = \"a\"\nkey = \"header:x\"\nrate = \"1/s\"",
+                "t.toml:8:7",
+                "limit[0].key",
+            ),
+            (
+                "tcp",
+                "name = \"a\"\nkey = \"path\"\nrate = \"1/s\"",
+                "t.toml:8:7",
+                "limit[0].key",
+            ),
+            (
+                "tcp",
+                "name = \"a\"\nkey = \"sni\"\nrate = \"1/s\"",
+                "t.toml:8:7",
+                "limit[0].key",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"sni\"\nrate = \"1/s\"",
+                "t.toml:8:7",
+                "limit[0].key",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"0/s\"",
+                "t.toml:9:8",
+                "limit[0].rate",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"10/fortnight\"",
+                "t.toml:9:8",
+                "limit[0].rate",
+            ),
             ("http", "name = \"a\"\nkey = \"source\"", "t.toml:7:8", "limit[0].rate"),
-            ("http", "name = \"a\"\nkey = \"source\"\nconcurrent = 0", "t.toml:9:14", "limit[0].concurrent"),
-            ("http", "name = \"a\"\nkey = \"source\"\nconcurrent = 1\nburst = 3", "t.toml:10:9", "limit[0].burst"),
-            ("tcp", "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\naction = \"429\"", "t.toml:10:10", "limit[0].action"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\naction = \"drop\"", "t.toml:10:10", "limit[0].action"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\ntarpit = \"1s\"", "t.toml:10:10", "limit[0].tarpit"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"1/m\"\nexpire = \"1m\"", "t.toml:10:10", "limit[0].expire"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"1/m\"\nsize = 0", "t.toml:10:8", "limit[0].size"),
-            ("http", "name = \"a b\"\nkey = \"source\"\nrate = \"1/m\"", "t.toml:7:8", "limit[0].name"),
-            ("http", "name = \"a\"\nkey = \"source\"\nrate = \"1/m\"\n[[frontend.limit]]\nname = \"a\"\nkey = \"path\"\nrate = \"1/s\"", "t.toml:11:8", "limit[1].name"),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nconcurrent = 0",
+                "t.toml:9:14",
+                "limit[0].concurrent",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nconcurrent = 1\nburst = 3",
+                "t.toml:10:9",
+                "limit[0].burst",
+            ),
+            (
+                "tcp",
+                "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\naction = \"429\"",
+                "t.toml:10:10",
+                "limit[0].action",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\naction = \"drop\"",
+                "t.toml:10:10",
+                "limit[0].action",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\ntarpit = \"1s\"",
+                "t.toml:10:10",
+                "limit[0].tarpit",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"1/m\"\nexpire = \"1m\"",
+                "t.toml:10:10",
+                "limit[0].expire",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"1/m\"\nsize = 0",
+                "t.toml:10:8",
+                "limit[0].size",
+            ),
+            (
+                "http",
+                "name = \"a b\"\nkey = \"source\"\nrate = \"1/m\"",
+                "t.toml:7:8",
+                "limit[0].name",
+            ),
+            (
+                "http",
+                "name = \"a\"\nkey = \"source\"\nrate = \"1/m\"\n[[frontend.limit]]\nname = \"a\"\nkey = \"path\"\nrate = \"1/s\"",
+                "t.toml:11:8",
+                "limit[1].name",
+            ),
         ];
         for (mode, limit, at, key) in cases {
             let text = config(mode, limit);

@@ -15,6 +15,8 @@
 //! - [`origin`]: a session's client and TLS facts, for a server's PROXY protocol header.
 //! - [`sessions`], [`errors`], [`stat`]: what `show sessions`, `show errors` and `show
 //!   stat` read: the thread's live connections, its last malformed messages, its cells.
+//! - `Shared::limits`: each frontend's stick tables (`limit`), one `Arc` per limit that every
+//!   thread of the generation counts into.
 //!
 //! Invariant: nothing here imports `runtime`, `listener`, `proxy` or `tls`; a worker's
 //! context is plain state plus the few methods sessions need, built once per thread.
@@ -68,6 +70,25 @@ pub struct Shared {
     pub(crate) paused: FrontendSwitch,
     /// `show stat`'s own per-thread cells, by worker id.
     pub(crate) stat: Vec<stat::ThreadStat>,
+    /// Each frontend's `[[frontend.limit]]` stick tables, by frontend index: one per limit
+    /// for the whole generation, so every thread counts into the same entries.
+    pub(crate) limits: Vec<crate::limit::LimitSet>,
+}
+
+/// A frontend with no limits (or an index past the config): checks nothing.
+static NO_LIMITS: crate::limit::LimitSet = crate::limit::LimitSet::EMPTY;
+
+impl Shared {
+    /// The limits of `frontend`.
+    #[inline]
+    pub(crate) fn limits(&self, frontend: usize) -> &crate::limit::LimitSet {
+        self.limits.get(frontend).unwrap_or(&NO_LIMITS)
+    }
+
+    /// The stick table named `name`, in whichever frontend it is.
+    pub(crate) fn table(&self, name: &str) -> Option<&std::sync::Arc<crate::limit::StickTable>> {
+        self.limits.iter().flat_map(|l| l.tables()).find(|t| t.name() == name)
+    }
 }
 
 impl Shared {

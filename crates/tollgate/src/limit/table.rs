@@ -37,6 +37,7 @@ const ENTRIES_PER_SHARD: usize = 1024;
 const EVICT_SCAN: usize = 8;
 
 /// One entry's counts not yet pushed to the shared store (`take_deltas`).
+#[cfg_attr(not(test), allow(dead_code))] // the Redis sync (issue 15, item 5) reads them
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SyncEntry {
     pub key: Box<[u8]>,
@@ -136,7 +137,10 @@ impl std::fmt::Debug for StickTable {
 impl StickTable {
     pub(crate) fn new(spec: &Limit) -> StickTable {
         let size = spec.size.max(1) as usize;
-        let shards = (size / ENTRIES_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS);
+        let shards = (size / ENTRIES_PER_SHARD)
+            .clamp(1, MAX_SHARDS)
+            .next_power_of_two()
+            .min(MAX_SHARDS);
         let shards = (0..shards)
             .map(|i| {
                 // `size` split exactly: the first `size % shards` shards take one more.
@@ -167,6 +171,7 @@ impl StickTable {
         &self.spec.name
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// The window's period; zero for a limit without `rate` (nothing to sync).
     pub(crate) fn period(&self) -> Duration {
         self.spec.rate.map_or(Duration::ZERO, |r| r.period)
@@ -309,6 +314,7 @@ impl StickTable {
         n
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// Appends, for every entry counted since the last call, the wall-clock period index and
     /// the count not yet pushed; marks them pushed.
     pub(crate) fn take_deltas(&self, out: &mut Vec<SyncEntry>) {
@@ -335,6 +341,7 @@ impl StickTable {
         });
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// Records the global totals (all instances, this one's pushed counts included) Redis
     /// returned for `key` in `period` and `period - 1`. A key this instance holds no entry
     /// for is ignored.
@@ -352,6 +359,7 @@ impl StickTable {
         }
     }
 
+    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// Forgets every remote total: decisions fall back to local counts (Redis down).
     pub(crate) fn clear_remote(&self) {
         self.each_shard(|s| {
@@ -559,7 +567,9 @@ mod tests {
     #[test]
     fn entries_in_flight_are_never_evicted() {
         let t = StickTable::new(&spec(None, 5, 1));
-        let Check::Pass(Some(mark)) = t.check(b"a", NOW) else { panic!() };
+        let Check::Pass(Some(mark)) = t.check(b"a", NOW) else {
+            panic!()
+        };
         // The only slot is busy: `b` passes untracked.
         assert_eq!(t.check(b"b", NOW), Check::Pass(None));
         assert_eq!(t.counters.untracked.load(Ordering::Relaxed), 1);

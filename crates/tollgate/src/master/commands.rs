@@ -18,6 +18,7 @@ use super::control::Request;
 use super::desired::Desired;
 use super::desired::servers::Undo;
 use super::{Event, GenState, Master};
+use crate::command::table::TableOp;
 use crate::command::{
     Answer, Command, ExplainQuery, GenerationMetrics, MasterMetrics, MetricsReport, Outcome, Reply, ServerChange,
     ToWorker, codec,
@@ -44,6 +45,8 @@ enum Gather {
     Show { what: &'static str },
     /// An acknowledgement from every generation, whose texts say what each one did.
     Installed { what: String },
+    /// `show table` / `clear table` from the serving generation: its answer as it is.
+    Table,
 }
 
 /// A command on its way to the workers: where its answer goes and how it is gathered.
@@ -66,6 +69,8 @@ pub(crate) struct Pending {
     shows: Vec<crate::command::show::GenerationShow>,
     /// The generations' text answers (`Gather::Installed`).
     texts: Vec<String>,
+    /// `Gather::Table`: the worker's answer.
+    answer: Option<Answer>,
     errors: Vec<String>,
     deadline: Instant,
     /// When the master sent the command (the answer says how long the workers took).
@@ -114,6 +119,10 @@ impl Pending {
                         self.sent.elapsed().as_millis()
                     ),
                 ),
+                Gather::Table => match self.answer.take() {
+                    Some(answer) => Reply::ok(self.client_id, answer),
+                    None => Reply::error(self.client_id, "the worker gave no answer"),
+                },
                 Gather::Applied { what } => Reply::text(
                     self.client_id,
                     format!(
@@ -218,6 +227,8 @@ impl Master {
                 self.send_and_gather(request, id, reply, Gather::Show { what }, &generations, &msg)
                     .await;
             }
+            Command::ShowTable { limit } => self.table(id, reply, TableOp::Show { limit }).await,
+            Command::ClearTable { limit, key } => self.table(id, reply, TableOp::Clear { limit, key }).await,
             Command::SetServerState {
                 backend,
                 server,
@@ -326,6 +337,28 @@ impl Master {
                 self.apply(id, reply, change).await;
             }
         }
+    }
+
+    /// A stick table's `show` or `clear`, by the newest serving generation: the tables of
+    /// older ones serve only their last connections, and a reload starts new tables.
+    async fn table(&mut self, client_id: u64, reply: oneshot::Sender<Reply>, op: TableOp) {
+        let known = self
+            .config
+            .frontends
+            .iter()
+            .any(|f| f.limits.iter().any(|l| l.name == op.limit()));
+        if !known {
+            let _ = reply.send(Reply::error(client_id, format!("no limit `{}`", op.limit())));
+            return;
+        }
+        let Some(generation) = self.serving_generation() else {
+            let _ = reply.send(Reply::error(client_id, "no generation is serving"));
+            return;
+        };
+        let request = self.next_request_id();
+        let msg = ToWorker::Table { id: request, op };
+        self.send_and_gather(request, client_id, reply, Gather::Table, &[generation], &msg)
+            .await;
     }
 
     /// Asks the newest serving generation for its servers (of `backend`), for `gather`.
@@ -437,6 +470,7 @@ impl Master {
             metrics: Vec::new(),
             shows: Vec::new(),
             texts: Vec::new(),
+            answer: None,
             errors: Vec::new(),
             deadline: Instant::now() + REPLY_TIMEOUT,
             sent: Instant::now(),
@@ -487,6 +521,7 @@ impl Master {
                 g.generation = generation;
                 g
             })),
+            Outcome::Ok { answer } if matches!(pending.gather, Gather::Table) => pending.answer = Some(answer),
             Outcome::Ok {
                 answer: Answer::Text { text },
             } => pending.texts.push(text),

@@ -166,7 +166,7 @@ async fn control(
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
                 Some(ToWorker::HardStop) => break true,
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. } | ToWorker::Table { .. })) => {
                     answer(&mut replies, running, cmd).await;
                 }
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
@@ -220,7 +220,7 @@ async fn control(
                 // A stopping generation still writes lines for its last sessions.
                 Some(ToWorker::ReopenLogs) => running.reopen_logs(),
                 // A stopping generation still has sessions: `--kill` must reach them.
-                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. })) => {
+                Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. } | ToWorker::Table { .. })) => {
                     answer(&mut replies, running, cmd).await
                 }
                 Some(_) => {}
@@ -265,6 +265,10 @@ async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: 
                 }],
             }),
         ),
+        ToWorker::Table { id, op } => match running.table(&op) {
+            Ok(answer) => Reply::ok(id, answer),
+            Err(e) => Reply::error(id, e),
+        },
         ToWorker::Show { id, query } => match running.show(&query) {
             Ok(generation) => Reply::ok(
                 id,

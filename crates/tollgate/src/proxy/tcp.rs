@@ -7,6 +7,9 @@
 //! Session start: a TLS frontend terminates (`tls::terminate::accept`) and routes on the
 //! SNI the handshake saw; a plain frontend with `sni` routes peeks the ClientHello
 //! (`tls::passthrough`) and routes without decrypting; otherwise `default_backend`.
+//! `[[frontend.limit]]`: limits keyed by source count the connection at accept, before any
+//! byte is read; limits keyed by SNI once it is known (peeked or from the handshake). A
+//! connection a source-only route sends on at accept reads no SNI: `sni` limits skip it.
 
 use std::rc::Rc;
 
@@ -15,10 +18,12 @@ use tokio::time::Instant;
 
 use super::connect::Retries;
 use super::record::{StreamRecord, TlsSeen};
+use crate::config::limit::{LimitAction, LimitKey};
 use crate::config::model::Frontend;
 use crate::config::route::tcp::{self as tcp_route, TcpTarget};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
+use crate::limit::Held;
 use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
 use crate::tls::{ktls, passthrough};
 
@@ -35,6 +40,10 @@ pub(crate) async fn serve(
         .frontends
         .get(frontend)
         .ok_or_else(|| Error::new(ErrorKind::NoServer, Side::Internal, "no such frontend"))?;
+    // `[[frontend.limit]]` keyed by source: before any byte is read. Held (connections in
+    // flight) until the session ends.
+    let mut held = Held::default();
+    over_limit(ctx, frontend, rec, None, |k| *k == LimitKey::Source, &mut held).await?;
     // Source-only routes decide before any byte is read (`config::route::tcp`).
     let early = match tcp_route::at_accept(fe, rec.client.ip()) {
         Some((_, TcpTarget::Close)) => return Err(denied(ctx, frontend)),
@@ -44,14 +53,71 @@ pub(crate) async fn serve(
     if let Some(tls) = &fe.tls {
         // Boxed: the TLS states are large, and a plain TCP session should not carry (and copy
         // into its task) their size.
-        return Box::pin(serve_tls(ctx, fe, tls, early, client, rec, seen)).await;
+        return Box::pin(serve_tls(ctx, fe, tls, early, client, rec, seen, &mut held)).await;
     }
     let backend = match (early, &fe.sni_routes) {
         (Some(b), _) => b,
-        (None, Some(_)) => inspect(ctx, fe, &client, rec, seen).await?,
+        (None, Some(_)) => inspect(ctx, fe, &client, rec, seen, &mut held).await?,
         (None, None) => route_sni(ctx, fe, rec, None)?,
     };
     to_server(ctx, fe, backend, &client, rec).await
+}
+
+/// Counts the connection against the frontend's limits whose key `only` accepts (its
+/// source at accept, its SNI once read); one it is over closes it, after the tarpit if the
+/// limit says so.
+async fn over_limit<'a>(
+    ctx: &'a WorkerCtx,
+    frontend: usize,
+    rec: &StreamRecord,
+    sni: Option<&str>,
+    only: impl Fn(&LimitKey) -> bool,
+    held: &mut Held<'a>,
+) -> Result<(), Error> {
+    let set = ctx.shared.limits(frontend);
+    if set.is_empty() {
+        return Ok(());
+    }
+    let facts = TcpFacts {
+        source: rec.client.ip(),
+        sni,
+    };
+    let Err(over) = set.check(&facts, only, held) else {
+        return Ok(());
+    };
+    let why = format!("over limit {}", over.table.name());
+    match over.action {
+        LimitAction::Tarpit(hold) => {
+            tokio::time::sleep(hold).await;
+            Err(Error::new(ErrorKind::Tarpitted, Side::Front, why))
+        }
+        // `429` is refused on TCP frontends at load.
+        LimitAction::Close | LimitAction::TooMany => Err(Error::new(ErrorKind::Limited, Side::Front, why)),
+    }
+}
+
+/// What a connection offers a limit's key: no request, so no header and no path.
+struct TcpFacts<'r> {
+    source: std::net::IpAddr,
+    sni: Option<&'r str>,
+}
+
+impl crate::limit::Facts for TcpFacts<'_> {
+    fn source(&self) -> std::net::IpAddr {
+        self.source
+    }
+
+    fn sni(&self) -> Option<&str> {
+        self.sni
+    }
+
+    fn header(&self, _: &str) -> Option<&[u8]> {
+        None
+    }
+
+    fn path(&self) -> Option<&[u8]> {
+        None
+    }
 }
 
 /// A `deny = true` route closed the connection (counted).
@@ -60,21 +126,33 @@ fn denied(ctx: &WorkerCtx, frontend: usize) -> Error {
     Error::new(ErrorKind::Denied, Side::Front, "closed by a deny route")
 }
 
-async fn serve_tls(
-    ctx: &Rc<WorkerCtx>,
+#[allow(clippy::too_many_arguments)] // the session's parts, each borrowed separately
+async fn serve_tls<'a>(
+    ctx: &'a Rc<WorkerCtx>,
     fe: &Frontend,
     tls: &crate::config::model::FrontendTls,
     early: Option<usize>,
     client: TcpStream,
     rec: &mut StreamRecord,
     seen: &mut TlsSeen,
+    held: &mut Held<'a>,
 ) -> Result<(), Error> {
+    let sni_limits = |k: &LimitKey| *k == LimitKey::Sni;
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
         // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
         // per process at startup, cached): rustls over a CorkStream, handed to the kernel
         // after `after_bytes` (tls::ktls).
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
         note_tls(ctx, client.get_ref().1, seen);
+        over_limit(
+            ctx,
+            rec.frontend,
+            rec,
+            client.get_ref().1.server_name(),
+            sni_limits,
+            held,
+        )
+        .await?;
         let backend = match early {
             Some(b) => b,
             None => route_sni(ctx, fe, rec, client.get_ref().1.server_name())?,
@@ -84,6 +162,15 @@ async fn serve_tls(
     }
     let client = crate::tls::terminate::accept(ctx, tls, client).await?;
     note_tls(ctx, client.get_ref().1, seen);
+    over_limit(
+        ctx,
+        rec.frontend,
+        rec,
+        client.get_ref().1.server_name(),
+        sni_limits,
+        held,
+    )
+    .await?;
     let backend = match early {
         Some(b) => b,
         None => route_sni(ctx, fe, rec, client.get_ref().1.server_name())?,
@@ -122,12 +209,13 @@ fn route_sni(ctx: &WorkerCtx, fe: &Frontend, rec: &StreamRecord, sni: Option<&st
 }
 
 /// Peeks the ClientHello (a pooled buffer is held only while peeking) and routes on its SNI.
-async fn inspect(
-    ctx: &WorkerCtx,
+async fn inspect<'a>(
+    ctx: &'a WorkerCtx,
     fe: &Frontend,
     client: &TcpStream,
     rec: &StreamRecord,
     seen: &mut TlsSeen,
+    held: &mut Held<'a>,
 ) -> Result<usize, Error> {
     let deadline = Instant::now() + ctx.shared.config.timeouts.tls_inspect;
     let hello = {
@@ -140,6 +228,7 @@ async fn inspect(
             if ctx.access_log.is_some() {
                 seen.sni = info.sni().map(Box::from);
             }
+            over_limit(ctx, rec.frontend, rec, info.sni(), |k| *k == LimitKey::Sni, held).await?;
             route_sni(ctx, fe, rec, info.sni())
         }
         Err(e) => {

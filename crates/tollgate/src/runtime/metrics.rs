@@ -3,7 +3,7 @@
 //! histograms, servers). Reads atomics only; never blocks a worker thread.
 
 use crate::ctx::Shared;
-use crate::metrics::{BackendMetrics, BudgetMetrics, FrontendMetrics, MetricsSnapshot, sum_histogram};
+use crate::metrics::{BackendMetrics, BudgetMetrics, FrontendMetrics, LimitMetrics, MetricsSnapshot, sum_histogram};
 use crate::stats::{self, Snapshot};
 
 /// Sums the cells of every worker thread of this process.
@@ -20,6 +20,7 @@ pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
         budgets: budgets(shared, &counters)
             .into_iter()
             .chain(h2_budgets(shared, &counters))
+            .chain(table_budgets(shared))
             .collect(),
         frontends: frontends(shared),
         backends: backends(shared),
@@ -29,6 +30,7 @@ pub(crate) fn snapshot(shared: &Shared) -> MetricsSnapshot {
             .flat_map(|b| b.servers().servers.iter().map(|s| s.view()).collect::<Vec<_>>())
             .collect(),
         certs: certs(shared),
+        limits: limits(shared),
     }
 }
 
@@ -57,6 +59,30 @@ fn certs(shared: &Shared) -> Vec<crate::metrics::CertMetrics> {
                 serial: e.facts.serial_hex(),
                 source: e.source.as_str().to_string(),
                 not_after: e.facts.not_after,
+            })
+        })
+        .collect()
+}
+
+/// Every stick table's counters (each table's shards locked in turn, briefly).
+pub(crate) fn limits(shared: &Shared) -> Vec<LimitMetrics> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let frontends = shared.config.frontends.iter().zip(&shared.limits);
+    frontends
+        .flat_map(|(f, set)| {
+            set.tables().iter().map(|t| {
+                let c = &t.counters;
+                LimitMetrics {
+                    name: t.name().to_string(),
+                    frontend: f.name.clone(),
+                    entries: t.entries(),
+                    size: u64::from(t.spec().size),
+                    denied: c.denied.load(Relaxed),
+                    tarpitted: c.tarpitted.load(Relaxed),
+                    evicted: c.evicted.load(Relaxed),
+                    expired: c.expired.load(Relaxed),
+                    untracked: c.untracked.load(Relaxed),
+                }
             })
         })
         .collect()
@@ -152,6 +178,21 @@ fn backends(shared: &Shared) -> Vec<BackendMetrics> {
                 response: sum_histogram(cells().map(|c| &c.response)),
                 total: sum_histogram(cells().map(|c| &c.total)),
             }
+        })
+        .collect()
+}
+
+/// Each stick table as a budget: its `size`, the entries it holds, the entries evicted
+/// for room as its `parked` count.
+fn table_budgets(shared: &Shared) -> Vec<BudgetMetrics> {
+    let tables = shared.limits.iter().flat_map(|set| set.tables());
+    tables
+        .map(|t| BudgetMetrics {
+            name: format!("table:{}", t.name()),
+            limit: u64::from(t.spec().size),
+            in_use: Some(t.entries()),
+            parked: Some(t.counters.evicted.load(std::sync::atomic::Ordering::Relaxed)),
+            waiting: None,
         })
         .collect()
 }

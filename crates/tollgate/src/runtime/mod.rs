@@ -12,6 +12,7 @@ pub(crate) mod metrics;
 mod servers;
 pub(crate) mod show;
 pub(crate) mod slowstart;
+mod tables;
 pub(crate) mod watchdog;
 pub(crate) mod worker;
 
@@ -159,6 +160,11 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
                 .get(f)
                 .is_some_and(|fe| options.disabled_frontends.contains(&fe.name))
         }),
+        limits: config
+            .frontends
+            .iter()
+            .map(|f| crate::limit::LimitSet::new(&f.limits))
+            .collect(),
         config,
     });
     crate::health::seed(&shared.backends, &options.health_seed);
@@ -370,6 +376,11 @@ impl Running {
         query: &crate::command::show::Query,
     ) -> Result<crate::command::show::GenerationShow, String> {
         show::answer(&self.shared, &self.inboxes, query)
+    }
+
+    /// `show table` / `clear table` on this process's stick tables.
+    pub fn table(&self, op: &crate::command::table::TableOp) -> Result<crate::command::Answer, String> {
+        tables::answer(&self.shared, op)
     }
 
     /// Every server's live state (of one backend).

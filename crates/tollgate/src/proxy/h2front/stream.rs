@@ -168,6 +168,19 @@ impl Stream<'_> {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
             _ => config.request_limits(None, &Overrides::NONE),
         };
+        // `[[frontend.limit]]`: held (requests in flight) until this stream ends.
+        let mut held = crate::limit::Held::default();
+        let set = self.conn.ctx.shared.limits(self.conn.frontend);
+        if !set.is_empty() {
+            let facts = H2Facts {
+                source: self.conn.peer.ip(),
+                sni: self.conn.sni.as_deref(),
+                parts: &parts,
+            };
+            if let Err(over) = set.check(&facts, crate::limit::every, &mut held) {
+                return self.limited(over).await;
+            }
+        }
         let max_body = limits.max_body_size;
         if max_body > 0 && checked.content_length.is_some_and(|n| n > max_body) {
             return Err(refused(413, "content-length over max_body_size"));
@@ -484,6 +497,32 @@ impl Stream<'_> {
         Ok(())
     }
 
+    /// A stream over one of the frontend's limits: 429 with `Retry-After`, a reset
+    /// (`close`: the connection carries other streams), or the tarpit and then 500.
+    async fn limited(&mut self, over: crate::limit::Refused<'_>) -> Result<(), Error> {
+        use crate::config::limit::LimitAction;
+        let why = format!("over limit {}", over.table.name());
+        match over.action {
+            LimitAction::TooMany => {
+                self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
+                let mut resp = http::Response::new(());
+                resp.headers_mut()
+                    .insert(http::header::RETRY_AFTER, http::HeaderValue::from(over.retry_after));
+                self.answer_with(resp, 429, "text/plain", b"Too many requests\n")
+            }
+            LimitAction::Close => {
+                self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
+                self.answered = true;
+                self.respond.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
+                Ok(())
+            }
+            LimitAction::Tarpit(hold) => {
+                tokio::time::sleep(hold).await;
+                Err(Error::new(ErrorKind::Tarpitted, Side::Front, why))
+            }
+        }
+    }
+
     /// A response the proxy makes (an error before any response).
     fn answer(&mut self, status: u16, content_type: &str, text: &[u8]) -> Result<(), Error> {
         self.answer_with(http::Response::new(()), status, content_type, text)
@@ -603,6 +642,31 @@ fn grpc_message(cause: &Error) -> &'static str {
         ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => "proxy: server timed out",
         ErrorKind::Killed => "proxy: server taken out of service",
         _ => "proxy: server failed",
+    }
+}
+
+/// What a stream offers a limit's key (`limit::Facts`).
+struct H2Facts<'r> {
+    source: std::net::IpAddr,
+    sni: Option<&'r str>,
+    parts: &'r Parts,
+}
+
+impl crate::limit::Facts for H2Facts<'_> {
+    fn source(&self) -> std::net::IpAddr {
+        self.source
+    }
+
+    fn sni(&self) -> Option<&str> {
+        self.sni
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.parts.headers.get(name).map(http::HeaderValue::as_bytes)
+    }
+
+    fn path(&self) -> Option<&[u8]> {
+        Some(self.parts.uri.path().as_bytes())
     }
 }
 
