@@ -262,6 +262,20 @@ impl Running {
         self.bound.iter().find(|(fe, _)| *fe == idx).map(|(_, a)| *a)
     }
 
+    /// Every address `frontend` is bound to, in the order of its `bind` list.
+    pub fn local_addrs(&self, frontend: &str) -> Vec<SocketAddr> {
+        let Some(idx) = self.shared.config.frontends.iter().position(|f| f.name == frontend) else {
+            return Vec::new();
+        };
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for (_, a) in self.bound.iter().filter(|(fe, _)| *fe == idx) {
+            if !out.contains(a) {
+                out.push(*a);
+            }
+        }
+        out
+    }
+
     /// Accept loops still running; 0 once a stopping generation accepts no more connections
     /// (its duplicates of the listening sockets are closed).
     pub fn accepting(&self) -> usize {

@@ -19,16 +19,20 @@ pub(crate) fn answer(shared: &Shared, op: &TableOp) -> Result<Answer, String> {
             let bytes = key::parse(&table.spec().key, text)?;
             let n = table.clear(Some(&bytes));
             Ok(Answer::Text {
-                text: format!("table {name}: {n} entry cleared (key {text})"),
+                text: format!("table {name}: {} cleared (key {text})", entries(n)),
             })
         }
         TableOp::Clear { key: None, .. } => {
             let n = table.clear(None);
             Ok(Answer::Text {
-                text: format!("table {name}: {n} entries cleared"),
+                text: format!("table {name}: {} cleared", entries(n)),
             })
         }
     }
+}
+
+fn entries(n: u64) -> String {
+    format!("{n} {}", if n == 1 { "entry" } else { "entries" })
 }
 
 fn report(shared: &Shared, t: &StickTable) -> TableReport {
