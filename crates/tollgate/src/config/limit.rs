@@ -424,6 +424,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// What the fuzz target checks, on text shaped like a rate or a key: never a panic,
+        /// and what parses writes back to itself.
+        #[test]
+        fn specs_round_trip(rate in "[0-9]{0,11}/[0-9]{0,6}(us|ms|s|m|h|d|x)?", key in "(header:)?[A-Za-z0-9 -]{0,8}") {
+            if let Ok(r) = parse_rate(&rate) {
+                proptest::prop_assert!(r.count >= 1 && r.period >= Duration::from_millis(1));
+                proptest::prop_assert_eq!(parse_rate(&format!("{}/{}ms", r.count, r.period.as_millis())), Ok(r));
+            }
+            if let Ok(k) = parse_key(&key) {
+                proptest::prop_assert_eq!(parse_key(&k.describe()), Ok(k));
+            }
+        }
+    }
+
     fn config(mode: &str, limit: &str) -> String {
         format!(
             "[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"{mode}\"\ndefault_backend = \"be\"\n\
