@@ -56,7 +56,9 @@ impl Client {
 }
 
 fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
-    r.1.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    r.1.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 /// A limit's counters, from the process's metrics snapshot.
@@ -71,7 +73,11 @@ struct Counts {
 
 fn limit_metrics(proxy: &Proxy, name: &str) -> Counts {
     let m = proxy.running().metrics();
-    let l = m.limits.into_iter().find(|l| l.name == name).expect("the limit's metrics");
+    let l = m
+        .limits
+        .into_iter()
+        .find(|l| l.name == name)
+        .expect("the limit's metrics");
     Counts {
         entries: l.entries,
         size: l.size,
@@ -88,7 +94,9 @@ fn two_clients_are_each_limited_exactly_over_two_workers() {
     const PERIOD_MS: u64 = 100;
     let o = http_origin(|_| ok("x"));
     let text = http(
-        &format!("[[frontend.limit]]\nname = \"per_client\"\nkey = \"header:x-client\"\nrate = \"{RATE}/{PERIOD_MS}ms\""),
+        &format!(
+            "[[frontend.limit]]\nname = \"per_client\"\nkey = \"header:x-client\"\nrate = \"{RATE}/{PERIOD_MS}ms\""
+        ),
         o.addr,
         "",
     );
@@ -124,7 +132,10 @@ fn two_clients_are_each_limited_exactly_over_two_workers() {
                 })
                 .collect();
             std::thread::spawn(move || {
-                let totals = conns.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+                let totals = conns
+                    .into_iter()
+                    .map(|t| t.join().unwrap())
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
                 (totals, unix_ms())
             })
         })
@@ -347,7 +358,10 @@ fn h2_clients_count_in_the_same_table_as_h1_clients() {
     );
     let proxy = Proxy::start(&text);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let statuses = rt.block_on(async move {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (client, conn) = h2::client::handshake(tcp).await.unwrap();
@@ -363,7 +377,10 @@ fn h2_clients_count_in_the_same_table_as_h1_clients() {
                 .unwrap();
             let (resp, _) = client.send_request(req, true).unwrap();
             let resp = resp.await.unwrap();
-            let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
             out.push((resp.status().as_u16(), retry.is_some()));
             client = client.ready().await.unwrap();
         }
@@ -416,21 +433,39 @@ fn ctl_shows_and_clears_a_table_through_the_master() {
     let statuses: Vec<u16> = (0..3).map(|_| c.get("/", "").unwrap().0).collect();
     assert_eq!(statuses, [200, 200, 429]);
     let shown = master.ctl_ok(&["show", "table", "api"]);
-    assert!(shown.contains("key source, rate 2/h, concurrent 10, action 429"), "{shown}");
+    assert!(
+        shown.contains("key source, rate 2/h, concurrent 10, action 429"),
+        "{shown}"
+    );
     assert!(shown.contains("entries 1/100000 denied 1"), "{shown}");
-    assert!(shown.lines().any(|l| l.starts_with("127.0.0.1") && l.split_whitespace().nth(1) == Some("2")), "{shown}");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("127.0.0.1") && l.split_whitespace().nth(1) == Some("2")),
+        "{shown}"
+    );
     let json: serde_json::Value = serde_json::from_str(&master.ctl_ok(&["--json", "show", "table", "api"])).unwrap();
     let rows = &json["answer"]["rows"];
-    assert_eq!((rows[0]["key"].as_str(), rows[0]["rate"].as_u64()), (Some("127.0.0.1"), Some(2)), "{json}");
+    assert_eq!(
+        (rows[0]["key"].as_str(), rows[0]["rate"].as_u64()),
+        (Some("127.0.0.1"), Some(2)),
+        "{json}"
+    );
     let metrics = master.ctl_ok(&["show", "metrics"]);
     assert!(
-        metrics.lines().any(|l| l.starts_with("tollgate_limit_denied_total{") && l.contains("limit=\"api\"") && l.ends_with(" 1")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tollgate_limit_denied_total{") && l.contains("limit=\"api\"") && l.ends_with(" 1")),
         "{metrics}"
     );
     let cleared = master.ctl_ok(&["clear", "table", "api", "127.0.0.1"]);
     assert!(cleared.contains("1 entry cleared"), "{cleared}");
     assert_eq!(c.get("/", "").unwrap().0, 200, "counted afresh");
-    assert!(master.ctl_ok(&["clear", "table", "api"]).contains("table api: 1 entry cleared"));
+    assert!(
+        master
+            .ctl_ok(&["clear", "table", "api"])
+            .contains("table api: 1 entry cleared")
+    );
     let (code, _, err) = master.ctl(&["show", "table", "nope"]);
     assert!(code != 0 && err.contains("no limit `nope`"), "{code} {err}");
     let (code, _, err) = master.ctl(&["clear", "table", "api", "not-an-address"]);
@@ -441,11 +476,36 @@ fn ctl_shows_and_clears_a_table_through_the_master() {
 fn tollgate_check_refuses_bad_limits_with_their_position() {
     let dir = master_support::TempDir::new("limit-check");
     let cases = [
-        ("tcp", "key = \"header:x\"\nrate = \"1/s\"", ":9:7:", "frontend[0].limit[0].key"),
-        ("http", "key = \"source\"\nrate = \"100/fortnight\"", ":10:8:", "frontend[0].limit[0].rate"),
-        ("http", "key = \"source\"\nrate = \"0/s\"", ":10:8:", "frontend[0].limit[0].rate"),
-        ("http", "key = \"sni\"\nrate = \"1/s\"", ":9:7:", "frontend[0].limit[0].key"),
-        ("http", "key = \"source\"\nrate = \"1/s\"\nwindow = 3", ":11:1:", "frontend[0].limit[0].window"),
+        (
+            "tcp",
+            "key = \"header:x\"\nrate = \"1/s\"",
+            ":9:7:",
+            "frontend[0].limit[0].key",
+        ),
+        (
+            "http",
+            "key = \"source\"\nrate = \"100/fortnight\"",
+            ":10:8:",
+            "frontend[0].limit[0].rate",
+        ),
+        (
+            "http",
+            "key = \"source\"\nrate = \"0/s\"",
+            ":10:8:",
+            "frontend[0].limit[0].rate",
+        ),
+        (
+            "http",
+            "key = \"sni\"\nrate = \"1/s\"",
+            ":9:7:",
+            "frontend[0].limit[0].key",
+        ),
+        (
+            "http",
+            "key = \"source\"\nrate = \"1/s\"\nwindow = 3",
+            ":11:1:",
+            "frontend[0].limit[0].window",
+        ),
     ];
     for (mode, limit, at, key) in cases {
         let text = format!(
@@ -463,6 +523,9 @@ fn tollgate_check_refuses_bad_limits_with_their_position() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         let want = format!("{}{at}", path.display());
-        assert!(err.contains(&want) && err.contains(key), "want {want} {key}, got: {err}\n{text}");
+        assert!(
+            err.contains(&want) && err.contains(key),
+            "want {want} {key}, got: {err}\n{text}"
+        );
     }
 }

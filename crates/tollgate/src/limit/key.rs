@@ -54,7 +54,7 @@ impl std::fmt::Debug for Key {
 pub(crate) type KeyBuf = [u8; MAX_KEY_LEN];
 
 /// The bytes of a source address key.
-pub(crate) fn source<'b>(ip: IpAddr, buf: &'b mut KeyBuf) -> &'b [u8] {
+pub(crate) fn source(ip: IpAddr, buf: &mut KeyBuf) -> &[u8] {
     match ip.to_canonical() {
         IpAddr::V4(v4) => copy(&v4.octets(), buf),
         IpAddr::V6(v6) => copy(&v6.octets(), buf),

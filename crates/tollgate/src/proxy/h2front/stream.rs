@@ -505,6 +505,7 @@ impl Stream<'_> {
         match over.action {
             LimitAction::TooMany => {
                 self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
+                self.conn.ctx.stats.http_proxy_4xx.add(1);
                 let mut resp = http::Response::new(());
                 resp.headers_mut()
                     .insert(http::header::RETRY_AFTER, http::HeaderValue::from(over.retry_after));

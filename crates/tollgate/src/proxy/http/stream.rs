@@ -479,6 +479,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
             LimitAction::TooMany => {
                 let e = Error::new(ErrorKind::Limited, Side::Front, why);
                 self.rec.fail(&e);
+                self.ctx.stats.http_proxy_4xx.add(1);
+                if let Some(c) = self.ctx.stat().and_then(|s| s.frontend(self.frontend)) {
+                    c.proxy_4xx.add(1);
+                }
                 let keep = req.keep_alive && !self.ctx.is_stopping();
                 too_many_response(refused.retry_after, keep, req.method == Method::Head, &mut self.out);
                 self.answer_here(head, req, 429, keep).await
