@@ -166,6 +166,16 @@ fn two_clients_are_each_limited_exactly_over_two_workers() {
     }
     let m = limit_metrics(&proxy, "per_client");
     assert_eq!((m.denied, m.entries, m.evicted), (denied, 3, 0), "{m:?}");
+    // Which thread served what (the kernel spreads connections over both listeners).
+    let per_thread: Vec<u64> = proxy
+        .running()
+        .shared()
+        .stats
+        .iter()
+        .map(|s| s.http_requests.get())
+        .collect();
+    eprintln!("requests per worker thread: {per_thread:?}");
+    assert_eq!(per_thread.iter().sum::<u64>(), 10_000 + RATE - 5 + 300);
 }
 
 #[test]
@@ -528,4 +538,78 @@ fn tollgate_check_refuses_bad_limits_with_their_position() {
             "want {want} {key}, got: {err}\n{text}"
         );
     }
+}
+
+#[test]
+fn burst_lets_a_quiet_client_go_above_its_rate_once() {
+    let o = http_origin(|_| ok("x"));
+    let text = http(
+        "[[frontend.limit]]\nname = \"bursty\"\nkey = \"source\"\nrate = \"2/h\"\nburst = 3",
+        o.addr,
+        "",
+    );
+    let proxy = Proxy::start(&text);
+    let mut c = Client::open(proxy.addr);
+    let statuses: Vec<u16> = (0..7).map(|_| c.get("/", "").unwrap().0).collect();
+    // The rate's 2, the bucket's 3 (it refills over an hour: none back yet).
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+}
+
+#[test]
+fn sni_keys_count_per_server_name_on_a_tls_frontend() {
+    use common::tls::{Ca, TempDir, cert_entry, client_config};
+    let o = http_origin(|_| ok("x"));
+    let dir = TempDir::new();
+    let ca = Ca::new("limits-ca");
+    let leaf = ca
+        .leaf(&["a.example", "b.example"], "limits", false)
+        .write(&dir, "leaf");
+    let text = http(
+        &format!(
+            "[frontend.tls]\n{}\n[[frontend.limit]]\nname = \"names\"\nkey = \"sni\"\nrate = \"2/h\"",
+            cert_entry(&leaf, true)
+        ),
+        o.addr,
+        "",
+    );
+    let proxy = Proxy::start(&text);
+    let client = client_config(&ca);
+    let status = |name: &str| {
+        let req = format!("GET / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n");
+        let (reply, _) = common::tls::tls_request(proxy.addr, client.clone(), name, req.as_bytes()).unwrap();
+        String::from_utf8_lossy(&reply)
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse::<u16>()
+            .unwrap()
+    };
+    let a: Vec<u16> = (0..3).map(|_| status("a.example")).collect();
+    assert_eq!(a, [200, 200, 429]);
+    assert_eq!(status("b.example"), 200, "another name, another entry");
+    assert_eq!(limit_metrics(&proxy, "names").entries, 2);
+}
+
+#[test]
+fn sni_keys_count_peeked_names_in_tcp_passthrough() {
+    use common::tls::{Ca, client_config, tls_origin, tls_request};
+    let ca = Ca::new("passthrough-ca");
+    let leaf = ca.leaf(&["a.example", "b.example"], "origin", false);
+    let origin = tls_origin(leaf.server_config(), |_, sni| sni.unwrap_or_default().into_bytes());
+    let text = format!(
+        "[[frontend]]\nname = \"pass\"\nbind = [\"127.0.0.1:0\"]\n\
+         [[frontend.route]]\nsni = \"*.example\"\nbackend = \"tls\"\n\
+         [[frontend.limit]]\nname = \"hellos\"\nkey = \"sni\"\nrate = \"1/h\"\n\
+         [[backend]]\nname = \"tls\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n"
+    );
+    let proxy = Proxy::start(&text);
+    let client = client_config(&ca);
+    let through = |name: &str| tls_request(proxy.addr, client.clone(), name, b"hi").map(|(r, _)| r);
+    assert_eq!(through("a.example").unwrap(), b"a.example");
+    assert!(
+        through("a.example").is_err(),
+        "the second hello for a.example is closed"
+    );
+    assert_eq!(through("b.example").unwrap(), b"b.example");
+    assert_eq!(limit_metrics(&proxy, "hellos").denied, 1);
 }
