@@ -83,6 +83,10 @@ impl Drop for Held<'_> {
     }
 }
 
+/// The error context of a refused request: static, so a flood of refusals allocates nothing
+/// for it (`show table` and the counters name the limit).
+pub(crate) const OVER_LIMIT: &str = "over a [[frontend.limit]]";
+
 /// Unix time in milliseconds: the clock every instance's periods are cut from.
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()

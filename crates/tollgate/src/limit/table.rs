@@ -119,12 +119,17 @@ struct Shard {
     capacity: usize,
 }
 
+/// A shard's lock and map on cache lines of their own: two threads working on keys of
+/// different shards never write the same line.
+#[repr(align(128))]
+struct Padded(Mutex<Shard>);
+
 pub(crate) struct StickTable {
     spec: Limit,
     window: Option<Window>,
     expire_ms: u64,
     hasher: foldhash::quality::RandomState,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Padded]>,
     pub(crate) counters: TableCounters,
 }
 
@@ -145,12 +150,12 @@ impl StickTable {
             .map(|i| {
                 // `size` split exactly: the first `size % shards` shards take one more.
                 let capacity = size / shards + usize::from(i < size % shards);
-                Mutex::new(Shard {
+                Padded(Mutex::new(Shard {
                     newest: NIL,
                     oldest: NIL,
                     capacity,
                     ..Shard::default()
-                })
+                }))
             })
             .collect();
         StickTable {
@@ -187,7 +192,7 @@ impl StickTable {
         // The high half: hashbrown indexes buckets with the low bits and tags with the top 7.
         let i = ((hash >> 32) as usize) & (self.shards.len().max(1) - 1);
         let m = self.shards.get(i)?;
-        Some((i as u32, m.lock().unwrap_or_else(PoisonError::into_inner)))
+        Some((i as u32, m.0.lock().unwrap_or_else(PoisonError::into_inner)))
     }
 
     /// Decides one request (connection) of `key` at `now_ms` (unix ms) and counts it.
@@ -238,7 +243,7 @@ impl StickTable {
         let Some(m) = self.shards.get(mark.shard as usize) else {
             return;
         };
-        let mut shard = m.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shard = m.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(slot) = shard.slots.get_mut(mark.slot as usize)
             && slot.live
             && slot.generation == mark.generation
@@ -249,7 +254,7 @@ impl StickTable {
 
     fn each_shard(&self, mut f: impl FnMut(&mut Shard)) {
         for m in &self.shards {
-            f(&mut m.lock().unwrap_or_else(PoisonError::into_inner));
+            f(&mut m.0.lock().unwrap_or_else(PoisonError::into_inner));
         }
     }
 

@@ -85,7 +85,8 @@ async fn over_limit<'a>(
     let Err(over) = set.check(&facts, only, held) else {
         return Ok(());
     };
-    let why = format!("over limit {}", over.table.name());
+    let why = crate::limit::OVER_LIMIT;
+    tracing::debug!(client = %rec.client, limit = over.table.name(), "connection over a limit");
     match over.action {
         LimitAction::Tarpit(hold) => {
             tokio::time::sleep(hold).await;

@@ -501,7 +501,8 @@ impl Stream<'_> {
     /// (`close`: the connection carries other streams), or the tarpit and then 500.
     async fn limited(&mut self, over: crate::limit::Refused<'_>) -> Result<(), Error> {
         use crate::config::limit::LimitAction;
-        let why = format!("over limit {}", over.table.name());
+        let why = crate::limit::OVER_LIMIT;
+        tracing::debug!(frontend = %self.fe.name, peer = %self.conn.peer, limit = over.table.name(), "h2 request over a limit");
         match over.action {
             LimitAction::TooMany => {
                 self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));

@@ -474,7 +474,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
         refused: crate::limit::Refused<'_>,
     ) -> Result<bool, Error> {
         use crate::config::limit::LimitAction;
-        let why = format!("over limit {}", refused.table.name());
+        let why = crate::limit::OVER_LIMIT;
+        tracing::debug!(frontend = %self.fe.name, peer = %self.peer, limit = refused.table.name(), "request over a limit");
         match refused.action {
             LimitAction::TooMany => {
                 let e = Error::new(ErrorKind::Limited, Side::Front, why);
