@@ -16,6 +16,7 @@
 
 mod check;
 mod guard;
+mod limited;
 mod rewrite;
 mod stream;
 mod to_h1;

@@ -114,7 +114,7 @@ pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mu
 
 pub(super) struct Stream<'s> {
     pub(super) conn: &'s ConnInfo,
-    fe: &'s Frontend,
+    pub(super) fe: &'s Frontend,
     pub(super) rec: &'s mut StreamRecord,
     pub(super) respond: &'s mut SendResponse<Bytes>,
     /// A response head went out: a failure now can only reset the stream (or, for gRPC,
@@ -172,7 +172,7 @@ impl Stream<'_> {
         let mut held = crate::limit::Held::default();
         let set = self.conn.ctx.shared.limits(self.conn.frontend);
         if !set.is_empty() {
-            let facts = H2Facts {
+            let facts = super::limited::H2Facts {
                 source: self.conn.peer.ip(),
                 sni: self.conn.sni.as_deref(),
                 parts: &parts,
@@ -497,34 +497,6 @@ impl Stream<'_> {
         Ok(())
     }
 
-    /// A stream over one of the frontend's limits: 429 with `Retry-After`, a reset
-    /// (`close`: the connection carries other streams), or the tarpit and then 500.
-    async fn limited(&mut self, over: crate::limit::Refused<'_>) -> Result<(), Error> {
-        use crate::config::limit::LimitAction;
-        let why = crate::limit::OVER_LIMIT;
-        tracing::debug!(frontend = %self.fe.name, peer = %self.conn.peer, limit = over.table.name(), "h2 request over a limit");
-        match over.action {
-            LimitAction::TooMany => {
-                self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
-                self.conn.ctx.stats.http_proxy_4xx.add(1);
-                let mut resp = http::Response::new(());
-                resp.headers_mut()
-                    .insert(http::header::RETRY_AFTER, http::HeaderValue::from(over.retry_after));
-                self.answer_with(resp, 429, "text/plain", b"Too many requests\n")
-            }
-            LimitAction::Close => {
-                self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
-                self.answered = true;
-                self.respond.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
-                Ok(())
-            }
-            LimitAction::Tarpit(hold) => {
-                tokio::time::sleep(hold).await;
-                Err(Error::new(ErrorKind::Tarpitted, Side::Front, why))
-            }
-        }
-    }
-
     /// A response the proxy makes (an error before any response).
     fn answer(&mut self, status: u16, content_type: &str, text: &[u8]) -> Result<(), Error> {
         self.answer_with(http::Response::new(()), status, content_type, text)
@@ -532,7 +504,7 @@ impl Stream<'_> {
 
     /// A response the proxy makes: `resp`'s fields, then the status, the content type (none
     /// when empty) and the length of `text`, the body.
-    fn answer_with(
+    pub(super) fn answer_with(
         &mut self,
         mut resp: http::Response<()>,
         status: u16,
@@ -644,31 +616,6 @@ fn grpc_message(cause: &Error) -> &'static str {
         ErrorKind::ResponseTimeout | ErrorKind::IdleTimeout => "proxy: server timed out",
         ErrorKind::Killed => "proxy: server taken out of service",
         _ => "proxy: server failed",
-    }
-}
-
-/// What a stream offers a limit's key (`limit::Facts`).
-struct H2Facts<'r> {
-    source: std::net::IpAddr,
-    sni: Option<&'r str>,
-    parts: &'r Parts,
-}
-
-impl crate::limit::Facts for H2Facts<'_> {
-    fn source(&self) -> std::net::IpAddr {
-        self.source
-    }
-
-    fn sni(&self) -> Option<&str> {
-        self.sni
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.parts.headers.get(name).map(http::HeaderValue::as_bytes)
-    }
-
-    fn path(&self) -> Option<&[u8]> {
-        Some(self.parts.uri.path().as_bytes())
     }
 }
 

@@ -12,6 +12,7 @@
 mod client;
 mod exchange;
 pub(crate) mod inbound;
+mod limited;
 pub(crate) mod route;
 pub(crate) mod server_conn;
 mod stream;

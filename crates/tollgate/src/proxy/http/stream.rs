@@ -101,7 +101,7 @@ pub(super) struct Session<'a, C> {
     pub(super) out: Vec<u8>,
     served: u64,
     accepted: Instant,
-    frontend: usize,
+    pub(super) frontend: usize,
     /// The record of the stream (request) being served; sunk when it ends.
     pub(super) rec: StreamRecord,
     /// When the next stream begins: the accept, then the end of each response.
@@ -369,7 +369,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let mut held = crate::limit::Held::default();
         let set = self.ctx.shared.limits(self.frontend);
         if !set.is_empty() {
-            let facts = H1Facts {
+            let facts = super::limited::H1Facts {
                 source: self.peer.ip(),
                 sni: self.client.tls_seen().1,
                 head: &head,
@@ -464,48 +464,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
     }
 
-    /// A request over one of the frontend's limits, answered as the limit says: 429 with
-    /// `Retry-After` (the connection kept as for any answer), closed unanswered, or held for
-    /// the tarpit and then answered 500 and closed.
-    async fn limited(
-        &mut self,
-        head: RequestHead,
-        req: &RequestInfo,
-        refused: crate::limit::Refused<'_>,
-    ) -> Result<bool, Error> {
-        use crate::config::limit::LimitAction;
-        let why = crate::limit::OVER_LIMIT;
-        tracing::debug!(frontend = %self.fe.name, peer = %self.peer, limit = refused.table.name(), "request over a limit");
-        match refused.action {
-            LimitAction::TooMany => {
-                let e = Error::new(ErrorKind::Limited, Side::Front, why);
-                self.rec.fail(&e);
-                self.ctx.stats.http_proxy_4xx.add(1);
-                if let Some(c) = self.ctx.stat().and_then(|s| s.frontend(self.frontend)) {
-                    c.proxy_4xx.add(1);
-                }
-                let keep = req.keep_alive && !self.ctx.is_stopping();
-                too_many_response(refused.retry_after, keep, req.method == Method::Head, &mut self.out);
-                self.answer_here(head, req, 429, keep).await
-            }
-            LimitAction::Close => {
-                head.reclaim(&mut self.scratch);
-                self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
-                sessions::set_state(SessionState::Closing);
-                Ok(false)
-            }
-            LimitAction::Tarpit(hold) => {
-                head.reclaim(&mut self.scratch);
-                tokio::time::sleep(hold).await;
-                self.fail(&Error::new(ErrorKind::Tarpitted, Side::Front, why)).await?;
-                Ok(false)
-            }
-        }
-    }
-
     /// Sends the response the proxy made (in `out`) for a request it answers itself, once
     /// the request's body is read and dropped.
-    async fn answer_here(
+    pub(super) async fn answer_here(
         &mut self,
         head: RequestHead,
         req: &RequestInfo,
@@ -682,52 +643,6 @@ pub(super) async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &
         }
     };
     let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
-}
-
-/// What a request offers a limit's key (`limit::Facts`), read from its head in place.
-struct H1Facts<'r> {
-    source: std::net::IpAddr,
-    sni: Option<&'r str>,
-    head: &'r RequestHead,
-    buf: &'r [u8],
-}
-
-impl crate::limit::Facts for H1Facts<'_> {
-    fn source(&self) -> std::net::IpAddr {
-        self.source
-    }
-
-    fn sni(&self) -> Option<&str> {
-        self.sni
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        use crate::http::h1::MessageHead;
-        self.head.header(self.buf, name.as_bytes())
-    }
-
-    fn path(&self) -> Option<&[u8]> {
-        let target = route::request_path(self.head, self.buf);
-        target.split(|&b| b == b'?').next()
-    }
-}
-
-/// `429 Too Many Requests` with `Retry-After` (to a HEAD request: its head only).
-fn too_many_response(retry_after: u64, keep: bool, head_only: bool, out: &mut Vec<u8>) {
-    const BODY: &[u8] = b"Too many requests\n";
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: ");
-    out.extend_from_slice(itoa::Buffer::new().format(retry_after).as_bytes());
-    out.extend_from_slice(b"\r\nContent-Type: text/plain\r\nContent-Length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(BODY.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if !keep {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(BODY);
-    }
 }
 
 /// A response made by a `return` or `deny` route (to a HEAD request: its head only).
