@@ -12,7 +12,8 @@
 //! `timeouts.http_keep_alive`, or none ever within `timeouts.http_request`) → graceful
 //! GOAWAY; worker stopping (reload, stop) → graceful GOAWAY, open streams finish (a hard
 //! stop drops them); a flood → GOAWAY `ENHANCE_YOUR_CALM`, every stream dropped, closed.
-//! Request strictness: `check.rs`; h2 ↔ h1 bytes: `to_h1.rs`; a route's rewrites: `rewrite.rs`.
+//! Request strictness: `check.rs`; h2 ↔ h1 bytes: `to_h1.rs`; a route's rewrites: `rewrite.rs`;
+//! a stream over a `[[frontend.limit]]`: `limited.rs`.
 
 mod check;
 mod guard;

@@ -4,7 +4,8 @@
 //!
 //! The session is a loop of request *streams* (`stream.rs`): read a head (within
 //! `timeouts.http_request`; an idle keep-alive wait is bounded by `http_keep_alive`), decide
-//! (`route.rs`), answer or forward (`exchange.rs`), then keep the connection only if both
+//! (`route.rs`), count it against the frontend's limits (`limited.rs` answers one over
+//! them), answer or forward (`exchange.rs`), then keep the connection only if both
 //! the request and the response allow it and the worker is not stopping. A message whose
 //! framing is not fully determined is never forwarded; every proxy-made error response
 //! closes the connection, so a malformed request can never desync what follows.
