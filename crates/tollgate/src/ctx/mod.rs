@@ -85,9 +85,15 @@ impl Shared {
         self.limits.get(frontend).unwrap_or(&NO_LIMITS)
     }
 
+    /// Every stick table of the generation, in frontend then limit order (what the Redis
+    /// sync walks).
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &std::sync::Arc<crate::limit::StickTable>> {
+        self.limits.iter().flat_map(|l| l.tables())
+    }
+
     /// The stick table named `name`, in whichever frontend it is.
     pub(crate) fn table(&self, name: &str) -> Option<&std::sync::Arc<crate::limit::StickTable>> {
-        self.limits.iter().flat_map(|l| l.tables()).find(|t| t.name() == name)
+        self.tables().find(|t| t.name() == name)
     }
 }
 

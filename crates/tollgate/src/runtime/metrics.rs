@@ -185,8 +185,8 @@ fn backends(shared: &Shared) -> Vec<BackendMetrics> {
 /// Each stick table as a budget: its `size`, the entries it holds, the entries evicted
 /// for room as its `parked` count.
 fn table_budgets(shared: &Shared) -> Vec<BudgetMetrics> {
-    let tables = shared.limits.iter().flat_map(|set| set.tables());
-    tables
+    shared
+        .tables()
         .map(|t| BudgetMetrics {
             name: format!("table:{}", t.name()),
             limit: u64::from(t.spec().size),
