@@ -10,6 +10,12 @@
 //! - [`LimitSet`]: a frontend's limits in the order written; `check` evaluates the ones
 //!   whose key the request has, reading the wall clock once.
 //!
+//! Sharing across instances (the Redis sync builds on this): `ctx::Shared::tables()` walks
+//! every table of a generation; a sync round calls [`StickTable::take_deltas`] (counts not
+//! yet pushed, by wall-clock period), pushes them, and hands each key's global totals back
+//! with `set_remote`; an outage calls `clear_remote`, and decisions fall back to local
+//! counts. Nothing on the request path waits for it. `concurrent` is never shared.
+//!
 //! Invariants: a frontend without limits costs nothing (an empty set is checked by one
 //! branch, no clock read). A request is refused by the first limit it is over; limits
 //! before that one have counted it (as HAProxy's trackers do). Requests in flight are held
