@@ -631,3 +631,41 @@ fn sni_keys_count_peeked_names_in_tcp_passthrough() {
     assert_eq!(through("b.example").unwrap(), b"b.example");
     assert_eq!(limit_metrics(&proxy, "hellos").denied, 1);
 }
+
+#[test]
+fn close_on_http2_resets_the_stream_and_keeps_the_connection() {
+    let o = http_origin(|_| ok("x"));
+    let text = http(
+        "[[frontend.limit]]\nname = \"h2close\"\nkey = \"source\"\nrate = \"1/h\"\naction = \"close\"",
+        o.addr,
+        "h2c = true",
+    );
+    let proxy = Proxy::start(&text);
+    let addr = proxy.addr;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let outcomes = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut client = client.ready().await.unwrap();
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            let req = http::Request::get(format!("http://{addr}/")).body(()).unwrap();
+            let (resp, _) = client.send_request(req, true).unwrap();
+            out.push(match resp.await {
+                Ok(r) => Ok(r.status().as_u16()),
+                Err(e) => Err(e.reason()),
+            });
+            // The connection carries on: the next stream can be opened.
+            client = client.ready().await.unwrap();
+        }
+        out
+    });
+    let calm = Err(Some(h2::Reason::ENHANCE_YOUR_CALM));
+    assert_eq!(outcomes, [Ok(200), calm.clone(), calm], "{outcomes:?}");
+}
