@@ -667,5 +667,5 @@ fn close_on_http2_resets_the_stream_and_keeps_the_connection() {
         out
     });
     let calm = Err(Some(h2::Reason::ENHANCE_YOUR_CALM));
-    assert_eq!(outcomes, [Ok(200), calm.clone(), calm], "{outcomes:?}");
+    assert_eq!(outcomes, [Ok(200), calm, calm], "{outcomes:?}");
 }
