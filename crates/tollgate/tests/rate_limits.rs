@@ -669,3 +669,36 @@ fn close_on_http2_resets_the_stream_and_keeps_the_connection() {
     let calm = Err(Some(h2::Reason::ENHANCE_YOUR_CALM));
     assert_eq!(outcomes, [Ok(200), calm, calm], "{outcomes:?}");
 }
+
+#[test]
+fn source_keys_are_the_address_a_proxy_header_carries() {
+    let o = http_origin(|_| ok("x"));
+    let text = http(
+        "[[frontend.limit]]\nname = \"behind_lb\"\nkey = \"source\"\nrate = \"1/h\"",
+        o.addr,
+        "accept_proxy = \"v1\"\ntrusted_proxies = [\"127.0.0.1\"]",
+    );
+    let proxy = Proxy::start(&text);
+    let status = |client: &str| {
+        let mut c = Client::open(proxy.addr);
+        let header = format!("PROXY TCP4 {client} 127.0.0.1 40000 80\r\n");
+        c.writer.write_all(header.as_bytes()).unwrap();
+        c.get("/", "").unwrap().0
+    };
+    // One balancer (127.0.0.1), two clients behind it: counted apart.
+    assert_eq!(status("192.0.2.1"), 200);
+    assert_eq!(status("192.0.2.1"), 429);
+    assert_eq!(status("192.0.2.2"), 200);
+    let rows = proxy
+        .running()
+        .table(&tollgate::command::table::TableOp::Show {
+            limit: "behind_lb".into(),
+        })
+        .unwrap();
+    let tollgate::command::Answer::Table(report) = rows else {
+        panic!("{rows:?}")
+    };
+    let mut keys: Vec<&str> = report.rows.iter().map(|r| r.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(keys, ["192.0.2.1", "192.0.2.2"]);
+}
