@@ -102,20 +102,17 @@ impl Counts {
         c.roll(period);
         let (cur, prev) = c.effective(period);
         let left = w.period_ms - now_ms % w.period_ms;
-        let weighted = u128::from(prev) * u128::from(left) / u128::from(w.period_ms);
-        cur.saturating_add(u64::try_from(weighted).unwrap_or(u64::MAX))
+        cur.saturating_add(weighted(prev, left, w.period_ms))
     }
 
     /// Decides one request at `now_ms` and counts it if admitted.
     pub(crate) fn admit(&mut self, w: &Window, now_ms: u64) -> Admit {
-        let p = u128::from(w.period_ms);
         let period = now_ms / w.period_ms;
         let elapsed = now_ms % w.period_ms;
         self.roll(period);
         let (cur, prev) = self.effective(period);
         let left = w.period_ms - elapsed;
-        let weighted = u128::from(prev) * u128::from(left) / p;
-        if u128::from(cur) + 1 + weighted <= u128::from(w.rate) {
+        if cur.saturating_add(1).saturating_add(weighted(prev, left, w.period_ms)) <= w.rate {
             self.cur += 1;
             return Admit::Rate;
         }
@@ -135,6 +132,16 @@ impl Counts {
             }
         }
         Admit::Wait(wait_ms(w, cur, prev, elapsed).max(1))
+    }
+}
+
+/// `⌊prev × left / period⌋`, in u64 unless the product overflows it (only remote totals
+/// that large could).
+#[inline]
+fn weighted(prev: u64, left: u64, period: u64) -> u64 {
+    match prev.checked_mul(left) {
+        Some(product) => product / period,
+        None => u64::try_from(u128::from(prev) * u128::from(left) / u128::from(period)).unwrap_or(u64::MAX),
     }
 }
 
