@@ -92,6 +92,25 @@ proptest! {
         prop_assert!(per_period.values().all(|&n| n <= rate + 2 * burst), "{:?}", per_period);
     }
 
+    /// With burst, the wait a refusal names is right: a request then is admitted.
+    #[test]
+    fn burst_waits_are_kept(
+        rate in 1u64..20,
+        burst in 1u64..20,
+        steps in proptest::collection::vec(0u64..60, 1..300),
+    ) {
+        let w = Window { period_ms: 100, rate, burst };
+        let mut c = Counts::default();
+        let mut now = T0;
+        for dt in steps {
+            now += dt;
+            if let Admit::Wait(d) = c.admit(&w, now) {
+                let mut later = c;
+                prop_assert!(matches!(later.admit(&w, now + d), Admit::Rate | Admit::Burst), "wait {} at {}", d, now);
+            }
+        }
+    }
+
     /// Checks and releases in random order: a key is admitted exactly while fewer than
     /// `concurrent` of its requests are in flight.
     #[test]

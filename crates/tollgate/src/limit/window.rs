@@ -130,6 +130,9 @@ impl Counts {
                 self.cur += 1;
                 return Admit::Burst;
             }
+            // A token is back in (P − credit) / burst ms, unless the rate admits sooner.
+            let token = (w.period_ms - self.credit).div_ceil(w.burst);
+            return Admit::Wait(wait_ms(w, cur, prev, elapsed).min(token).max(1));
         }
         Admit::Wait(wait_ms(w, cur, prev, elapsed).max(1))
     }
@@ -218,6 +221,9 @@ mod tests {
         assert_eq!(drain(&mut c, &w, now), 15);
         // Half a window later, half the tokens are back (and the rate has no room yet).
         assert_eq!(drain(&mut c, &w, now + 500), 2);
+        // Half a token is left: the next one is back in 100 ms (1000 / 5 per token).
+        assert_eq!(c.admit(&w, now + 500), Admit::Wait(100));
+        assert_eq!(c.admit(&w, now + 600), Admit::Burst);
     }
 
     #[test]
