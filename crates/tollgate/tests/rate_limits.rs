@@ -702,3 +702,25 @@ fn source_keys_are_the_address_a_proxy_header_carries() {
     keys.sort();
     assert_eq!(keys, ["192.0.2.1", "192.0.2.2"]);
 }
+
+#[test]
+fn a_route_names_the_limits_that_count_its_requests() {
+    let o = http_origin(|_| ok("x"));
+    let text = http(
+        "[[frontend.limit]]\nname = \"api\"\nkey = \"source\"\nrate = \"2/h\"\n\
+         [[frontend.limit]]\nname = \"everything\"\nkey = \"source\"\nrate = \"6/h\"\n\
+         [[frontend.route]]\npath_prefix = \"/api\"\nbackend = \"app\"\nlimits = [\"api\"]",
+        o.addr,
+        "",
+    );
+    let proxy = Proxy::start(&text);
+    let mut c = Client::open(proxy.addr);
+    let api: Vec<u16> = (0..3).map(|_| c.get("/api/x", "").unwrap().0).collect();
+    assert_eq!(api, [200, 200, 429], "`api` counts the /api route");
+    // Other requests: not counted by `api`, counted by `everything` (named by no route),
+    // which has seen the three above too (the refused one went no further: not counted).
+    let rest: Vec<u16> = (0..5).map(|_| c.get("/other", "").unwrap().0).collect();
+    assert_eq!(rest, [200, 200, 200, 200, 429]);
+    let (api, everything) = (limit_metrics(&proxy, "api"), limit_metrics(&proxy, "everything"));
+    assert_eq!((api.denied, everything.denied), (1, 1));
+}

@@ -306,6 +306,9 @@ pub(crate) struct RouteSection {
     pub max_body_size: Option<Spanned<ByteSize>>,
     /// Retries of any kind a request of this route may get (0 = sent once, never again).
     pub retries: Option<Spanned<u32>>,
+    /// HTTP mode: the `[[frontend.limit]]` names that count this route's requests (a limit
+    /// some route names counts only those routes' requests).
+    pub limits: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `timeouts = { … }` on a route or a backend: the global `[timeouts]` it overrides.

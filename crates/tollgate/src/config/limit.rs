@@ -204,6 +204,50 @@ pub(super) fn limits(
         .collect()
 }
 
+/// Bits `0..n` set: every limit of a frontend with `n`.
+pub(super) fn all_bits(n: usize) -> u8 {
+    match n {
+        0 => 0,
+        n if n >= 8 => u8::MAX,
+        n => (1u8 << n) - 1,
+    }
+}
+
+/// A route's `limits = ["name", ...]`: the bits of the frontend's limits it names. HTTP only:
+/// a TCP connection is counted by source at accept, before any route is decided.
+pub(super) fn route_limits(
+    r: &super::file::RouteSection,
+    limits: &[Limit],
+    mode: ModeName,
+    key: &str,
+    errors: &mut Errors,
+) -> u8 {
+    let Some(names) = &r.limits else {
+        return 0;
+    };
+    if mode == ModeName::Tcp {
+        errors.push((
+            names.span(),
+            format!("{key}.limits"),
+            "`limits` on a route needs an http-mode frontend (a TCP connection is counted at accept, before routing)"
+                .into(),
+        ));
+        return 0;
+    }
+    let mut bits = 0u8;
+    for (i, name) in names.get_ref().iter().enumerate() {
+        match limits.iter().position(|l| l.name == *name.get_ref()) {
+            Some(at) if at < 8 => bits |= 1 << at,
+            _ => errors.push((
+                name.span(),
+                format!("{key}.limits[{i}]"),
+                format!("no [[frontend.limit]] named `{}` on this frontend", name.get_ref()),
+            )),
+        }
+    }
+    bits
+}
+
 fn one(
     l: &LimitSection,
     mode: ModeName,
@@ -479,6 +523,42 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.frontends[0].limits[0].action, LimitAction::Close);
+    }
+
+    #[test]
+    fn routes_name_the_limits_that_count_them() {
+        let limits = "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\n\
+                      [[frontend.limit]]\nname = \"b\"\nkey = \"path\"\nrate = \"1/s\"\n\
+                      [[frontend.limit]]\nname = \"c\"\nkey = \"path\"\nconcurrent = 1\n\
+                      [[frontend.route]]\npath_prefix = \"/api\"\nbackend = \"be\"\nlimits = [\"c\", \"a\"]\n\
+                      [[frontend.route]]\npath = \"/x\"\nbackend = \"be\"\nlimits = []";
+        let c = crate::config::parse(&config("http", limits), "t.toml").unwrap();
+        let fe = &c.frontends[0];
+        // `b` is named by no route: it counts everything; `a` and `c` only /api.
+        assert_eq!(fe.unrouted_limits, 0b010);
+        assert_eq!((fe.routes[0].limits, fe.routes[1].limits), (0b101, 0));
+        let bad = |limit: &str| {
+            crate::config::parse(&config("http", limit), "t.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad(
+            "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\n[[frontend.route]]\nbackend = \"be\"\nlimits = [\"a\", \"zz\"]",
+        );
+        assert!(
+            e.contains("t.toml:12:16") && e.contains("route[0].limits[1]") && e.contains("`zz`"),
+            "{e}"
+        );
+        let e = crate::config::parse(
+            &config("tcp", "name = \"a\"\nkey = \"source\"\nrate = \"1/s\"\n[[frontend.route]]\nbackend = \"be\"\nlimits = [\"a\"]"),
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("t.toml:12:10") && e.contains("route[0].limits") && e.contains("http-mode"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -398,9 +398,12 @@ pub struct Frontend {
     /// Sessions keep their origin (addresses, TLS facts) for a server's PROXY header: some
     /// server of the config has `send_proxy`.
     pub keep_origin: bool,
-    /// `[[frontend.limit]]`, in the order written: every one applies to every request
-    /// (TCP mode: connection) of the frontend.
+    /// `[[frontend.limit]]`, in the order written (at most 8). One no route names counts
+    /// every request (TCP mode: connection) of the frontend; one a route names, only the
+    /// requests of the routes naming it.
     pub limits: Vec<super::limit::Limit>,
+    /// The limits no route names (bit i: `limits[i]`): they count every request.
+    pub unrouted_limits: u8,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
@@ -470,6 +473,8 @@ pub struct Route {
     /// Per-route limits (`timeouts`, `max_body_size`, `retries`).
     pub overrides: Overrides,
     pub action: RouteAction,
+    /// The frontend's `limits` (bit i: `Frontend::limits[i]`) this route names.
+    pub limits: u8,
 }
 
 /// What a matched route does (`config::route_action` builds it).

@@ -735,14 +735,22 @@ impl<'a> Validator<'a> {
                 .default_backend
                 .as_ref()
                 .and_then(|name| self.backend_ref(name, format!("{key}.default_backend"), mode, backends));
+            let limits = super::limit::limits(f, mode, &key, &mut limit_names, &mut self.errors);
             let mut conditions = super::route::Builder::new(mode, f.tls.is_some());
             let matchers = conditions.matchers(&mut self.errors, &f.matcher, &key);
             let routes: Vec<Route> = f
                 .route
                 .iter()
                 .enumerate()
-                .filter_map(|(j, r)| self.route(r, format!("{key}.route[{j}]"), mode, backends, &mut conditions))
+                .filter_map(|(j, r)| {
+                    let route = self.route(r, format!("{key}.route[{j}]"), mode, backends, &mut conditions)?;
+                    let named =
+                        super::limit::route_limits(r, &limits, mode, &format!("{key}.route[{j}]"), &mut self.errors);
+                    Some(Route { limits: named, ..route })
+                })
                 .collect();
+            let routed = routes.iter().fold(0u8, |all, r| all | r.limits);
+            let unrouted_limits = super::limit::all_bits(limits.len()) & !routed;
             // Counted as written: a route refused above must not also cause this error.
             if f.default_backend.is_none() && f.route.is_empty() {
                 self.err(
@@ -787,7 +795,8 @@ impl<'a> Validator<'a> {
                 keep_origin: backends
                     .iter()
                     .any(|b| b.servers.iter().any(|s| s.send_proxy.is_some())),
-                limits: super::limit::limits(f, mode, &key, &mut limit_names, &mut self.errors),
+                limits,
+                unrouted_limits,
             });
         }
         out
@@ -1247,6 +1256,7 @@ impl<'a> Validator<'a> {
             when,
             overrides: super::limits::route(r, &key, mode, &mut self.errors),
             action,
+            limits: 0,
         })
     }
 }

@@ -119,12 +119,13 @@ impl LimitSet {
         &self.tables
     }
 
-    /// Counts the request against every limit whose key `only` accepts and the request has,
+    /// Counts the request against every limit `only` accepts (by index and key) whose key the
+    /// request has,
     /// in order; the first one it is over refuses it (and what it held so far is released).
     pub(crate) fn check<'a, F: Facts + ?Sized>(
         &'a self,
         facts: &F,
-        only: impl Fn(&LimitKey) -> bool,
+        only: impl Fn(usize, &LimitKey) -> bool,
         held: &mut Held<'a>,
     ) -> Result<(), Refused<'a>> {
         // The clock is read once, and only when some limit applies.
@@ -132,7 +133,7 @@ impl LimitSet {
         let mut buf = [0u8; MAX_KEY_LEN];
         for (i, t) in self.tables.iter().enumerate() {
             let spec = t.spec();
-            if !only(&spec.key) {
+            if !only(i, &spec.key) {
                 continue;
             }
             let key: &[u8] = match &spec.key {
@@ -182,9 +183,10 @@ impl LimitSet {
     }
 }
 
-/// Every key (`check`'s `only` for HTTP mode, where everything is known at once).
-pub(crate) fn every(_: &LimitKey) -> bool {
-    true
+/// `check`'s `only` for an HTTP request: the limits its route leaves counting it (bit i:
+/// limit i; `route::decide`), whatever their key (a request's keys are all known at once).
+pub(crate) fn bits(mask: u8) -> impl Fn(usize, &LimitKey) -> bool {
+    move |i, _| i < 8 && mask & (1 << i) != 0
 }
 
 #[cfg(test)]
@@ -243,22 +245,25 @@ mod tests {
         let with = Req { ip, header: Some(b"a") };
         let without = Req { ip, header: None };
         let mut held = Held::default();
-        set.check(&with, every, &mut held).unwrap();
+        set.check(&with, bits(0xff), &mut held).unwrap();
         // The source has one in flight: refused by the first limit.
         let mut second = Held::default();
-        let refused = set.check(&without, every, &mut second).unwrap_err();
+        let refused = set.check(&without, bits(0xff), &mut second).unwrap_err();
         assert_eq!(refused.table.name(), "conc");
         drop(held);
         // Released: the header limit refuses the second `a`, and the source's mark goes too.
         let mut third = Held::default();
-        assert_eq!(set.check(&with, every, &mut third).unwrap_err().table.name(), "hdr");
+        assert_eq!(
+            set.check(&with, bits(0xff), &mut third).unwrap_err().table.name(),
+            "hdr"
+        );
         let mut fourth = Held::default();
-        set.check(&without, every, &mut fourth).unwrap();
+        set.check(&without, bits(0xff), &mut fourth).unwrap();
         let t = &set.tables()[1];
         assert_eq!(t.counters.denied.load(std::sync::atomic::Ordering::Relaxed), 1);
         // Only the source limit, at accept (TCP mode's first check).
         let mut fifth = Held::default();
-        assert!(set.check(&with, |k| *k == LimitKey::Source, &mut fifth).is_err());
+        assert!(set.check(&with, |_, k| *k == LimitKey::Source, &mut fifth).is_err());
     }
 
     #[test]
@@ -269,6 +274,9 @@ mod tests {
             ip: "::1".parse().unwrap(),
             header: None,
         };
-        assert!(set.check(&req, |_| panic!("no limit to ask about"), &mut held).is_ok());
+        assert!(
+            set.check(&req, |_, _| panic!("no limit to ask about"), &mut held)
+                .is_ok()
+        );
     }
 }

@@ -43,7 +43,7 @@ pub(crate) async fn serve(
     // `[[frontend.limit]]` keyed by source: before any byte is read. Held (connections in
     // flight) until the session ends.
     let mut held = Held::default();
-    over_limit(ctx, frontend, rec, None, |k| *k == LimitKey::Source, &mut held).await?;
+    over_limit(ctx, frontend, rec, None, |_, k| *k == LimitKey::Source, &mut held).await?;
     // Source-only routes decide before any byte is read (`config::route::tcp`).
     let early = match tcp_route::at_accept(fe, rec.client.ip()) {
         Some((_, TcpTarget::Close)) => return Err(denied(ctx, frontend)),
@@ -71,7 +71,7 @@ async fn over_limit<'a>(
     frontend: usize,
     rec: &StreamRecord,
     sni: Option<&str>,
-    only: impl Fn(&LimitKey) -> bool,
+    only: impl Fn(usize, &LimitKey) -> bool,
     held: &mut Held<'a>,
 ) -> Result<(), Error> {
     let set = ctx.shared.limits(frontend);
@@ -138,7 +138,7 @@ async fn serve_tls<'a>(
     seen: &mut TlsSeen,
     held: &mut Held<'a>,
 ) -> Result<(), Error> {
-    let sni_limits = |k: &LimitKey| *k == LimitKey::Sni;
+    let sni_limits = |_: usize, k: &LimitKey| *k == LimitKey::Sni;
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
         // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
         // per process at startup, cached): rustls over a CorkStream, handed to the kernel
@@ -229,7 +229,7 @@ async fn inspect<'a>(
             if ctx.access_log.is_some() {
                 seen.sni = info.sni().map(Box::from);
             }
-            over_limit(ctx, rec.frontend, rec, info.sni(), |k| *k == LimitKey::Sni, held).await?;
+            over_limit(ctx, rec.frontend, rec, info.sni(), |_, k| *k == LimitKey::Sni, held).await?;
             route_sni(ctx, fe, rec, info.sni())
         }
         Err(e) => {

@@ -162,7 +162,7 @@ impl Stream<'_> {
             source: self.conn.peer.ip(),
             sni: self.conn.sni.as_deref(),
         };
-        let decision = route::decide_h2(self.fe, &parts, &conn);
+        let (decision, counted_by) = route::decide_h2(self.fe, &parts, &conn);
         let config = &self.conn.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -177,7 +177,7 @@ impl Stream<'_> {
                 sni: self.conn.sni.as_deref(),
                 parts: &parts,
             };
-            if let Err(over) = set.check(&facts, crate::limit::every, &mut held) {
+            if let Err(over) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(over).await;
             }
         }

@@ -51,10 +51,11 @@ impl Headers for H2Headers<'_> {
     }
 }
 
-/// The route for an HTTP/1 request whose head is in `buf`.
-pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn: &ConnFacts<'_>) -> Decision<'a> {
+/// The route for an HTTP/1 request whose head is in `buf`, and the frontend's limits that
+/// count it (bit i: `fe.limits[i]`).
+pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn: &ConnFacts<'_>) -> (Decision<'a>, u8) {
     if fe.routes.is_empty() {
-        return action(fe, None);
+        return (action(fe, None), fe.unrouted_limits);
     }
     let mut host_buf = [0u8; 256];
     let mut sni_buf = [0u8; 256];
@@ -70,14 +71,19 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn:
         sni: conn.sni.and_then(|s| normalize_host(s.as_bytes(), &mut sni_buf)),
         headers: &headers,
     };
-    action(fe, fe.routes.first_match(&view).and_then(|i| fe.routes.get(i)))
+    let route = fe.routes.first_match(&view).and_then(|i| fe.routes.get(i));
+    (action(fe, route), fe.unrouted_limits | route.map_or(0, |r| r.limits))
 }
 
-/// The route for an HTTP/2 request: host from `:authority` (else `host`), path and query
-/// from `:path`.
-pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn: &ConnFacts<'_>) -> Decision<'a> {
+/// The route for an HTTP/2 request (host from `:authority`, else `host`; path and query
+/// from `:path`), and the limits that count it, as `decide`.
+pub(crate) fn decide_h2<'a>(
+    fe: &'a Frontend,
+    parts: &http::request::Parts,
+    conn: &ConnFacts<'_>,
+) -> (Decision<'a>, u8) {
     if fe.routes.is_empty() {
-        return action(fe, None);
+        return (action(fe, None), fe.unrouted_limits);
     }
     let raw = match parts.uri.authority() {
         Some(a) => a.as_str().as_bytes(),
@@ -96,7 +102,8 @@ pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn
         sni: conn.sni.and_then(|s| normalize_host(s.as_bytes(), &mut sni_buf)),
         headers: &headers,
     };
-    action(fe, fe.routes.first_match(&view).and_then(|i| fe.routes.get(i)))
+    let route = fe.routes.first_match(&view).and_then(|i| fe.routes.get(i));
+    (action(fe, route), fe.unrouted_limits | route.map_or(0, |r| r.limits))
 }
 
 #[inline]

@@ -358,7 +358,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             source: self.peer.ip(),
             sni: self.client.tls_seen().1,
         };
-        let decision = route::decide(self.fe, &head, self.front.data(), &conn);
+        let (decision, counted_by) = route::decide(self.fe, &head, self.front.data(), &conn);
         let config = &self.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -375,7 +375,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 head: &head,
                 buf: self.front.data(),
             };
-            if let Err(refused) = set.check(&facts, crate::limit::every, &mut held) {
+            if let Err(refused) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(head, &req, refused).await;
             }
         }
