@@ -34,6 +34,33 @@ pub(crate) struct ConfigFile {
     /// `[http2]`: HTTP/2 on client connections (settings and flood limits).
     #[serde(default)]
     pub http2: Http2Section,
+    /// `[shared]`: the Redis that limits with `shared = true` are counted in, across instances.
+    pub shared: Option<Spanned<SharedSection>>,
+}
+
+/// `[shared]`: where and how often shared limits are synchronised (`config::shared`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SharedSection {
+    /// `redis://[:password@]host[:port][/db]` or `redis+unix:///path`; required.
+    pub redis: Option<Spanned<String>>,
+    pub sync_interval: Option<Spanned<DurationValue>>,
+    /// One sync round's bound (connect included).
+    pub timeout: Option<Spanned<DurationValue>>,
+    pub fail: Option<Spanned<FailName>>,
+    /// The first part of every key tollgate writes.
+    pub prefix: Option<Spanned<String>>,
+}
+
+/// `shared.fail`: what shared limits do while Redis is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailName {
+    /// Go on counting locally.
+    #[default]
+    Open,
+    /// Refuse what a shared limit covers, with its action.
+    Closed,
 }
 
 /// `[resolvers]`: the DNS client that re-resolves server host names and `discover` records.

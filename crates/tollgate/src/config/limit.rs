@@ -53,6 +53,8 @@ pub(crate) struct LimitSection {
     pub tarpit: Option<Spanned<DurationValue>>,
     pub size: Option<Spanned<u32>>,
     pub expire: Option<Spanned<DurationValue>>,
+    /// Counted across instances through `[shared]` (`config::shared`).
+    pub shared: Option<Spanned<bool>>,
 }
 
 /// What a limit counts by.

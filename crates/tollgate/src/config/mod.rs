@@ -7,7 +7,8 @@
 //! loading the config), `cert_store` holds a frontend's certificates (swappable at run
 //! time), `x509` and `ocsp` read the certificate and OCSP DER they need, `sni` validates
 //! host names and matches them, `route` compiles a
-//! frontend's route conditions into the table requests are matched against.
+//! frontend's route conditions into the table requests are matched against. `shared`
+//! validates `[shared]` (the Redis that shared limits are counted in).
 //!
 //! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
 //! feature and reads no process limit; what depends on the machine is decided at run time
@@ -28,6 +29,7 @@ pub mod prefix_set;
 pub mod proxy;
 pub mod route;
 mod route_action;
+pub mod shared;
 pub mod sni;
 pub(crate) mod tls;
 pub(crate) mod units;

@@ -42,6 +42,8 @@ pub struct Config {
     pub http2: Http2,
     /// `[[frontend.tls.acme]]` orders, `global.state_dir`, the challenge answers in flight.
     pub acme: super::acme::Acme,
+    /// `[shared]`: the Redis shared limits are counted in (`None`: no section).
+    pub sharing: Option<super::shared::Sharing>,
 }
 
 /// How server host names and SRV records are resolved (the `discover` module runs it).

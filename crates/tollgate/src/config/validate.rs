@@ -100,6 +100,7 @@ impl<'a> Validator<'a> {
             book: std::sync::Arc::clone(&self.acme_book),
             stats: Default::default(),
         };
+        let sharing = super::shared::sharing(&file, &mut self.errors);
         if file.frontend.is_empty() {
             self.err(
                 0..0,
@@ -123,6 +124,7 @@ impl<'a> Validator<'a> {
             resolvers,
             http2,
             acme,
+            sharing,
         })
     }
 
