@@ -14,7 +14,10 @@
 //! every table of a generation; a sync round calls [`StickTable::take_deltas`] (counts not
 //! yet pushed, by wall-clock period), pushes them, and hands each key's global totals back
 //! with `set_remote`; an outage calls `clear_remote`, and decisions fall back to local
-//! counts. Nothing on the request path waits for it. `concurrent` is never shared.
+//! counts (with `fail = "closed"`, `set_refusing` makes every decision a refusal until it
+//! is back). `set_remote` also carries the key's share, all instances' admissions per own
+//! admission (`window::Counts::remote_scale`). Nothing on the request path waits for it.
+//! `concurrent` is never shared.
 //!
 //! Invariants: a frontend without limits costs nothing (an empty set is checked by one
 //! branch, no clock read). A request is refused by the first limit it is over; limits
@@ -169,7 +172,7 @@ impl LimitSet {
                     }
                     let retry_after = match why {
                         Refusal::Rate { wait_ms } => wait_ms.div_ceil(1000).max(1),
-                        Refusal::Concurrent => 1,
+                        Refusal::Concurrent | Refusal::Unavailable => 1,
                     };
                     return Err(Refused {
                         table: t,

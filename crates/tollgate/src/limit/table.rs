@@ -18,7 +18,7 @@
 //! entries under the same shard locks; nothing on the request path waits for it.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -37,7 +37,6 @@ const ENTRIES_PER_SHARD: usize = 1024;
 const EVICT_SCAN: usize = 8;
 
 /// One entry's counts not yet pushed to the shared store (`take_deltas`).
-#[cfg_attr(not(test), allow(dead_code))] // the Redis sync (issue 15, item 5) reads them
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SyncEntry {
     pub key: Box<[u8]>,
@@ -61,6 +60,8 @@ pub(crate) enum Refusal {
     Rate { wait_ms: u64 },
     /// `concurrent` requests of the key are in flight.
     Concurrent,
+    /// A shared limit with `fail = "closed"` while the shared store is unreachable.
+    Unavailable,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +132,10 @@ pub(crate) struct StickTable {
     hasher: foldhash::quality::RandomState,
     shards: Box<[Padded]>,
     pub(crate) counters: TableCounters,
+    /// Set by the Redis sync while the store is unreachable and the limit is shared with
+    /// `fail = "closed"`: every request is refused, nothing counted. Written once per outage,
+    /// read (relaxed) by every decision: a line every core keeps shared in its cache.
+    refusing: AtomicBool,
 }
 
 impl std::fmt::Debug for StickTable {
@@ -168,6 +173,7 @@ impl StickTable {
             hasher: foldhash::quality::RandomState::default(),
             shards,
             counters: TableCounters::default(),
+            refusing: AtomicBool::new(false),
             spec: spec.clone(),
         }
     }
@@ -176,7 +182,6 @@ impl StickTable {
         &self.spec.name
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// The window's period; zero for a limit without `rate` (nothing to sync).
     pub(crate) fn period(&self) -> Duration {
         self.spec.rate.map_or(Duration::ZERO, |r| r.period)
@@ -197,6 +202,9 @@ impl StickTable {
 
     /// Decides one request (connection) of `key` at `now_ms` (unix ms) and counts it.
     pub(crate) fn check(&self, key: &[u8], now_ms: u64) -> Check {
+        if self.refusing.load(Ordering::Relaxed) {
+            return Check::Deny(Refusal::Unavailable);
+        }
         let hash = self.hasher.hash_one(key);
         let Some((shard_no, mut shard)) = self.shard_of(hash) else {
             return Check::Pass(None);
@@ -319,7 +327,6 @@ impl StickTable {
         n
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// Appends, for every entry counted since the last call, the wall-clock period index and
     /// the count not yet pushed; marks them pushed.
     pub(crate) fn take_deltas(&self, out: &mut Vec<SyncEntry>) {
@@ -346,25 +353,33 @@ impl StickTable {
         });
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
     /// Records the global totals (all instances, this one's pushed counts included) Redis
     /// returned for `key` in `period` and `period - 1`. A key this instance holds no entry
-    /// for is ignored.
-    pub(crate) fn set_remote(&self, key: &[u8], period: u64, cur_total: u64, prev_total: u64) {
+    /// for is ignored. `scale`: all instances' admissions per own admission, ×256
+    /// (`window::Counts::remote_scale`). Returns when the key was last seen here (refused
+    /// requests included), `None` without an entry.
+    pub(crate) fn set_remote(
+        &self,
+        key: &[u8],
+        period: u64,
+        (cur_total, prev_total): (u64, u64),
+        scale: u32,
+    ) -> Option<u64> {
         let hash = self.hasher.hash_one(key);
-        let Some((_, mut s)) = self.shard_of(hash) else {
-            return;
-        };
-        let Some(i) = s.find(hash, key) else {
-            return;
-        };
-        if let Some(slot) = s.slots.get_mut(i as usize) {
-            let c = &mut slot.counts;
-            (c.remote_period, c.remote_cur, c.remote_prev) = (period, cur_total, prev_total);
-        }
+        let (_, mut s) = self.shard_of(hash)?;
+        let i = s.find(hash, key)?;
+        let slot = s.slots.get_mut(i as usize)?;
+        let c = &mut slot.counts;
+        (c.remote_period, c.remote_cur, c.remote_prev) = (period, cur_total, prev_total);
+        c.remote_scale = scale;
+        Some(slot.last_seen_ms)
     }
 
-    #[cfg_attr(not(test), allow(dead_code))] // the Redis sync's interface
+    /// `fail = "closed"`: refuse every request while `refusing` (the shared store is down).
+    pub(crate) fn set_refusing(&self, refusing: bool) {
+        self.refusing.store(refusing, Ordering::Relaxed);
+    }
+
     /// Forgets every remote total: decisions fall back to local counts (Redis down).
     pub(crate) fn clear_remote(&self) {
         self.each_shard(|s| {
@@ -599,6 +614,18 @@ mod tests {
     }
 
     #[test]
+    fn a_refusing_table_refuses_everything_and_counts_nothing() {
+        let t = StickTable::new(&spec(Some(10), 0, 100));
+        t.set_refusing(true);
+        assert_eq!(t.check(b"k", NOW), Check::Deny(Refusal::Unavailable));
+        let mut out = Vec::new();
+        t.take_deltas(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        t.set_refusing(false);
+        assert_eq!(t.check(b"k", NOW), Check::Pass(None));
+    }
+
+    #[test]
     fn deltas_are_pushed_once_and_remote_totals_count() {
         let t = StickTable::new(&spec(Some(10), 0, 100));
         let period = NOW / 1000;
@@ -620,7 +647,8 @@ mod tests {
         assert!(out.is_empty());
         t.check(b"k", NOW);
         // Others counted 5: 4 pushed + 5 = 9, plus one local not pushed = 10: full.
-        t.set_remote(b"k", period, 9, 0);
+        assert_eq!(t.set_remote(b"k", period, (9, 0), 256), Some(NOW), "last seen");
+        assert_eq!(t.set_remote(b"absent", period, (9, 0), 256), None);
         assert!(matches!(t.check(b"k", NOW), Check::Deny(_)));
         t.clear_remote();
         assert_eq!(t.check(b"k", NOW), Check::Pass(None));

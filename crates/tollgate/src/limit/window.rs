@@ -19,7 +19,11 @@
 //!
 //! With a remote total (all instances' counts for a period, from the shared store) the
 //! count of a bucket is `remote + (local − pushed)`: the remote total already holds what this
-//! instance pushed. Without one it is the local count.
+//! instance pushed. Without one it is the local count. What is counted here since the last
+//! sync is scaled by `remote_scale`: the sync's estimate of how many requests all instances
+//! admit per request this one admits (others admit meanwhile too, unseen until the next
+//! sync); 1 when alone or unknown. Without it, N instances each filling the room a sync
+//! showed would overshoot by the others' share of one interval, at every interval.
 
 /// The window's rule: at most `rate` per `period_ms`, `burst` above it at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +49,8 @@ pub(crate) struct Counts {
     pub remote_period: u64,
     pub remote_cur: u64,
     pub remote_prev: u64,
+    /// All instances' admissions per own admission, ×256 (0 or 256: one, this instance alone).
+    pub remote_scale: u32,
     /// Burst tokens, in token·ms (one token = `period_ms` of them), and when last refilled.
     pub credit: u64,
     pub credit_at: u64,
@@ -86,10 +92,15 @@ impl Counts {
     pub(crate) fn effective(&self, period: u64) -> (u64, u64) {
         let local_cur = self.cur.saturating_sub(self.pushed_cur);
         let local_prev = self.prev.saturating_sub(self.pushed_prev);
+        let scaled = |n: u64| match self.remote_scale {
+            0..=256 => n,
+            k => n.saturating_mul(u64::from(k)) >> 8,
+        };
         match self.remote_period {
             0 => (self.cur, self.prev),
-            r if r == period => (self.remote_cur + local_cur, self.remote_prev + local_prev),
-            r if r + 1 == period => (self.cur, self.remote_cur + local_prev),
+            r if r == period => (self.remote_cur + scaled(local_cur), self.remote_prev + local_prev),
+            // Nothing known of the new period yet: what this one counted in it, scaled.
+            r if r + 1 == period => (scaled(self.cur), self.remote_cur + local_prev),
             _ => (self.cur, self.prev),
         }
     }
@@ -242,5 +253,23 @@ mod tests {
         // Next period: the remote total is the previous bucket's.
         c.roll(now / 1000 + 1);
         assert_eq!(c.effective(now / 1000 + 1), (0, 10));
+    }
+
+    #[test]
+    fn counts_since_the_last_sync_are_scaled_by_the_instances_share() {
+        let mut c = Counts::default();
+        let now = 2_000_100;
+        for _ in 0..4 {
+            c.admit(&W, now);
+        }
+        c.pushed_cur = 3;
+        (c.remote_period, c.remote_cur, c.remote_scale) = (now / 1000, 6, 512);
+        // One counted since the sync; the others admitted as many meanwhile (×2).
+        assert_eq!(c.effective(now / 1000), (8, 0));
+        c.roll(now / 1000 + 1);
+        c.cur = 3;
+        assert_eq!(c.effective(now / 1000 + 1), (6, 7));
+        c.remote_scale = 0;
+        assert_eq!(c.effective(now / 1000 + 1), (3, 7));
     }
 }
