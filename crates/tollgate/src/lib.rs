@@ -14,6 +14,9 @@
 //!   SRV records; one thread per process, changes published through the live model.
 //! - `acme`: certificates ordered from an ACME CA (RFC 8555) and renewed; one thread per
 //!   process, the challenges answered by the process's own listeners.
+//! - `sharing`: limits shared across instances through Redis (`[shared]`): one thread per
+//!   process pushes the stick tables' deltas and pulls the global totals every
+//!   `sync_interval`; the data path never waits on it.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; HTTP/2
@@ -68,5 +71,6 @@ pub(crate) mod proxy;
 pub mod proxyproto;
 pub(crate) mod relay;
 pub mod runtime;
+pub(crate) mod sharing;
 pub mod stats;
 pub mod tls;

@@ -169,6 +169,20 @@ worker_stats! {
     dns_failures,
     /// Server-set versions DNS discovery published (addresses, SRV servers or weights moved).
     dns_updates,
+    /// Shared limits (`[shared]`), counted by the sync thread in worker 0's counters (the
+    /// only writer of these): sync rounds Redis answered; rounds that failed (unreachable,
+    /// no answer within `shared.timeout`, an error reply); outages (a failed round after a
+    /// good one, or the first round failing); deltas (one key's count in one period) pushed;
+    /// keys whose global totals were read back; deltas dropped unpushed (older than the
+    /// window, or past the pending bound during an outage).
+    shared_rounds,
+    shared_rounds_failed,
+    shared_outages,
+    shared_keys_pushed,
+    shared_keys_pulled,
+    shared_deltas_dropped,
+    /// 1 while Redis is unreachable (from the first failed round to the next good one).
+    shared_redis_down,
     /// Access log lines dropped because the log's writer fell behind (its queue was full
     /// when this worker handed a buffer over): docs/logging.md.
     log_dropped,

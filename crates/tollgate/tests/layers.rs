@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["master"],
     &["admin"],
     &["runtime"],
-    &["health", "discover", "acme"],
+    &["health", "discover", "acme", "sharing"],
     &["listener"],
     &["proxy"],
     &["tls"],

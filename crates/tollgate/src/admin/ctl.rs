@@ -160,8 +160,30 @@ pub fn render_info(reply: &Reply, json: bool) -> (String, bool) {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         out.push_str(&format!("counters (non-zero): {}\n", counters.join(" ")));
+        out.push_str(&shared_line(&m.counters));
     }
     (out.trim_end().to_string(), true)
+}
+
+/// The state of the limits shared through Redis, when the generation shares any (it has
+/// tried a round).
+fn shared_line(counters: &[(String, u64)]) -> String {
+    let get = |name: &str| counters.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+    let (rounds, failed) = (get("shared_rounds"), get("shared_rounds_failed"));
+    if rounds + failed == 0 {
+        return String::new();
+    }
+    let state = if get("shared_redis_down") == 1 {
+        "UNREACHABLE (limiting locally, or refusing with fail = \"closed\")"
+    } else {
+        "reachable"
+    };
+    format!(
+        "shared limits: Redis {state}; rounds {rounds} ({failed} failed), outages {}, keys pushed {}, pulled {}\n",
+        get("shared_outages"),
+        get("shared_keys_pushed"),
+        get("shared_keys_pulled")
+    )
 }
 
 /// Columns aligned to their widest cell.
@@ -334,6 +356,35 @@ fn queue_lines(servers: &[ServerView]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_shared_line_says_whether_redis_is_reachable() {
+        let counters = |down: u64, failed: u64| -> Vec<(String, u64)> {
+            [
+                ("shared_rounds", 12),
+                ("shared_rounds_failed", failed),
+                ("shared_outages", 1),
+                ("shared_keys_pushed", 30),
+                ("shared_keys_pulled", 40),
+                ("shared_redis_down", down),
+            ]
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect()
+        };
+        let line = shared_line(&counters(1, 3));
+        assert!(line.starts_with("shared limits: Redis UNREACHABLE"), "{line}");
+        assert!(
+            line.contains("rounds 12 (3 failed), outages 1, keys pushed 30, pulled 40"),
+            "{line}"
+        );
+        assert!(shared_line(&counters(0, 3)).starts_with("shared limits: Redis reachable;"));
+        assert_eq!(
+            shared_line(&[("sessions_total".to_string(), 5)]),
+            "",
+            "no sharing: no line"
+        );
+    }
 
     #[test]
     fn arguments_become_commands_or_clear_errors() {

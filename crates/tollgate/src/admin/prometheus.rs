@@ -23,6 +23,7 @@ const GAUGES: &[&str] = &[
     "tls_handshakes_active",
     "pipes_in_use",
     "pipes_pooled",
+    "shared_redis_down",
 ];
 
 /// Handshake counters shown as one family by outcome instead of one family each.

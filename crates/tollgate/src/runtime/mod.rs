@@ -58,6 +58,9 @@ pub struct Running {
     _acme: Option<crate::acme::Handle>,
     /// The certificate file watch and OCSP fetcher (when a certificate asks); stops when dropped.
     _cert_refresh: Option<crate::tls::refresh::Handle>,
+    /// The Redis sync of shared limits (with `[shared]` and a `shared = true` limit); stops
+    /// when dropped, after one last push.
+    _sharing: Option<crate::sharing::Handle>,
     /// Servers `set server address` replaced, alive while connections to their old address
     /// are (`del server` counts those).
     retired: servers::Retired,
@@ -174,6 +177,11 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     // Host names resolve (or are given up on) before any worker serves.
     let discover = crate::discover::start(&shared, senders.clone())?;
     let acme = crate::acme::start(&shared)?;
+    let sharing = crate::sharing::start(
+        shared.config.sharing.as_ref(),
+        shared_tables(&shared),
+        shared.stats.first().cloned(),
+    )?;
     let dispatcher = Dispatcher {
         inboxes: senders.clone(),
         stats: shared.stats.clone(),
@@ -242,8 +250,21 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _discover: discover,
         _acme: acme,
         _cert_refresh: cert_refresh,
+        _sharing: sharing,
         retired: servers::Retired::default(),
     })
+}
+
+/// The stick tables of the limits `[shared]` lists (`shared = true`).
+fn shared_tables(shared: &Shared) -> Vec<Arc<dyn crate::sharing::SyncTable>> {
+    let Some(sharing) = &shared.config.sharing else {
+        return Vec::new();
+    };
+    shared
+        .tables()
+        .filter(|t| sharing.limits.iter().any(|name| name == t.name()))
+        .map(|t| Arc::clone(t) as Arc<dyn crate::sharing::SyncTable>)
+        .collect()
 }
 
 impl Running {
