@@ -3,7 +3,8 @@
 //! (the distribution's package, started here on a loopback port; skipped when absent except
 //! under `CI=true`). With the load spread over both the global accepted rate stays within
 //! 10 % of the limit; Redis killed, each instance limits on its own (each to the full rate)
-//! and no request waits on Redis; Redis back on the same port, sharing resumes;
+//! and no request waits on Redis (99 % within `sync_interval`, none as long as a round's
+//! timeout); Redis back on the same port, sharing resumes;
 //! a Redis that answers nothing (SIGSTOP) is an outage too, and no request waits on it;
 //! `fail = "closed"` refuses while Redis is down; `tollgate check` refuses `shared = true`
 //! without `[shared]`.
@@ -26,15 +27,21 @@ use shared_support::redis::{RedisServer, find_or_skip};
 
 const RATE: u64 = 100;
 const SYNC: Duration = Duration::from_millis(100);
+/// `shared.timeout`, longer than the interval on purpose: a request that waited on a silent
+/// Redis would take at least this long, far beyond what the machine's scheduling adds to
+/// one request now and then (single requests were seen to take 100–160 ms on a loaded
+/// 2-core machine, Redis up or not).
+const TIMEOUT: Duration = Duration::from_millis(500);
 
 fn config(dir: &TempDir, origin: SocketAddr, redis: &str, fail: &str) -> String {
     format!(
         "{}[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"app\"\n\
          [[frontend.limit]]\nname = \"per_ip\"\nkey = \"source\"\nrate = \"{RATE}/s\"\nshared = true\n\
          [[backend]]\nname = \"app\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n\
-         [shared]\nredis = \"{redis}\"\nsync_interval = \"{}ms\"\nfail = \"{fail}\"\nprefix = \"t{}\"\n",
+         [shared]\nredis = \"{redis}\"\nsync_interval = \"{}ms\"\ntimeout = \"{}ms\"\nfail = \"{fail}\"\nprefix = \"t{}\"\n",
         global(&dir.0, ""),
         SYNC.as_millis(),
+        TIMEOUT.as_millis(),
         std::process::id()
     )
 }
@@ -128,6 +135,18 @@ fn accepted_rate(samples: &[Sample], (from, to): (Instant, Instant), instance: O
     n as f64 / (to - from).as_secs_f64()
 }
 
+/// No request waited on Redis: 99 % of them within `sync_interval`, and none as long as a
+/// round's timeout (what waiting on a silent Redis would cost each of them).
+fn never_waited(during: &[&Sample], what: &str) {
+    let mut took: Vec<Duration> = during.iter().map(|s| s.took).collect();
+    took.sort();
+    let p99 = took[took.len() * 99 / 100];
+    let slowest = *took.last().unwrap();
+    eprintln!("{what}: {} requests, p99 {p99:?}, slowest {slowest:?}", took.len());
+    assert!(p99 < SYNC, "{what}: p99 {p99:?}");
+    assert!(slowest < TIMEOUT, "{what}: a request waited {slowest:?}");
+}
+
 fn within(rate: f64, want: f64, tolerance: f64) -> bool {
     (rate - want).abs() <= want * tolerance
 }
@@ -202,18 +221,7 @@ fn two_instances_share_one_limit_and_fall_back_to_local_counts_while_redis_is_do
     );
     let during: Vec<&Sample> = samples.iter().filter(|s| s.at >= killed && s.at < back).collect();
     assert!(during.len() > 500, "load went on during the outage: {}", during.len());
-    let slowest = during.iter().max_by_key(|s| s.took).unwrap();
-    let before = samples.iter().filter(|s| s.at < killed).map(|s| s.took).max().unwrap();
-    eprintln!(
-        "slowest request while Redis was down: {:?}, {:?} after the kill (before it: {before:?})",
-        slowest.took,
-        slowest.at - killed
-    );
-    assert!(
-        slowest.took < SYNC,
-        "a request waited {:?} while Redis was down",
-        slowest.took
-    );
+    never_waited(&during, "while Redis was down");
     let global = rate(resumed, None);
     eprintln!("Redis back: {global:.1}/s");
     assert!(within(global, want, 0.10), "sharing resumed: {global:.1}/s");
@@ -297,12 +305,8 @@ fn a_silent_redis_is_an_outage_and_requests_never_wait_for_it() {
     let from = m.log_len();
     redis.pause(true);
     let paused = Instant::now();
-    m.wait_log_from(
-        from,
-        |l| l.contains("Redis unreachable") && l.contains("timed out"),
-        Duration::from_secs(5),
-    )
-    .expect("a round without an answer within the timeout is a failure");
+    m.wait_log_from(from, |l| l.contains("Redis unreachable"), Duration::from_secs(5))
+        .expect("a round without an answer within the timeout is a failure");
     let alone = (
         paused + Duration::from_millis(1200),
         paused + Duration::from_millis(3200),
@@ -315,9 +319,9 @@ fn a_silent_redis_is_an_outage_and_requests_never_wait_for_it() {
     let rate = accepted_rate(&samples, alone, None);
     eprintln!("Redis silent: {rate:.1}/s");
     assert!(within(rate, RATE as f64, 0.10), "limited on its own: {rate:.1}/s");
-    let slowest = samples.iter().filter(|s| s.at >= paused).map(|s| s.took).max().unwrap();
-    eprintln!("slowest request while Redis was silent: {slowest:?}");
-    assert!(slowest < SYNC, "a request waited {slowest:?} on a silent Redis");
+    let during: Vec<&Sample> = samples.iter().filter(|s| s.at >= paused).collect();
+    assert!(during.len() > 500, "load went on: {}", during.len());
+    never_waited(&during, "while Redis was silent");
 }
 
 #[test]
