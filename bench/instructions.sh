@@ -17,7 +17,8 @@
 # KEEP=1 keeps the work folder (the callgrind profile for callgrind_annotate).
 # Needs valgrind, h2load, nginx (the origin), openssl; haproxy for that contestant.
 # tollgate's configs are the peerbench templates in bench/peerbench/ (h2.toml, http.toml;
-# TEMPLATE=NAME for bench/peerbench/NAME.toml instead, e.g. TEMPLATE=routes50/http).
+# TEMPLATE=NAME for bench/peerbench/NAME.toml instead, e.g. TEMPLATE=routes50/http;
+# {{origin_pp_port}} is the origin's PROXY protocol listener, for TEMPLATE=limited/http).
 set -euo pipefail
 
 scenario=${1:?usage: bench/instructions.sh h2|http-keepalive tollgate|haproxy [REQUESTS]}
@@ -60,6 +61,7 @@ wait_port() {
 }
 
 origin_port=$(free_port)
+origin_pp_port=$(free_port)
 listen_port=$(free_port)
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
@@ -83,6 +85,11 @@ http {
         listen 127.0.0.1:$origin_port backlog=4096;
         location = / { default_type text/plain; return 200 "ok\n"; }
     }
+    # The same answer behind a PROXY protocol listener (templates with send_proxy).
+    server {
+        listen 127.0.0.1:$origin_pp_port proxy_protocol backlog=4096;
+        location = / { default_type text/plain; return 200 "ok\n"; }
+    }
 }
 EOF
 nginx -p "$work/nginx" -e "$work/nginx/error.log" -c "$work/nginx/origin.conf" &
@@ -91,7 +98,7 @@ wait_port "$origin_port"
 
 case $contestant in
     tollgate)
-        sed -e "s|{{threads}}|1|g; s|{{listen_port}}|$listen_port|g; s|{{origin_port}}|$origin_port|g" \
+        sed -e "s|{{threads}}|1|g; s|{{listen_port}}|$listen_port|g; s|{{origin_port}}|$origin_port|g; s|{{origin_pp_port}}|$origin_pp_port|g" \
             -e "s|{{cert_crt}}|$work/cert.crt|g; s|{{cert_key}}|$work/cert.key|g" \
             "$root/bench/peerbench/$config_template.toml" >"$work/proxy.toml"
         if grep -q '{{' "$work/proxy.toml"; then echo "unrendered placeholder in $config_template.toml" >&2; exit 1; fi

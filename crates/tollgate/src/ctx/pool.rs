@@ -13,9 +13,11 @@
 //!
 //! A `send_proxy` server's connections began with one client's PROXY header: each idle one
 //! remembers the session that made it (`origin::current_id`), and only that session takes
-//! it again (a keep-alive client's next requests); no other client ever gets it. Such a
-//! list, when full, gives up its oldest connection (likely a session that ended) for the
-//! new one; connections of sessions that ended go at `pool_idle` like any other.
+//! it again (a keep-alive client's next requests); no other client ever gets it. They sit in
+//! a map by session (one per session: an HTTP/1 session has one request in flight), so a
+//! request finds its own in one lookup however many clients are connected. The map, when
+//! full, first drops what is past `pool_idle`, then gives up its oldest connection (likely
+//! a session that ended) for the new one.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -33,16 +35,27 @@ struct Idle {
     since: Instant,
     /// The server's address when the connection was made.
     address: SocketAddr,
-    /// The session it belongs to (a `send_proxy` server's); 0 = any.
-    owner: u64,
 }
 
 /// The idle connections to one server.
 struct ServerIdle {
     tls: bool,
-    /// `send_proxy`: connections are the owning session's only.
+    /// `send_proxy`: connections are the owning session's only, kept in `by_owner`.
     owned: bool,
     conns: Vec<Idle>,
+    /// A `send_proxy` server's idle connections, by the session that made them.
+    by_owner: foldhash::HashMap<u64, Idle>,
+}
+
+impl ServerIdle {
+    fn new(tls: bool, owned: bool) -> Self {
+        ServerIdle {
+            tls,
+            owned,
+            conns: Vec::new(),
+            by_owner: foldhash::HashMap::default(),
+        }
+    }
 }
 
 pub(crate) struct ServerPool {
@@ -61,12 +74,7 @@ impl ServerPool {
                     .iter()
                     .flat_map(|b| {
                         b.servers.iter().map(|s| {
-                            let idle = ServerIdle {
-                                tls: s.tls.is_some(),
-                                owned: s.send_proxy.is_some(),
-                                conns: Vec::new(),
-                            };
-                            (s.id, idle)
+                            (s.id, ServerIdle::new(s.tls.is_some(), s.send_proxy.is_some()))
                         })
                     })
                     .collect(),
@@ -80,30 +88,18 @@ impl ServerPool {
     pub(crate) fn take(&self, server: &ServerLive, now: Instant) -> Option<ServerConn> {
         let mut idle = self.idle.borrow_mut();
         let slot = idle.get_mut(&server.id)?;
+        let usable = |idle: &mut Idle| {
+            idle.address == server.address
+                && now.duration_since(idle.since) <= self.max_age
+                && idle.conn.is_usable_idle()
+        };
         if slot.owned {
-            return self.take_owned(&mut slot.conns, server, now);
+            let mut idle = slot.by_owner.remove(&super::origin::current_id())?;
+            return usable(&mut idle).then_some(idle.conn);
         }
         let list = &mut slot.conns;
         while let Some(mut idle) = list.pop() {
-            if idle.address == server.address
-                && now.duration_since(idle.since) <= self.max_age
-                && idle.conn.is_usable_idle()
-            {
-                return Some(idle.conn);
-            }
-        }
-        None
-    }
-
-    /// The current session's latest usable connection in `list`; the others stay.
-    fn take_owned(&self, list: &mut Vec<Idle>, server: &ServerLive, now: Instant) -> Option<ServerConn> {
-        let me = super::origin::current_id();
-        while let Some(i) = list.iter().rposition(|c| c.owner == me) {
-            let mut idle = list.remove(i);
-            if idle.address == server.address
-                && now.duration_since(idle.since) <= self.max_age
-                && idle.conn.is_usable_idle()
-            {
+            if usable(&mut idle) {
                 return Some(idle.conn);
             }
         }
@@ -115,15 +111,15 @@ impl ServerPool {
     /// its list here).
     pub(crate) fn put(&self, id: ServerId, tls: bool, address: SocketAddr, conn: ServerConn) {
         let mut idle = self.idle.borrow_mut();
-        let slot = idle.entry(id).or_insert_with(|| ServerIdle {
-            tls,
-            owned: false,
-            conns: Vec::new(),
-        });
+        let slot = idle.entry(id).or_insert_with(|| ServerIdle::new(tls, false));
         if conn.is_tls() != slot.tls {
             return;
         }
         let now = Instant::now();
+        if slot.owned {
+            self.put_owned(&mut slot.by_owner, Idle { conn, since: now, address }, now);
+            return;
+        }
         // Oldest first (each put pushes now, take pops the newest): the expired ones are a
         // prefix, and the first one tells whether there are any.
         let expired = |c: &Idle| now.duration_since(c.since) > self.max_age;
@@ -131,17 +127,30 @@ impl ServerPool {
             let n = slot.conns.partition_point(expired);
             slot.conns.drain(..n);
         }
-        let owner = if slot.owned { super::origin::current_id() } else { 0 };
-        if slot.owned && slot.conns.len() >= self.max_per_server && !slot.conns.is_empty() {
-            slot.conns.remove(0);
-        }
         if slot.conns.len() < self.max_per_server {
             slot.conns.push(Idle {
                 conn,
                 since: now,
                 address,
-                owner,
             });
+        }
+    }
+
+    /// Keeps `idle` as the current session's connection (replacing, and so closing, an
+    /// older one of the same session).
+    fn put_owned(&self, map: &mut foldhash::HashMap<u64, Idle>, idle: Idle, now: Instant) {
+        let me = super::origin::current_id();
+        if map.len() >= self.max_per_server && !map.contains_key(&me) {
+            map.retain(|_, c| now.duration_since(c.since) <= self.max_age);
+            if map.len() >= self.max_per_server {
+                let oldest = map.iter().min_by_key(|(_, c)| c.since).map(|(owner, _)| *owner);
+                if let Some(owner) = oldest {
+                    map.remove(&owner);
+                }
+            }
+        }
+        if self.max_per_server > 0 {
+            map.insert(me, idle);
         }
     }
 
@@ -149,6 +158,7 @@ impl ServerPool {
     pub(crate) fn forget(&self, server: ServerId) {
         if let Some(slot) = self.idle.borrow_mut().get_mut(&server) {
             slot.conns.clear();
+            slot.by_owner.clear();
         }
     }
 }
