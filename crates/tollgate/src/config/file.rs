@@ -243,7 +243,13 @@ pub(crate) struct TlsSection {
     /// `[[frontend.tls.cert]]`: one certificate chain and its key per entry.
     #[serde(default)]
     pub cert: Vec<CertSection>,
+    /// The TLS policy (`config::tls_policy`): "1.2" or "1.3"...
     pub min_version: Option<Spanned<String>>,
+    pub max_version: Option<Spanned<String>>,
+    /// ...TLS 1.3 suites, TLS 1.2 suites and key-exchange groups, by rustls' names.
+    pub ciphersuites: Option<Spanned<Vec<Spanned<String>>>>,
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub curves: Option<Spanned<Vec<Spanned<String>>>>,
     pub alpn: Option<Vec<Spanned<String>>>,
     pub session_tickets: Option<bool>,
     pub session_cache: Option<bool>,
@@ -527,6 +533,12 @@ pub(crate) struct ServerSection {
     pub verify: Option<Spanned<bool>>,
     /// Server name sent in the ClientHello and verified (default: the address's host name).
     pub sni: Option<Spanned<String>>,
+    /// The TLS policy towards this server, as on `[frontend.tls]`.
+    pub min_version: Option<Spanned<String>>,
+    pub max_version: Option<Spanned<String>>,
+    pub ciphersuites: Option<Spanned<Vec<Spanned<String>>>>,
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub curves: Option<Spanned<Vec<Spanned<String>>>>,
     /// Overrides the backend's `slowstart` for this server.
     pub slowstart: Option<Spanned<DurationValue>>,
     /// Health checks: `false` = never checked (default: checked when the backend has

@@ -4,11 +4,12 @@
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
 //! `route_action` validates what a matched route does (answers, redirects, rewrites).
 //! `tls` reads certificate files and builds the rustls configs (loading them is part of
-//! loading the config), `cert_store` holds a frontend's certificates (swappable at run
-//! time), `x509` and `ocsp` read the certificate and OCSP DER they need, `sni` validates
-//! host names and matches them, `route` compiles a
-//! frontend's route conditions into the table requests are matched against. `shared`
-//! validates `[shared]` (the Redis that shared limits are counted in).
+//! loading the config), `tls_policy` checks TLS versions, cipher suites and groups,
+//! `cert_store` holds a frontend's certificates (swappable at run time), `x509` and `ocsp`
+//! read the certificate and OCSP DER they need, `sni` validates host names and matches
+//! them, `route` compiles a frontend's route conditions into the table requests are
+//! matched against. `shared` validates `[shared]` (the Redis that shared limits are
+//! counted in).
 //!
 //! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
 //! feature and reads no process limit; what depends on the machine is decided at run time
@@ -32,6 +33,7 @@ mod route_action;
 pub mod shared;
 pub mod sni;
 pub(crate) mod tls;
+mod tls_policy;
 pub(crate) mod units;
 mod users;
 mod validate;

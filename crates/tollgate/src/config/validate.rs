@@ -18,6 +18,7 @@ use super::file::{
 use super::model::*;
 use super::sni::SniMatcher;
 use super::tls as certs;
+use super::tls_policy::PolicyKeys;
 use super::units::ByteSize;
 
 /// See `Validator::frontend_acme`.
@@ -952,19 +953,16 @@ impl<'a> Validator<'a> {
             }
             files.push(cert_files);
         }
-        let tls13_only = match &t.min_version {
-            None => false,
-            Some(v) if v.get_ref() == "1.2" => false,
-            Some(v) if v.get_ref() == "1.3" => true,
-            Some(v) => {
-                self.err(
-                    v.span(),
-                    format!("{key}.min_version"),
-                    format!("`{}` is not \"1.2\" or \"1.3\"", v.get_ref()),
-                );
-                false
-            }
-        };
+        let policy = self.tls_policy(
+            &PolicyKeys {
+                min_version: t.min_version.as_ref(),
+                max_version: t.max_version.as_ref(),
+                ciphersuites: t.ciphersuites.as_ref(),
+                ciphers: t.ciphers.as_ref(),
+                curves: t.curves.as_ref(),
+            },
+            key,
+        );
         let mut alpn = Vec::new();
         for (i, p) in t.alpn.iter().flatten().enumerate() {
             if p.get_ref().is_empty() || p.get_ref().len() > 255 {
@@ -1030,7 +1028,7 @@ impl<'a> Validator<'a> {
         }
         let settings = certs::ServerSettings {
             certs: Arc::clone(&store),
-            tls13_only,
+            versions: policy.versions.clone(),
             alpn,
             session_tickets: t.session_tickets.unwrap_or(true),
             session_cache: t.session_cache.unwrap_or(true),
@@ -1038,7 +1036,7 @@ impl<'a> Validator<'a> {
             // has the ULP (probed once per process at run time, see `proxy::tcp`).
             secret_extraction: ktls.enabled,
         };
-        match certs::server_config(settings, provider) {
+        match certs::server_config(settings, policy.provider()) {
             Ok(server_config) => Some(FrontendTls {
                 server_config,
                 ktls,
@@ -1115,6 +1113,11 @@ impl<'a> Validator<'a> {
                 ("ca_file", s.ca_file.as_ref().map(|v| v.span())),
                 ("verify", s.verify.as_ref().map(|v| v.span())),
                 ("sni", s.sni.as_ref().map(|v| v.span())),
+                ("min_version", s.min_version.as_ref().map(|v| v.span())),
+                ("max_version", s.max_version.as_ref().map(|v| v.span())),
+                ("ciphersuites", s.ciphersuites.as_ref().map(|v| v.span())),
+                ("ciphers", s.ciphers.as_ref().map(|v| v.span())),
+                ("curves", s.curves.as_ref().map(|v| v.span())),
             ];
             for (field, span) in extras {
                 if let Some(span) = span {
@@ -1167,7 +1170,23 @@ impl<'a> Validator<'a> {
             ModeName::Http => vec![b"http/1.1".to_vec()],
             ModeName::Tcp => Vec::new(),
         };
-        match certs::client_config(ca_file.as_deref(), alpn, certs::provider()) {
+        let policy = self.tls_policy(
+            &PolicyKeys {
+                min_version: s.min_version.as_ref(),
+                max_version: s.max_version.as_ref(),
+                ciphersuites: s.ciphersuites.as_ref(),
+                ciphers: s.ciphers.as_ref(),
+                curves: s.curves.as_ref(),
+            },
+            key,
+        );
+        let settings = certs::ClientSettings {
+            ca_file: ca_file.as_deref(),
+            alpn,
+            versions: &policy.versions,
+            client_cert: None,
+        };
+        match certs::client_config(settings, policy.provider()) {
             Ok(client_config) => Some(ServerTls {
                 client_config,
                 server_name,
