@@ -127,6 +127,9 @@ worker_stats! {
     tls_fail_protocol,
     tls_fail_no_cert,
     tls_fail_closed,
+    /// Failed handshakes of `[frontend.tls.client_auth]`: no client certificate where one is
+    /// required, or one that did not verify (unknown CA, expired, revoked by a CRL).
+    tls_fail_client_cert,
     /// Completed handshakes (full and resumed) by the key-exchange group the client and
     /// the policy settled on; `tls_group_other`: another ML-KEM group. A resumed TLS 1.2
     /// session makes no key exchange and is in none of them.

@@ -34,10 +34,16 @@ const TLS_OUTCOMES: &[(&str, &str)] = &[
     ("tls_fail_protocol", "protocol_error"),
     ("tls_fail_no_cert", "no_certificate"),
     ("tls_fail_closed", "closed"),
+    ("tls_fail_client_cert", "client_certificate"),
 ];
 
 /// A family made of several counters: its name, help, label, and each counter's label value.
-type LabelledFamily = (&'static str, &'static str, &'static str, &'static [(&'static str, &'static str)]);
+type LabelledFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
 
 /// Counters shown as one family each, labelled by what the handshake negotiated.
 const TLS_NEGOTIATED: &[LabelledFamily] = &[

@@ -5,11 +5,11 @@
 //! `route_action` validates what a matched route does (answers, redirects, rewrites).
 //! `tls` reads certificate files and builds the rustls configs (loading them is part of
 //! loading the config), `tls_policy` checks TLS versions, cipher suites and groups,
-//! `cert_store` holds a frontend's certificates (swappable at run time), `x509` and `ocsp`
-//! read the certificate and OCSP DER they need, `sni` validates host names and matches
-//! them, `route` compiles a frontend's route conditions into the table requests are
-//! matched against. `shared` validates `[shared]` (the Redis that shared limits are
-//! counted in).
+//! `client_auth` the client-certificate verifier and identity fields, `cert_store` holds a
+//! frontend's certificates (swappable at run time), `x509` and `ocsp` read the certificate
+//! and OCSP DER they need, `sni` validates host names and matches them, `route` compiles a
+//! frontend's route conditions into the table requests are matched against. `shared`
+//! validates `[shared]` (the Redis that shared limits are counted in).
 //!
 //! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
 //! feature and reads no process limit; what depends on the machine is decided at run time
@@ -19,6 +19,7 @@
 
 pub mod acme;
 pub mod cert_store;
+mod client_auth;
 pub(crate) mod file;
 pub mod health;
 pub mod ids;

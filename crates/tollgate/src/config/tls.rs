@@ -162,7 +162,7 @@ pub(crate) fn fetchable(key: &CertifiedKey) -> Result<(), String> {
     }
 }
 
-fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     chain_from_pem(&read(path)?, path)
 }
 
@@ -215,15 +215,20 @@ pub(crate) struct ServerSettings {
     pub session_tickets: bool,
     pub session_cache: bool,
     pub secret_extraction: bool,
+    /// `[frontend.tls.client_auth]`: clients are asked for a certificate.
+    pub client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
 /// `provider`: the policy's suites and groups (`tls_policy::TlsPolicy::provider`).
 pub(crate) fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) -> Result<Arc<ServerConfig>, String> {
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&s.versions)
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_cert_resolver(s.certs);
+        .map_err(|e| e.to_string())?;
+    let builder = match s.client_verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(s.certs);
     config.alpn_protocols = s.alpn;
     if s.session_tickets {
         config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;

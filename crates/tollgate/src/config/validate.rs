@@ -740,6 +740,7 @@ impl<'a> Validator<'a> {
                 .and_then(|name| self.backend_ref(name, format!("{key}.default_backend"), mode, backends));
             let limits = super::limit::limits(f, mode, &key, &mut limit_names, &mut self.errors);
             let mut conditions = super::route::Builder::new(mode, f.tls.is_some());
+            conditions.client_auth = f.tls.as_ref().is_some_and(|t| t.client_auth.is_some());
             let matchers = conditions.matchers(&mut self.errors, &f.matcher, &key);
             let routes: Vec<Route> = f
                 .route
@@ -986,9 +987,15 @@ impl<'a> Validator<'a> {
             alpn.push(p.get_ref().as_bytes().to_vec());
         }
         let ktls = offload(t.ktls.as_ref().map(Spanned::get_ref));
-        if loaded.len() != t.cert.len() {
+        let provider = policy.provider();
+        let client_auth = t
+            .client_auth
+            .as_ref()
+            .map(|c| self.client_auth(c, &format!("{key}.client_auth"), mode, &provider));
+        if loaded.len() != t.cert.len() || client_auth.as_ref().is_some_and(Option::is_none) {
             return None;
         }
+        let (client_verifier, client_auth) = client_auth.flatten().unzip();
         let mut entries: Vec<_> = loaded
             .into_iter()
             .map(|(c, f)| {
@@ -1035,14 +1042,16 @@ impl<'a> Validator<'a> {
             // Wherever kTLS is enabled; a session hands its keys over only where the kernel
             // has the ULP (probed once per process at run time, see `proxy::tcp`).
             secret_extraction: ktls.enabled,
+            client_verifier,
         };
-        match certs::server_config(settings, policy.provider()) {
+        match certs::server_config(settings, provider) {
             Ok(server_config) => Some(FrontendTls {
                 server_config,
                 ktls,
                 certs: store,
                 files,
                 acme_challenge: acme.challenge,
+                client_auth,
             }),
             Err(msg) => {
                 self.err(f.name.span(), key.to_string(), msg);
@@ -1118,6 +1127,8 @@ impl<'a> Validator<'a> {
                 ("ciphersuites", s.ciphersuites.as_ref().map(|v| v.span())),
                 ("ciphers", s.ciphers.as_ref().map(|v| v.span())),
                 ("curves", s.curves.as_ref().map(|v| v.span())),
+                ("cert", s.cert.as_ref().map(|v| v.span())),
+                ("key", s.key.as_ref().map(|v| v.span())),
             ];
             for (field, span) in extras {
                 if let Some(span) = span {
@@ -1180,13 +1191,34 @@ impl<'a> Validator<'a> {
             },
             key,
         );
+        let provider = policy.provider();
+        let client_cert = match (&s.cert, &s.key) {
+            (None, None) => None,
+            (Some(cert), Some(k)) => {
+                match certs::load_cert(&self.path(cert.get_ref()), &self.path(k.get_ref()), &provider) {
+                    Ok(loaded) => Some(loaded.key),
+                    Err(msg) => {
+                        self.err(cert.span(), format!("{key}.cert"), msg);
+                        return None;
+                    }
+                }
+            }
+            (Some(v), None) | (None, Some(v)) => {
+                self.err(
+                    v.span(),
+                    key.to_string(),
+                    "a client certificate needs both `cert` and `key`".into(),
+                );
+                return None;
+            }
+        };
         let settings = certs::ClientSettings {
             ca_file: ca_file.as_deref(),
             alpn,
             versions: &policy.versions,
-            client_cert: None,
+            client_cert,
         };
-        match certs::client_config(settings, policy.provider()) {
+        match certs::client_config(settings, provider) {
             Ok(client_config) => Some(ServerTls {
                 client_config,
                 server_name,

@@ -33,6 +33,9 @@ pub(crate) enum HandshakeFailure {
     NoCert,
     /// The client closed or reset the connection mid-handshake.
     Closed,
+    /// `[frontend.tls.client_auth]`: no client certificate where one is required, or one
+    /// that does not verify (unknown CA, expired, revoked).
+    ClientCert,
 }
 
 impl HandshakeFailure {
@@ -42,12 +45,17 @@ impl HandshakeFailure {
             HandshakeFailure::Protocol => "TLS handshake: protocol",
             HandshakeFailure::NoCert => "TLS handshake: no-certificate",
             HandshakeFailure::Closed => "TLS handshake: closed",
+            HandshakeFailure::ClientCert => "TLS handshake: client certificate",
         }
     }
 
     fn classify(e: &io::Error) -> Self {
         match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
             Some(rustls::Error::General(msg)) if msg.contains("no server certificate") => HandshakeFailure::NoCert,
+            // On the server side these are about the client's certificate.
+            Some(rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_)) => {
+                HandshakeFailure::ClientCert
+            }
             Some(_) => HandshakeFailure::Protocol,
             None if crate::error::is_peer_reset(e) => HandshakeFailure::Closed,
             None => HandshakeFailure::Protocol,
@@ -60,6 +68,7 @@ impl HandshakeFailure {
             HandshakeFailure::Protocol => &stats.tls_fail_protocol,
             HandshakeFailure::NoCert => &stats.tls_fail_no_cert,
             HandshakeFailure::Closed => &stats.tls_fail_closed,
+            HandshakeFailure::ClientCert => &stats.tls_fail_client_cert,
         }
     }
 }
