@@ -453,8 +453,8 @@ fn bad_client_auth_sections_are_refused() {
     assert!(err.contains("frontend[0].tls.client_auth.ca_file"), "{err}");
 }
 
-/// A TLS origin requiring a client certificate from `ca`: answers the client's subject CN
-/// as it saw it, then closes.
+/// A TLS origin requiring a client certificate from `ca`: answers (an HTTP response) who
+/// the client's certificate says it is, then closes.
 fn mtls_origin(server: &Issued, ca: &TestCa) -> SocketAddr {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     let mut roots = rustls::RootCertStore::empty();
@@ -499,7 +499,12 @@ fn mtls_origin(server: &Issued, ca: &TestCa) -> SocketAddr {
                     })
                     .unwrap_or("nobody");
                 let mut tls = rustls::Stream::new(&mut conn, &mut sock);
-                let _ = tls.write_all(format!("hello {who}\n").as_bytes());
+                let body = format!("hello {who}\n");
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(reply.as_bytes());
                 tls.conn.send_close_notify();
                 let _ = tls.flush();
             });
@@ -533,11 +538,40 @@ fn a_server_requiring_a_client_certificate_is_reached_with_cert_and_key() {
         path_str(&p.alice.key)
     );
     let proxy = Proxy::start(&config(&with));
-    assert_eq!(ask(proxy.addr), "hello alice\n");
+    assert!(ask(proxy.addr).ends_with("\r\n\r\nhello alice\n"));
     drop(proxy);
     let proxy = Proxy::start(&config(""));
     assert_eq!(ask(proxy.addr), "", "no certificate: the server refuses the handshake");
     drop(proxy);
+    // HTTP health checks over TLS present the certificate too.
+    let checked = |client: &str| {
+        format!(
+            "{}\n[backend.health]\ntype = \"http\"\ninterval = \"100ms\"\nrise = 1\nfall = 1\n",
+            config(client)
+                .replace("[[frontend]]", "[[frontend]]\nmode = \"http\"")
+                .replace(
+                    "[[backend]]\nname = \"be\"\n",
+                    "[[backend]]\nname = \"be\"\nmode = \"http\"\n"
+                )
+        )
+    };
+    for (client, want) in [(with.as_str(), "up"), ("", "down")] {
+        let proxy = Proxy::start(&checked(client));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let view = proxy
+                .running()
+                .show_servers(None)
+                .into_iter()
+                .find(|v| v.name == "o")
+                .unwrap();
+            if view.oper.as_str() == want {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{client:?}: {:?}", view.oper);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     // `cert` needs its `key` (and `tls = true`).
     let half = config(&format!("cert = \"{}\"", path_str(&p.alice.cert)));
     let err = tollgate::config::parse(&half, "t.toml").unwrap_err().to_string();
