@@ -99,6 +99,14 @@ fn unknown_names_are_refused_at_load_with_their_position() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("`max_version` is older than `min_version`"), "{out}");
     assert!(out.contains("TLS 1.2 is off"), "{out}");
+    // Our certificate is ECDSA: RSA suites alone would fail every TLS 1.2 client.
+    let extra = "ciphers = [\"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]";
+    let (code, out) = check(&dir, &config(&dir, &ca, origin.addr, extra, ""));
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("no suite here works with the ECDSA key of cert[0]"),
+        "{out}"
+    );
     let (code, out) = check(&dir, &config(&dir, &ca, origin.addr, "max_version = \"1.4\"", ""));
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("`1.4` is not \"1.2\" or \"1.3\""), "{out}");

@@ -202,6 +202,31 @@ impl Validator<'_> {
         }
     }
 
+    /// `ciphers` given: every certificate needs a TLS 1.2 suite its key can sign for, else
+    /// every TLS 1.2 client asking for that certificate would fail its handshake.
+    pub(super) fn tls12_suites_fit<'c>(
+        &mut self,
+        policy: &TlsPolicy,
+        certs: impl Iterator<Item = &'c rustls::sign::CertifiedKey>,
+        ciphers: Option<&Spanned<Vec<Spanned<String>>>>,
+        key: &str,
+    ) {
+        let Some(ciphers) = ciphers else { return };
+        for (i, cert) in certs.enumerate() {
+            let alg = cert.key.algorithm();
+            let fits = policy.suites.iter().any(|s| {
+                s.version().version == rustls::ProtocolVersion::TLSv1_2 && s.usable_for_signature_algorithm(alg)
+            });
+            if !fits {
+                self.err(
+                    ciphers.span(),
+                    format!("{key}.ciphers"),
+                    format!("no suite here works with the {alg:?} key of cert[{i}]: TLS 1.2 clients would fail (an ECDSA or Ed25519 key needs a TLS_ECDHE_ECDSA_… suite, an RSA key a TLS_ECDHE_RSA_… one)"),
+                );
+            }
+        }
+    }
+
     /// 0 for "1.2", 1 for "1.3".
     fn tls_version(&mut self, v: Option<&Spanned<String>>, key: &str) -> Option<usize> {
         let v = v?;

@@ -986,6 +986,7 @@ impl<'a> Validator<'a> {
             }
             alpn.push(p.get_ref().as_bytes().to_vec());
         }
+        self.tls12_suites_fit(&policy, loaded.iter().map(|(c, _)| &*c.key), t.ciphers.as_ref(), key);
         let ktls = offload(t.ktls.as_ref().map(Spanned::get_ref));
         let provider = policy.provider();
         let client_auth = t
