@@ -122,7 +122,7 @@ fn serve_tls<'a>(
                 crate::http::h1::Proto::Https,
                 version,
                 conn.server_name(),
-                conn.peer_certificates().and_then(|c| c.first()).map(|c| c.as_ref()),
+                client::ClientStream::peer_leaf(&client),
             );
             return crate::proxy::h2front::serve(ctx, info, client).await;
         }
