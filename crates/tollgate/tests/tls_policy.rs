@@ -107,6 +107,16 @@ fn unknown_names_are_refused_at_load_with_their_position() {
         out.contains("no suite here works with the ECDSA key of cert[0]"),
         "{out}"
     );
+    // Ordered certificates have ECDSA keys too.
+    let acme =
+        format!("{extra}\n[[frontend.tls.acme]]\ndomains = [\"a.example\"]\ndirectory = \"https://127.0.0.1:1/dir\"");
+    let global = format!("[global]\nstate_dir = \"{}\"", path_str(&dir.path("state")));
+    let (code, out) = check(&dir, &config(&dir, &ca, origin.addr, &acme, &global));
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("no suite here works with the ECDSA key of the ACME certificates"),
+        "{out}"
+    );
     let (code, out) = check(&dir, &config(&dir, &ca, origin.addr, "max_version = \"1.4\"", ""));
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("`1.4` is not \"1.2\" or \"1.3\""), "{out}");

@@ -202,18 +202,18 @@ impl Validator<'_> {
         }
     }
 
-    /// `ciphers` given: every certificate needs a TLS 1.2 suite its key can sign for, else
-    /// every TLS 1.2 client asking for that certificate would fail its handshake.
-    pub(super) fn tls12_suites_fit<'c>(
+    /// `ciphers` given: every certificate's key (`keys`: what it is, its algorithm) needs
+    /// a TLS 1.2 suite it can sign for, else every TLS 1.2 client getting that certificate
+    /// would fail its handshake.
+    pub(super) fn tls12_suites_fit(
         &mut self,
         policy: &TlsPolicy,
-        certs: impl Iterator<Item = &'c rustls::sign::CertifiedKey>,
+        keys: impl Iterator<Item = (String, rustls::SignatureAlgorithm)>,
         ciphers: Option<&Spanned<Vec<Spanned<String>>>>,
         key: &str,
     ) {
         let Some(ciphers) = ciphers else { return };
-        for (i, cert) in certs.enumerate() {
-            let alg = cert.key.algorithm();
+        for (what, alg) in keys {
             let fits = policy.suites.iter().any(|s| {
                 s.version().version == rustls::ProtocolVersion::TLSv1_2 && s.usable_for_signature_algorithm(alg)
             });
@@ -221,7 +221,7 @@ impl Validator<'_> {
                 self.err(
                     ciphers.span(),
                     format!("{key}.ciphers"),
-                    format!("no suite here works with the {alg:?} key of cert[{i}]: TLS 1.2 clients would fail (an ECDSA or Ed25519 key needs a TLS_ECDHE_ECDSA_… suite, an RSA key a TLS_ECDHE_RSA_… one)"),
+                    format!("no suite here works with the {alg:?} key of {what}: TLS 1.2 clients would fail (an ECDSA or Ed25519 key needs a TLS_ECDHE_ECDSA_… suite, an RSA key a TLS_ECDHE_RSA_… one)"),
                 );
             }
         }

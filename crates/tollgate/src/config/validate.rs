@@ -986,7 +986,15 @@ impl<'a> Validator<'a> {
             }
             alpn.push(p.get_ref().as_bytes().to_vec());
         }
-        self.tls12_suites_fit(&policy, loaded.iter().map(|(c, _)| &*c.key), t.ciphers.as_ref(), key);
+        let keys = loaded
+            .iter()
+            .enumerate()
+            .map(|(i, (c, _))| (format!("cert[{i}]"), c.key.key.algorithm()))
+            // Ordered certificates get a fresh ECDSA P-256 key (`config::acme`).
+            .chain(
+                (!t.acme.is_empty()).then(|| ("the ACME certificates".to_string(), rustls::SignatureAlgorithm::ECDSA)),
+            );
+        self.tls12_suites_fit(&policy, keys, t.ciphers.as_ref(), key);
         let ktls = offload(t.ktls.as_ref().map(Spanned::get_ref));
         let provider = policy.provider();
         let client_auth = t
