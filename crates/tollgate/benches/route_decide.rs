@@ -77,6 +77,7 @@ fn view<'a>(host: &'a str, path: &'a str) -> RequestView<'a> {
         scheme: Scheme::Http,
         source: IpAddr::from([192, 0, 2, 1]),
         sni: None,
+        client_cert: false,
         headers: &Fields,
     }
 }

@@ -320,6 +320,10 @@ struct ExplainRequest {
     /// The TLS server name (TCP frontends; default: the URL's host).
     #[arg(long)]
     sni: Option<String>,
+    /// The client presents a certificate that verifies (what `client_cert` routes see;
+    /// default: none).
+    #[arg(long)]
+    client_cert: bool,
     /// The frontend to explain, by name (default: the one bound to the URL's port).
     #[arg(long)]
     frontend: Option<String>,
@@ -351,6 +355,7 @@ impl ExplainRequest {
             url,
             headers,
             sni: self.sni,
+            client_cert: self.client_cert,
             frontend: self.frontend,
             port: self.port,
             source: self.source,

@@ -127,6 +127,30 @@ worker_stats! {
     tls_fail_protocol,
     tls_fail_no_cert,
     tls_fail_closed,
+    /// Failed handshakes of `[frontend.tls.client_auth]`: no client certificate where one is
+    /// required, or one that did not verify (unknown CA, expired, revoked by a CRL).
+    tls_fail_client_cert,
+    /// Completed handshakes (full and resumed) by the key-exchange group the client and
+    /// the policy settled on; `tls_group_other`: another ML-KEM group. A resumed TLS 1.2
+    /// session makes no key exchange and is in none of them.
+    tls_group_x25519,
+    tls_group_secp256r1,
+    tls_group_secp384r1,
+    tls_group_x25519mlkem768,
+    tls_group_other,
+    /// Completed handshakes by protocol version...
+    tls_version_12,
+    tls_version_13,
+    /// ...and by cipher suite (TLS 1.3's three, then TLS 1.2's ECDHE suites).
+    tls_suite_aes_128_gcm_sha256,
+    tls_suite_aes_256_gcm_sha384,
+    tls_suite_chacha20_poly1305_sha256,
+    tls_suite_ecdhe_ecdsa_aes_128_gcm,
+    tls_suite_ecdhe_rsa_aes_128_gcm,
+    tls_suite_ecdhe_ecdsa_aes_256_gcm,
+    tls_suite_ecdhe_rsa_aes_256_gcm,
+    tls_suite_ecdhe_ecdsa_chacha20,
+    tls_suite_ecdhe_rsa_chacha20,
     /// TLS handshakes to servers that failed.
     tls_backend_errors,
     /// Passthrough: ClientHellos that were truncated, oversized, not TLS or too slow.

@@ -353,6 +353,7 @@ fn explain_tells_lists_and_tcp_source_routes() {
         url: "http://t/".into(),
         headers: Vec::new(),
         sni: None,
+        client_cert: false,
         frontend: Some("fe".into()),
         port: None,
         source: source.parse().unwrap(),

@@ -308,6 +308,7 @@ fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) ->
         scheme,
         source: query.source,
         sni: sni.as_deref(),
+        client_cert: query.client_cert,
         headers: &headers,
     };
     let matched = fe.routes.first_match(&view);
@@ -405,6 +406,8 @@ fn why_not(fe: &Frontend, cond: &Cond, view: &RequestView<'_>, query: &Query) ->
             view.sni.unwrap_or("(none)"),
             any_of(p.iter().map(pattern).collect())
         ),
+        Cond::ClientCert(true) => "no verified client certificate (explain with --client-cert)".to_string(),
+        Cond::ClientCert(false) => "a verified client certificate was presented".to_string(),
         Cond::Matcher { index, name } => match fe.routes.matcher_miss(*index, view) {
             Some(inner) => format!("matcher {name}: {}", why_not(fe, inner, view, query)),
             None => format!("matcher {name} does not hold"),
@@ -683,6 +686,7 @@ mod tests {
             url: url.into(),
             headers: Vec::new(),
             sni: None,
+            client_cert: false,
             frontend: None,
             port: None,
             source: IpAddr::from([127, 0, 0, 1]),

@@ -34,6 +34,71 @@ const TLS_OUTCOMES: &[(&str, &str)] = &[
     ("tls_fail_protocol", "protocol_error"),
     ("tls_fail_no_cert", "no_certificate"),
     ("tls_fail_closed", "closed"),
+    ("tls_fail_client_cert", "client_certificate"),
+];
+
+/// A family made of several counters: its name, help, label, and each counter's label value.
+type LabelledFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+/// Counters shown as one family each, labelled by what the handshake negotiated.
+const TLS_NEGOTIATED: &[LabelledFamily] = &[
+    (
+        "tollgate_tls_key_exchange_total",
+        "Completed TLS handshakes (termination) by key-exchange group.",
+        "group",
+        &[
+            ("tls_group_x25519", "X25519"),
+            ("tls_group_secp256r1", "secp256r1"),
+            ("tls_group_secp384r1", "secp384r1"),
+            ("tls_group_x25519mlkem768", "X25519MLKEM768"),
+            ("tls_group_other", "other"),
+        ],
+    ),
+    (
+        "tollgate_tls_version_total",
+        "Completed TLS handshakes (termination) by protocol version.",
+        "version",
+        &[("tls_version_12", "1.2"), ("tls_version_13", "1.3")],
+    ),
+    (
+        "tollgate_tls_cipher_suite_total",
+        "Completed TLS handshakes (termination) by cipher suite.",
+        "suite",
+        &[
+            ("tls_suite_aes_128_gcm_sha256", "TLS13_AES_128_GCM_SHA256"),
+            ("tls_suite_aes_256_gcm_sha384", "TLS13_AES_256_GCM_SHA384"),
+            ("tls_suite_chacha20_poly1305_sha256", "TLS13_CHACHA20_POLY1305_SHA256"),
+            (
+                "tls_suite_ecdhe_ecdsa_aes_128_gcm",
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            ),
+            (
+                "tls_suite_ecdhe_rsa_aes_128_gcm",
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            ),
+            (
+                "tls_suite_ecdhe_ecdsa_aes_256_gcm",
+                "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            ),
+            (
+                "tls_suite_ecdhe_rsa_aes_256_gcm",
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            ),
+            (
+                "tls_suite_ecdhe_ecdsa_chacha20",
+                "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+            ),
+            (
+                "tls_suite_ecdhe_rsa_chacha20",
+                "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+            ),
+        ],
+    ),
 ];
 
 const RESPONSE_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
@@ -277,7 +342,11 @@ fn process(out: &mut Out, gens: &Gens<'_>) {
     let mut names: Vec<&str> = Vec::new();
     for (_, m) in gens {
         for (n, _) in &m.metrics.counters {
-            if !names.contains(&n.as_str()) && !TLS_OUTCOMES.iter().any(|(f, _)| f == n) {
+            let labelled = TLS_OUTCOMES.iter().any(|(f, _)| f == n)
+                || TLS_NEGOTIATED
+                    .iter()
+                    .any(|(_, _, _, fields)| fields.iter().any(|(f, _)| f == n));
+            if !names.contains(&n.as_str()) && !labelled {
                 names.push(n);
             }
         }
@@ -303,6 +372,16 @@ fn process(out: &mut Out, gens: &Gens<'_>) {
         for (field, outcome) in TLS_OUTCOMES {
             if let Some((_, v)) = m.metrics.counters.iter().find(|(n, _)| n == field) {
                 out.sample(name, &[("generation", g), ("outcome", outcome)], v);
+            }
+        }
+    }
+    for (name, help, label, fields) in TLS_NEGOTIATED {
+        out.family(name, "counter", help);
+        for (g, m) in gens {
+            for (field, value) in *fields {
+                if let Some((_, v)) = m.metrics.counters.iter().find(|(n, _)| n == field) {
+                    out.sample(name, &[("generation", g), (label, value)], v);
+                }
             }
         }
     }

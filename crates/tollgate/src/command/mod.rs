@@ -134,6 +134,9 @@ pub struct ExplainQuery {
     /// The TLS SNI (TCP/TLS frontends); defaults to the URL's host.
     #[serde(default)]
     pub sni: Option<String>,
+    /// The client presented a verified certificate (`client_cert` routes).
+    #[serde(default)]
+    pub client_cert: bool,
     /// Pick this frontend by name.
     #[serde(default)]
     pub frontend: Option<String>,

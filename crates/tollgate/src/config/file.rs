@@ -243,7 +243,13 @@ pub(crate) struct TlsSection {
     /// `[[frontend.tls.cert]]`: one certificate chain and its key per entry.
     #[serde(default)]
     pub cert: Vec<CertSection>,
+    /// The TLS policy (`config::tls_policy`): "1.2" or "1.3"...
     pub min_version: Option<Spanned<String>>,
+    pub max_version: Option<Spanned<String>>,
+    /// ...TLS 1.3 suites, TLS 1.2 suites and key-exchange groups, by rustls' names.
+    pub ciphersuites: Option<Spanned<Vec<Spanned<String>>>>,
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub curves: Option<Spanned<Vec<Spanned<String>>>>,
     pub alpn: Option<Vec<Spanned<String>>>,
     pub session_tickets: Option<bool>,
     pub session_cache: Option<bool>,
@@ -257,6 +263,49 @@ pub(crate) struct TlsSection {
     /// `[[frontend.tls.acme]]`: certificates ordered from an ACME CA (`config::acme`).
     #[serde(default)]
     pub acme: Vec<super::acme::AcmeSection>,
+    /// `[frontend.tls.client_auth]`: ask clients for a certificate (`config::client_auth`).
+    pub client_auth: Option<Spanned<ClientAuthSection>>,
+}
+
+/// `[frontend.tls.client_auth]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientAuthSection {
+    /// PEM bundle of the CAs that may sign client certificates.
+    pub ca_file: Spanned<String>,
+    pub mode: Option<Spanned<ClientAuthMode>>,
+    /// Certificate revocation lists (PEM or DER), one file or a list.
+    pub crl_file: Option<Spanned<OneOrMore>>,
+    /// HTTP mode: the request fields the client's identity goes to the server in.
+    pub headers: Option<Spanned<ClientCertHeadersSection>>,
+}
+
+/// `mode` of `[frontend.tls.client_auth]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ClientAuthMode {
+    /// No certificate (or one that does not verify): the handshake fails.
+    Required,
+    /// No certificate is fine; one that does not verify still fails the handshake.
+    Optional,
+}
+
+/// `headers = { subject = "…", fingerprint = "…", verified = "…" }`: a name per field sent;
+/// a field left out is not sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClientCertHeadersSection {
+    pub subject: Option<Spanned<String>>,
+    pub fingerprint: Option<Spanned<String>>,
+    pub verified: Option<Spanned<String>>,
+}
+
+/// `client_cert = "verified" | "absent"` on a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ClientCertName {
+    Verified,
+    Absent,
 }
 
 #[derive(Debug, Deserialize)]
@@ -305,6 +354,8 @@ pub(crate) struct RouteSection {
     pub scheme: Option<Spanned<SchemeName>>,
     /// The TLS server name (TCP mode: the ClientHello's; HTTP mode: the handshake's).
     pub sni: Option<Spanned<OneOrMore>>,
+    /// HTTP mode: the client presented a verified certificate, or none.
+    pub client_cert: Option<Spanned<ClientCertName>>,
     /// `[[frontend.matcher]]` names whose conditions must hold too.
     pub matcher: Option<Spanned<String>>,
     pub matchers: Option<Spanned<Vec<Spanned<String>>>>,
@@ -364,6 +415,7 @@ pub(crate) struct NotSection {
     pub source: Option<Spanned<OneOrMore>>,
     pub scheme: Option<Spanned<SchemeName>>,
     pub sni: Option<Spanned<OneOrMore>>,
+    pub client_cert: Option<Spanned<ClientCertName>>,
     pub matcher: Option<Spanned<String>>,
     pub matchers: Option<Spanned<Vec<Spanned<String>>>>,
 }
@@ -385,6 +437,7 @@ pub(crate) struct MatcherSection {
     pub source: Option<Spanned<OneOrMore>>,
     pub scheme: Option<Spanned<SchemeName>>,
     pub sni: Option<Spanned<OneOrMore>>,
+    pub client_cert: Option<Spanned<ClientCertName>>,
     pub not: Option<Spanned<NotSection>>,
 }
 
@@ -527,6 +580,12 @@ pub(crate) struct ServerSection {
     pub verify: Option<Spanned<bool>>,
     /// Server name sent in the ClientHello and verified (default: the address's host name).
     pub sni: Option<Spanned<String>>,
+    /// The TLS policy towards this server, as on `[frontend.tls]`.
+    pub min_version: Option<Spanned<String>>,
+    pub max_version: Option<Spanned<String>>,
+    pub ciphersuites: Option<Spanned<Vec<Spanned<String>>>>,
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub curves: Option<Spanned<Vec<Spanned<String>>>>,
     /// Overrides the backend's `slowstart` for this server.
     pub slowstart: Option<Spanned<DurationValue>>,
     /// Health checks: `false` = never checked (default: checked when the backend has
@@ -534,6 +593,9 @@ pub(crate) struct ServerSection {
     pub check: Option<Spanned<bool>>,
     pub check_port: Option<Spanned<u16>>,
     pub agent_port: Option<Spanned<u16>>,
+    /// PEM files: the client certificate chain and key presented to a server that asks.
+    pub cert: Option<Spanned<String>>,
+    pub key: Option<Spanned<String>>,
     /// The protocol spoken to this server ("h1", "h2"; default: the backend's `proto`).
     pub proto: Option<Spanned<ProtoName>>,
     /// Open every connection to this server with a PROXY protocol header.

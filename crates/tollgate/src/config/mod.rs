@@ -4,9 +4,10 @@
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
 //! `route_action` validates what a matched route does (answers, redirects, rewrites).
 //! `tls` reads certificate files and builds the rustls configs (loading them is part of
-//! loading the config), `cert_store` holds a frontend's certificates (swappable at run
-//! time), `x509` and `ocsp` read the certificate and OCSP DER they need, `sni` validates
-//! host names and matches them, `route` compiles a
+//! loading the config), `tls_policy` checks TLS versions, cipher suites and groups,
+//! `client_auth` the client-certificate verifier and identity fields, `cert_store` holds a
+//! frontend's certificates (swappable at run time), `x509` and `ocsp` read the certificate
+//! and OCSP DER they need, `sni` validates host names and matches them, `route` compiles a
 //! frontend's route conditions into the table requests are matched against. `shared`
 //! validates `[shared]` (the Redis that shared limits are counted in).
 //!
@@ -18,6 +19,7 @@
 
 pub mod acme;
 pub mod cert_store;
+mod client_auth;
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
@@ -32,6 +34,7 @@ mod route_action;
 pub mod shared;
 pub mod sni;
 pub(crate) mod tls;
+mod tls_policy;
 pub(crate) mod units;
 mod users;
 mod validate;

@@ -428,6 +428,31 @@ pub struct FrontendTls {
     /// With a tls-alpn-01 `[[frontend.tls.acme]]`: what handshakes offering `acme-tls/1`
     /// get while a name is under validation (`config::acme::ChallengeBook`).
     pub acme_challenge: Option<super::acme::AlpnChallenge>,
+    /// `[frontend.tls.client_auth]` (its verifier is in `server_config`).
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// Client certificates asked for: what the sessions need beyond the verifier.
+#[derive(Debug, Clone)]
+pub struct ClientAuth {
+    /// No certificate fails the handshake (else it is optional).
+    pub required: bool,
+    /// HTTP mode: the request fields the client's identity goes to the server in.
+    pub headers: ClientCertHeaders,
+}
+
+/// The field names, as written (each optional: a name left out is not sent).
+#[derive(Debug, Clone, Default)]
+pub struct ClientCertHeaders {
+    /// The subject, RFC 4514 (`CN=client,O=Example`).
+    pub subject: Option<Box<str>>,
+    /// SHA-256 of the leaf certificate's DER, lowercase hex.
+    pub fingerprint: Option<Box<str>>,
+    /// `SUCCESS` (a certificate verified) or `NONE` (none presented).
+    pub verified: Option<Box<str>>,
+    /// Every name above, lowercase: dropped from every request a client sends, so only
+    /// the proxy's own values reach a server.
+    pub names: Vec<Box<str>>,
 }
 
 /// One `[[frontend.tls.cert]]`'s files and what is done with them at run time.

@@ -162,7 +162,7 @@ pub(crate) fn fetchable(key: &CertifiedKey) -> Result<(), String> {
     }
 }
 
-fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn load_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     chain_from_pem(&read(path)?, path)
 }
 
@@ -209,24 +209,26 @@ fn check_chain(chain: &[CertificateDer<'_>], path: &Path) -> Result<(), String> 
 pub(crate) struct ServerSettings {
     /// The frontend's live certificates (`config::cert_store`): SNI → certificate.
     pub certs: Arc<CertStore>,
-    pub tls13_only: bool,
+    /// Newest first (`tls_policy::TlsPolicy::versions`).
+    pub versions: Vec<&'static rustls::SupportedProtocolVersion>,
     pub alpn: Vec<Vec<u8>>,
     pub session_tickets: bool,
     pub session_cache: bool,
     pub secret_extraction: bool,
+    /// `[frontend.tls.client_auth]`: clients are asked for a certificate.
+    pub client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
+/// `provider`: the policy's suites and groups (`tls_policy::TlsPolicy::provider`).
 pub(crate) fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) -> Result<Arc<ServerConfig>, String> {
-    let versions: &[&rustls::SupportedProtocolVersion] = if s.tls13_only {
-        &[&rustls::version::TLS13]
-    } else {
-        &[&rustls::version::TLS13, &rustls::version::TLS12]
+    let builder = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&s.versions)
+        .map_err(|e| e.to_string())?;
+    let builder = match s.client_verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
     };
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(versions)
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_cert_resolver(s.certs);
+    let mut config = builder.with_cert_resolver(s.certs);
     config.alpn_protocols = s.alpn;
     if s.session_tickets {
         config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
@@ -243,17 +245,24 @@ pub(crate) fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) ->
     Ok(Arc::new(config))
 }
 
-/// A client config for TLS to a server: verified against `ca_file`, or not verified at all;
-/// `alpn` offered in the ClientHello (none: the server picks nothing).
-pub(crate) fn client_config(
-    ca_file: Option<&Path>,
-    alpn: Vec<Vec<u8>>,
-    provider: Arc<CryptoProvider>,
-) -> Result<Arc<ClientConfig>, String> {
+/// What TLS to a server asks for, already checked.
+pub(crate) struct ClientSettings<'a> {
+    /// Verify the server's certificate against these CAs (`None`: not verified at all).
+    pub ca_file: Option<&'a Path>,
+    /// Offered in the ClientHello (none: the server picks nothing).
+    pub alpn: Vec<Vec<u8>>,
+    /// Newest first.
+    pub versions: &'a [&'static rustls::SupportedProtocolVersion],
+    /// Presented when the server asks for a client certificate.
+    pub client_cert: Option<Arc<CertifiedKey>>,
+}
+
+/// A client config for TLS to a server. `provider`: the policy's suites and groups.
+pub(crate) fn client_config(s: ClientSettings<'_>, provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, String> {
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(s.versions)
         .map_err(|e| e.to_string())?;
-    let mut config = match ca_file {
+    let builder = match s.ca_file {
         Some(path) => {
             let mut roots = RootCertStore::empty();
             for cert in load_chain(path)? {
@@ -261,15 +270,32 @@ pub(crate) fn client_config(
                     .add(cert)
                     .map_err(|e| format!("{}: unusable CA certificate: {e}", path.display()))?;
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
         }
         None => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth(),
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider))),
     };
-    config.alpn_protocols = alpn;
+    let mut config = match s.client_cert {
+        Some(key) => builder.with_client_cert_resolver(Arc::new(OwnCert(key))),
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = s.alpn;
     Ok(Arc::new(config))
+}
+
+/// `cert`/`key` on a server: the one certificate presented whatever the server asks.
+#[derive(Debug)]
+struct OwnCert(Arc<CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for OwnCert {
+    fn resolve(&self, _root_hint_subjects: &[&[u8]], _sigschemes: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 /// `verify = false`: any certificate is accepted (signatures on the handshake still checked).

@@ -18,6 +18,7 @@ use super::file::{
 use super::model::*;
 use super::sni::SniMatcher;
 use super::tls as certs;
+use super::tls_policy::PolicyKeys;
 use super::units::ByteSize;
 
 /// See `Validator::frontend_acme`.
@@ -739,6 +740,7 @@ impl<'a> Validator<'a> {
                 .and_then(|name| self.backend_ref(name, format!("{key}.default_backend"), mode, backends));
             let limits = super::limit::limits(f, mode, &key, &mut limit_names, &mut self.errors);
             let mut conditions = super::route::Builder::new(mode, f.tls.is_some());
+            conditions.client_auth = f.tls.as_ref().is_some_and(|t| t.client_auth.is_some());
             let matchers = conditions.matchers(&mut self.errors, &f.matcher, &key);
             let routes: Vec<Route> = f
                 .route
@@ -952,19 +954,16 @@ impl<'a> Validator<'a> {
             }
             files.push(cert_files);
         }
-        let tls13_only = match &t.min_version {
-            None => false,
-            Some(v) if v.get_ref() == "1.2" => false,
-            Some(v) if v.get_ref() == "1.3" => true,
-            Some(v) => {
-                self.err(
-                    v.span(),
-                    format!("{key}.min_version"),
-                    format!("`{}` is not \"1.2\" or \"1.3\"", v.get_ref()),
-                );
-                false
-            }
-        };
+        let policy = self.tls_policy(
+            &PolicyKeys {
+                min_version: t.min_version.as_ref(),
+                max_version: t.max_version.as_ref(),
+                ciphersuites: t.ciphersuites.as_ref(),
+                ciphers: t.ciphers.as_ref(),
+                curves: t.curves.as_ref(),
+            },
+            key,
+        );
         let mut alpn = Vec::new();
         for (i, p) in t.alpn.iter().flatten().enumerate() {
             if p.get_ref().is_empty() || p.get_ref().len() > 255 {
@@ -987,10 +986,25 @@ impl<'a> Validator<'a> {
             }
             alpn.push(p.get_ref().as_bytes().to_vec());
         }
+        let keys = loaded
+            .iter()
+            .enumerate()
+            .map(|(i, (c, _))| (format!("cert[{i}]"), c.key.key.algorithm()))
+            // Ordered certificates get a fresh ECDSA P-256 key (`config::acme`).
+            .chain(
+                (!t.acme.is_empty()).then(|| ("the ACME certificates".to_string(), rustls::SignatureAlgorithm::ECDSA)),
+            );
+        self.tls12_suites_fit(&policy, keys, t.ciphers.as_ref(), key);
         let ktls = offload(t.ktls.as_ref().map(Spanned::get_ref));
-        if loaded.len() != t.cert.len() {
+        let provider = policy.provider();
+        let client_auth = t
+            .client_auth
+            .as_ref()
+            .map(|c| self.client_auth(c, &format!("{key}.client_auth"), mode, &provider));
+        if loaded.len() != t.cert.len() || client_auth.as_ref().is_some_and(Option::is_none) {
             return None;
         }
+        let (client_verifier, client_auth) = client_auth.flatten().unzip();
         let mut entries: Vec<_> = loaded
             .into_iter()
             .map(|(c, f)| {
@@ -1030,13 +1044,14 @@ impl<'a> Validator<'a> {
         }
         let settings = certs::ServerSettings {
             certs: Arc::clone(&store),
-            tls13_only,
+            versions: policy.versions.clone(),
             alpn,
             session_tickets: t.session_tickets.unwrap_or(true),
             session_cache: t.session_cache.unwrap_or(true),
             // Wherever kTLS is enabled; a session hands its keys over only where the kernel
             // has the ULP (probed once per process at run time, see `proxy::tcp`).
             secret_extraction: ktls.enabled,
+            client_verifier,
         };
         match certs::server_config(settings, provider) {
             Ok(server_config) => Some(FrontendTls {
@@ -1045,6 +1060,7 @@ impl<'a> Validator<'a> {
                 certs: store,
                 files,
                 acme_challenge: acme.challenge,
+                client_auth,
             }),
             Err(msg) => {
                 self.err(f.name.span(), key.to_string(), msg);
@@ -1115,6 +1131,13 @@ impl<'a> Validator<'a> {
                 ("ca_file", s.ca_file.as_ref().map(|v| v.span())),
                 ("verify", s.verify.as_ref().map(|v| v.span())),
                 ("sni", s.sni.as_ref().map(|v| v.span())),
+                ("min_version", s.min_version.as_ref().map(|v| v.span())),
+                ("max_version", s.max_version.as_ref().map(|v| v.span())),
+                ("ciphersuites", s.ciphersuites.as_ref().map(|v| v.span())),
+                ("ciphers", s.ciphers.as_ref().map(|v| v.span())),
+                ("curves", s.curves.as_ref().map(|v| v.span())),
+                ("cert", s.cert.as_ref().map(|v| v.span())),
+                ("key", s.key.as_ref().map(|v| v.span())),
             ];
             for (field, span) in extras {
                 if let Some(span) = span {
@@ -1167,7 +1190,44 @@ impl<'a> Validator<'a> {
             ModeName::Http => vec![b"http/1.1".to_vec()],
             ModeName::Tcp => Vec::new(),
         };
-        match certs::client_config(ca_file.as_deref(), alpn, certs::provider()) {
+        let policy = self.tls_policy(
+            &PolicyKeys {
+                min_version: s.min_version.as_ref(),
+                max_version: s.max_version.as_ref(),
+                ciphersuites: s.ciphersuites.as_ref(),
+                ciphers: s.ciphers.as_ref(),
+                curves: s.curves.as_ref(),
+            },
+            key,
+        );
+        let provider = policy.provider();
+        let client_cert = match (&s.cert, &s.key) {
+            (None, None) => None,
+            (Some(cert), Some(k)) => {
+                match certs::load_cert(&self.path(cert.get_ref()), &self.path(k.get_ref()), &provider) {
+                    Ok(loaded) => Some(loaded.key),
+                    Err(msg) => {
+                        self.err(cert.span(), format!("{key}.cert"), msg);
+                        return None;
+                    }
+                }
+            }
+            (Some(v), None) | (None, Some(v)) => {
+                self.err(
+                    v.span(),
+                    key.to_string(),
+                    "a client certificate needs both `cert` and `key`".into(),
+                );
+                return None;
+            }
+        };
+        let settings = certs::ClientSettings {
+            ca_file: ca_file.as_deref(),
+            alpn,
+            versions: &policy.versions,
+            client_cert,
+        };
+        match certs::client_config(settings, provider) {
             Ok(client_config) => Some(ServerTls {
                 client_config,
                 server_name,

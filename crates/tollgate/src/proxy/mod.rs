@@ -2,9 +2,11 @@
 //! sides are done or the connection goes idle. `tcp` relays bytes; HTTP mode plugs in here.
 //! A frontend with `accept_proxy` first reads the PROXY protocol header (`accept_proxy`):
 //! from then on its address is the client's everywhere (routes, hashing, forwarding
-//! headers, logs, `show sessions`).
+//! headers, logs, `show sessions`). A TLS frontend asking for client certificates hands
+//! the verified identity to servers in HTTP mode (`client_cert`).
 
 pub(crate) mod accept_proxy;
+pub(crate) mod client_cert;
 pub(crate) mod connect;
 pub(crate) mod h2back;
 pub(crate) mod h2front;

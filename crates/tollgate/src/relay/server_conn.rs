@@ -227,7 +227,13 @@ mod tests {
     async fn tls_conn(addr: SocketAddr) -> ServerConn {
         let tcp = TcpStream::connect(addr).await.unwrap();
         SockRef::from(&tcp).set_send_buffer_size(4096).unwrap();
-        let client_config = certs::client_config(None, vec![b"http/1.1".to_vec()], certs::provider()).unwrap();
+        let settings = certs::ClientSettings {
+            ca_file: None,
+            alpn: vec![b"http/1.1".to_vec()],
+            versions: rustls::DEFAULT_VERSIONS,
+            client_cert: None,
+        };
+        let client_config = certs::client_config(settings, certs::provider()).unwrap();
         let name = rustls::pki_types::ServerName::try_from("origin.test").unwrap();
         let connect = tokio_rustls::TlsConnector::from(client_config).connect(name, tcp);
         let stream = tokio::time::timeout(Duration::from_secs(5), connect)

@@ -6,6 +6,7 @@
 //!   TCP and HTTP mode call.
 //! - `passthrough`: peeking a ClientHello without consuming it and routing on its SNI.
 //! - `backend`: TLS to a server.
+//! - `client_cert`: a verified client certificate's subject and fingerprint, for servers.
 //! - [`ktls`]: the once-per-process kernel TLS probe and the handover to kernel TLS.
 //! - `refresh`: the thread that watches certificate files and fetches OCSP responses,
 //!   swapping what it finds into the frontends' certificate stores.
@@ -14,6 +15,7 @@
 //! (`config::tls`, `config::sni`) and shared by every worker; each TLS frontend's
 //! certificates live in its `config::cert_store::CertStore`, which run-time changes swap.
 pub(crate) mod backend;
+pub(crate) mod client_cert;
 pub mod client_hello;
 pub mod ktls;
 pub(crate) mod passthrough;

@@ -1,5 +1,6 @@
 //! TLS termination: the handshake, under the `max_handshakes` budget and the
-//! `timeouts.tls_handshake` deadline, with counters by outcome.
+//! `timeouts.tls_handshake` deadline, with counters by outcome and by what was negotiated
+//! (group, version, suite).
 //!
 //! [`accept`] is the one entry point for every mode: TCP mode relays the plaintext, HTTP
 //! mode parses it. The `ServerConfig` comes from the config model, shared by all workers
@@ -32,6 +33,9 @@ pub(crate) enum HandshakeFailure {
     NoCert,
     /// The client closed or reset the connection mid-handshake.
     Closed,
+    /// `[frontend.tls.client_auth]`: no client certificate where one is required, or one
+    /// that does not verify (unknown CA, expired, revoked).
+    ClientCert,
 }
 
 impl HandshakeFailure {
@@ -41,12 +45,17 @@ impl HandshakeFailure {
             HandshakeFailure::Protocol => "TLS handshake: protocol",
             HandshakeFailure::NoCert => "TLS handshake: no-certificate",
             HandshakeFailure::Closed => "TLS handshake: closed",
+            HandshakeFailure::ClientCert => "TLS handshake: client certificate",
         }
     }
 
     fn classify(e: &io::Error) -> Self {
         match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
             Some(rustls::Error::General(msg)) if msg.contains("no server certificate") => HandshakeFailure::NoCert,
+            // On the server side these are about the client's certificate.
+            Some(rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertificate(_)) => {
+                HandshakeFailure::ClientCert
+            }
             Some(_) => HandshakeFailure::Protocol,
             None if crate::error::is_peer_reset(e) => HandshakeFailure::Closed,
             None => HandshakeFailure::Protocol,
@@ -59,6 +68,7 @@ impl HandshakeFailure {
             HandshakeFailure::Protocol => &stats.tls_fail_protocol,
             HandshakeFailure::NoCert => &stats.tls_fail_no_cert,
             HandshakeFailure::Closed => &stats.tls_fail_closed,
+            HandshakeFailure::ClientCert => &stats.tls_fail_client_cert,
         }
     }
 }
@@ -139,12 +149,46 @@ pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
             ))
         }
         Ok(Ok(s)) => {
-            if s.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+            let conn = s.get_ref().1;
+            if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
                 stats.tls_handshakes_resumed.add(1);
             } else {
                 stats.tls_handshakes_full.add(1);
             }
+            count_negotiated(stats, conn);
             Ok(s)
         }
+    }
+}
+
+/// What the handshake settled on: its group, version and suite, one counter each.
+fn count_negotiated(stats: &WorkerStats, conn: &rustls::ServerConnection) {
+    use rustls::{CipherSuite as S, NamedGroup as G, ProtocolVersion as V};
+    let group = conn.negotiated_key_exchange_group().map(|g| match g.name() {
+        G::X25519 => &stats.tls_group_x25519,
+        G::secp256r1 => &stats.tls_group_secp256r1,
+        G::secp384r1 => &stats.tls_group_secp384r1,
+        G::X25519MLKEM768 => &stats.tls_group_x25519mlkem768,
+        _ => &stats.tls_group_other,
+    });
+    let version = match conn.protocol_version() {
+        Some(V::TLSv1_3) => Some(&stats.tls_version_13),
+        Some(V::TLSv1_2) => Some(&stats.tls_version_12),
+        _ => None,
+    };
+    let suite = conn.negotiated_cipher_suite().and_then(|s| match s.suite() {
+        S::TLS13_AES_128_GCM_SHA256 => Some(&stats.tls_suite_aes_128_gcm_sha256),
+        S::TLS13_AES_256_GCM_SHA384 => Some(&stats.tls_suite_aes_256_gcm_sha384),
+        S::TLS13_CHACHA20_POLY1305_SHA256 => Some(&stats.tls_suite_chacha20_poly1305_sha256),
+        S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 => Some(&stats.tls_suite_ecdhe_ecdsa_aes_128_gcm),
+        S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => Some(&stats.tls_suite_ecdhe_rsa_aes_128_gcm),
+        S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 => Some(&stats.tls_suite_ecdhe_ecdsa_aes_256_gcm),
+        S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => Some(&stats.tls_suite_ecdhe_rsa_aes_256_gcm),
+        S::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256 => Some(&stats.tls_suite_ecdhe_ecdsa_chacha20),
+        S::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256 => Some(&stats.tls_suite_ecdhe_rsa_chacha20),
+        _ => None,
+    });
+    for counter in [group, version, suite].into_iter().flatten() {
+        counter.add(1);
     }
 }

@@ -10,7 +10,8 @@ use toml::Spanned;
 use super::super::prefix_set::PrefixSet;
 use super::{Cidr, Cond, Conditions, Matcher, Regex, Scheme, ValueTest};
 use crate::config::file::{
-    HeaderMatchSection, MatcherSection, ModeName, NameValueSection, NotSection, OneOrMore, RouteSection, SchemeName,
+    ClientCertName, HeaderMatchSection, MatcherSection, ModeName, NameValueSection, NotSection, OneOrMore,
+    RouteSection, SchemeName,
 };
 use crate::config::model::HostPattern;
 
@@ -30,6 +31,7 @@ pub(in crate::config) struct Keys<'a> {
     source: Option<&'a Spanned<OneOrMore>>,
     scheme: Option<&'a Spanned<SchemeName>>,
     sni: Option<&'a Spanned<OneOrMore>>,
+    client_cert: Option<&'a Spanned<ClientCertName>>,
     matcher: Option<&'a Spanned<String>>,
     matchers: Option<&'a Spanned<Vec<Spanned<String>>>>,
     not: Option<&'a Spanned<NotSection>>,
@@ -49,6 +51,7 @@ impl<'a> Keys<'a> {
             source: r.source.as_ref(),
             scheme: r.scheme.as_ref(),
             sni: r.sni.as_ref(),
+            client_cert: r.client_cert.as_ref(),
             matcher: r.matcher.as_ref(),
             matchers: r.matchers.as_ref(),
             not: r.not.as_ref(),
@@ -68,6 +71,7 @@ impl<'a> Keys<'a> {
             source: n.source.as_ref(),
             scheme: n.scheme.as_ref(),
             sni: n.sni.as_ref(),
+            client_cert: n.client_cert.as_ref(),
             matcher: n.matcher.as_ref(),
             matchers: n.matchers.as_ref(),
             not: None,
@@ -87,6 +91,7 @@ impl<'a> Keys<'a> {
             source: m.source.as_ref(),
             scheme: m.scheme.as_ref(),
             sni: m.sni.as_ref(),
+            client_cert: m.client_cert.as_ref(),
             not: m.not.as_ref(),
             matcher: None,
             matchers: None,
@@ -108,6 +113,7 @@ impl<'a> Keys<'a> {
             span(self.source.map(Spanned::span), "source"),
             span(self.scheme.map(Spanned::span), "scheme"),
             span(self.sni.map(Spanned::span), "sni"),
+            span(self.client_cert.map(Spanned::span), "client_cert"),
             span(self.matcher.map(Spanned::span), "matcher"),
             span(self.matchers.map(Spanned::span), "matchers"),
             span(self.not.map(Spanned::span), "not"),
@@ -128,6 +134,8 @@ pub(in crate::config) struct Builder {
     mode: ModeName,
     /// The frontend terminates TLS (so an HTTP request has an SNI).
     tls: bool,
+    /// The frontend asks clients for certificates (`[frontend.tls.client_auth]`).
+    pub(in crate::config) client_auth: bool,
     matcher_names: HashMap<String, usize>,
     /// Every path regex so far; `Cond::PathRegex::ids` index it.
     pub(in crate::config) path_regexes: Vec<String>,
@@ -138,6 +146,7 @@ impl Builder {
         Builder {
             mode,
             tls,
+            client_auth: false,
             matcher_names: HashMap::new(),
             path_regexes: Vec::new(),
         }
@@ -200,6 +209,10 @@ impl Builder {
                 (ModeName::Http, "sni") if !self.tls => {
                     Some("`sni` in an http-mode frontend needs `[frontend.tls]` (a plain connection has no SNI)".into())
                 }
+                (ModeName::Http, "client_cert") if !self.client_auth => Some(
+                    "`client_cert` needs `[frontend.tls.client_auth]` (no client certificate is asked for otherwise)"
+                        .into(),
+                ),
                 (ModeName::Http, "matcher" | "matchers") if in_matcher => {
                     Some("a matcher cannot use another matcher".into())
                 }
@@ -246,6 +259,9 @@ impl Builder {
         }
         if let Some(v) = keys.sni {
             out.extend(self.hosts(errors, v, &at("sni")).map(Cond::Sni));
+        }
+        if let Some(v) = keys.client_cert {
+            out.push(Cond::ClientCert(*v.get_ref() == ClientCertName::Verified));
         }
         let named = keys
             .matcher

@@ -81,6 +81,8 @@ pub enum Cond {
     Source(super::prefix_set::PrefixSet),
     Scheme(Scheme),
     Sni(Vec<HostPattern>),
+    /// `true`: the client presented a certificate that verified; `false`: it presented none.
+    ClientCert(bool),
     /// The `[[frontend.matcher]]` at this index (of `RouteTable::matchers`) holds.
     Matcher {
         index: usize,
@@ -262,6 +264,9 @@ impl fmt::Display for Cond {
             Cond::Sni(p) => {
                 f.write_str("sni = ")?;
                 list(f, p.iter().map(hosts))
+            }
+            Cond::ClientCert(verified) => {
+                write!(f, "client_cert = {:?}", if *verified { "verified" } else { "absent" })
             }
             Cond::Matcher { name, .. } => write!(f, "matcher = {name:?}"),
             Cond::Not(inner) => {

@@ -294,6 +294,7 @@ impl Eval<'_, '_, '_> {
             Cond::Source(blocks) => blocks.contains(v.source),
             Cond::Scheme(s) => v.scheme == *s,
             Cond::Sni(p) => v.sni.is_some_and(|h| p.iter().any(|p| p.matches(h))),
+            Cond::ClientCert(verified) => v.client_cert == *verified,
             Cond::Matcher { index, .. } => {
                 let table = self.table;
                 table

@@ -56,6 +56,7 @@ fn with_view<R>(req: &Req, f: impl FnOnce(&RequestView<'_>) -> R) -> R {
         scheme: req.scheme,
         source: req.source,
         sni: req.sni,
+        client_cert: false,
         headers: &headers,
     };
     f(&view)

@@ -26,6 +26,8 @@ pub struct RequestView<'a> {
     pub source: IpAddr,
     /// The TLS server name the client's handshake asked for.
     pub sni: Option<&'a str>,
+    /// The client's handshake presented a certificate that verified.
+    pub client_cert: bool,
     pub headers: &'a dyn Headers,
 }
 

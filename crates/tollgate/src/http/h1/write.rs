@@ -77,11 +77,21 @@ pub struct HeadEdits<'a> {
     pub cookie: Option<&'a [u8]>,
     /// Complete header lines (each ending in CRLF) written after the forwarded fields.
     pub append: &'a [u8],
+    /// Received fields with these names (lowercase) are dropped: the proxy writes its own
+    /// (a client certificate's identity, in `append`). Requests only.
+    pub strip: &'a [Box<str>],
     /// A matched route's rewrites: requests get its request rules, path and host, responses
     /// its response rules.
     pub rewrite: Option<&'a Rewrite>,
     /// The client's scheme, for the route's templates (`{scheme}`); `None` reads as `http`.
     pub scheme: Option<Proto>,
+}
+
+impl HeadEdits<'_> {
+    #[inline]
+    fn strips(&self, name: &[u8]) -> bool {
+        self.strip.iter().any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+    }
 }
 
 /// Write the request line (as HTTP/1.1) and the forwarded header fields to `out`. Returns
@@ -224,7 +234,7 @@ fn write_fields_with(
             HeaderKind::Host => route.set_host,
             _ => e.is_hop_by_hop(),
         };
-        if skip || route.drops(e.name.of(buf)) {
+        if skip || route.drops(e.name.of(buf)) || edits.strips(e.name.of(buf)) {
             continue;
         }
         match edits.cookie {

@@ -63,6 +63,11 @@ pub(crate) struct ConnInfo {
     pub proto: Proto,
     pub tls_version: Option<&'static str>,
     pub sni: Option<Box<str>>,
+    /// The client presented a verified certificate (`client_cert` routes)...
+    pub client_cert: bool,
+    /// ...and the identity fields every request forwarded gets
+    /// (`[frontend.tls.client_auth] headers`), rendered at the connection's start.
+    pub cert_fields: Vec<(http::HeaderName, http::HeaderValue)>,
     /// Header storage for parsing response heads, shared by the connection's streams: a
     /// head is parsed, turned into h2 fields and its storage given back without an await
     /// in between, so one is enough (a stream that finds it lent out makes its own).
@@ -161,6 +166,7 @@ impl Stream<'_> {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),
             sni: self.conn.sni.as_deref(),
+            client_cert: self.conn.client_cert,
         };
         let (decision, counted_by) = route::decide_h2(self.fe, &parts, &conn);
         let config = &self.conn.ctx.shared.config;
@@ -239,11 +245,20 @@ impl Stream<'_> {
                 let prefer = self.sticky_server(backend, &parts);
                 let keys = (self.hash_key(backend, &parts), prefer);
                 self.rewrite = rewrite;
+                // The client's own identity fields never reach a server, as on the h1 path.
+                if let Some(auth) = self.fe.tls.as_ref().and_then(|t| t.client_auth.as_ref()) {
+                    for name in &auth.headers.names {
+                        parts.headers.remove(&**name);
+                    }
+                }
                 if let Some(rewrite) = rewrite {
                     let skipped = super::rewrite::request(&mut parts, rewrite, self.conn.proto.as_str());
                     if skipped > 0 {
                         self.conn.ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
                     }
+                }
+                for (name, value) in &self.conn.cert_fields {
+                    parts.headers.append(name.clone(), value.clone());
                 }
                 let body_out = match (end_stream, checked.content_length) {
                     (true, _) => BodyOut::None,

@@ -42,6 +42,12 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
         (None, None)
     }
 
+    /// The DER of the certificate the client's handshake presented and the frontend's
+    /// verifier accepted (plain sockets, and TLS without one: none).
+    fn peer_leaf(&self) -> Option<&[u8]> {
+        None
+    }
+
     /// After a 101: relays both ways until both sides are done.
     async fn tunnel<S: Endpoint>(
         &mut self,
@@ -170,6 +176,11 @@ impl ClientStream for LazySocket {
 
 impl ClientStream for ServerTlsStream {
     const PROTO: Proto = Proto::Https;
+
+    fn peer_leaf(&self) -> Option<&[u8]> {
+        let certs = self.get_ref().1.peer_certificates()?;
+        certs.first().map(|c| c.as_ref())
+    }
 
     fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
         let conn = self.get_ref().1;

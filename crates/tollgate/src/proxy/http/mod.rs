@@ -60,7 +60,7 @@ fn serve_h2c<'a>(
         if !crate::proxy::h2front::peek_preface(ctx, &client).await {
             return run(stream::Session::new(ctx, frontend, client, peer)).await;
         }
-        let info = h2_info(ctx, frontend, peer, crate::http::h1::Proto::Http, None, None);
+        let info = h2_info(ctx, frontend, peer, crate::http::h1::Proto::Http, None, None, None);
         crate::proxy::h2front::serve(ctx, info, client).await
     })
 }
@@ -72,8 +72,18 @@ fn h2_info(
     proto: crate::http::h1::Proto,
     tls_version: Option<&'static str>,
     sni: Option<&str>,
+    leaf: Option<&[u8]>,
 ) -> crate::proxy::h2front::ConnInfo {
+    let auth = ctx
+        .shared
+        .config
+        .frontends
+        .get(frontend)
+        .and_then(|f| f.tls.as_ref())
+        .and_then(|t| t.client_auth.as_ref());
     crate::proxy::h2front::ConnInfo {
+        client_cert: leaf.is_some(),
+        cert_fields: auth.map_or_else(Vec::new, |a| crate::proxy::client_cert::h2_fields(&a.headers, leaf)),
         ctx: Rc::clone(ctx),
         frontend,
         peer,
@@ -112,6 +122,7 @@ fn serve_tls<'a>(
                 crate::http::h1::Proto::Https,
                 version,
                 conn.server_name(),
+                client::ClientStream::peer_leaf(&client),
             );
             return crate::proxy::h2front::serve(ctx, info, client).await;
         }

@@ -28,6 +28,8 @@ pub(crate) struct ConnFacts<'c> {
     pub source: IpAddr,
     /// The TLS handshake's server name, as the client sent it.
     pub sni: Option<&'c str>,
+    /// The handshake presented a client certificate that verified.
+    pub client_cert: bool,
 }
 
 struct H1Headers<'h> {
@@ -69,6 +71,7 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn:
         scheme: conn.scheme,
         source: conn.source,
         sni: conn.sni.and_then(|s| normalize_host(s.as_bytes(), &mut sni_buf)),
+        client_cert: conn.client_cert,
         headers: &headers,
     };
     let route = fe.routes.first_match(&view).and_then(|i| fe.routes.get(i));
@@ -100,6 +103,7 @@ pub(crate) fn decide_h2<'a>(
         scheme: conn.scheme,
         source: conn.source,
         sni: conn.sni.and_then(|s| normalize_host(s.as_bytes(), &mut sni_buf)),
+        client_cert: conn.client_cert,
         headers: &headers,
     };
     let route = fe.routes.first_match(&view).and_then(|i| fe.routes.get(i));

@@ -113,12 +113,27 @@ pub(super) struct Session<'a, C> {
     line: Option<crate::accesslog::LineSlot>,
     /// The matched route's rewrites for the request being forwarded (its response too).
     pub(super) rewrite: Option<&'a Rewrite>,
+    /// The client presented a verified certificate (`client_cert` routes).
+    client_cert: bool,
+    /// `[frontend.tls.client_auth] headers`: the names dropped from every request and the
+    /// lines written in their place, rendered at the connection's start.
+    cert_names: &'a [Box<str>],
+    cert_lines: Vec<u8>,
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
     pub(super) fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
         let accepted = Instant::now();
+        let leaf = client.peer_leaf();
+        let (cert_names, cert_lines) = match fe.tls.as_ref().and_then(|t| t.client_auth.as_ref()) {
+            Some(auth) => (
+                &auth.headers.names[..],
+                crate::proxy::client_cert::h1_lines(&auth.headers, leaf),
+            ),
+            None => (&[][..], Vec::new()),
+        };
+        let client_cert = leaf.is_some();
         Some(Session {
             ctx,
             fe,
@@ -135,6 +150,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
             client_mark: 0,
             line: None,
             rewrite: None,
+            client_cert,
+            cert_names,
+            cert_lines,
         })
     }
 
@@ -357,6 +375,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             scheme: C::PROTO,
             source: self.peer.ip(),
             sni: self.client.tls_seen().1,
+            client_cert: self.client_cert,
         };
         let (decision, counted_by) = route::decide(self.fe, &head, self.front.data(), &conn);
         let config = &self.ctx.shared.config;
@@ -451,6 +470,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     cookie: sticky.map(|t| t.cookie()),
                     rewrite,
                     scheme: Some(C::PROTO),
+                    strip: self.cert_names,
+                    append: &self.cert_lines,
                     ..self.request_edits(&req)
                 };
                 let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
