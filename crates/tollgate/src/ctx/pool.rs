@@ -73,9 +73,9 @@ impl ServerPool {
                     .backends
                     .iter()
                     .flat_map(|b| {
-                        b.servers.iter().map(|s| {
-                            (s.id, ServerIdle::new(s.tls.is_some(), s.send_proxy.is_some()))
-                        })
+                        b.servers
+                            .iter()
+                            .map(|s| (s.id, ServerIdle::new(s.tls.is_some(), s.send_proxy.is_some())))
                     })
                     .collect(),
             ),
@@ -117,7 +117,15 @@ impl ServerPool {
         }
         let now = Instant::now();
         if slot.owned {
-            self.put_owned(&mut slot.by_owner, Idle { conn, since: now, address }, now);
+            self.put_owned(
+                &mut slot.by_owner,
+                Idle {
+                    conn,
+                    since: now,
+                    address,
+                },
+                now,
+            );
             return;
         }
         // Oldest first (each put pushes now, take pops the newest): the expired ones are a
