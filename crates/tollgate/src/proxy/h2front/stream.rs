@@ -67,6 +67,27 @@ pub(crate) struct ConnInfo {
     /// head is parsed, turned into h2 fields and its storage given back without an await
     /// in between, so one is enough (a stream that finds it lent out makes its own).
     pub scratch: RefCell<HeadScratch>,
+    /// Request head buffers (the HTTP/1 bytes for a server) of ended streams, for the next
+    /// ones: a head is a few hundred bytes, written for every stream.
+    pub heads: RefCell<Vec<Vec<u8>>>,
+}
+
+/// Head buffers kept per connection, and the largest kept (a rare huge head is not).
+const MAX_SPARE_HEADS: usize = 16;
+const MAX_SPARE_HEAD_SIZE: usize = 8 * 1024;
+
+impl ConnInfo {
+    fn head_buffer(&self) -> Vec<u8> {
+        self.heads.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(512))
+    }
+
+    fn give_back_head(&self, mut head: Vec<u8>) {
+        let mut heads = self.heads.borrow_mut();
+        if heads.len() < MAX_SPARE_HEADS && head.capacity() <= MAX_SPARE_HEAD_SIZE {
+            head.clear();
+            heads.push(head);
+        }
+    }
 }
 
 /// Serves one stream to its end and sinks its record.
@@ -257,7 +278,7 @@ impl Stream<'_> {
                     proto: self.conn.proto,
                     sticky: sticky.map(|t| t.cookie()),
                 };
-                let mut head = Vec::with_capacity(512);
+                let mut head = self.conn.head_buffer();
                 to_h1::write_request_head(&parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
                 if body_out != BodyOut::None && expects_continue(&parts) {
                     // The body is forwarded as it comes (the server is not asked): tell the
@@ -280,7 +301,9 @@ impl Stream<'_> {
                     fwd,
                     prefer,
                 };
-                self.forward(backend, &req, &asked, keys, &mut body).await
+                let forwarded = self.forward(backend, &req, &asked, keys, &mut body).await;
+                self.conn.give_back_head(req.head);
+                forwarded
             }
         }
     }
