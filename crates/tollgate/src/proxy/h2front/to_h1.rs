@@ -224,12 +224,38 @@ pub(crate) fn response_head(head: &ResponseHead, buf: &[u8], sticky: Option<&[u8
             Some(_) => http::HeaderValue::from_maybe_shared(shared.slice(e.value.start..e.value.end)),
             None => http::HeaderValue::from_bytes(e.value.of(buf)),
         };
-        let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(e.name.of(buf)), value) else {
+        let name = e.name.of(buf);
+        let name = common_response_name(name).map_or_else(|| http::HeaderName::from_bytes(name), Ok);
+        let (Ok(name), Ok(value)) = (name, value) else {
             continue;
         };
         fields.append(name, value);
     }
     resp
+}
+
+/// The `http` constant for a field name servers send on most responses, as they spell it
+/// (lowercase or capitalised), found by comparing bytes; `None` for any other name or
+/// spelling, which `HeaderName::from_bytes` then parses (a lowercasing copy and lookup).
+fn common_response_name(name: &[u8]) -> Option<http::HeaderName> {
+    use http::header;
+    let (capitalised, known): (&[u8], _) = match (name.len(), name.first()?.to_ascii_lowercase()) {
+        (4, b'd') => (b"Date", header::DATE),
+        (4, b'e') => (b"ETag", header::ETAG),
+        (4, b'v') => (b"Vary", header::VARY),
+        (6, b's') => (b"Server", header::SERVER),
+        (7, b'e') => (b"Expires", header::EXPIRES),
+        (8, b'l') => (b"Location", header::LOCATION),
+        (10, b's') => (b"Set-Cookie", header::SET_COOKIE),
+        (12, b'c') => (b"Content-Type", header::CONTENT_TYPE),
+        (13, b'c') => (b"Cache-Control", header::CACHE_CONTROL),
+        (13, b'l') => (b"Last-Modified", header::LAST_MODIFIED),
+        (13, b'a') => (b"Accept-Ranges", header::ACCEPT_RANGES),
+        (14, b'c') => (b"Content-Length", header::CONTENT_LENGTH),
+        (16, b'c') => (b"Content-Encoding", header::CONTENT_ENCODING),
+        _ => return None,
+    };
+    (name == capitalised || name == known.as_str().as_bytes()).then_some(known)
 }
 
 /// Adds complete header lines (`Name: value\r\n`...), as the sticky table makes them.
@@ -410,6 +436,34 @@ mod tests {
              x-forwarded-for: 1.2.3.4, 10.0.0.1\r\nx-forwarded-proto: https\r\n\
              transfer-encoding: chunked\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn common_names_are_the_parsed_ones() {
+        for name in [
+            "Date",
+            "ETag",
+            "vary",
+            "Server",
+            "Expires",
+            "location",
+            "Set-Cookie",
+            "Content-Type",
+            "cache-control",
+            "Last-Modified",
+            "accept-ranges",
+            "Content-Length",
+            "content-encoding",
+        ] {
+            let parsed = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert_eq!(common_response_name(name.as_bytes()), Some(parsed), "{name}");
+        }
+        for other in ["dater", "x-date", "", "etah", "content-typf", "servers", "d"] {
+            assert_eq!(common_response_name(other.as_bytes()), None, "{other}");
+        }
+        // Other spellings are left to the general parse, which gives the same name.
+        assert_eq!(common_response_name(b"CONTENT-TYPE"), None);
+        assert_eq!(common_response_name(b"Etag"), None);
     }
 
     #[test]
