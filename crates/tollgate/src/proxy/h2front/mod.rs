@@ -7,7 +7,8 @@
 //!
 //! Owns the connection task: the h2 codec (hyperium `h2`, configured from `[http2]`) over a
 //! frame-counting wrapper (`guard.rs`), its streams (each a future polled inside this
-//! connection's task, so no stream outlives its connection and none costs a task), and the
+//! connection's task, so no stream outlives its connection and none costs a task; each in a
+//! heap slot reused by the next stream, `slots.rs`), and the
 //! connection's end: idle (no stream for
 //! `timeouts.http_keep_alive`, or none ever within `timeouts.http_request`) → graceful
 //! GOAWAY; worker stopping (reload, stop) → graceful GOAWAY, open streams finish (a hard
@@ -19,6 +20,7 @@ mod check;
 mod guard;
 mod limited;
 mod rewrite;
+mod slots;
 mod stream;
 mod to_h1;
 mod to_h2;
@@ -103,6 +105,8 @@ where
         }
     };
     let info = Rc::new(info);
+    // Declared before `streams`, which borrows it (and so is dropped first).
+    let spares = slots::Spares::new();
     let mut streams = FuturesUnordered::new();
     let mut going_away = false;
     // No stream yet: the first must come within http_request; later, http_keep_alive.
@@ -117,7 +121,7 @@ where
             accepted = conn.accept() => match accepted {
                 Some(Ok((req, respond))) => {
                     ctx.stats.h2_streams.add(1);
-                    streams.push(stream::serve(Rc::clone(&info), req, respond));
+                    streams.push(spares.slot(stream::serve(Rc::clone(&info), req, respond)));
                 }
                 Some(Err(e)) => {
                     tracing::debug!(peer = %info.peer, error = %e, "h2 connection ended");

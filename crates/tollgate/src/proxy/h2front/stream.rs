@@ -72,6 +72,27 @@ pub(crate) struct ConnInfo {
     /// head is parsed, turned into h2 fields and its storage given back without an await
     /// in between, so one is enough (a stream that finds it lent out makes its own).
     pub scratch: RefCell<HeadScratch>,
+    /// Request head buffers (the HTTP/1 bytes for a server) of ended streams, for the next
+    /// ones: a head is a few hundred bytes, written for every stream.
+    pub heads: RefCell<Vec<Vec<u8>>>,
+}
+
+/// Head buffers kept per connection, and the largest kept (a rare huge head is not).
+const MAX_SPARE_HEADS: usize = 16;
+const MAX_SPARE_HEAD_SIZE: usize = 8 * 1024;
+
+impl ConnInfo {
+    fn head_buffer(&self) -> Vec<u8> {
+        self.heads.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(512))
+    }
+
+    fn give_back_head(&self, mut head: Vec<u8>) {
+        let mut heads = self.heads.borrow_mut();
+        if heads.len() < MAX_SPARE_HEADS && head.capacity() <= MAX_SPARE_HEAD_SIZE {
+            head.clear();
+            heads.push(head);
+        }
+    }
 }
 
 /// Serves one stream to its end and sinks its record.
@@ -272,7 +293,7 @@ impl Stream<'_> {
                     proto: self.conn.proto,
                     sticky: sticky.map(|t| t.cookie()),
                 };
-                let mut head = Vec::with_capacity(512);
+                let mut head = self.conn.head_buffer();
                 to_h1::write_request_head(&parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
                 if body_out != BodyOut::None && expects_continue(&parts) {
                     // The body is forwarded as it comes (the server is not asked): tell the
@@ -295,7 +316,9 @@ impl Stream<'_> {
                     fwd,
                     prefer,
                 };
-                self.forward(backend, &req, &asked, keys, &mut body).await
+                let forwarded = self.forward(backend, &req, &asked, keys, &mut body).await;
+                self.conn.give_back_head(req.head);
+                forwarded
             }
         }
     }
@@ -968,26 +991,35 @@ async fn relay_response(
     moved
 }
 
+/// Waits up to `idle` for the client's window to give `send` capacity (zero-window stall).
+async fn window(send: &mut SendStream<Bytes>, idle: Duration) -> Result<Option<Result<usize, h2::Error>>, Error> {
+    tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx)))
+        .await
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::IdleTimeout,
+                Side::Front,
+                "client window stayed shut (zero-window stall)",
+            )
+            .during(Phase::Data)
+        })
+}
+
 /// Sends `data` as the client's window allows, its last piece ending the stream if `end`; a
 /// window that stays shut for `idle` ends the stream (zero-window stall).
 async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], end: bool, idle: Duration) -> Result<u64, Error> {
     let total = data.len() as u64;
     while !data.is_empty() {
         send.reserve_capacity(data.len());
-        let granted = tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx)))
-            .await
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::IdleTimeout,
-                    Side::Front,
-                    "client window stayed shut (zero-window stall)",
-                )
-                .during(Phase::Data)
-            })?;
-        let n = match granted {
-            None => return Err(Error::new(ErrorKind::PeerClosed, Side::Front, "stream closed").during(Phase::Data)),
-            Some(Err(e)) => return Err(h2_error(Side::Front, "response window", &e).during(Phase::Data)),
-            Some(Ok(n)) => n.min(data.len()),
+        // Mostly granted at once (h2 assigns what the windows have as it is reserved): sent
+        // then without a wait and its timer.
+        let n = match send.capacity() {
+            0 => match window(send, idle).await? {
+                None => return Err(Error::new(ErrorKind::PeerClosed, Side::Front, "stream closed").during(Phase::Data)),
+                Some(Err(e)) => return Err(h2_error(Side::Front, "response window", &e).during(Phase::Data)),
+                Some(Ok(n)) => n.min(data.len()),
+            },
+            n => n.min(data.len()),
         };
         if n == 0 {
             continue;

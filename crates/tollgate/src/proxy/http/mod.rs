@@ -91,6 +91,7 @@ fn h2_info(
         tls_version,
         sni: sni.map(Into::into),
         scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::new()),
+        heads: std::cell::RefCell::default(),
     }
 }
 
