@@ -34,8 +34,9 @@
 //!   (admin/operational state, weights, connections, counters) shared by every worker.
 //! - `limit`: rate and concurrency limits (`[[frontend.limit]]`): the stick tables shared by
 //!   a generation's workers, the sliding-window math (sans-io), the decision.
-//! - `budget`, `buffer`, [`stats`], `accesslog`: accept budgets, the per-worker copy-buffer
-//!   pool charged against a byte budget, counters, access log lines and their writer thread.
+//! - `budget`, `buffer`, [`stats`], `accesslog`, `background`: accept budgets, the per-worker
+//!   copy-buffer pool charged against a byte budget, counters, access log lines and their
+//!   writer thread, the stop-and-join handle of background threads.
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors), certificates
 //!   and SNI patterns included. [`http`]: the sans-io HTTP/1.1 codec. [`error`]: the one
 //!   error type (kind, side, retryable). `ids`: stable backend and server ids. [`origin`]:
@@ -50,6 +51,7 @@
 pub(crate) mod accesslog;
 pub(crate) mod acme;
 pub mod admin;
+pub(crate) mod background;
 pub(crate) mod balance;
 pub(crate) mod budget;
 pub(crate) mod buffer;

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics"],
     &["live"],
     &["limit"],
-    &["budget", "buffer", "stats", "accesslog"],
+    &["budget", "buffer", "stats", "accesslog", "background"],
     &["config", "http", "error", "ids", "origin", "proxyproto"],
 ];
 

@@ -27,7 +27,6 @@ mod schedule;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::oneshot;
@@ -39,19 +38,7 @@ use crate::ctx::Shared;
 
 /// Stops the ACME thread when dropped (an order in flight is abandoned: the next process
 /// starts it again).
-pub(crate) struct Handle {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+pub(crate) type Handle = crate::background::Stopper<oneshot::Sender<()>>;
 
 /// Starts the thread when the config orders certificates.
 pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<Option<Handle>> {
@@ -83,10 +70,7 @@ pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<Option<Handle>> {
             // A name lookup of the HTTP client may still run on the blocking pool.
             runtime.shutdown_timeout(Duration::from_secs(1));
         })?;
-    Ok(Some(Handle {
-        stop: Some(stop),
-        thread: Some(thread),
-    }))
+    Ok(Some(Handle::new(stop, thread)))
 }
 
 async fn run(shared: &Shared, state_dir: &Path) {

@@ -28,7 +28,6 @@ pub(crate) mod resolve;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hickory_resolver::TokioResolver;
@@ -49,19 +48,7 @@ use crate::live::{IdMap, ServerId};
 pub(crate) const DISCOVERED_IDS: u32 = 1 << 31;
 
 /// Stops the discovery thread when dropped (and waits for it: at most one lookup's timeout).
-pub(crate) struct Handle {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+pub(crate) type Handle = crate::background::Stopper<oneshot::Sender<()>>;
 
 /// Starts discovery when any backend uses DNS, and returns once the first round is done
 /// (or took longer than its bound: its servers then start unresolved and resolve later).
@@ -98,10 +85,7 @@ pub(crate) fn start(shared: &Arc<Shared>, inboxes: Vec<Sender>) -> std::io::Resu
             tracing::error!("DNS discovery stopped before its first round: host-named servers stay unresolved");
         }
     }
-    Ok(Some(Handle {
-        stop: Some(stop),
-        thread: Some(thread),
-    }))
+    Ok(Some(Handle::new(stop, thread)))
 }
 
 /// One backend's DNS work.

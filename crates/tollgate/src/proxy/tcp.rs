@@ -138,48 +138,41 @@ async fn serve_tls<'a>(
     seen: &mut TlsSeen,
     held: &mut Held<'a>,
 ) -> Result<(), Error> {
-    let sni_limits = |_: usize, k: &LimitKey| *k == LimitKey::Sni;
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
         // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
         // per process at startup, cached): rustls over a CorkStream, handed to the kernel
         // after `after_bytes` (tls::ktls).
         let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
-        note_tls(ctx, client.get_ref().1, seen);
-        over_limit(
-            ctx,
-            rec.frontend,
-            rec,
-            client.get_ref().1.server_name(),
-            sni_limits,
-            held,
-        )
-        .await?;
-        let backend = match early {
-            Some(b) => b,
-            None => route_sni(ctx, fe, rec, client.get_ref().1.server_name())?,
-        };
+        let backend = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
         return to_server(ctx, fe, backend, client, rec).await;
     }
     let client = crate::tls::terminate::accept(ctx, tls, client).await?;
-    note_tls(ctx, client.get_ref().1, seen);
-    over_limit(
-        ctx,
-        rec.frontend,
-        rec,
-        client.get_ref().1.server_name(),
-        sni_limits,
-        held,
-    )
-    .await?;
-    let backend = match early {
-        Some(b) => b,
-        None => route_sni(ctx, fe, rec, client.get_ref().1.server_name())?,
-    };
+    let backend = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
     to_server(ctx, fe, backend, Layered(client), rec).await
 }
 
 /// The handshake's version and SNI, for the access log (copied only when it is on).
+/// After a terminated handshake: the TLS facts noted, the SNI counted by the `sni` limits,
+/// then the backend (the one chosen at accept, or by SNI).
+async fn after_handshake<'a>(
+    ctx: &'a WorkerCtx,
+    fe: &Frontend,
+    early: Option<usize>,
+    rec: &StreamRecord,
+    conn: &rustls::ServerConnection,
+    seen: &mut TlsSeen,
+    held: &mut Held<'a>,
+) -> Result<usize, Error> {
+    note_tls(ctx, conn, seen);
+    let sni_limits = |_: usize, k: &LimitKey| *k == LimitKey::Sni;
+    over_limit(ctx, rec.frontend, rec, conn.server_name(), sni_limits, held).await?;
+    match early {
+        Some(b) => Ok(b),
+        None => route_sni(ctx, fe, rec, conn.server_name()),
+    }
+}
+
 fn note_tls(ctx: &WorkerCtx, conn: &rustls::ServerConnection, seen: &mut TlsSeen) {
     ctx.handshake_done();
     crate::ctx::origin::note_tls(conn);

@@ -21,7 +21,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tollgate_sys::cputime::ThreadCpuClock;
@@ -148,29 +147,14 @@ impl Watch {
 }
 
 /// The running watchdog thread; stops (and is joined) on drop.
-pub(crate) struct Handle {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+pub(crate) type Handle = crate::background::Stopper<mpsc::Sender<()>>;
 
 pub(crate) fn start(registry: Arc<Registry>, config: Config) -> std::io::Result<Handle> {
     let (stop, stopped) = mpsc::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("tollgate-watchdog".into())
         .spawn(move || watch_loop(&registry, &config, &stopped))?;
-    Ok(Handle {
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+    Ok(Handle::new(stop, thread))
 }
 
 fn watch_loop(registry: &Registry, config: &Config, stopped: &mpsc::Receiver<()>) {

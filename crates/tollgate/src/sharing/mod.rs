@@ -23,7 +23,6 @@
 pub(crate) mod batch;
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -81,19 +80,7 @@ impl SyncTable for crate::limit::StickTable {
 }
 
 /// Stops the sync thread when dropped, after one last push (bounded by `shared.timeout`).
-pub(crate) struct Handle {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
+pub(crate) type Handle = crate::background::Stopper<oneshot::Sender<()>>;
 
 /// Starts the sync thread when `[shared]` is set and some table is shared.
 /// `stats`: worker 0's counters (the `shared_*` fields are written here only).
@@ -121,10 +108,7 @@ pub(crate) fn start(
             };
             rt.block_on(sync.run(client, stopped));
         })?;
-    Ok(Some(Handle {
-        stop: Some(stop),
-        thread: Some(thread),
-    }))
+    Ok(Some(Handle::new(stop, thread)))
 }
 
 struct SyncLoop {
