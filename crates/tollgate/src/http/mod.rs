@@ -5,10 +5,14 @@
 //! - [`cookie`]: finding, stripping and recognising cookies in `Cookie` / `Set-Cookie` fields.
 //! - [`rewrite`]: what a matched route changes: templates, header edits, path rewrites
 //!   ([`path_regex`]: their regexes, searched with per-thread caches).
+//! - [`h2`]: a sans-io HTTP/2 server connection (frames, HPACK, streams, flow control, flood
+//!   budgets): bytes in, events and bytes out. Not yet serving clients (`proxy/h2front` still
+//!   uses the `h2` crate).
 //! - `status`: reason phrases for the statuses tollgate writes itself.
 
 pub mod cookie;
 pub mod h1;
+pub mod h2;
 pub mod path_regex;
 pub mod rewrite;
 pub(crate) mod status;
