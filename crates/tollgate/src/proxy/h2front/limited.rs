@@ -26,7 +26,7 @@ impl Stream<'_> {
             LimitAction::Close => {
                 self.rec.fail(&Error::new(ErrorKind::Limited, Side::Front, why));
                 self.answered = true;
-                self.respond.send_reset(h2::Reason::ENHANCE_YOUR_CALM);
+                self.respond.send_reset(crate::http::h2::Reason::ENHANCE_YOUR_CALM);
                 Ok(())
             }
             LimitAction::Tarpit(hold) => {

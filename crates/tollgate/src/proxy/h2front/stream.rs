@@ -27,8 +27,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
+use super::native::{RecvStream, SendResponse, SendStream, StreamError};
 use http::request::Parts;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -39,6 +38,7 @@ use super::to_h2;
 use crate::config::model::{Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
+use crate::http::h2::Reason;
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
@@ -96,7 +96,7 @@ impl ConnInfo {
 }
 
 /// Serves one stream to its end and sinks its record.
-pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mut respond: SendResponse) {
     let ctx = &*conn.ctx;
     let Some(fe) = ctx.shared.config.frontends.get(conn.frontend) else {
         return;
@@ -142,12 +142,12 @@ pub(super) struct Stream<'s> {
     pub(super) conn: &'s ConnInfo,
     pub(super) fe: &'s Frontend,
     pub(super) rec: &'s mut StreamRecord,
-    pub(super) respond: &'s mut SendResponse<Bytes>,
+    pub(super) respond: &'s mut SendResponse,
     /// A response head went out: a failure now can only reset the stream (or, for gRPC,
     /// end it with an UNAVAILABLE status in trailers).
     pub(super) answered: bool,
     /// The response body's sender once a head with a body went out: a failure ends it.
-    pub(super) send: Option<SendStream<Bytes>>,
+    pub(super) send: Option<SendStream>,
     /// A gRPC call (`content-type: application/grpc*`): proxy-side failures are answered
     /// as gRPC status 14 (UNAVAILABLE), never as a bare 5xx or reset — unless the response
     /// head announced a `content-length` (trailers ending it short would be malformed).
@@ -567,7 +567,7 @@ impl Stream<'_> {
             .send_response(resp, text.is_empty())
             .map_err(|e| h2_error(Side::Front, "send response", &e))?;
         if !text.is_empty() {
-            send.send_data(Bytes::copy_from_slice(text), true)
+            send.send_bytes(text, true)
                 .map_err(|e| h2_error(Side::Front, "send response", &e))?;
             self.rec.bytes_to_client += text.len() as u64;
         }
@@ -605,11 +605,11 @@ impl Stream<'_> {
                     let mut trailers = grpc::unavailable(grpc_message(cause)).headers;
                     trailers.remove(http::header::CONTENT_TYPE);
                     if send.send_trailers(trailers).is_err() {
-                        send.send_reset(h2::Reason::INTERNAL_ERROR);
+                        send.send_reset(Reason::INTERNAL_ERROR);
                     }
                 }
-                Some(send) => send.send_reset(h2::Reason::INTERNAL_ERROR),
-                None => self.respond.send_reset(h2::Reason::INTERNAL_ERROR),
+                Some(send) => send.send_reset(Reason::INTERNAL_ERROR),
+                None => self.respond.send_reset(Reason::INTERNAL_ERROR),
             },
         }
     }
@@ -693,13 +693,9 @@ fn refused(status: u16, why: &'static str) -> Error {
     Error::new(ErrorKind::BadRequest(status), Side::Front, why).during(Phase::Request)
 }
 
-pub(super) fn h2_error(side: Side, what: &'static str, e: &h2::Error) -> Error {
-    let kind = if e.is_reset() || e.is_go_away() || e.is_io() {
-        ErrorKind::PeerClosed
-    } else {
-        ErrorKind::Io
-    };
-    Error::new(kind, side, format!("{what}: {e}"))
+/// A stream the client reset, or one whose connection is gone: nothing more goes to it.
+pub(super) fn h2_error(side: Side, what: &'static str, e: &StreamError) -> Error {
+    Error::new(ErrorKind::PeerClosed, side, format!("{what}: {e}"))
 }
 
 fn log_failure(ctx: &WorkerCtx, fe: &Frontend, peer: SocketAddr, status: u16, cause: &Error) {
@@ -742,7 +738,7 @@ async fn send_body<W: AsyncWrite + Unpin>(
         if out == BodyOut::Chunked {
             write(server, b"\r\n").await?;
         }
-        let _ = body.flow_control().release_capacity(data.len());
+        body.release_capacity(data.len());
     }
     if out == BodyOut::Chunked {
         let trailers = tokio::time::timeout(idle, body.trailers())
@@ -772,12 +768,12 @@ const MAX_INTERIM: u8 = 16;
 /// 100 would repeat it, or, unasked, mean nothing. The sender is shared with the wait for
 /// the final head (its reset watch); each use is one synchronous call.
 pub(super) struct Interim<'a, 'b> {
-    respond: &'a RefCell<&'b mut SendResponse<Bytes>>,
+    respond: &'a RefCell<&'b mut SendResponse>,
     left: u8,
 }
 
 impl<'a, 'b> Interim<'a, 'b> {
-    pub(super) fn new(respond: &'a RefCell<&'b mut SendResponse<Bytes>>) -> Self {
+    pub(super) fn new(respond: &'a RefCell<&'b mut SendResponse>) -> Self {
         Interim {
             respond,
             left: MAX_INTERIM,
@@ -798,7 +794,7 @@ impl<'a, 'b> Interim<'a, 'b> {
 /// What waiting for a response head needs.
 struct Head<'a> {
     ctx: &'a WorkerCtx,
-    respond: &'a mut SendResponse<Bytes>,
+    respond: &'a mut SendResponse,
     back: &'a mut Inbound,
     method: Method,
     scratch: &'a RefCell<HeadScratch>,
@@ -845,7 +841,7 @@ impl Head<'_> {
                 }),
                 reason = std::future::poll_fn(|cx| respond.borrow_mut().poll_reset(cx)) => {
                     let why = match reason {
-                        Ok(reason) => format!("client reset the stream ({reason})"),
+                        Ok(reason) => format!("client reset the stream ({})", reason.as_str()),
                         Err(e) => format!("client connection: {e}"),
                     };
                     return Err(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Headers));
@@ -919,7 +915,7 @@ async fn relay_response(
     server: &mut Counted<'_, ServerConn>,
     back: &mut Inbound,
     framing: BodyFraming,
-    send: &mut SendStream<Bytes>,
+    send: &mut SendStream,
     timeouts: crate::config::model::Timeouts,
 ) -> Moved {
     let mut moved = Moved {
@@ -992,7 +988,7 @@ async fn relay_response(
 }
 
 /// Waits up to `idle` for the client's window to give `send` capacity (zero-window stall).
-async fn window(send: &mut SendStream<Bytes>, idle: Duration) -> Result<Option<Result<usize, h2::Error>>, Error> {
+async fn window(send: &mut SendStream, idle: Duration) -> Result<Option<Result<usize, StreamError>>, Error> {
     tokio::time::timeout(idle, std::future::poll_fn(|cx| send.poll_capacity(cx)))
         .await
         .map_err(|_| {
@@ -1007,7 +1003,7 @@ async fn window(send: &mut SendStream<Bytes>, idle: Duration) -> Result<Option<R
 
 /// Sends `data` as the client's window allows, its last piece ending the stream if `end`; a
 /// window that stays shut for `idle` ends the stream (zero-window stall).
-async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], end: bool, idle: Duration) -> Result<u64, Error> {
+async fn send_data(send: &mut SendStream, mut data: &[u8], end: bool, idle: Duration) -> Result<u64, Error> {
     let total = data.len() as u64;
     while !data.is_empty() {
         send.reserve_capacity(data.len());
@@ -1025,7 +1021,7 @@ async fn send_data(send: &mut SendStream<Bytes>, mut data: &[u8], end: bool, idl
             continue;
         }
         let (now, rest) = data.split_at(n);
-        send.send_data(Bytes::copy_from_slice(now), end && rest.is_empty())
+        send.send_bytes(now, end && rest.is_empty())
             .map_err(|e| h2_error(Side::Front, "send response body", &e).during(Phase::Data))?;
         data = rest;
     }

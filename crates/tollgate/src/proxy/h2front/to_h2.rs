@@ -21,7 +21,8 @@ use std::pin::pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use h2::{RecvStream, SendStream};
+use super::native::{RecvStream, SendStream, StreamError};
+use crate::http::h2::Reason;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
@@ -308,7 +309,7 @@ async fn upload(
         up.send(&mut data, last).await?;
         // Given back only once the server's flow control took it: the client sends no
         // faster than the server reads.
-        let _ = body.flow_control().release_capacity(n);
+        body.release_capacity(n);
         sent.add(n as u64);
         stats.bytes_to_server.add(n as u64);
         progress.moved(n.max(1));
@@ -334,7 +335,7 @@ struct Moved {
 /// The response body and trailers down, under the client's flow control.
 async fn relay_down(
     down: &mut ResponseBody,
-    send: &mut SendStream<Bytes>,
+    send: &mut SendStream,
     progress: &Progress,
     idle: Duration,
 ) -> Moved {
@@ -372,7 +373,7 @@ async fn relay_down(
 
 /// Sends `data` as the client's window allows (`end`: the last of the stream); a window shut
 /// for `idle` ends the stream (zero-window stall).
-async fn send_bytes(send: &mut SendStream<Bytes>, mut data: Bytes, end: bool, idle: Duration) -> Result<(), Error> {
+async fn send_bytes(send: &mut SendStream, mut data: Bytes, end: bool, idle: Duration) -> Result<(), Error> {
     if data.is_empty() {
         return send
             .send_data(data, end)
@@ -401,9 +402,9 @@ async fn send_bytes(send: &mut SendStream<Bytes>, mut data: Bytes, end: bool, id
     Ok(())
 }
 
-fn client_reset(reason: Result<h2::Reason, h2::Error>, phase: Phase) -> Error {
+fn client_reset(reason: Result<Reason, StreamError>, phase: Phase) -> Error {
     let why = match reason {
-        Ok(reason) => format!("client reset the stream ({reason})"),
+        Ok(reason) => format!("client reset the stream ({})", reason.as_str()),
         Err(e) => format!("client connection: {e}"),
     };
     Error::new(ErrorKind::PeerClosed, Side::Front, why).during(phase)

@@ -1,0 +1,308 @@
+//! The connection task of an HTTP/2 client connection on tollgate's own codec
+//! (`http::h2::ServerConn`, sans-io): it reads the client's bytes into the codec, turns the
+//! codec's events into streams (each a future polled inside this task, in a reused slot)
+//! and stream wake-ups, and writes what the codec and the streams queued.
+//!
+//! One round: read what the socket has (the codec parses it and queues acks, window
+//! updates and resets), hand the events out, poll every stream that can go further (their
+//! responses are encoded straight into the codec's output), then write the output at once:
+//! the frames of every stream that answered leave together, in one TLS record and one write.
+//! Reading stops while more than `MAX_UNWRITTEN` bytes wait (a client that does not read
+//! gets nothing more parsed). Ends: idle (no stream for `timeouts.http_keep_alive`, or none
+//! ever within `timeouts.http_request`) and worker stopping (reload, stop) → graceful GOAWAY,
+//! open streams finish; a flood or a protocol error → the codec's GOAWAY, every stream
+//! dropped, closed once it is written (within `GOAWAY_FLUSH`); the client closing → every
+//! stream dropped (they lost their client).
+
+mod handles;
+
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::Stream as _;
+use futures_util::stream::FuturesUnordered;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
+
+pub(crate) use handles::{RecvStream, SendResponse, SendStream, StreamError};
+
+use super::{ConnInfo, slots, stream};
+use crate::ctx::WorkerCtx;
+use crate::error::{Error, ErrorKind, Side};
+use crate::http::h2::{ConnError, Event, Fields, Flood, Reason, RequestHead, ServerConn, Settings};
+use handles::Shared;
+
+/// How long an ending connection may take to write its GOAWAY before it is dropped.
+const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
+/// Room kept free in the read buffer: one read takes up to this much.
+const READ_SIZE: usize = 32 * 1024;
+/// Output waiting to be written past which the client's bytes are not read.
+const MAX_UNWRITTEN: usize = 512 * 1024;
+/// Rounds of one poll before the task yields to the others on this thread.
+const ROUNDS: usize = 16;
+
+/// How the connection ended.
+enum End {
+    /// Gone away and every stream done, or the client closed.
+    Closed,
+    /// The codec's connection error (GOAWAY queued).
+    Failed(ConnError),
+}
+
+/// Serves one HTTP/2 client connection to its end.
+pub(crate) async fn serve<T>(ctx: &Rc<WorkerCtx>, info: ConnInfo, io: T) -> Result<(), Error>
+where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let config = &ctx.shared.config;
+    let timeouts = config.timeouts;
+    ctx.stats.h2_connections.add(1);
+    let shared = Shared::new(ServerConn::new(Settings::from(&config.http2)));
+    let info = Rc::new(info);
+    // Declared before `streams`, which borrows it (and so is dropped first).
+    let spares = slots::Spares::new();
+    let mut streams = FuturesUnordered::new();
+    let mut io = io;
+    let mut input = BytesMut::with_capacity(READ_SIZE);
+    let mut read_closed = false;
+    let mut unflushed = false;
+    let mut going_away = false;
+    // No stream yet: the first must come within http_request; later, http_keep_alive.
+    let idle = tokio::time::sleep_until(Instant::now() + timeouts.http_request);
+    tokio::pin!(idle);
+    let stopping = ctx.stopping();
+    tokio::pin!(stopping);
+    let ended = std::future::poll_fn(|cx| {
+        for _ in 0..ROUNDS {
+            let mut moved = false;
+            if !read_closed && shared.conn.borrow().output().len() < MAX_UNWRITTEN {
+                if input.capacity() - input.len() < READ_SIZE / 2 {
+                    input.reserve(READ_SIZE);
+                }
+                match tokio_util::io::poll_read_buf(Pin::new(&mut io), cx, &mut input) {
+                    Poll::Ready(Ok(0)) => {
+                        read_closed = true;
+                        moved = true;
+                    }
+                    Poll::Ready(Ok(_)) => {
+                        moved = true;
+                        let received = shared.conn.borrow_mut().receive(&mut input, std::time::Instant::now());
+                        dispatch(ctx, &shared, &info, (&spares, &mut streams), stream::serve);
+                        if let Err(e) = received {
+                            return Poll::Ready(Ok(End::Failed(e)));
+                        }
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            // Bounded: a poll never runs a stream twice.
+            while let Poll::Ready(Some(())) = Pin::new(&mut streams).poll_next(cx) {
+                moved = true;
+                if streams.is_empty() {
+                    idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
+                }
+            }
+            match write_out(&mut io, &shared, cx) {
+                Poll::Ready(Ok(wrote)) => {
+                    moved |= wrote;
+                    unflushed |= wrote;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {}
+            }
+            if unflushed {
+                match Pin::new(&mut io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => unflushed = false,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            if !going_away
+                && (stopping.as_mut().poll(cx).is_ready() || streams.is_empty() && idle.as_mut().poll(cx).is_ready())
+            {
+                shared.conn.borrow_mut().goaway_graceful();
+                going_away = true;
+                moved = true;
+            }
+            let written = shared.conn.borrow().output().is_empty() && !unflushed;
+            if written && streams.is_empty() && (read_closed || shared.conn.borrow().is_done()) {
+                return Poll::Ready(Ok(End::Closed));
+            }
+            if read_closed && written {
+                // The client is gone: its streams lost their client.
+                return Poll::Ready(Ok(End::Closed));
+            }
+            if !moved {
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
+    let failed = match ended {
+        Ok(End::Closed) => None,
+        Ok(End::Failed(e)) => Some(e),
+        Err(e) => {
+            tracing::debug!(peer = %info.peer, error = %e, "h2 connection ended");
+            None
+        }
+    };
+    // Streams still running now have lost their client (or the connection was abusive).
+    shared.close_all();
+    drop(streams);
+    let Some(e) = failed else { return Ok(()) };
+    // The codec queued its GOAWAY: once it is written nothing else is owed.
+    let _ = tokio::time::timeout(GOAWAY_FLUSH, flush(&mut io, &shared)).await;
+    match e.flood {
+        Some(flood) => {
+            count_flood(ctx, flood);
+            tracing::debug!(peer = %info.peer, flood = flood.as_str(), "h2 connection closed: ENHANCE_YOUR_CALM");
+            Err(Error::new(ErrorKind::BadRequest(400), Side::Front, flood.as_str()))
+        }
+        None => {
+            if e.code == Reason::ENHANCE_YOUR_CALM {
+                count_flood(ctx, Flood::ServerResets);
+            }
+            tracing::debug!(peer = %info.peer, code = e.code.as_str(), why = e.why, "h2 connection error");
+            Ok(())
+        }
+    }
+}
+
+/// The codec's events to the streams: new ones started, the others woken.
+fn dispatch<'s, F, S>(
+    ctx: &WorkerCtx,
+    shared: &Rc<Shared>,
+    info: &Rc<ConnInfo>,
+    (spares, streams): (&'s slots::Spares<F>, &mut FuturesUnordered<slots::Slotted<'s, F>>),
+    start: S,
+) where
+    F: Future<Output = ()>,
+    S: Fn(Rc<ConnInfo>, http::Request<RecvStream>, SendResponse) -> F,
+{
+    // Bounded: each event was made by the bytes just received.
+    loop {
+        let event = shared.conn.borrow_mut().poll_event();
+        let Some(event) = event else { return };
+        match event {
+            Event::Request { id, head, end_stream } => {
+                ctx.stats.h2_streams.add(1);
+                let parts = request_parts(&head);
+                shared.conn.borrow_mut().recycle(head);
+                match parts {
+                    Some(parts) => {
+                        let (body, respond) = shared.open(id, end_stream);
+                        streams.push(spares.slot(start(Rc::clone(info), http::Request::from_parts(parts, body), respond)));
+                    }
+                    None => shared.conn.borrow_mut().reset(id, Reason::PROTOCOL_ERROR),
+                }
+            }
+            Event::HeadTooLarge { id, .. } => {
+                ctx.stats.h2_streams.add(1);
+                let _ = shared.conn.borrow_mut().send_headers(id, 431, std::iter::empty(), true);
+            }
+            Event::Data { id, data, end_stream } => shared.on_data(id, data, end_stream),
+            Event::Trailers { id, fields } => {
+                let map = header_map(&fields);
+                shared.conn.borrow_mut().recycle_fields(fields);
+                shared.on_trailers(id, map);
+            }
+            Event::Reset { id, code } => shared.on_reset(id, code),
+            Event::SendWindow { id } => shared.on_window(id),
+        }
+    }
+}
+
+/// The codec's output to the socket as far as it takes it now; `true` if anything went.
+fn write_out<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+    let mut wrote = false;
+    // Bounded: each round writes some bytes or ends.
+    loop {
+        let mut conn = shared.conn.borrow_mut();
+        if conn.output().is_empty() {
+            return Poll::Ready(Ok(wrote));
+        }
+        match Pin::new(&mut *io).poll_write(cx, conn.output()) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+            Poll::Ready(Ok(n)) => {
+                conn.consume_output(n);
+                wrote = true;
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending if wrote => return Poll::Ready(Ok(true)),
+            Poll::Pending => return Poll::Pending,
+        }
+    }
+}
+
+/// Writes and flushes everything the codec queued.
+async fn flush<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared) -> io::Result<()> {
+    std::future::poll_fn(|cx| {
+        // Bounded: each round writes some bytes or waits.
+        loop {
+            match write_out(io, shared, cx) {
+                Poll::Ready(Ok(_)) if shared.conn.borrow().output().is_empty() => break,
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Pin::new(&mut *io).poll_flush(cx)
+    })
+    .await
+}
+
+/// A validated request head as `http` parts (what routing and forwarding read).
+fn request_parts(head: &RequestHead) -> Option<http::request::Parts> {
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = http::Method::from_bytes(head.method()).ok()?;
+    parts.version = http::Version::HTTP_2;
+    let mut uri = http::uri::Parts::default();
+    if let Some(a) = head.authority() {
+        uri.authority = Some(http::uri::Authority::try_from(a).ok()?);
+        uri.scheme = match head.scheme() {
+            Some(b"https") => Some(http::uri::Scheme::HTTPS),
+            Some(b"http") => Some(http::uri::Scheme::HTTP),
+            Some(other) => Some(http::uri::Scheme::try_from(other).ok()?),
+            None => None,
+        };
+    }
+    if let Some(p) = head.path() {
+        uri.path_and_query = Some(http::uri::PathAndQuery::try_from(p).ok()?);
+    }
+    parts.uri = http::Uri::from_parts(uri).ok()?;
+    parts.headers = header_map(head.fields());
+    Some(parts)
+}
+
+/// Validated fields (lowercase token names, clean values) as a header map.
+fn header_map(fields: &Fields) -> http::HeaderMap {
+    let mut map = http::HeaderMap::with_capacity(fields.len());
+    for (name, value) in fields.iter() {
+        if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
+            map.append(n, v);
+        }
+    }
+    map
+}
+
+fn count_flood(ctx: &WorkerCtx, flood: Flood) {
+    let s = &ctx.stats;
+    let counter = match flood {
+        Flood::ClientResets => &s.h2_flood_client_resets,
+        Flood::ServerResets => &s.h2_flood_server_resets,
+        Flood::Pings => &s.h2_flood_pings,
+        Flood::Settings => &s.h2_flood_settings,
+        Flood::EmptyData => &s.h2_flood_empty_data,
+        Flood::Priority => &s.h2_flood_priority,
+        Flood::WindowUpdates => &s.h2_flood_window_updates,
+        Flood::HeaderBlock => &s.h2_flood_header_block,
+    };
+    counter.add(1);
+}
