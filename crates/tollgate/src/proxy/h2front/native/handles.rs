@@ -106,6 +106,11 @@ impl Entry {
 pub(crate) struct Shared {
     pub(super) conn: RefCell<ServerConn>,
     table: RefCell<Table>,
+    /// `http2.max_send_buffer`: response bytes the connection may hold unwritten; a sender
+    /// gets no capacity past it (a client that does not read gets nothing more queued).
+    max_unwritten: usize,
+    /// A sender was refused capacity for the unwritten bytes: wake them once written.
+    blocked: std::cell::Cell<bool>,
 }
 
 #[derive(Default)]
@@ -135,11 +140,34 @@ impl Table {
 }
 
 impl Shared {
-    pub(super) fn new(conn: ServerConn) -> Rc<Self> {
+    pub(super) fn new(conn: ServerConn, max_unwritten: usize) -> Rc<Self> {
         Rc::new(Shared {
             conn: RefCell::new(conn),
             table: RefCell::new(Table::default()),
+            max_unwritten,
+            blocked: std::cell::Cell::new(false),
         })
+    }
+
+    /// What `e` may send now: what it reserved, within the windows and the room left in
+    /// the connection's unwritten output.
+    fn room(&self, conn: &ServerConn, e: &Entry) -> usize {
+        if !e.pending.is_empty() || e.reset.is_some() {
+            return 0;
+        }
+        let unwritten = self.max_unwritten.saturating_sub(conn.output().len());
+        if unwritten == 0 {
+            self.blocked.set(true);
+        }
+        e.reserved.min(conn.send_capacity(e.id)).min(unwritten)
+    }
+
+    /// The output was written down: senders refused for it may go on.
+    pub(super) fn on_written(&self) {
+        if self.blocked.get() && self.conn.borrow().output().len() < self.max_unwritten {
+            self.blocked.set(false);
+            self.on_window(None);
+        }
     }
 
     /// A new stream's handles: its body and its responder.
@@ -509,19 +537,19 @@ impl SendStream {
 
     /// What may be sent now without waiting: the reserved amount within the windows.
     pub(crate) fn capacity(&self) -> usize {
-        let mut table = self.h.shared.table.borrow_mut();
+        let shared = &*self.h.shared;
+        let mut table = shared.table.borrow_mut();
         match table.at(self.h.slot, self.h.id) {
-            Some(e) if e.pending.is_empty() && e.reset.is_none() => {
-                e.reserved.min(self.h.shared.conn.borrow().send_capacity(e.id))
-            }
-            _ => 0,
+            Some(e) => shared.room(&shared.conn.borrow(), e),
+            None => 0,
         }
     }
 
     /// Ready with the capacity granted once the windows have room; `Err` once the stream
     /// was reset, `None` once it is closed.
     pub(crate) fn poll_capacity(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<usize, StreamError>>> {
-        let mut table = self.h.shared.table.borrow_mut();
+        let shared = &*self.h.shared;
+        let mut table = shared.table.borrow_mut();
         let Some(e) = table.at(self.h.slot, self.h.id) else {
             return Poll::Ready(None);
         };
@@ -531,11 +559,7 @@ impl SendStream {
         if e.send_closed {
             return Poll::Ready(None);
         }
-        let room = if e.pending.is_empty() {
-            e.reserved.min(self.h.shared.conn.borrow().send_capacity(e.id))
-        } else {
-            0
-        };
+        let room = shared.room(&shared.conn.borrow(), e);
         if room > 0 {
             return Poll::Ready(Some(Ok(room)));
         }

@@ -61,7 +61,7 @@ where
     let config = &ctx.shared.config;
     let timeouts = config.timeouts;
     ctx.stats.h2_connections.add(1);
-    let shared = Shared::new(ServerConn::new(Settings::from(&config.http2)));
+    let shared = Shared::new(ServerConn::new(Settings::from(&config.http2)), config.http2.max_send_buffer as usize);
     let info = Rc::new(info);
     // Declared before `streams`, which borrows it (and so is dropped first).
     let spares = slots::Spares::new();
@@ -111,6 +111,9 @@ where
                 Poll::Ready(Ok(wrote)) => {
                     moved |= wrote;
                     unflushed |= wrote;
+                    if wrote {
+                        shared.on_written();
+                    }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {}
