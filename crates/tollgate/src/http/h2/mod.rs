@@ -50,8 +50,9 @@
 //! Per connection within `flood_window` (see [`Flood`]): client RST_STREAM, resets the codec
 //! sent, PING, SETTINGS, empty DATA without END_STREAM, PRIORITY, WINDOW_UPDATE, and each
 //! header block's bytes and frames, counted before its bytes are buffered. Passing one is a
-//! connection error ENHANCE_YOUR_CALM. PING and SETTINGS are not acknowledged while more than
-//! [`conn::MAX_PENDING_OUTPUT`] bytes wait to be written: the client is not reading.
+//! connection error ENHANCE_YOUR_CALM. PING and SETTINGS acks are bounded too: past
+//! [`conn::MAX_PENDING_ACKS`] bytes of them queued while the output was never written out
+//! whole, the client is not reading (ENHANCE_YOUR_CALM).
 
 pub mod conn;
 pub mod flood;

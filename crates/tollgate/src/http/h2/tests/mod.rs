@@ -2,7 +2,7 @@
 //! server's output parsed back and its header blocks decoded.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::type_complexity)]
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::BytesMut;
 
@@ -10,6 +10,9 @@ use super::frame::{self, FrameHeader, flag, kind, setting};
 use super::hpack::decoder::tests::Collect;
 use super::hpack::{Decoder, encoder};
 use super::*;
+
+mod floods;
+mod strictness;
 
 type Fld<'a> = &'a [(&'a str, &'a str)];
 
@@ -614,373 +617,8 @@ fn hpack_dynamic_table_across_requests() {
     assert_eq!(head.get(b"custom-key"), Some(&b"custom-value"[..]));
 }
 
-/// What a strictness case must lead to.
-#[derive(Debug, Clone, Copy)]
-enum Expect {
-    Reset(Reason),
-    Conn(Reason),
-}
-
 fn cat(parts: &[Vec<u8>]) -> Vec<u8> {
     parts.concat()
-}
-
-#[test]
-fn strictness_table() {
-    use Expect::{Conn, Reset};
-    use Reason as R;
-    let p = R::PROTOCOL_ERROR;
-    let mut connect = vec![(":method", "CONNECT"), (":authority", "a.example:443")];
-    let connect_ok = connect.clone();
-    connect.push((":path", "/"));
-    let big_window: Vec<u8> = (0..17).flat_map(|_| data(1, &[0; 16_384], false)).collect();
-    let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
-        (
-            "pseudo after regular",
-            headers(
-                1,
-                &[
-                    (":method", "GET"),
-                    ("accept", "*"),
-                    (":scheme", "https"),
-                    (":path", "/"),
-                    (":authority", "a"),
-                ],
-                true,
-            ),
-            Reset(p),
-        ),
-        ("unknown pseudo", headers(1, &with(&[(":foo", "x")]), true), Reset(p)),
-        (
-            "duplicate pseudo",
-            headers(1, &[GET, &[(":path", "/x")]].concat(), true),
-            Reset(p),
-        ),
-        ("missing :method", headers(1, &GET[1..], true), Reset(p)),
-        ("missing :path", headers(1, &GET[..3], true), Reset(p)),
-        (
-            "response pseudo",
-            headers(1, &[GET, &[(":status", "200")]].concat(), true),
-            Reset(p),
-        ),
-        ("uppercase name", headers(1, &with(&[("Accept", "*")]), true), Reset(p)),
-        ("empty name", headers(1, &with(&[("", "x")]), true), Reset(p)),
-        ("invalid name char", headers(1, &with(&[("a b", "x")]), true), Reset(p)),
-        ("colon in name", headers(1, &with(&[("a:b", "x")]), true), Reset(p)),
-        (
-            "connection",
-            headers(1, &with(&[("connection", "close")]), true),
-            Reset(p),
-        ),
-        ("keep-alive", headers(1, &with(&[("keep-alive", "5")]), true), Reset(p)),
-        (
-            "proxy-connection",
-            headers(1, &with(&[("proxy-connection", "x")]), true),
-            Reset(p),
-        ),
-        (
-            "transfer-encoding",
-            headers(1, &with(&[("transfer-encoding", "chunked")]), true),
-            Reset(p),
-        ),
-        ("upgrade", headers(1, &with(&[("upgrade", "h2c")]), true), Reset(p)),
-        ("te gzip", headers(1, &with(&[("te", "gzip")]), true), Reset(p)),
-        ("CR in value", headers(1, &with(&[("x", "a\rb")]), true), Reset(p)),
-        ("LF in value", headers(1, &with(&[("x", "a\nb")]), true), Reset(p)),
-        ("NUL in value", headers(1, &with(&[("x", "a\0b")]), true), Reset(p)),
-        ("leading space", headers(1, &with(&[("x", " a")]), true), Reset(p)),
-        ("trailing tab", headers(1, &with(&[("x", "a\t")]), true), Reset(p)),
-        (
-            "empty :path",
-            headers(1, &[&GET[..3], &[(":path", "")]].concat(), true),
-            Reset(p),
-        ),
-        (
-            "absolute :path",
-            headers(1, &[&GET[..3], &[(":path", "http://a/")]].concat(), true),
-            Reset(p),
-        ),
-        (
-            "* for GET",
-            headers(1, &[&GET[..3], &[(":path", "*")]].concat(), true),
-            Reset(p),
-        ),
-        ("CONNECT with :path", headers(1, &connect, true), Reset(p)),
-        (
-            "CONNECT without :authority",
-            headers(1, &connect_ok[..1], true),
-            Reset(p),
-        ),
-        (
-            "extended CONNECT",
-            headers(
-                1,
-                &[
-                    &connect_ok[..],
-                    &[(":protocol", "websocket"), (":scheme", "https"), (":path", "/")],
-                ]
-                .concat(),
-                true,
-            ),
-            Reset(p),
-        ),
-        ("content-length not a number", headers(1, &post("1x"), false), Reset(p)),
-        (
-            "content-length disagree",
-            headers(1, &[post("1"), vec![("content-length", "2")]].concat(), false),
-            Reset(p),
-        ),
-        (
-            "content-length on END_STREAM head",
-            headers(1, &post("5"), true),
-            Reset(p),
-        ),
-        (
-            "content-length short",
-            cat(&[headers(1, &post("5"), false), data(1, b"abc", true)]),
-            Reset(p),
-        ),
-        (
-            "content-length exceeded",
-            cat(&[headers(1, &post("2"), false), data(1, b"abc", false)]),
-            Reset(p),
-        ),
-        (
-            "host disagrees",
-            headers(1, &with(&[("host", "b.example")]), true),
-            Reset(p),
-        ),
-        (
-            "no authority",
-            headers(1, &GET[..2].iter().chain(&GET[3..]).copied().collect::<Vec<_>>(), true),
-            Reset(p),
-        ),
-        (
-            "DATA after END_STREAM",
-            cat(&[headers(1, GET, true), data(1, b"x", false)]),
-            Reset(R::STREAM_CLOSED),
-        ),
-        (
-            "trailers without END_STREAM",
-            cat(&[headers(1, &post("0"), false), headers(1, &[("x", "1")], false)]),
-            Reset(p),
-        ),
-        (
-            "pseudo in trailers",
-            cat(&[headers(1, &post("0"), false), headers(1, &[(":path", "/")], true)]),
-            Reset(p),
-        ),
-        (
-            "PRIORITY on itself",
-            raw(kind::PRIORITY, 0, 1, &[0, 0, 0, 1, 16]),
-            Reset(p),
-        ),
-        (
-            "PRIORITY wrong length",
-            raw(kind::PRIORITY, 0, 1, &[0, 0, 0, 3]),
-            Reset(R::FRAME_SIZE_ERROR),
-        ),
-        (
-            "HEADERS depending on itself",
-            raw(
-                kind::HEADERS,
-                flag::END_HEADERS | flag::PRIORITY,
-                1,
-                &[&[0, 0, 0, 1, 16][..], &block(GET)].concat(),
-            ),
-            Reset(p),
-        ),
-        (
-            "stream window overrun",
-            cat(&[headers(1, &post("999999"), false), big_window]),
-            Reset(R::FLOW_CONTROL_ERROR),
-        ),
-        (
-            "stream WINDOW_UPDATE 0",
-            cat(&[headers(1, GET, false), window_update(1, 0)]),
-            Reset(p),
-        ),
-        (
-            "stream window overflow",
-            cat(&[headers(1, GET, false), window_update(1, 0x7fff_ffff)]),
-            Reset(R::FLOW_CONTROL_ERROR),
-        ),
-        ("even stream", headers(2, GET, true), Conn(p)),
-        (
-            "decreasing stream id",
-            cat(&[headers(5, GET, true), headers(3, GET, true)]),
-            Conn(p),
-        ),
-        (
-            "reused stream id",
-            cat(&[
-                headers(1, GET, false),
-                raw(kind::RST_STREAM, 0, 1, &[0; 4]),
-                headers(3, GET, false),
-                headers(1, GET, true),
-            ]),
-            Conn(p),
-        ),
-        (
-            "frame too large",
-            raw(kind::DATA, 0, 1, &[0; 16_385]),
-            Conn(R::FRAME_SIZE_ERROR),
-        ),
-        ("connection WINDOW_UPDATE 0", window_update(0, 0), Conn(p)),
-        (
-            "connection window overflow",
-            window_update(0, 0x7fff_ffff),
-            Conn(R::FLOW_CONTROL_ERROR),
-        ),
-        ("ENABLE_PUSH 2", settings(&[(setting::ENABLE_PUSH, 2)]), Conn(p)),
-        (
-            "INITIAL_WINDOW_SIZE 2^31",
-            settings(&[(setting::INITIAL_WINDOW_SIZE, 1 << 31)]),
-            Conn(R::FLOW_CONTROL_ERROR),
-        ),
-        (
-            "MAX_FRAME_SIZE small",
-            settings(&[(setting::MAX_FRAME_SIZE, 100)]),
-            Conn(p),
-        ),
-        (
-            "MAX_FRAME_SIZE huge",
-            settings(&[(setting::MAX_FRAME_SIZE, 1 << 24)]),
-            Conn(p),
-        ),
-        (
-            "SETTINGS ack with payload",
-            raw(kind::SETTINGS, flag::ACK, 0, &[0; 6]),
-            Conn(R::FRAME_SIZE_ERROR),
-        ),
-        ("SETTINGS on a stream", raw(kind::SETTINGS, 0, 1, &[]), Conn(p)),
-        ("PING of 7", raw(kind::PING, 0, 0, &[0; 7]), Conn(R::FRAME_SIZE_ERROR)),
-        ("PING on a stream", raw(kind::PING, 0, 1, &[0; 8]), Conn(p)),
-        (
-            "CONTINUATION alone",
-            raw(kind::CONTINUATION, flag::END_HEADERS, 1, &block(GET)),
-            Conn(p),
-        ),
-        (
-            "HEADERS then PING",
-            cat(&[raw(kind::HEADERS, 0, 1, &block(GET)), raw(kind::PING, 0, 0, &[0; 8])]),
-            Conn(p),
-        ),
-        (
-            "CONTINUATION other stream",
-            cat(&[
-                raw(kind::HEADERS, 0, 1, &block(GET)),
-                raw(kind::CONTINUATION, flag::END_HEADERS, 3, &[]),
-            ]),
-            Conn(p),
-        ),
-        (
-            "PUSH_PROMISE",
-            raw(kind::PUSH_PROMISE, flag::END_HEADERS, 1, &[0, 0, 0, 2]),
-            Conn(p),
-        ),
-        (
-            "padding too long",
-            cat(&[headers(1, GET, false), raw(kind::DATA, flag::PADDED, 1, &[5, 1, 2])]),
-            Conn(p),
-        ),
-        (
-            "HEADERS padding too long",
-            raw(kind::HEADERS, flag::PADDED | flag::END_HEADERS, 1, &[200, 0x82]),
-            Conn(p),
-        ),
-        ("DATA on idle stream", data(1, b"x", false), Conn(p)),
-        (
-            "RST_STREAM on idle stream",
-            raw(kind::RST_STREAM, 0, 1, &[0; 4]),
-            Conn(p),
-        ),
-        ("WINDOW_UPDATE on idle stream", window_update(7, 1), Conn(p)),
-        (
-            "GOAWAY short",
-            raw(kind::GOAWAY, 0, 0, &[0; 4]),
-            Conn(R::FRAME_SIZE_ERROR),
-        ),
-        (
-            "HPACK bad index",
-            raw(kind::HEADERS, flag::END_HEADERS, 1, &[0xff, 0x10]),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-        (
-            "HPACK bad Huffman",
-            raw(kind::HEADERS, flag::END_HEADERS, 1, &[0x04, 0x81, 0x00]),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-        (
-            "HPACK table size too large",
-            raw(kind::HEADERS, flag::END_HEADERS, 1, &[0x3f, 0xe2, 0x1f]),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-        (
-            "HPACK size update after a field",
-            raw(kind::HEADERS, flag::END_HEADERS, 1, &[0x82, 0x20]),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-        (
-            "HPACK integer overflow",
-            raw(
-                kind::HEADERS,
-                flag::END_HEADERS,
-                1,
-                &[0xff, 0x80, 0x80, 0x80, 0x80, 0x01],
-            ),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-        (
-            "HPACK truncated",
-            raw(kind::HEADERS, flag::END_HEADERS, 1, &[0x04, 0x05, b'/']),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-        (
-            "HPACK error on a stream reset anyway",
-            cat(&[headers(1, GET, true), raw(kind::HEADERS, flag::END_HEADERS, 1, &[0x80])]),
-            Conn(R::COMPRESSION_ERROR),
-        ),
-    ];
-    assert!(cases.len() >= 30);
-    for (name, bytes, expect) in cases {
-        let mut c = Client::ready(Settings::default());
-        let r = c.send(&bytes);
-        let f = c.frames();
-        let ev = c.events();
-        match expect {
-            Reset(code) => {
-                assert!(r.is_ok(), "{name}: {r:?}");
-                assert!(
-                    ev.iter()
-                        .any(|e| matches!(e, Event::Reset { code: c, .. } if *c == code)),
-                    "{name}: events {ev:?}"
-                );
-                assert!(
-                    !ev.iter().any(|e| matches!(
-                        e,
-                        Event::Request {
-                            id: StreamId(1),
-                            end_stream: true,
-                            ..
-                        }
-                    )) || name.contains("END_STREAM"),
-                    "{name}: served {ev:?}"
-                );
-                let rst = f
-                    .iter()
-                    .find(|o| o.kind == kind::RST_STREAM)
-                    .unwrap_or_else(|| panic!("{name}: no RST_STREAM"));
-                assert_eq!(code_of(&rst.payload), code, "{name}");
-            }
-            Conn(code) => {
-                let e = r.expect_err(name);
-                assert_eq!(e.code, code, "{name}: {e:?}");
-                let last = f.last().unwrap();
-                assert_eq!((last.kind, code_of(&last.payload)), (kind::GOAWAY, code), "{name}");
-            }
-        }
-    }
 }
 
 #[test]
@@ -1003,163 +641,6 @@ fn head_over_the_list_size_is_surfaced_not_stored() {
     // The table stays in step: the next request decodes.
     c.send(&headers(3, GET, true)).unwrap();
     assert!(matches!(c.events()[..], [Event::Request { .. }]));
-}
-
-fn flood_settings(limit: u32) -> Settings {
-    Settings {
-        max_client_resets: limit,
-        max_server_resets: limit,
-        max_pings: limit,
-        max_settings: limit,
-        max_empty_data: limit,
-        max_priority: limit,
-        max_window_updates: limit,
-        ..Settings::default()
-    }
-}
-
-#[test]
-fn each_flood_trips_past_its_limit() {
-    const LIMIT: u32 = 5;
-    // (kind, the n-th offending frame's bytes). Counted after the handshake (its SETTINGS
-    // frames count too: 2 of them).
-    let one: Vec<(Flood, Box<dyn Fn(u32) -> Vec<u8>>, u32)> = vec![
-        (Flood::Pings, Box::new(|_| raw(kind::PING, 0, 0, &[0; 8])), 0),
-        (Flood::Settings, Box::new(|_| settings(&[])), 2),
-        (
-            Flood::Priority,
-            Box::new(|n| raw(kind::PRIORITY, 0, 2 * n + 1, &[0, 0, 0, 0, 16])),
-            0,
-        ),
-        (Flood::WindowUpdates, Box::new(|_| window_update(0, 1)), 0),
-        (
-            Flood::EmptyData,
-            Box::new(|n| {
-                if n == 0 {
-                    cat(&[headers(1, &post("9"), false), data(1, b"", false)])
-                } else {
-                    data(1, b"", false)
-                }
-            }),
-            0,
-        ),
-        (
-            Flood::ClientResets,
-            Box::new(|n| {
-                cat(&[
-                    headers(2 * n + 1, GET, false),
-                    raw(kind::RST_STREAM, 0, 2 * n + 1, &[0, 0, 0, 8]),
-                ])
-            }),
-            0,
-        ),
-        (
-            Flood::ServerResets,
-            Box::new(|n| headers(2 * n + 1, &with(&[("connection", "x")]), true)),
-            0,
-        ),
-    ];
-    for (flood, frame_n, already) in one {
-        let mut c = Client::ready(flood_settings(LIMIT));
-        for n in 0..LIMIT - already {
-            c.send(&frame_n(n)).unwrap_or_else(|e| panic!("{flood:?} #{n}: {e:?}"));
-        }
-        let e = c.send(&frame_n(LIMIT - already)).unwrap_err();
-        assert_eq!((e.code, e.flood), (Reason::ENHANCE_YOUR_CALM, Some(flood)));
-        let last = c.frames().pop().unwrap();
-        assert_eq!(
-            (last.kind, code_of(&last.payload)),
-            (kind::GOAWAY, Reason::ENHANCE_YOUR_CALM)
-        );
-    }
-}
-
-#[test]
-fn flood_window_rolls_over() {
-    let mut c = Client::ready(Settings {
-        flood_window: Duration::from_secs(1),
-        ..flood_settings(3)
-    });
-    for _ in 0..3 {
-        c.send(&raw(kind::PING, 0, 0, &[0; 8])).unwrap();
-    }
-    c.now += Duration::from_secs(1);
-    for _ in 0..3 {
-        c.send(&raw(kind::PING, 0, 0, &[0; 8])).unwrap();
-    }
-    assert_eq!(
-        c.send(&raw(kind::PING, 0, 0, &[0; 8])).unwrap_err().flood,
-        Some(Flood::Pings)
-    );
-}
-
-#[test]
-fn continuation_flood_is_bounded() {
-    let s = Settings {
-        max_header_block_size: 1000,
-        max_header_block_frames: 8,
-        ..Settings::default()
-    };
-    // Bytes: HEADERS + CONTINUATIONs of 100 bytes, never END_HEADERS.
-    let mut c = Client::ready(s);
-    c.send(&raw(kind::HEADERS, flag::END_STREAM, 1, &block(GET))).unwrap();
-    let mut err = None;
-    for _ in 0..20 {
-        match c.send(&raw(kind::CONTINUATION, 0, 1, &[0x40; 150])) {
-            Ok(()) => assert!(c.conn.buffered_header_block() <= 1000),
-            Err(e) => {
-                err = Some(e);
-                break;
-            }
-        }
-    }
-    assert_eq!(err.unwrap().flood, Some(Flood::HeaderBlock));
-    assert!(c.conn.buffered_header_block() <= 1000);
-    // Frames: 8 allowed, the 9th trips, whatever their size.
-    let mut c = Client::ready(s);
-    c.send(&raw(kind::HEADERS, 0, 1, &[])).unwrap();
-    for _ in 0..7 {
-        c.send(&raw(kind::CONTINUATION, 0, 1, &[])).unwrap();
-    }
-    assert_eq!(
-        c.send(&raw(kind::CONTINUATION, 0, 1, &[])).unwrap_err().flood,
-        Some(Flood::HeaderBlock)
-    );
-    // At the limit exactly, a block split in 8 frames is served.
-    let mut c = Client::ready(s);
-    let b = block(GET);
-    let parts: Vec<&[u8]> = b.chunks(b.len().div_ceil(8)).collect();
-    assert_eq!(parts.len(), 8);
-    for (i, part) in parts.iter().enumerate() {
-        let (k, f) = if i == 0 {
-            (kind::HEADERS, flag::END_STREAM)
-        } else {
-            (kind::CONTINUATION, 0)
-        };
-        let f = if i == 7 { f | flag::END_HEADERS } else { f };
-        c.send(&raw(k, f, 1, part)).unwrap();
-    }
-    assert!(matches!(c.events()[..], [Event::Request { .. }]));
-}
-
-#[test]
-fn unread_output_stops_acks() {
-    let mut c = Client::ready(Settings {
-        max_pings: u32::MAX,
-        ..Settings::default()
-    });
-    let ping = raw(kind::PING, 0, 0, &[7; 8]);
-    let batch: Vec<u8> = (0..1000).flat_map(|_| ping.clone()).collect();
-    let mut sent = 0;
-    let e = loop {
-        match c.send(&batch) {
-            Ok(()) => sent += 1,
-            Err(e) => break e,
-        }
-        assert!(sent < 100, "never tripped");
-    };
-    assert_eq!((e.code, e.flood), (Reason::ENHANCE_YOUR_CALM, Some(Flood::Pings)));
-    assert!(c.conn.output().len() <= conn::MAX_PENDING_OUTPUT + 64);
 }
 
 /// A conversation touching most frame kinds.
@@ -1199,15 +680,18 @@ fn conversation() -> Vec<u8> {
     b
 }
 
-fn run(pieces: &[&[u8]]) -> (String, Vec<u8>) {
-    let mut conn = ServerConn::at(Settings::default(), Instant::now());
+/// Feeds `pieces` to an idle app; the events as text, the output, and the connection error
+/// that stopped it.
+fn run(pieces: &[&[u8]]) -> (String, Vec<u8>, Option<ConnError>) {
     let now = Instant::now();
+    let mut conn = ServerConn::at(Settings::default(), now);
     let mut buf = BytesMut::new();
     let mut events = String::new();
     let mut out = Vec::new();
+    let mut error = None;
     for piece in pieces {
         buf.extend_from_slice(piece);
-        conn.receive(&mut buf, now).unwrap();
+        let r = conn.receive(&mut buf, now);
         // The app stays idle: what it would do depends on when it is woken.
         while let Some(e) = conn.poll_event() {
             events.push_str(&format!("{e:?}\n"));
@@ -1215,15 +699,19 @@ fn run(pieces: &[&[u8]]) -> (String, Vec<u8>) {
         out.extend_from_slice(conn.output());
         let n = conn.output().len();
         conn.consume_output(n);
+        if let Err(e) = r {
+            error = Some(e);
+            break;
+        }
     }
-    assert!(buf.is_empty());
-    (events, out)
+    (events, out, error)
 }
 
 #[test]
 fn any_split_gives_the_same_events_and_output() {
     let conv = conversation();
     let whole = run(&[&conv]);
+    assert_eq!(whole.2, None);
     assert!(whole.0.contains("Trailers"), "{}", whole.0);
     assert!(
         whole.0.contains("Reset { id: StreamId(7), code: PROTOCOL_ERROR"),
@@ -1235,5 +723,28 @@ fn any_split_gives_the_same_events_and_output() {
     for size in [2, 3, 7, 9, 10, 64] {
         let pieces: Vec<&[u8]> = conv.chunks(size).collect();
         assert_eq!(run(&pieces), whole, "pieces of {size}");
+    }
+}
+
+proptest::proptest! {
+    /// Random frames (valid headers, random kinds, flags, streams and payloads; some header
+    /// blocks well-formed): no panic, and the split changes nothing.
+    #[test]
+    fn random_frames_any_split(
+        frames in proptest::collection::vec((0u8..11, proptest::prelude::any::<u8>(), 0u32..8, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), proptest::prelude::any::<bool>()), 0..40),
+        piece in 1usize..20,
+    ) {
+        let mut conv = frame::PREFACE.to_vec();
+        conv.extend(settings(&[]));
+        for (kind, flags, stream, payload, good_block) in frames {
+            if kind == kind::HEADERS && good_block {
+                conv.extend(raw(kind, flags & !flag::PADDED & !flag::PRIORITY, stream, &block(&post("3"))));
+            } else {
+                conv.extend(raw(kind, flags, stream, &payload));
+            }
+        }
+        let whole = run(&[&conv]);
+        let pieces: Vec<&[u8]> = conv.chunks(piece).collect();
+        proptest::prop_assert_eq!(run(&pieces), whole);
     }
 }
