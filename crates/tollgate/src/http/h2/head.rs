@@ -319,6 +319,8 @@ impl<'a> HeadBuilder<'a> {
                 return Err("connection-specific field");
             }
             b"te" if !value.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
+            // RFC 9110 §6.5.1: framing and routing fields have no place in trailers.
+            b"content-length" | b"host" if self.trailers => return Err("content-length or host in trailers"),
             b"content-length" if !self.trailers => {
                 let n = parse_content_length(value).ok_or("content-length not a number")?;
                 if self.head.content_length.is_some_and(|m| m != n) {

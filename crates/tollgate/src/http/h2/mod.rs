@@ -26,8 +26,12 @@
 //!   credited and WINDOW_UPDATEs go once half a window is due. A stream that goes away
 //!   gives back what the app still held.
 //! - [`ServerConn::reset`], [`ServerConn::goaway_graceful`] (GOAWAY(2^31-1) + PING, then
-//!   GOAWAY(last) when the PING returns), [`ServerConn::goaway`], [`ServerConn::is_done`],
+//!   GOAWAY(last) when the PING returns; the caller bounds the wait with a timer and then
+//!   calls `goaway(NO_ERROR)`), [`ServerConn::goaway`], [`ServerConn::is_done`],
 //!   [`ServerConn::recycle`] (a head's storage back for the next request).
+//! - Left to the caller: timeouts (the codec takes `now` only for flood windows), joining
+//!   `cookie` fields for an HTTP/1 server (RFC 9113 §8.2.3: HTTP/2 clients split them), and
+//!   bounding how much response DATA it queues before the output is written (`output().len()`).
 //!
 //! # Strictness
 //! Stream errors (`Event::Reset` + RST_STREAM, counted toward `max_server_resets`):

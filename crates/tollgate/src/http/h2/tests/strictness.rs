@@ -156,6 +156,14 @@ fn strictness_table() {
             Reset(R::STREAM_CLOSED),
         ),
         (
+            "content-length in trailers",
+            cat(&[
+                headers(1, &post("0"), false),
+                headers(1, &[("content-length", "0")], true),
+            ]),
+            Reset(p),
+        ),
+        (
             "DATA after END_STREAM",
             cat(&[headers(1, GET, true), data(1, b"x", false)]),
             Reset(R::STREAM_CLOSED),
