@@ -38,8 +38,9 @@
 //!   copy-buffer pool charged against a byte budget, counters, access log lines and their
 //!   writer thread, the stop-and-join handle of background threads.
 //! - [`config`]: TOML text → validated immutable model (file:line:col errors), certificates
-//!   and SNI patterns included. [`http`]: the sans-io HTTP/1.1 codec. [`error`]: the one
-//!   error type (kind, side, retryable). `ids`: stable backend and server ids. [`origin`]:
+//!   and SNI patterns included. [`http`]: the sans-io HTTP/1.1 codec and HTTP/2 server
+//!   codec. [`error`]: the one error type (kind, side, retryable). `ids`: stable backend and
+//!   server ids. [`origin`]:
 //!   small built-in HTTP origins for the embedded default config and tests. [`proxyproto`]:
 //!   the sans-io PROXY protocol (v1, v2) parser and writer, and trusted-source CIDR lists.
 //!

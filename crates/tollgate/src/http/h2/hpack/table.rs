@@ -112,6 +112,10 @@ impl DynamicTable {
         self.entries.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// RFC size of the entries.
     pub fn size(&self) -> usize {
         self.size

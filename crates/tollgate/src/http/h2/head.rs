@@ -1,0 +1,477 @@
+//! Request heads and trailers as decoded from HPACK, and the rules they must pass
+//! (RFC 9113 §8.2, §8.3; RFC 9110 §5.5).
+//!
+//! Owns [`Fields`] (one byte arena + spans: no allocation per field, none at all once a
+//! recycled head has grown to fit), [`RequestHead`] (the pseudo-header fields, spans into the
+//! same arena, and the regular fields in order) and [`HeadBuilder`], the HPACK sink that
+//! validates while it stores. Invariants: a head handed out passed every rule; names are
+//! lowercase tokens; values have no NUL/CR/LF/CTL and no surrounding whitespace; the builder
+//! stops storing (but keeps taking fields, for HPACK's sake) at the first fault or once the
+//! list passes `max_header_list_size`, so nothing past the limit is buffered.
+
+use super::hpack::FieldSink;
+use super::hpack::table::ENTRY_OVERHEAD;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// Header fields in order, names lowercase.
+#[derive(Debug, Default, Clone)]
+pub struct Fields {
+    buf: Vec<u8>,
+    spans: Vec<(Span, Span, bool)>,
+    /// RFC 7541 §4.1 size of what was decoded (pseudo-header fields included).
+    list_size: usize,
+}
+
+impl Fields {
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.spans.clear();
+        self.list_size = 0;
+    }
+
+    fn store(&mut self, bytes: &[u8]) -> Span {
+        let start = self.buf.len() as u32;
+        self.buf.extend_from_slice(bytes);
+        Span {
+            start,
+            len: bytes.len() as u32,
+        }
+    }
+
+    fn slice(&self, s: Span) -> &[u8] {
+        self.buf
+            .get(s.start as usize..(s.start + s.len) as usize)
+            .unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The header list size (RFC 7541 §4.1: name + value + 32 per field).
+    pub fn list_size(&self) -> usize {
+        self.list_size
+    }
+
+    /// (name, value) in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.spans.iter().map(|&(n, v, _)| (self.slice(n), self.slice(v)))
+    }
+
+    /// (name, value, never_indexed) in order: a never-indexed field (RFC 7541 §6.2.3) must
+    /// stay so if it is forwarded over HTTP/2.
+    pub fn iter_sensitive(&self) -> impl Iterator<Item = (&[u8], &[u8], bool)> + '_ {
+        self.spans.iter().map(|&(n, v, s)| (self.slice(n), self.slice(v), s))
+    }
+
+    /// The first value of `name` (lowercase).
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.spans
+            .iter()
+            .find(|(n, _, _)| self.slice(*n) == name)
+            .map(|&(_, v, _)| self.slice(v))
+    }
+
+    pub fn get_all<'a, 'n>(&'a self, name: &'n [u8]) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
+        self.spans
+            .iter()
+            .filter(move |(n, _, _)| self.slice(*n) == name)
+            .map(|&(_, v, _)| self.slice(v))
+    }
+}
+
+/// A validated request head.
+#[derive(Debug, Default, Clone)]
+pub struct RequestHead {
+    fields: Fields,
+    method: Span,
+    scheme: Option<Span>,
+    authority: Option<Span>,
+    path: Option<Span>,
+    content_length: Option<u64>,
+}
+
+impl RequestHead {
+    pub fn method(&self) -> &[u8] {
+        self.fields.slice(self.method)
+    }
+
+    /// Absent only for CONNECT.
+    pub fn scheme(&self) -> Option<&[u8]> {
+        self.scheme.map(|s| self.fields.slice(s))
+    }
+
+    pub fn authority(&self) -> Option<&[u8]> {
+        self.authority.map(|s| self.fields.slice(s))
+    }
+
+    /// Origin-form (or `*` for OPTIONS); absent only for CONNECT.
+    pub fn path(&self) -> Option<&[u8]> {
+        self.path.map(|s| self.fields.slice(s))
+    }
+
+    pub fn is_connect(&self) -> bool {
+        self.method() == b"CONNECT"
+    }
+
+    /// The regular fields, in order.
+    pub fn fields(&self) -> &Fields {
+        &self.fields
+    }
+
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields.get(name)
+    }
+
+    /// `content-length`, checked (digits; repeats agree).
+    pub fn content_length(&self) -> Option<u64> {
+        self.content_length
+    }
+
+    fn clear(&mut self) {
+        self.fields.clear();
+        *self = RequestHead {
+            fields: std::mem::take(&mut self.fields),
+            ..RequestHead::default()
+        };
+    }
+
+    pub(crate) fn from_fields(fields: Fields) -> Self {
+        RequestHead {
+            fields,
+            ..RequestHead::default()
+        }
+    }
+
+    /// The regular fields, the rest dropped (trailers).
+    pub(crate) fn into_fields(self) -> Fields {
+        self.fields
+    }
+}
+
+/// Why a head or trailer block cannot be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadFault {
+    /// Malformed (RFC 9113 §8.1.1): a stream error PROTOCOL_ERROR.
+    Malformed(&'static str),
+    /// Over `max_header_list_size`: worth a 431.
+    TooLarge,
+}
+
+/// RFC 9110 §5.6.2 tchar, lowercase letters only (uppercase is a fault of its own).
+#[allow(clippy::indexing_slicing)] // compile time only
+const fn name_chars() -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut b = 0usize;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_lowercase()
+            || c.is_ascii_digit()
+            || matches!(
+                c,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
+        b += 1;
+    }
+    t
+}
+static NAME_CHARS: [bool; 256] = name_chars();
+
+fn check_name(name: &[u8]) -> Result<(), &'static str> {
+    if name.is_empty() {
+        return Err("empty field name");
+    }
+    if name
+        .iter()
+        .all(|&b| NAME_CHARS.get(usize::from(b)).copied().unwrap_or(false))
+    {
+        return Ok(());
+    }
+    if name.iter().any(u8::is_ascii_uppercase) {
+        Err("uppercase field name")
+    } else {
+        Err("invalid character in a field name")
+    }
+}
+
+fn check_value(value: &[u8]) -> Result<(), &'static str> {
+    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+        return Err("control character in a field value");
+    }
+    if matches!(value.first(), Some(b' ' | b'\t')) || matches!(value.last(), Some(b' ' | b'\t')) {
+        return Err("whitespace around a field value");
+    }
+    Ok(())
+}
+
+fn parse_content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+const METHOD: u8 = 1;
+const SCHEME: u8 = 2;
+const AUTHORITY: u8 = 4;
+const PATH: u8 = 8;
+const PROTOCOL: u8 = 16;
+
+/// The HPACK sink building a request head (or trailers, `trailers = true`).
+pub(crate) struct HeadBuilder<'a> {
+    head: &'a mut RequestHead,
+    trailers: bool,
+    max_list_size: usize,
+    fault: Option<HeadFault>,
+    seen: u8,
+    regular_seen: bool,
+    host: Option<Span>,
+}
+
+impl<'a> HeadBuilder<'a> {
+    pub(crate) fn new(head: &'a mut RequestHead, trailers: bool, max_list_size: usize) -> Self {
+        head.clear();
+        HeadBuilder {
+            head,
+            trailers,
+            max_list_size,
+            fault: None,
+            seen: 0,
+            regular_seen: false,
+            host: None,
+        }
+    }
+
+    fn malformed(&mut self, why: &'static str) {
+        self.fault.get_or_insert(HeadFault::Malformed(why));
+    }
+
+    fn pseudo(&mut self, name: &[u8], value: &[u8]) -> Result<(), &'static str> {
+        if self.trailers {
+            return Err("pseudo-header field in trailers");
+        }
+        if self.regular_seen {
+            return Err("pseudo-header field after a regular one");
+        }
+        let bit = match name {
+            b":method" => METHOD,
+            b":scheme" => SCHEME,
+            b":authority" => AUTHORITY,
+            b":path" => PATH,
+            b":protocol" => PROTOCOL,
+            b":status" => return Err("response pseudo-header field in a request"),
+            _ => return Err("unknown pseudo-header field"),
+        };
+        if self.seen & bit != 0 {
+            return Err("duplicate pseudo-header field");
+        }
+        self.seen |= bit;
+        let span = self.head.fields.store(value);
+        match bit {
+            METHOD => {
+                if check_name_token(value).is_err() {
+                    return Err("invalid :method");
+                }
+                self.head.method = span;
+            }
+            SCHEME => {
+                let ok = value.first().is_some_and(u8::is_ascii_alphabetic)
+                    && value
+                        .iter()
+                        .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+                if !ok {
+                    return Err("invalid :scheme");
+                }
+                self.head.scheme = Some(span);
+            }
+            AUTHORITY => {
+                if value.contains(&b'@') {
+                    return Err(":authority with userinfo");
+                }
+                self.head.authority = Some(span);
+            }
+            PATH => self.head.path = Some(span),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn regular(&mut self, name: &[u8], value: &[u8], never_indexed: bool) -> Result<(), &'static str> {
+        self.regular_seen = true;
+        check_name(name)?;
+        match name {
+            b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
+                return Err("connection-specific field");
+            }
+            b"te" if !value.eq_ignore_ascii_case(b"trailers") => return Err("te other than trailers"),
+            // RFC 9110 §6.5.1: framing and routing fields have no place in trailers.
+            b"content-length" | b"host" if self.trailers => return Err("content-length or host in trailers"),
+            b"content-length" if !self.trailers => {
+                let n = parse_content_length(value).ok_or("content-length not a number")?;
+                if self.head.content_length.is_some_and(|m| m != n) {
+                    return Err("content-length values disagree");
+                }
+                self.head.content_length = Some(n);
+            }
+            _ => {}
+        }
+        let n = self.head.fields.store(name);
+        let v = self.head.fields.store(value);
+        if name == b"host" {
+            self.host = Some(v);
+        }
+        self.head.fields.spans.push((n, v, never_indexed));
+        Ok(())
+    }
+
+    /// The verdict once the whole block was decoded.
+    pub(crate) fn finish(self) -> Result<(), HeadFault> {
+        if let Some(fault) = self.fault {
+            return Err(fault);
+        }
+        if self.trailers {
+            return Ok(());
+        }
+        let h = &*self.head;
+        let m = |why| Err(HeadFault::Malformed(why));
+        if self.seen & METHOD == 0 {
+            return m("missing :method");
+        }
+        if self.seen & PROTOCOL != 0 {
+            return m("extended CONNECT (:protocol) is not enabled");
+        }
+        if h.is_connect() {
+            if self.seen & AUTHORITY == 0 {
+                return m("CONNECT without :authority");
+            }
+            if self.seen & (SCHEME | PATH) != 0 {
+                return m("CONNECT with :scheme or :path");
+            }
+            return Ok(());
+        }
+        if self.seen & (SCHEME | PATH) != SCHEME | PATH {
+            return m("missing :scheme or :path");
+        }
+        let path = h.path().unwrap_or_default();
+        if path.is_empty() {
+            return m("empty :path");
+        }
+        if !(path.starts_with(b"/") || (path == b"*" && h.method() == b"OPTIONS")) {
+            return m(":path not in origin-form");
+        }
+        let host = self.host.map(|s| h.fields.slice(s));
+        if let (Some(a), Some(host)) = (h.authority(), host)
+            && !a.eq_ignore_ascii_case(host)
+        {
+            return m("host disagrees with :authority");
+        }
+        if matches!(h.scheme(), Some(b"http" | b"https")) && h.authority().or(host).is_none_or(<[u8]>::is_empty) {
+            return m("no :authority nor host");
+        }
+        Ok(())
+    }
+}
+
+fn check_name_token(v: &[u8]) -> Result<(), ()> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if !v.is_empty() && v.iter().all(|&b| token(b)) {
+        Ok(())
+    } else {
+        Err(())
+    }
+}
+
+impl FieldSink for HeadBuilder<'_> {
+    fn field(&mut self, name: &[u8], value: &[u8], never_indexed: bool) {
+        if self.fault.is_some() {
+            return;
+        }
+        self.head.fields.list_size += name.len() + value.len() + ENTRY_OVERHEAD;
+        if self.head.fields.list_size > self.max_list_size {
+            self.fault = Some(HeadFault::TooLarge);
+            return;
+        }
+        if let Err(why) = check_value(value) {
+            return self.malformed(why);
+        }
+        let r = if name.first() == Some(&b':') {
+            self.pseudo(name, value)
+        } else {
+            self.regular(name, value, never_indexed)
+        };
+        if let Err(why) = r {
+            self.malformed(why);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(fields: &[(&str, &str)], limit: usize) -> (RequestHead, Result<(), HeadFault>) {
+        let mut head = RequestHead::default();
+        let mut b = HeadBuilder::new(&mut head, false, limit);
+        for (n, v) in fields {
+            b.field(n.as_bytes(), v.as_bytes(), false);
+        }
+        let r = b.finish();
+        (head, r)
+    }
+
+    #[test]
+    fn a_good_head() {
+        let (h, r) = build(
+            &[
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":authority", "a.example"),
+                (":path", "/x?y"),
+                ("content-length", "12"),
+                ("cookie", "a=1"),
+                ("cookie", "b=2"),
+            ],
+            4096,
+        );
+        assert_eq!(r, Ok(()));
+        assert_eq!(h.method(), b"POST");
+        assert_eq!(h.path(), Some(&b"/x?y"[..]));
+        assert_eq!(h.authority(), Some(&b"a.example"[..]));
+        assert_eq!(h.content_length(), Some(12));
+        assert_eq!(h.fields().len(), 3);
+        assert_eq!(h.fields().get_all(b"cookie").collect::<Vec<_>>(), [&b"a=1"[..], b"b=2"]);
+        assert_eq!(h.get(b"content-type"), None);
+    }
+
+    #[test]
+    fn over_the_list_size_stores_nothing_more() {
+        let big = "v".repeat(200);
+        let (h, r) = build(
+            &[
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":path", "/"),
+                ("a", &big),
+                ("b", &big),
+            ],
+            300,
+        );
+        assert_eq!(r, Err(HeadFault::TooLarge));
+        assert!(h.fields.buf.len() <= 300, "{}", h.fields.buf.len());
+    }
+}
