@@ -225,3 +225,58 @@ fn zero_window_stall_is_timed_out_and_its_buffers_freed() {
     let stats = proxy.running().stats();
     assert_eq!(stats.buffers_in_use, 0, "{stats:?}");
 }
+
+/// The proxy's resident memory (this process: the proxy runs in it).
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_client_that_does_not_read_gets_nothing_more_queued() {
+    let o = origin::start();
+    // timeouts.client above the time the client does not read (else the stalled stream
+    // is reset, as it should be).
+    let proxy = Proxy::start(&format!(
+        "[global]\nworkers = 1\n[timeouts]\nclient = \"20s\"\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\ndefault_backend = \"be\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        o.addr
+    ));
+    // Windows as large as HTTP/2 allows: only the proxy's own bound on unwritten output
+    // (`http2.max_send_buffer`) stops a 100 MB response from piling up for a client that
+    // does not read its socket.
+    let mut conn = Conn::open(proxy.addr, &[(0x4, 0x7fff_ffff)]);
+    conn.send(&frame(WINDOW_UPDATE, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes()));
+    let total: usize = 100_000_000;
+    let before = rss_kib();
+    conn.send(&headers_frame(1, &raw::get("x", &format!("/size/{total}")), true));
+    // Three seconds of not reading, sampled: time for the origin to send it all.
+    let mut peak = before;
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        peak = peak.max(rss_kib());
+        thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("RSS grew by {} KiB while the client did not read", peak - before);
+    assert!(peak.saturating_sub(before) < 32 * 1024, "RSS grew by {} KiB", peak - before);
+    // Then the whole body arrives.
+    let mut got = 0;
+    let mut ended = false;
+    while let Some(f) = conn.next(Duration::from_secs(20)) {
+        if f.stream != 1 {
+            continue;
+        }
+        if f.kind == DATA {
+            got += f.payload.len();
+            if f.flags & END_STREAM != 0 {
+                ended = true;
+                break;
+            }
+        }
+        assert_ne!(f.kind, RST_STREAM, "stream reset after {got} bytes");
+    }
+    assert!(ended, "stream ended after {got} bytes");
+    assert_eq!(got, total);
+}
