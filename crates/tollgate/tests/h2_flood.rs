@@ -260,7 +260,11 @@ fn a_client_that_does_not_read_gets_nothing_more_queued() {
         thread::sleep(Duration::from_millis(10));
     }
     eprintln!("RSS grew by {} KiB while the client did not read", peak - before);
-    assert!(peak.saturating_sub(before) < 32 * 1024, "RSS grew by {} KiB", peak - before);
+    assert!(
+        peak.saturating_sub(before) < 32 * 1024,
+        "RSS grew by {} KiB",
+        peak - before
+    );
     // Then the whole body arrives.
     let mut got = 0;
     let mut ended = false;

@@ -756,7 +756,7 @@ pub struct Http2 {
     pub max_header_block_size: u32,
     /// Frames in one header block (HEADERS + CONTINUATION).
     pub max_header_block_frames: u32,
-    /// Response bytes buffered per stream while the client's window is closed.
+    /// Response bytes a client connection may hold unwritten (no send capacity past it).
     pub max_send_buffer: u32,
     pub flood_window: Duration,
     /// RST_STREAM frames from the client (rapid reset).

@@ -1,5 +1,5 @@
 //! Flood budgets of one connection: what floods are made of, counted within
-//! `Settings::flood_window` (the same limits and kinds as `proxy/h2front/guard.rs`).
+//! `Settings::flood_window` (the limits of `[http2]`).
 //!
 //! Owns [`Budgets`]. Invariants: counts only grow within a window and all restart together
 //! when it has passed; passing a limit is reported once, and the connection then dies (the

@@ -1,9 +1,9 @@
 //! Sans-io HTTP/2 server connection (RFC 9113) with its HPACK codec (RFC 7541): client bytes
 //! in, events and bytes to write out; no I/O, no async, one thread.
 //!
-//! Not yet serving clients: `proxy/h2front` still runs the `h2` crate; this codec is meant to
-//! replace it (leaner: no stream store and priority queues, no `http::HeaderMap`, no HPACK
-//! dynamic table on the encoding side).
+//! Serves HTTP/2 clients (`proxy/h2front/native` drives it), in place of the `h2` crate,
+//! which stays for `proto = "h2"` servers: leaner (no stream store and priority queues, no
+//! `http::HeaderMap`, no HPACK dynamic table on the encoding side).
 //!
 //! # API
 //! - [`ServerConn::new`]`(`[`Settings`]`)` (from `[http2]`: `Settings::from(&Http2)`): our

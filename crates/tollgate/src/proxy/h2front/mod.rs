@@ -65,4 +65,3 @@ pub(crate) async fn peek_preface(ctx: &WorkerCtx, socket: &TcpStream) -> bool {
         }
     }
 }
-

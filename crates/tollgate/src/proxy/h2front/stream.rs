@@ -17,8 +17,8 @@
 //! byte is sent again on a fresh connection only if its head never fully left, or if it is
 //! idempotent and has no body. Bounded memory: a request body moves one DATA frame at a time
 //! (its window released only once the server took it); a response body one pooled buffer at
-//! a time, each piece sent only when the client's window has room (`http2.max_send_buffer`
-//! bounds what h2 queues), and a stream whose window stays shut for `timeouts.client` is
+//! a time, each piece sent only when the client's window has room (and the connection's
+//! unwritten output is under `http2.max_send_buffer`), and a stream whose window stays shut for `timeouts.client` is
 //! reset and its buffers freed (zero-window stall).
 
 use std::cell::RefCell;
@@ -26,8 +26,8 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use super::native::{RecvStream, SendResponse, SendStream, StreamError};
+use bytes::Bytes;
 use http::request::Parts;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -38,8 +38,8 @@ use super::to_h2;
 use crate::config::model::{Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
-use crate::http::h2::Reason;
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
+use crate::http::h2::Reason;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};

@@ -20,9 +20,9 @@ use std::cell::RefCell;
 use std::pin::pin;
 use std::time::Duration;
 
-use bytes::Bytes;
 use super::native::{RecvStream, SendStream, StreamError};
 use crate::http::h2::Reason;
+use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
@@ -333,12 +333,7 @@ struct Moved {
 }
 
 /// The response body and trailers down, under the client's flow control.
-async fn relay_down(
-    down: &mut ResponseBody,
-    send: &mut SendStream,
-    progress: &Progress,
-    idle: Duration,
-) -> Moved {
+async fn relay_down(down: &mut ResponseBody, send: &mut SendStream, progress: &Progress, idle: Duration) -> Moved {
     let mut moved = Moved {
         bytes: 0,
         result: Ok(()),

@@ -262,7 +262,11 @@ impl Shared {
         if finished {
             // Orphans (every handle gone) whose last bytes just went.
             for slot in 0..table.slots.len() {
-                let gone = table.slots.get(slot).and_then(Option::as_ref).is_some_and(|e| e.handles == 0 && e.pending.is_empty());
+                let gone = table
+                    .slots
+                    .get(slot)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|e| e.handles == 0 && e.pending.is_empty());
                 if gone {
                     table.release(slot);
                 }
@@ -617,7 +621,8 @@ impl SendStream {
             }
             e.send_closed = true;
             if e.pending.is_empty() {
-                conn.send_trailers(e.id, fields(&trailers)).map_err(|_| StreamError::Closed)
+                conn.send_trailers(e.id, fields(&trailers))
+                    .map_err(|_| StreamError::Closed)
             } else {
                 e.pending_trailers = Some(trailers);
                 e.pending_end = true;

@@ -61,7 +61,10 @@ where
     let config = &ctx.shared.config;
     let timeouts = config.timeouts;
     ctx.stats.h2_connections.add(1);
-    let shared = Shared::new(ServerConn::new(Settings::from(&config.http2)), config.http2.max_send_buffer as usize);
+    let shared = Shared::new(
+        ServerConn::new(Settings::from(&config.http2)),
+        config.http2.max_send_buffer as usize,
+    );
     let info = Rc::new(info);
     // Declared before `streams`, which borrows it (and so is dropped first).
     let spares = slots::Spares::new();
@@ -201,7 +204,11 @@ fn dispatch<'s, F, S>(
                 match parts {
                     Some(parts) => {
                         let (body, respond) = shared.open(id, end_stream);
-                        streams.push(spares.slot(start(Rc::clone(info), http::Request::from_parts(parts, body), respond)));
+                        streams.push(spares.slot(start(
+                            Rc::clone(info),
+                            http::Request::from_parts(parts, body),
+                            respond,
+                        )));
                     }
                     None => shared.conn.borrow_mut().reset(id, Reason::PROTOCOL_ERROR),
                 }
