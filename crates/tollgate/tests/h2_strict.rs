@@ -186,3 +186,39 @@ fn malformed_requests_are_refused_and_never_reach_the_origin() {
     assert!(reached.is_empty(), "reached the origin: {reached:?}");
     assert_eq!(seen.len(), 1);
 }
+
+/// A client that never answers the PING of a graceful GOAWAY still gets the final GOAWAY
+/// (its last stream) and the close: an idle connection does not stay open on the proxy.
+#[test]
+fn graceful_goaway_ends_even_without_the_ping_answer() {
+    let o = origin::start();
+    let config = format!(
+        "[global]\nworkers = 1\n[timeouts]\nhttp_keep_alive = \"200ms\"\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\ndefault_backend = \"be\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        o.addr
+    );
+    let proxy = Proxy::start(&config);
+    let mut conn = Conn::open(proxy.addr, &[]);
+    conn.send(&headers_frame(1, &raw::get("example.com", "/size/3"), true));
+    let mut goaways = Vec::new();
+    let mut answered = false;
+    let mut closed = false;
+    let t = std::time::Instant::now();
+    // Bounded: frames until the proxy closes, or 5 s.
+    loop {
+        let Some(f) = conn.next(Duration::from_secs(5).saturating_sub(t.elapsed())) else {
+            closed = t.elapsed() < Duration::from_secs(5);
+            break;
+        };
+        match f.kind {
+            raw::HEADERS if f.stream == 1 => answered = true,
+            raw::GOAWAY => goaways.push(u32::from_be_bytes(f.payload[..4].try_into().unwrap()) & 0x7fff_ffff),
+            // PINGs are read and never answered.
+            _ => {}
+        }
+    }
+    assert!(answered, "stream 1 answered");
+    assert_eq!(goaways, vec![0x7fff_ffff, 1], "GOAWAY(max), then GOAWAY(last stream)");
+    assert!(closed, "closed within 5 s");
+}

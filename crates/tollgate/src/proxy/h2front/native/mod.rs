@@ -36,7 +36,8 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::http::h2::{ConnError, Event, Fields, Flood, Reason, RequestHead, ServerConn, Settings};
 use handles::Shared;
 
-/// How long an ending connection may take to write its GOAWAY before it is dropped.
+/// How long an ending connection may take to write its GOAWAY before it is dropped, and
+/// how long a graceful one waits for the client's PING answer before its final GOAWAY.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 /// Room kept free in the read buffer: one read takes up to this much.
 const READ_SIZE: usize = 32 * 1024;
@@ -74,6 +75,7 @@ where
     let mut read_closed = false;
     let mut unflushed = false;
     let mut going_away = false;
+    let mut final_goaway = false;
     // No stream yet: the first must come within http_request; later, http_keep_alive.
     let idle = tokio::time::sleep_until(Instant::now() + timeouts.http_request);
     tokio::pin!(idle);
@@ -106,7 +108,7 @@ where
             // Bounded: a poll never runs a stream twice.
             while let Poll::Ready(Some(())) = Pin::new(&mut streams).poll_next(cx) {
                 moved = true;
-                if streams.is_empty() {
+                if streams.is_empty() && !going_away {
                     idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
                 }
             }
@@ -128,11 +130,17 @@ where
                     Poll::Pending => {}
                 }
             }
-            if !going_away
-                && (stopping.as_mut().poll(cx).is_ready() || streams.is_empty() && idle.as_mut().poll(cx).is_ready())
-            {
-                shared.conn.borrow_mut().goaway_graceful();
-                going_away = true;
+            if !going_away {
+                if stopping.as_mut().poll(cx).is_ready() || streams.is_empty() && idle.as_mut().poll(cx).is_ready() {
+                    shared.conn.borrow_mut().goaway_graceful();
+                    going_away = true;
+                    // The final GOAWAY goes when the client answers the PING, or then.
+                    idle.as_mut().reset(Instant::now() + GOAWAY_FLUSH);
+                    moved = true;
+                }
+            } else if !final_goaway && idle.as_mut().poll(cx).is_ready() {
+                shared.conn.borrow_mut().goaway(Reason::NO_ERROR);
+                final_goaway = true;
                 moved = true;
             }
             let written = shared.conn.borrow().output().is_empty() && !unflushed;
