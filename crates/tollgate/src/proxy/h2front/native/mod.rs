@@ -180,9 +180,6 @@ where
             Err(Error::new(ErrorKind::BadRequest(400), Side::Front, flood.as_str()))
         }
         None => {
-            if e.code == Reason::ENHANCE_YOUR_CALM {
-                count_flood(ctx, Flood::ServerResets);
-            }
             tracing::debug!(peer = %info.peer, code = e.code.as_str(), why = e.why, "h2 connection error");
             Ok(())
         }
