@@ -38,7 +38,7 @@ use super::to_h2;
 use crate::config::model::{Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
-use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, Limits, Method, Proto};
+use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, HeaderKind, Limits, MessageHead, Method, Proto};
 use crate::http::h2::Reason;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
@@ -496,31 +496,35 @@ impl Stream<'_> {
         self.rec.timing.response = Some(self.rec.timing.now());
         self.rec.status = response.status;
         let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
-        let mut head = to_h1::response_head(&response, back.data(), sticky.map(|t| t.cookie()));
-        if let Some(rewrite) = self.rewrite {
-            rewrite
-                .response_headers
-                .apply_to_map(head.headers_mut(), &RequestVars::default());
-        }
+        let cookie = sticky.map(|t| t.cookie());
         // As the h1 path: a client that came with this server's cookie keeps it.
-        if let Some(table) = sticky
-            && req.prefer != Some(id)
-        {
-            use crate::http::h1::MessageHead;
-            let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
-            table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
-        }
-        back.consume(response.head_len);
+        let sets_cookie = sticky.is_some() && req.prefer != Some(id);
+        let rewritten = self.rewrite.is_some_and(|r| !r.response_headers.is_empty());
         let framing = response.body;
         let keep_server = response.keep_alive && framing != BodyFraming::CloseDelimited && !server_first;
-        response.reclaim(&mut self.conn.scratch.borrow_mut());
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
-        // (A lookup only for gRPC calls.)
-        self.grpc = self.grpc && !head.headers().contains_key(http::header::CONTENT_LENGTH);
-        let send = self
-            .respond
-            .send_response(head, end)
-            .map_err(|e| at(h2_error(Side::Front, "send response head", &e)))?;
+        // A body of announced length cannot end early with gRPC trailers.
+        self.grpc = self.grpc && !response.entries().iter().any(|e| e.kind == HeaderKind::ContentLength);
+        let sent = if rewritten || sets_cookie {
+            let mut head = to_h1::response_head(&response, back.data(), cookie);
+            if let Some(rewrite) = self.rewrite {
+                rewrite
+                    .response_headers
+                    .apply_to_map(head.headers_mut(), &RequestVars::default());
+            }
+            if let Some(table) = sticky.filter(|_| sets_cookie) {
+                let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
+                table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
+            }
+            self.respond.send_response(head, end)
+        } else {
+            // Sent as the server wrote it: encoded from its bytes, no header map.
+            let fields = to_h1::response_fields(&response, back.data(), cookie);
+            self.respond.send_response_fields(response.status, fields, end)
+        };
+        back.consume(response.head_len);
+        response.reclaim(&mut self.conn.scratch.borrow_mut());
+        let send = sent.map_err(|e| at(h2_error(Side::Front, "send response head", &e)))?;
         self.answered = true;
         if !end {
             let send = self.send.insert(send);

@@ -210,16 +210,7 @@ pub(crate) fn response_head(head: &ResponseHead, buf: &[u8], sticky: Option<&[u8
     let shared = bytes::Bytes::copy_from_slice(buf.get(..head.head_len).unwrap_or(buf));
     let fields = resp.headers_mut();
     fields.reserve(head.entries().len());
-    for e in head.entries() {
-        if skip_in_h2(e) {
-            continue;
-        }
-        if let Some(name) = sticky
-            && e.name.of(buf).eq_ignore_ascii_case(b"set-cookie")
-            && crate::http::cookie::sets(e.value.of(buf), name)
-        {
-            continue;
-        }
+    for e in forwarded_entries(head, buf, sticky) {
         let value = match shared.get(e.value.start..e.value.end) {
             Some(_) => http::HeaderValue::from_maybe_shared(shared.slice(e.value.start..e.value.end)),
             None => http::HeaderValue::from_bytes(e.value.of(buf)),
@@ -232,6 +223,30 @@ pub(crate) fn response_head(head: &ResponseHead, buf: &[u8], sticky: Option<&[u8
         fields.append(name, value);
     }
     resp
+}
+
+/// The fields of [`response_head`] as (name, value) bytes of `buf`, for a head sent as it
+/// is (no rewrite, no field added): the codec lowercases and encodes them straight from
+/// the server's bytes (the h1 codec has checked them: token names, clean values).
+pub(crate) fn response_fields<'a>(
+    head: &'a ResponseHead,
+    buf: &'a [u8],
+    sticky: Option<&'a [u8]>,
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+    forwarded_entries(head, buf, sticky).map(move |e| (e.name.of(buf), e.value.of(buf)))
+}
+
+fn forwarded_entries<'a>(
+    head: &'a ResponseHead,
+    buf: &'a [u8],
+    sticky: Option<&'a [u8]>,
+) -> impl Iterator<Item = &'a HeaderEntry> + 'a {
+    head.entries().iter().filter(move |e| {
+        let proxy_cookie = sticky.is_some_and(|name| {
+            e.name.of(buf).eq_ignore_ascii_case(b"set-cookie") && crate::http::cookie::sets(e.value.of(buf), name)
+        });
+        !skip_in_h2(e) && !proxy_cookie
+    })
 }
 
 /// The `http` constant for a field name servers send on most responses, as they spell it

@@ -451,6 +451,17 @@ pub(crate) struct SendResponse {
 impl SendResponse {
     /// The response head; `end`: no body follows. The body's sender otherwise.
     pub(crate) fn send_response(&mut self, head: http::Response<()>, end: bool) -> Result<SendStream, StreamError> {
+        self.send_response_fields(head.status().as_u16(), fields(head.headers()), end)
+    }
+
+    /// [`SendResponse::send_response`] from (name, value) pairs: valid field names (any
+    /// case; the codec lowercases them) and values.
+    pub(crate) fn send_response_fields<'f>(
+        &mut self,
+        status: u16,
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+        end: bool,
+    ) -> Result<SendStream, StreamError> {
         self.h.with(|e, conn| {
             if let Some(code) = e.reset {
                 return Err(StreamError::Reset(code));
@@ -458,7 +469,7 @@ impl SendResponse {
             if e.head_sent {
                 return Err(StreamError::Closed);
             }
-            conn.send_headers(e.id, head.status().as_u16(), fields(head.headers()), end)
+            conn.send_headers(e.id, status, fields, end)
                 .map_err(|_| StreamError::Closed)?;
             e.head_sent = true;
             e.send_closed = end;
