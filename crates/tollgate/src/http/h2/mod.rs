@@ -76,9 +76,8 @@ pub use flood::Flood;
 pub use frame::{Reason, StreamId};
 pub use head::{Fields, RequestHead};
 
-use crate::config::model::Http2;
-
-/// The connection's limits (`[http2]`).
+/// The connection's limits (`[http2]`). `Settings::from(&Http2)` and `Settings::default()`
+/// are in `config::model`: `config` imports `http`, never the other way.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub max_concurrent_streams: u32,
@@ -96,36 +95,6 @@ pub struct Settings {
     pub max_empty_data: u32,
     pub max_priority: u32,
     pub max_window_updates: u32,
-}
-
-impl From<&Http2> for Settings {
-    fn from(h: &Http2) -> Self {
-        Settings {
-            max_concurrent_streams: h.max_concurrent_streams,
-            initial_stream_window: h.initial_stream_window.min(frame::MAX_WINDOW as u32),
-            initial_connection_window: h.initial_connection_window.min(frame::MAX_WINDOW as u32),
-            max_frame_size: h
-                .max_frame_size
-                .clamp(frame::MIN_MAX_FRAME_SIZE, frame::MAX_MAX_FRAME_SIZE),
-            max_header_list_size: h.max_header_list_size,
-            max_header_block_size: h.max_header_block_size,
-            max_header_block_frames: h.max_header_block_frames,
-            flood_window: h.flood_window,
-            max_client_resets: h.max_client_resets,
-            max_server_resets: h.max_server_resets,
-            max_pings: h.max_pings,
-            max_settings: h.max_settings,
-            max_empty_data: h.max_empty_data,
-            max_priority: h.max_priority,
-            max_window_updates: h.max_window_updates,
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings::from(&Http2::default())
-    }
 }
 
 /// A connection error: GOAWAY(`code`) is queued; write the output and close.
