@@ -38,7 +38,8 @@
 //! malformed requests (RFC 9113 §8.1.1, see `head.rs`: pseudo-header order, unknown,
 //! duplicate, missing or response pseudo-header fields, uppercase or invalid names,
 //! connection-specific fields, `te` other than `trailers`, CTL/CR/LF/NUL or surrounding
-//! whitespace in values, `:path` empty or not origin-form (`*` only for OPTIONS), CONNECT
+//! whitespace in values, `:path` empty, not origin-form (`*` only for OPTIONS) or with bytes an
+//! HTTP/1 request target may not have, `:authority` with userinfo or such bytes, CONNECT
 //! rules, extended CONNECT refused, `host` disagreeing with `:authority`, `content-length`
 //! not a number or disagreeing with the DATA), DATA on a stream the client closed
 //! (STREAM_CLOSED), a stream window overrun (FLOW_CONTROL_ERROR), WINDOW_UPDATE of 0 or past
