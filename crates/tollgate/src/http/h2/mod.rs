@@ -15,7 +15,8 @@
 //! - [`ServerConn::poll_event`] → [`Event`]: `Request` (a validated [`RequestHead`]),
 //!   `HeadTooLarge` (over `max_header_list_size`: answer 431 or reset), `Data` (zero-copy
 //!   slices of the input), `Trailers`, `Reset` (by the client, or a stream error the codec
-//!   answered itself with RST_STREAM), `SendWindow` (capacity grew: wake senders).
+//!   answered itself with RST_STREAM; also for ids the app never saw, e.g. a malformed or
+//!   refused request: ignore unknown ids), `SendWindow` (capacity grew: wake senders).
 //! - [`ServerConn::output`] / [`ServerConn::consume_output`]: bytes to write.
 //! - [`ServerConn::send_headers`] (also 1xx, repeatable), [`ServerConn::send_data`] (up to
 //!   [`ServerConn::send_capacity`]), [`ServerConn::send_trailers`]; once our side ends while
