@@ -132,8 +132,13 @@ pub enum Event {
     },
     /// Trailers; they end the request.
     Trailers { id: StreamId, fields: Fields },
-    /// The stream is gone: the client reset it, or the codec did for a stream error.
-    Reset { id: StreamId, code: Reason },
+    /// The stream is gone: the client reset it (`why` is `None`), or the codec did for a
+    /// stream error (`why` says what it was, for logs).
+    Reset {
+        id: StreamId,
+        code: Reason,
+        why: Option<&'static str>,
+    },
     /// Send capacity grew on a stream (`Some`) or on the connection / every stream (`None`).
     SendWindow { id: Option<StreamId> },
 }

@@ -386,7 +386,7 @@ fn strictness_table() {
                 assert!(r.is_ok(), "{name}: {r:?}");
                 assert!(
                     ev.iter()
-                        .any(|e| matches!(e, Event::Reset { code: c, .. } if *c == code)),
+                        .any(|e| matches!(e, Event::Reset { code: c, why: Some(_), .. } if *c == code)),
                     "{name}: events {ev:?}"
                 );
                 assert!(
