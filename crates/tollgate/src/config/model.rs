@@ -11,6 +11,7 @@ use std::time::Duration;
 
 pub use super::file::ForwardedName as Forwarded;
 use super::sni::SniMatcher;
+use crate::http::h2;
 
 pub use super::file::ModeName as Mode;
 
@@ -791,5 +792,36 @@ impl Default for Http2 {
             max_priority: 1000,
             max_window_updates: 10000,
         }
+    }
+}
+
+/// The native HTTP/2 codec's limits from `[http2]` (`max_send_buffer` is the caller's).
+impl From<&Http2> for h2::Settings {
+    fn from(h: &Http2) -> Self {
+        h2::Settings {
+            max_concurrent_streams: h.max_concurrent_streams,
+            initial_stream_window: h.initial_stream_window.min(h2::frame::MAX_WINDOW as u32),
+            initial_connection_window: h.initial_connection_window.min(h2::frame::MAX_WINDOW as u32),
+            max_frame_size: h
+                .max_frame_size
+                .clamp(h2::frame::MIN_MAX_FRAME_SIZE, h2::frame::MAX_MAX_FRAME_SIZE),
+            max_header_list_size: h.max_header_list_size,
+            max_header_block_size: h.max_header_block_size,
+            max_header_block_frames: h.max_header_block_frames,
+            flood_window: h.flood_window,
+            max_client_resets: h.max_client_resets,
+            max_server_resets: h.max_server_resets,
+            max_pings: h.max_pings,
+            max_settings: h.max_settings,
+            max_empty_data: h.max_empty_data,
+            max_priority: h.max_priority,
+            max_window_updates: h.max_window_updates,
+        }
+    }
+}
+
+impl Default for h2::Settings {
+    fn default() -> Self {
+        h2::Settings::from(&Http2::default())
     }
 }

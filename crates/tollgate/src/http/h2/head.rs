@@ -303,9 +303,18 @@ impl<'a> HeadBuilder<'a> {
                 if value.contains(&b'@') {
                     return Err(":authority with userinfo");
                 }
+                if !value.iter().all(|&b| is_target_byte(b) && !matches!(b, b'/' | b'?')) {
+                    return Err("invalid character in :authority");
+                }
                 self.head.authority = Some(span);
             }
-            PATH => self.head.path = Some(span),
+            PATH => {
+                // Forwarded as an HTTP/1 request target: the same bytes only.
+                if !value.iter().all(|&b| is_target_byte(b)) {
+                    return Err("invalid character in :path");
+                }
+                self.head.path = Some(span);
+            }
             _ => {}
         }
         Ok(())
@@ -385,6 +394,17 @@ impl<'a> HeadBuilder<'a> {
         }
         Ok(())
     }
+}
+
+/// RFC 3986 unreserved / gen-delims (minus `#`) / sub-delims, plus `%`: what the HTTP/1
+/// codec accepts in a request target.
+fn is_target_byte(b: u8) -> bool {
+    matches!(b,
+        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9'
+        | b'-' | b'.' | b'_' | b'~'
+        | b':' | b'/' | b'?' | b'[' | b']' | b'@'
+        | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
+        | b'%')
 }
 
 fn check_name_token(v: &[u8]) -> Result<(), ()> {

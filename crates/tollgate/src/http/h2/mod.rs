@@ -15,7 +15,8 @@
 //! - [`ServerConn::poll_event`] → [`Event`]: `Request` (a validated [`RequestHead`]),
 //!   `HeadTooLarge` (over `max_header_list_size`: answer 431 or reset), `Data` (zero-copy
 //!   slices of the input), `Trailers`, `Reset` (by the client, or a stream error the codec
-//!   answered itself with RST_STREAM), `SendWindow` (capacity grew: wake senders).
+//!   answered itself with RST_STREAM; also for ids the app never saw, e.g. a malformed or
+//!   refused request: ignore unknown ids), `SendWindow` (capacity grew: wake senders).
 //! - [`ServerConn::output`] / [`ServerConn::consume_output`]: bytes to write.
 //! - [`ServerConn::send_headers`] (also 1xx, repeatable), [`ServerConn::send_data`] (up to
 //!   [`ServerConn::send_capacity`]), [`ServerConn::send_trailers`]; once our side ends while
@@ -38,7 +39,8 @@
 //! malformed requests (RFC 9113 §8.1.1, see `head.rs`: pseudo-header order, unknown,
 //! duplicate, missing or response pseudo-header fields, uppercase or invalid names,
 //! connection-specific fields, `te` other than `trailers`, CTL/CR/LF/NUL or surrounding
-//! whitespace in values, `:path` empty or not origin-form (`*` only for OPTIONS), CONNECT
+//! whitespace in values, `:path` empty, not origin-form (`*` only for OPTIONS) or with bytes an
+//! HTTP/1 request target may not have, `:authority` with userinfo or such bytes, CONNECT
 //! rules, extended CONNECT refused, `host` disagreeing with `:authority`, `content-length`
 //! not a number or disagreeing with the DATA), DATA on a stream the client closed
 //! (STREAM_CLOSED), a stream window overrun (FLOW_CONTROL_ERROR), WINDOW_UPDATE of 0 or past
@@ -76,9 +78,8 @@ pub use flood::Flood;
 pub use frame::{Reason, StreamId};
 pub use head::{Fields, RequestHead};
 
-use crate::config::model::Http2;
-
-/// The connection's limits (`[http2]`).
+/// The connection's limits (`[http2]`). `Settings::from(&Http2)` and `Settings::default()`
+/// are in `config::model`: `config` imports `http`, never the other way.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     pub max_concurrent_streams: u32,
@@ -96,36 +97,6 @@ pub struct Settings {
     pub max_empty_data: u32,
     pub max_priority: u32,
     pub max_window_updates: u32,
-}
-
-impl From<&Http2> for Settings {
-    fn from(h: &Http2) -> Self {
-        Settings {
-            max_concurrent_streams: h.max_concurrent_streams,
-            initial_stream_window: h.initial_stream_window.min(frame::MAX_WINDOW as u32),
-            initial_connection_window: h.initial_connection_window.min(frame::MAX_WINDOW as u32),
-            max_frame_size: h
-                .max_frame_size
-                .clamp(frame::MIN_MAX_FRAME_SIZE, frame::MAX_MAX_FRAME_SIZE),
-            max_header_list_size: h.max_header_list_size,
-            max_header_block_size: h.max_header_block_size,
-            max_header_block_frames: h.max_header_block_frames,
-            flood_window: h.flood_window,
-            max_client_resets: h.max_client_resets,
-            max_server_resets: h.max_server_resets,
-            max_pings: h.max_pings,
-            max_settings: h.max_settings,
-            max_empty_data: h.max_empty_data,
-            max_priority: h.max_priority,
-            max_window_updates: h.max_window_updates,
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings::from(&Http2::default())
-    }
 }
 
 /// A connection error: GOAWAY(`code`) is queued; write the output and close.
@@ -161,8 +132,13 @@ pub enum Event {
     },
     /// Trailers; they end the request.
     Trailers { id: StreamId, fields: Fields },
-    /// The stream is gone: the client reset it, or the codec did for a stream error.
-    Reset { id: StreamId, code: Reason },
+    /// The stream is gone: the client reset it (`why` is `None`), or the codec did for a
+    /// stream error (`why` says what it was, for logs).
+    Reset {
+        id: StreamId,
+        code: Reason,
+        why: Option<&'static str>,
+    },
     /// Send capacity grew on a stream (`Some`) or on the connection / every stream (`None`).
     SendWindow { id: Option<StreamId> },
 }

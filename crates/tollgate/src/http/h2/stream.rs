@@ -79,11 +79,18 @@ impl Streams {
     }
 }
 
-/// The latest streams reset (by either side), whose in-flight frames are ignored.
-#[derive(Debug, Default)]
+/// The latest streams we reset, whose in-flight frames are ignored (RFC 9113 §5.1: for "a
+/// period"; here, until 64 more resets happened).
+#[derive(Debug)]
 pub(crate) struct RecentResets {
-    ids: [u32; 16],
+    ids: [u32; 64],
     next: usize,
+}
+
+impl Default for RecentResets {
+    fn default() -> Self {
+        RecentResets { ids: [0; 64], next: 0 }
+    }
 }
 
 impl RecentResets {

@@ -70,7 +70,7 @@ enum Target {
     /// Decoded for HPACK's sake only.
     Ignore,
     /// Decoded, then the stream is reset with this code (counted as a server reset).
-    Reset(Reason),
+    Reset(Reason, &'static str),
 }
 
 struct Discard;
@@ -302,11 +302,15 @@ impl ServerConn {
     }
 
     /// A stream error the codec answers itself: RST_STREAM, `Event::Reset`, counted.
-    fn stream_error(&mut self, id: u32, code: Reason, now: Instant) -> Result<(), ConnError> {
+    fn stream_error(&mut self, id: u32, code: Reason, why: &'static str, now: Instant) -> Result<(), ConnError> {
         self.drop_stream(id);
         self.recent_resets.add(id);
         frame::write_rst_stream(&mut self.out, id, code);
-        self.events.push_back(Event::Reset { id: StreamId(id), code });
+        self.events.push_back(Event::Reset {
+            id: StreamId(id),
+            code,
+            why: Some(why),
+        });
         self.budgets
             .count(&self.s, now, Flood::ServerResets)
             .map_err(flood_error)
@@ -323,7 +327,7 @@ impl ServerConn {
     fn frame_error(&mut self, e: FrameError, now: Instant) -> Result<(), ConnError> {
         match e {
             FrameError::Connection(code, why) => Err(conn_error(code, why)),
-            FrameError::Stream(id, code, _) => self.stream_error(id, code, now),
+            FrameError::Stream(id, code, why) => self.stream_error(id, code, why, now),
         }
     }
 
@@ -353,22 +357,22 @@ impl ServerConn {
             if self.recent_resets.contains(id) {
                 return Ok(());
             }
-            return self.stream_error(id, Reason::STREAM_CLOSED, now);
+            return self.stream_error(id, Reason::STREAM_CLOSED, "DATA on a closed stream", now);
         };
         let fault = if !st.remote_open {
-            Some(Reason::STREAM_CLOSED)
+            Some((Reason::STREAM_CLOSED, "DATA after END_STREAM"))
         } else if flow > st.recv_window {
-            Some(Reason::FLOW_CONTROL_ERROR)
+            Some((Reason::FLOW_CONTROL_ERROR, "DATA past the stream window"))
         } else {
             st.recv_window -= flow;
             st.received += data_len;
             let over = st.content_length.is_some_and(|cl| st.received > cl);
             let short = end_stream && st.content_length.is_some_and(|cl| st.received != cl);
-            (over || short).then_some(Reason::PROTOCOL_ERROR)
+            (over || short).then_some((Reason::PROTOCOL_ERROR, "content-length disagrees with the DATA"))
         };
-        if let Some(code) = fault {
+        if let Some((code, why)) = fault {
             self.release_conn(h.len);
-            return self.stream_error(id, code, now);
+            return self.stream_error(id, code, why, now);
         }
         st.held += data_len;
         st.recv_pending += padding;
@@ -448,6 +452,7 @@ impl ServerConn {
                     self.events.push_back(Event::Reset {
                         id: StreamId(stream),
                         code,
+                        why: None,
                     });
                 }
                 Ok(())
@@ -497,7 +502,7 @@ impl ServerConn {
                 };
                 st.send_window += i64::from(increment);
                 if st.send_window > frame::MAX_WINDOW {
-                    return self.stream_error(stream, Reason::FLOW_CONTROL_ERROR, now);
+                    return self.stream_error(stream, Reason::FLOW_CONTROL_ERROR, "stream window past 2^31-1", now);
                 }
                 if st.local_open {
                     self.events.push_back(Event::SendWindow {
@@ -561,9 +566,9 @@ impl ServerConn {
     fn target(&mut self, id: u32, end_stream: bool, depends_on_itself: bool) -> Result<Target, ConnError> {
         if let Some(st) = self.streams.get(id) {
             return Ok(if !st.remote_open {
-                Target::Reset(Reason::STREAM_CLOSED)
+                Target::Reset(Reason::STREAM_CLOSED, "HEADERS after END_STREAM")
             } else if !end_stream {
-                Target::Reset(Reason::PROTOCOL_ERROR)
+                Target::Reset(Reason::PROTOCOL_ERROR, "trailers without END_STREAM")
             } else {
                 Target::Trailers
             });
@@ -580,8 +585,10 @@ impl ServerConn {
         self.highest = id;
         Ok(match self.goaway {
             GoAway::Sent { last } if id > last => Target::Ignore,
-            _ if depends_on_itself => Target::Reset(Reason::PROTOCOL_ERROR),
-            _ if self.streams.len() >= self.s.max_concurrent_streams as usize => Target::Reset(Reason::REFUSED_STREAM),
+            _ if depends_on_itself => Target::Reset(Reason::PROTOCOL_ERROR, "stream depends on itself"),
+            _ if self.streams.len() >= self.s.max_concurrent_streams as usize => {
+                Target::Reset(Reason::REFUSED_STREAM, "past max_concurrent_streams")
+            }
             _ => Target::Request,
         })
     }
@@ -598,12 +605,12 @@ impl ServerConn {
         let trailers = match target {
             Target::Request => false,
             Target::Trailers => true,
-            Target::Ignore | Target::Reset(_) => {
+            Target::Ignore | Target::Reset(..) => {
                 self.decoder
                     .decode(block, &mut Discard)
                     .map_err(|e| conn_error(Reason::COMPRESSION_ERROR, e.as_str()))?;
                 return match target {
-                    Target::Reset(code) => self.stream_error(id, code, now),
+                    Target::Reset(code, why) => self.stream_error(id, code, why, now),
                     _ => Ok(()),
                 };
             }
@@ -619,9 +626,17 @@ impl ServerConn {
             let Some(st) = self.streams.get_mut(id) else {
                 return Ok(());
             };
-            if verdict.is_err() || st.content_length.is_some_and(|cl| st.received != cl) {
+            let why = match verdict {
+                Err(HeadFault::Malformed(why)) => Some(why),
+                Err(HeadFault::TooLarge) => Some("trailers over max_header_list_size"),
+                Ok(()) if st.content_length.is_some_and(|cl| st.received != cl) => {
+                    Some("content-length disagrees with the DATA")
+                }
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
                 self.recycle(head);
-                return self.stream_error(id, Reason::PROTOCOL_ERROR, now);
+                return self.stream_error(id, Reason::PROTOCOL_ERROR, why, now);
             }
             st.remote_open = false;
             let done = !st.local_open;
@@ -635,9 +650,9 @@ impl ServerConn {
             return Ok(());
         }
         match verdict {
-            Err(HeadFault::Malformed(_)) => {
+            Err(HeadFault::Malformed(why)) => {
                 self.recycle(head);
-                self.stream_error(id, Reason::PROTOCOL_ERROR, now)
+                self.stream_error(id, Reason::PROTOCOL_ERROR, why, now)
             }
             Err(HeadFault::TooLarge) => {
                 self.recycle(head);
@@ -647,7 +662,12 @@ impl ServerConn {
             }
             Ok(()) if end_stream && head.content_length().is_some_and(|cl| cl > 0) => {
                 self.recycle(head);
-                self.stream_error(id, Reason::PROTOCOL_ERROR, now)
+                self.stream_error(
+                    id,
+                    Reason::PROTOCOL_ERROR,
+                    "content-length on a request without a body",
+                    now,
+                )
             }
             Ok(()) => {
                 self.open_stream(id, end_stream, head.content_length());

@@ -538,7 +538,8 @@ fn concurrency_limit_refuses() {
             Event::Request { .. },
             Event::Reset {
                 id: StreamId(3),
-                code: Reason::REFUSED_STREAM
+                code: Reason::REFUSED_STREAM,
+                why: Some("past max_concurrent_streams"),
             }
         ]
     ));
@@ -555,7 +556,8 @@ fn concurrency_limit_refuses() {
         c.events()[..],
         [Event::Reset {
             id: StreamId(1),
-            code: Reason::CANCEL
+            code: Reason::CANCEL,
+            why: None,
         }]
     ));
     c.send(&headers(5, GET, true)).unwrap();

@@ -164,6 +164,31 @@ fn strictness_table() {
             Reset(p),
         ),
         (
+            "space in :path",
+            headers(1, &[&GET[..3], &[(":path", "/a b")]].concat(), true),
+            Reset(p),
+        ),
+        (
+            "fragment in :path",
+            headers(1, &[&GET[..3], &[(":path", "/a#b")]].concat(), true),
+            Reset(p),
+        ),
+        (
+            "non-ASCII in :path",
+            headers(1, &[&GET[..3], &[(":path", "/\u{e9}")]].concat(), true),
+            Reset(p),
+        ),
+        (
+            "slash in :authority",
+            headers(1, &[&GET[..2], &[(":authority", "a/b"), (":path", "/")]].concat(), true),
+            Reset(p),
+        ),
+        (
+            "userinfo in :authority",
+            headers(1, &[&GET[..2], &[(":authority", "u@a"), (":path", "/")]].concat(), true),
+            Reset(p),
+        ),
+        (
             "DATA after END_STREAM",
             cat(&[headers(1, GET, true), data(1, b"x", false)]),
             Reset(R::STREAM_CLOSED),
@@ -361,7 +386,7 @@ fn strictness_table() {
                 assert!(r.is_ok(), "{name}: {r:?}");
                 assert!(
                     ev.iter()
-                        .any(|e| matches!(e, Event::Reset { code: c, .. } if *c == code)),
+                        .any(|e| matches!(e, Event::Reset { code: c, why: Some(_), .. } if *c == code)),
                     "{name}: events {ev:?}"
                 );
                 assert!(
