@@ -228,7 +228,12 @@ fn dispatch<'s, F, S>(
                 shared.conn.borrow_mut().recycle_fields(fields);
                 shared.on_trailers(id, map);
             }
-            Event::Reset { id, code } => shared.on_reset(id, code),
+            Event::Reset { id, code, why } => {
+                if let Some(why) = why {
+                    tracing::debug!(peer = %info.peer, stream = id.0, code = code.as_str(), why, "h2 stream refused");
+                }
+                shared.on_reset(id, code);
+            }
             Event::SendWindow { id } => shared.on_window(id),
         }
     }
