@@ -34,6 +34,7 @@ use super::{ConnInfo, slots, stream};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h2::{ConnError, Event, Fields, Flood, Reason, RequestHead, ServerConn, Settings};
+use crate::stats::WorkerStats;
 use handles::Shared;
 
 /// How long an ending connection may take to write its GOAWAY before it is dropped, and
@@ -112,7 +113,7 @@ where
                     idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
                 }
             }
-            match write_out(&mut io, &shared, cx) {
+            match write_out(&mut io, &shared, &ctx.stats, cx) {
                 Poll::Ready(Ok(wrote)) => {
                     moved |= wrote;
                     unflushed |= wrote;
@@ -172,7 +173,7 @@ where
     drop(streams);
     let Some(e) = failed else { return Ok(()) };
     // The codec queued its GOAWAY: once it is written nothing else is owed.
-    let _ = tokio::time::timeout(GOAWAY_FLUSH, flush(&mut io, &shared)).await;
+    let _ = tokio::time::timeout(GOAWAY_FLUSH, flush(&mut io, &shared, &ctx.stats)).await;
     match e.flood {
         Some(flood) => {
             count_flood(ctx, flood);
@@ -240,7 +241,13 @@ fn dispatch<'s, F, S>(
 }
 
 /// The codec's output to the socket as far as it takes it now; `true` if anything went.
-fn write_out<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+/// `bytes_to_client` counts the frames as written (heads HPACK-encoded).
+fn write_out<T: AsyncWrite + Unpin>(
+    io: &mut T,
+    shared: &Shared,
+    stats: &WorkerStats,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<bool>> {
     let mut wrote = false;
     // Bounded: each round writes some bytes or ends.
     loop {
@@ -252,6 +259,7 @@ fn write_out<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, cx: &mut Contex
             Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
             Poll::Ready(Ok(n)) => {
                 conn.consume_output(n);
+                stats.bytes_to_client.add(n as u64);
                 wrote = true;
             }
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -262,11 +270,11 @@ fn write_out<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, cx: &mut Contex
 }
 
 /// Writes and flushes everything the codec queued.
-async fn flush<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared) -> io::Result<()> {
+async fn flush<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, stats: &WorkerStats) -> io::Result<()> {
     std::future::poll_fn(|cx| {
         // Bounded: each round writes some bytes or waits.
         loop {
-            match write_out(io, shared, cx) {
+            match write_out(io, shared, stats, cx) {
                 Poll::Ready(Ok(_)) if shared.conn.borrow().output().is_empty() => break,
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
