@@ -12,6 +12,7 @@ use super::hpack::{Decoder, encoder};
 use super::*;
 
 mod floods;
+mod interop;
 mod strictness;
 
 type Fld<'a> = &'a [(&'a str, &'a str)];
