@@ -203,13 +203,11 @@ fn graceful_goaway_ends_even_without_the_ping_answer() {
     conn.send(&headers_frame(1, &raw::get("example.com", "/size/3"), true));
     let mut goaways = Vec::new();
     let mut answered = false;
-    let mut closed = false;
     let t = std::time::Instant::now();
     // Bounded: frames until the proxy closes, or 5 s.
-    loop {
+    let closed = loop {
         let Some(f) = conn.next(Duration::from_secs(5).saturating_sub(t.elapsed())) else {
-            closed = t.elapsed() < Duration::from_secs(5);
-            break;
+            break t.elapsed() < Duration::from_secs(5);
         };
         match f.kind {
             raw::HEADERS if f.stream == 1 => answered = true,
@@ -217,7 +215,7 @@ fn graceful_goaway_ends_even_without_the_ping_answer() {
             // PINGs are read and never answered.
             _ => {}
         }
-    }
+    };
     assert!(answered, "stream 1 answered");
     assert_eq!(goaways, vec![0x7fff_ffff, 1], "GOAWAY(max), then GOAWAY(last stream)");
     assert!(closed, "closed within 5 s");
