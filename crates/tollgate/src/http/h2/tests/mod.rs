@@ -338,6 +338,41 @@ fn post_body_and_window_updates() {
 }
 
 #[test]
+fn a_reset_stream_gives_its_unreleased_data_back_to_the_connection() {
+    let s = Settings {
+        initial_stream_window: 65_535,
+        initial_connection_window: 65_535,
+        ..Settings::default()
+    };
+    let mut c = Client::ready(s);
+    c.send(&headers(1, &post("100000"), false)).unwrap();
+    c.send(&data(1, &[0; 16_384], false)).unwrap();
+    c.send(&data(1, &[0; 16_384], false)).unwrap();
+    assert!(c.frames().is_empty(), "the app released nothing");
+    c.send(&raw(kind::RST_STREAM, 0, 1, &[0, 0, 0, 8])).unwrap();
+    let wu: Vec<(u32, u32)> = c
+        .frames()
+        .iter()
+        .filter(|o| o.kind == kind::WINDOW_UPDATE)
+        .map(|o| (o.stream, u32_of(&o.payload)))
+        .collect();
+    assert_eq!(wu, [(0, 32_768)]);
+    // The app releasing it late changes nothing.
+    c.conn.release_data(StreamId(1), 32_768);
+    assert!(c.frames().is_empty());
+    // The connection window is whole again: a full window on another stream is fine.
+    c.send(&headers(3, &post("65535"), false)).unwrap();
+    for n in [16_384, 16_384, 16_384, 16_383] {
+        c.send(&data(3, &vec![0; n], n == 16_383)).unwrap();
+    }
+    assert!(
+        !c.events()
+            .iter()
+            .any(|e| matches!(e, Event::Reset { id: StreamId(3), .. }))
+    );
+}
+
+#[test]
 fn data_is_a_slice_of_the_input() {
     let mut c = Client::ready(Settings::default());
     c.send(&headers(1, &post("5"), false)).unwrap();
