@@ -10,7 +10,9 @@
 //! list passes `max_header_list_size`, so nothing past the limit is buffered.
 
 use super::hpack::FieldSink;
+// What the HTTP/1 codec accepts in a request target: an h2 target goes into one.
 use super::hpack::table::ENTRY_OVERHEAD;
+use crate::http::h1::request::is_target_byte;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Span {
@@ -394,17 +396,6 @@ impl<'a> HeadBuilder<'a> {
         }
         Ok(())
     }
-}
-
-/// RFC 3986 unreserved / gen-delims (minus `#`) / sub-delims, plus `%`: what the HTTP/1
-/// codec accepts in a request target.
-fn is_target_byte(b: u8) -> bool {
-    matches!(b,
-        b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9'
-        | b'-' | b'.' | b'_' | b'~'
-        | b':' | b'/' | b'?' | b'[' | b']' | b'@'
-        | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
-        | b'%')
 }
 
 fn check_name_token(v: &[u8]) -> Result<(), ()> {
