@@ -71,12 +71,14 @@ where
     // Declared before `streams`, which borrows it (and so is dropped first).
     let spares = slots::Spares::new();
     let mut streams = FuturesUnordered::new();
-    let mut io = io;
-    let mut input = BytesMut::with_capacity(READ_SIZE);
-    let mut read_closed = false;
-    let mut unflushed = false;
-    let mut going_away = false;
-    let mut final_goaway = false;
+    let mut d = Driver {
+        io,
+        input: BytesMut::with_capacity(READ_SIZE),
+        read_closed: false,
+        unflushed: false,
+        going_away: false,
+        final_goaway: false,
+    };
     // No stream yet: the first must come within http_request; later, http_keep_alive.
     let idle = tokio::time::sleep_until(Instant::now() + timeouts.http_request);
     tokio::pin!(idle);
@@ -85,71 +87,31 @@ where
     let ended = std::future::poll_fn(|cx| {
         for _ in 0..ROUNDS {
             let mut moved = false;
-            if !read_closed && shared.conn.borrow().output().len() < MAX_UNWRITTEN {
-                if input.capacity() - input.len() < READ_SIZE / 2 {
-                    input.reserve(READ_SIZE);
-                }
-                match tokio_util::io::poll_read_buf(Pin::new(&mut io), cx, &mut input) {
-                    Poll::Ready(Ok(0)) => {
-                        read_closed = true;
-                        moved = true;
-                    }
-                    Poll::Ready(Ok(_)) => {
-                        moved = true;
-                        let received = shared.conn.borrow_mut().receive(&mut input, std::time::Instant::now());
-                        dispatch(ctx, &shared, &info, (&spares, &mut streams), stream::serve);
-                        if let Err(e) = received {
-                            return Poll::Ready(Ok(End::Failed(e)));
-                        }
-                    }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => {}
-                }
-            }
-            // Bounded: a poll never runs a stream twice.
-            while let Poll::Ready(Some(())) = Pin::new(&mut streams).poll_next(cx) {
-                moved = true;
-                if streams.is_empty() && !going_away {
-                    idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
-                }
-            }
-            match write_out(&mut io, &shared, &ctx.stats, cx) {
-                Poll::Ready(Ok(wrote)) => {
-                    moved |= wrote;
-                    unflushed |= wrote;
-                    if wrote {
-                        shared.on_written();
+            match d.read(&shared, cx) {
+                Poll::Ready(Ok(received)) => {
+                    moved = true;
+                    // The events before a connection error are handed out too.
+                    dispatch(ctx, &shared, &info, (&spares, &mut streams), stream::serve);
+                    if let Err(e) = received {
+                        return Poll::Ready(Ok(End::Failed(e)));
                     }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => {}
             }
-            if unflushed {
-                match Pin::new(&mut io).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => unflushed = false,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => {}
-                }
-            }
-            if !going_away {
-                if stopping.as_mut().poll(cx).is_ready() || streams.is_empty() && idle.as_mut().poll(cx).is_ready() {
-                    shared.conn.borrow_mut().goaway_graceful();
-                    going_away = true;
-                    // The final GOAWAY goes when the client answers the PING, or then.
-                    idle.as_mut().reset(Instant::now() + GOAWAY_FLUSH);
-                    moved = true;
-                }
-            } else if !final_goaway && idle.as_mut().poll(cx).is_ready() {
-                shared.conn.borrow_mut().goaway(Reason::NO_ERROR);
-                final_goaway = true;
+            // Bounded: a poll never runs a stream twice.
+            while let Poll::Ready(Some(())) = Pin::new(&mut streams).poll_next(cx) {
                 moved = true;
+                if streams.is_empty() && !d.going_away {
+                    idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
+                }
             }
-            let written = shared.conn.borrow().output().is_empty() && !unflushed;
-            if written && streams.is_empty() && (read_closed || shared.conn.borrow().is_done()) {
-                return Poll::Ready(Ok(End::Closed));
+            match d.write(&shared, &ctx.stats, cx) {
+                Ok(wrote) => moved |= wrote,
+                Err(e) => return Poll::Ready(Err(e)),
             }
-            if read_closed && written {
-                // The client is gone: its streams lost their client.
+            moved |= d.go_away_when_due(&shared, streams.is_empty(), (idle.as_mut(), stopping.as_mut()), cx);
+            if d.finished(&shared, streams.is_empty()) {
                 return Poll::Ready(Ok(End::Closed));
             }
             if !moved {
@@ -173,7 +135,7 @@ where
     drop(streams);
     let Some(e) = failed else { return Ok(()) };
     // The codec queued its GOAWAY: once it is written nothing else is owed.
-    let _ = tokio::time::timeout(GOAWAY_FLUSH, flush(&mut io, &shared, &ctx.stats)).await;
+    let _ = tokio::time::timeout(GOAWAY_FLUSH, flush(&mut d.io, &shared, &ctx.stats)).await;
     match e.flood {
         Some(flood) => {
             count_flood(ctx, flood);
@@ -184,6 +146,102 @@ where
             tracing::debug!(peer = %info.peer, code = e.code.as_str(), why = e.why, "h2 connection error");
             Ok(())
         }
+    }
+}
+
+/// The socket side of the connection task and where its ending stands.
+struct Driver<T> {
+    io: T,
+    /// Client bytes the codec has not consumed yet (a partial frame).
+    input: BytesMut,
+    read_closed: bool,
+    /// Written but not yet flushed (TLS may hold a record).
+    unflushed: bool,
+    /// A graceful GOAWAY went out (idle, or the worker stopping)...
+    going_away: bool,
+    /// ...and the final one, after the client's PING answer or `GOAWAY_FLUSH`.
+    final_goaway: bool,
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
+    /// Reads what the socket has into the codec (nothing while `MAX_UNWRITTEN` bytes wait):
+    /// `Ready(Ok(_))` once bytes came (the codec's verdict on them) or the client closed.
+    fn read(&mut self, shared: &Shared, cx: &mut Context<'_>) -> Poll<io::Result<Result<(), ConnError>>> {
+        if self.read_closed || shared.conn.borrow().output().len() >= MAX_UNWRITTEN {
+            return Poll::Pending;
+        }
+        if self.input.capacity() - self.input.len() < READ_SIZE / 2 {
+            self.input.reserve(READ_SIZE);
+        }
+        match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.input) {
+            Poll::Ready(Ok(0)) => {
+                self.read_closed = true;
+                Poll::Ready(Ok(Ok(())))
+            }
+            Poll::Ready(Ok(_)) => {
+                let received = shared
+                    .conn
+                    .borrow_mut()
+                    .receive(&mut self.input, std::time::Instant::now());
+                Poll::Ready(Ok(received))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Writes what the codec queued as far as the socket takes it, then flushes; `true` if
+    /// anything went.
+    fn write(&mut self, shared: &Shared, stats: &WorkerStats, cx: &mut Context<'_>) -> io::Result<bool> {
+        let wrote = match write_out(&mut self.io, shared, stats, cx) {
+            Poll::Ready(Ok(wrote)) => wrote,
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => false,
+        };
+        if wrote {
+            self.unflushed = true;
+            shared.on_written();
+        }
+        if self.unflushed {
+            match Pin::new(&mut self.io).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => {}
+            }
+        }
+        Ok(wrote)
+    }
+
+    /// The graceful GOAWAY once the worker stops or the connection is idle, and the final one
+    /// when its PING is not answered in time; `true` if one was queued.
+    fn go_away_when_due(
+        &mut self,
+        shared: &Shared,
+        no_streams: bool,
+        (mut idle, stopping): (Pin<&mut tokio::time::Sleep>, Pin<&mut impl Future<Output = ()>>),
+        cx: &mut Context<'_>,
+    ) -> bool {
+        if !self.going_away {
+            if stopping.poll(cx).is_ready() || no_streams && idle.as_mut().poll(cx).is_ready() {
+                shared.conn.borrow_mut().goaway_graceful();
+                self.going_away = true;
+                // The final GOAWAY goes when the client answers the PING, or then.
+                idle.reset(Instant::now() + GOAWAY_FLUSH);
+                return true;
+            }
+        } else if !self.final_goaway && idle.poll(cx).is_ready() {
+            shared.conn.borrow_mut().goaway(Reason::NO_ERROR);
+            self.final_goaway = true;
+            return true;
+        }
+        false
+    }
+
+    /// Everything written, and the client gone (its streams lost their client) or the
+    /// connection gone away with every stream done.
+    fn finished(&self, shared: &Shared, no_streams: bool) -> bool {
+        let conn = shared.conn.borrow();
+        conn.output().is_empty() && !self.unflushed && (self.read_closed || no_streams && conn.is_done())
     }
 }
 
