@@ -545,13 +545,8 @@ fn tollgate_check_refuses_bad_limits_with_their_position() {
         );
         let path = dir.0.join("bad.toml");
         std::fs::write(&path, &text).unwrap();
-        let out = std::process::Command::new(master_support::BIN)
-            .args(["check", "--config"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
+        let (code, _, err) = master_support::check(&path);
+        assert_eq!(code, Some(2), "{err}");
         let want = format!("{}{at}", path.display());
         assert!(
             err.contains(&want) && err.contains(key),

@@ -335,12 +335,7 @@ fn check_refuses_a_shared_limit_without_a_shared_section() {
          [[backend]]\nname = \"app\"\nmode = \"http\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(master_support::BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let (code, _, err) = master_support::check(&path);
+    assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("t.toml:10:10") && err.contains("[shared]"), "{err}");
 }

@@ -219,12 +219,7 @@ fn the_control_socket_is_owner_only_by_default_and_takes_its_configured_mode() {
     );
     let file = dir.0.join("bad.toml");
     std::fs::write(&file, bad).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["check", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let (code, _, err) = master_support::check(&file);
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("global.control_socket_mode"), "{err}");
 }

@@ -12,14 +12,11 @@ mod master_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::tls::*;
 use common::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
 /// A TCP-mode TLS frontend with `tls_extra` in `[frontend.tls]`, one ECDSA certificate for
 /// `a.example`, relaying to an echo origin.
@@ -35,17 +32,8 @@ fn config(dir: &TempDir, ca: &Ca, origin: SocketAddr, tls_extra: &str, global: &
 fn check(dir: &TempDir, text: &str) -> (i32, String) {
     let path = dir.path("policy.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    let (code, out, err) = master_support::check(&path);
+    (code.unwrap_or(-1), out + &err)
 }
 
 #[test]

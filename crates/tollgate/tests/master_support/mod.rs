@@ -13,6 +13,20 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
+/// What `tollgate check --config PATH` said: its exit code, stdout and stderr.
+pub fn check(path: &Path) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A temp directory removed on drop.
 pub struct TempDir(pub PathBuf);
 

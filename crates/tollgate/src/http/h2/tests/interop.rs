@@ -20,6 +20,20 @@ struct Pending {
     trailers: bool,
 }
 
+/// An upload's answer: 200, its byte count as the body, then trailers.
+fn answer_upload(conn: &mut ServerConn, pending: &mut HashMap<StreamId, Pending>, id: StreamId, len: usize) {
+    conn.send_headers(id, 200, std::iter::empty(), false).unwrap();
+    let body = len.to_string().into_bytes();
+    pending.insert(
+        id,
+        Pending {
+            body,
+            at: 0,
+            trailers: true,
+        },
+    );
+}
+
 fn pump(conn: &mut ServerConn, pending: &mut HashMap<StreamId, Pending>) {
     pending.retain(|&id, p| {
         let rest = &p.body[p.at..];
@@ -98,31 +112,14 @@ async fn serve(mut io: DuplexStream, served: usize) -> usize {
                     let up = uploads.get_mut(&id).unwrap();
                     up.1 += data.len();
                     if end_stream {
-                        let len = up.1.to_string();
-                        conn.send_headers(id, 200, std::iter::empty(), false).unwrap();
-                        pending.insert(
-                            id,
-                            Pending {
-                                body: len.into_bytes(),
-                                at: 0,
-                                trailers: true,
-                            },
-                        );
+                        let len = up.1;
+                        answer_upload(&mut conn, &mut pending, id, len);
                     }
                 }
                 Event::Trailers { id, fields } => {
                     assert_eq!(fields.get(b"x-checksum"), Some(&b"42"[..]));
-                    let len = uploads[&id].1.to_string();
                     conn.recycle_fields(fields);
-                    conn.send_headers(id, 200, std::iter::empty(), false).unwrap();
-                    pending.insert(
-                        id,
-                        Pending {
-                            body: len.into_bytes(),
-                            at: 0,
-                            trailers: true,
-                        },
-                    );
+                    answer_upload(&mut conn, &mut pending, id, uploads[&id].1);
                 }
                 Event::Reset { id, code, why } => panic!("{id:?} reset {code:?} {why:?}"),
                 Event::HeadTooLarge { .. } => panic!("too large"),
