@@ -524,7 +524,7 @@ impl Stream<'_> {
         };
         back.consume(response.head_len);
         response.reclaim(&mut self.conn.scratch.borrow_mut());
-        let send = sent.map_err(|e| at(h2_error(Side::Front, "send response head", &e)))?;
+        let send = sent.map_err(|e| at(h2_error("send response head", &e)))?;
         self.answered = true;
         if !end {
             let send = self.send.insert(send);
@@ -569,10 +569,9 @@ impl Stream<'_> {
         let mut send = self
             .respond
             .send_response(resp, text.is_empty())
-            .map_err(|e| h2_error(Side::Front, "send response", &e))?;
+            .map_err(|e| h2_error("send response", &e))?;
         if !text.is_empty() {
-            send.send_bytes(text, true)
-                .map_err(|e| h2_error(Side::Front, "send response", &e))?;
+            send.send_bytes(text, true).map_err(|e| h2_error("send response", &e))?;
             self.rec.bytes_to_client += text.len() as u64;
         }
         Ok(())
@@ -698,8 +697,8 @@ fn refused(status: u16, why: &'static str) -> Error {
 }
 
 /// A stream the client reset, or one whose connection is gone: nothing more goes to it.
-pub(super) fn h2_error(side: Side, what: &'static str, e: &StreamError) -> Error {
-    Error::new(ErrorKind::PeerClosed, side, format!("{what}: {e}"))
+pub(super) fn h2_error(what: &'static str, e: &StreamError) -> Error {
+    Error::new(ErrorKind::PeerClosed, Side::Front, format!("{what}: {e}"))
 }
 
 fn log_failure(ctx: &WorkerCtx, fe: &Frontend, peer: SocketAddr, status: u16, cause: &Error) {
@@ -729,7 +728,7 @@ async fn send_body<W: AsyncWrite + Unpin>(
         let Some(data) = next else { break };
         // h2 has checked DATA against content-length (a mismatch resets the stream): the
         // server then never gets the complete body it was announced.
-        let data = data.map_err(|e| h2_error(Side::Front, "read request body", &e).during(Phase::Request))?;
+        let data = data.map_err(|e| h2_error("read request body", &e).during(Phase::Request))?;
         if data.is_empty() {
             continue;
         }
@@ -748,7 +747,7 @@ async fn send_body<W: AsyncWrite + Unpin>(
         let trailers = tokio::time::timeout(idle, body.trailers())
             .await
             .map_err(|_| Error::new(ErrorKind::IdleTimeout, Side::Front, "request trailers idle"))?
-            .map_err(|e| h2_error(Side::Front, "read request trailers", &e).during(Phase::Request))?;
+            .map_err(|e| h2_error("read request trailers", &e).during(Phase::Request))?;
         to_h1::write_last_chunk(trailers.as_ref(), &mut frame).map_err(|r| refused(400, r.0))?;
         write(server, &frame).await?;
     }
@@ -983,7 +982,7 @@ async fn relay_response(
             Some(t) if !t.is_empty() => send.send_trailers(t),
             _ => send.send_data(Bytes::new(), true),
         }
-        .map_err(|e| h2_error(Side::Front, "end response", &e).during(Phase::Data))
+        .map_err(|e| h2_error("end response", &e).during(Phase::Data))
     }
     .await;
     // A failure ends the stream in `Stream::fail` (a reset, or gRPC trailers).
@@ -1016,7 +1015,7 @@ async fn send_data(send: &mut SendStream, mut data: &[u8], end: bool, idle: Dura
         let n = match send.capacity() {
             0 => match window(send, idle).await? {
                 None => return Err(Error::new(ErrorKind::PeerClosed, Side::Front, "stream closed").during(Phase::Data)),
-                Some(Err(e)) => return Err(h2_error(Side::Front, "response window", &e).during(Phase::Data)),
+                Some(Err(e)) => return Err(h2_error("response window", &e).during(Phase::Data)),
                 Some(Ok(n)) => n.min(data.len()),
             },
             n => n.min(data.len()),
@@ -1026,7 +1025,7 @@ async fn send_data(send: &mut SendStream, mut data: &[u8], end: bool, idle: Dura
         }
         let (now, rest) = data.split_at(n);
         send.send_bytes(now, end && rest.is_empty())
-            .map_err(|e| h2_error(Side::Front, "send response body", &e).during(Phase::Data))?;
+            .map_err(|e| h2_error("send response body", &e).during(Phase::Data))?;
         data = rest;
     }
     Ok(total)

@@ -131,7 +131,7 @@ pub(super) async fn exchange(
     let send = s
         .respond
         .send_response(response, end)
-        .map_err(|e| at(h2_error(Side::Front, "send response head", &e)))?;
+        .map_err(|e| at(h2_error("send response head", &e)))?;
     s.answered = true;
     if end {
         return Ok(());
@@ -294,7 +294,7 @@ async fn upload(
             Ok(data) => data,
             Err(e) => {
                 up.cancel();
-                return Err(h2_error(Side::Front, "read request body", &e).during(Phase::Request));
+                return Err(h2_error("read request body", &e).during(Phase::Request));
             }
         };
         let n = data.len();
@@ -322,7 +322,7 @@ async fn upload(
         Ok(None) => up.send(&mut Bytes::new(), true).await,
         Err(e) => {
             up.cancel();
-            Err(h2_error(Side::Front, "read request trailers", &e).during(Phase::Request))
+            Err(h2_error("read request trailers", &e).during(Phase::Request))
         }
     }
 }
@@ -360,7 +360,7 @@ async fn relay_down(down: &mut ResponseBody, send: &mut SendStream, progress: &P
             Some(trailers) => send.send_trailers(trailers),
             None => send.send_data(Bytes::new(), true),
         }
-        .map_err(|e| h2_error(Side::Front, "end response", &e).during(Phase::Data))
+        .map_err(|e| h2_error("end response", &e).during(Phase::Data))
     }
     .await;
     moved
@@ -372,7 +372,7 @@ async fn send_bytes(send: &mut SendStream, mut data: Bytes, end: bool, idle: Dur
     if data.is_empty() {
         return send
             .send_data(data, end)
-            .map_err(|e| h2_error(Side::Front, "send response body", &e).during(Phase::Data));
+            .map_err(|e| h2_error("send response body", &e).during(Phase::Data));
     }
     while !data.is_empty() {
         send.reserve_capacity(data.len());
@@ -384,7 +384,7 @@ async fn send_bytes(send: &mut SendStream, mut data: Bytes, end: bool, idle: Dur
             })?;
         let n = match granted {
             None => return Err(Error::new(ErrorKind::PeerClosed, Side::Front, "stream closed").during(Phase::Data)),
-            Some(Err(e)) => return Err(h2_error(Side::Front, "response window", &e).during(Phase::Data)),
+            Some(Err(e)) => return Err(h2_error("response window", &e).during(Phase::Data)),
             Some(Ok(n)) => n.min(data.len()),
         };
         if n == 0 {
@@ -392,7 +392,7 @@ async fn send_bytes(send: &mut SendStream, mut data: Bytes, end: bool, idle: Dur
         }
         let now = data.split_to(n);
         send.send_data(now, end && data.is_empty())
-            .map_err(|e| h2_error(Side::Front, "send response body", &e).during(Phase::Data))?;
+            .map_err(|e| h2_error("send response body", &e).during(Phase::Data))?;
     }
     Ok(())
 }
