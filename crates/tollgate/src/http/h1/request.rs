@@ -287,7 +287,7 @@ pub(crate) fn version_byte(pos: usize, b: u8, major: Option<u8>) -> Result<(), E
 
 /// RFC 3986 unreserved / gen-delims (minus `#`) / sub-delims, plus `%`.
 #[inline]
-pub(crate) fn is_target_byte(b: u8) -> bool {
+pub(crate) const fn is_target_byte(b: u8) -> bool {
     matches!(b,
         b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9'
         | b'-' | b'.' | b'_' | b'~'

@@ -64,6 +64,12 @@ impl Fields {
         self.list_size
     }
 
+    /// The bytes every name and value of these fields (and a head's pseudo-header values)
+    /// are slices of: one copy of it shares them all.
+    pub fn arena(&self) -> &[u8] {
+        &self.buf
+    }
+
     /// (name, value) in order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.spans.iter().map(|&(n, v, _)| (self.slice(n), self.slice(v)))
@@ -169,33 +175,70 @@ pub enum HeadFault {
     TooLarge,
 }
 
+// What each byte may be part of, as bits: a field's bytes are classified in one pass (the
+// AND of their classes) and every rule below reads that.
+/// A field value byte (RFC 9110 §5.5: no CTL but HTAB).
+const VALUE: u8 = 1;
 /// RFC 9110 §5.6.2 tchar, lowercase letters only (uppercase is a fault of its own).
+const NAME: u8 = 2;
+/// tchar, any case (`:method`).
+const TOKEN: u8 = 4;
+/// What the HTTP/1 codec accepts in a request target (`:path`).
+const TARGET: u8 = 8;
+/// A target byte that is not `/`, `?` or `@` (`:authority`).
+const AUTHORITY_BYTE: u8 = 16;
+/// ALPHA / DIGIT / `+` / `-` / `.` (`:scheme` after its first letter).
+const SCHEME_BYTE: u8 = 32;
+
 #[allow(clippy::indexing_slicing)] // compile time only
-const fn name_chars() -> [bool; 256] {
-    let mut t = [false; 256];
+const fn byte_classes() -> [u8; 256] {
+    let mut t = [0u8; 256];
     let mut b = 0usize;
     while b < 256 {
         let c = b as u8;
-        t[b] = c.is_ascii_lowercase()
-            || c.is_ascii_digit()
+        let tchar = c.is_ascii_alphanumeric()
             || matches!(
                 c,
                 b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
             );
+        let mut class = 0;
+        if !((c < 0x20 && c != b'\t') || c == 0x7f) {
+            class |= VALUE;
+        }
+        if tchar && !c.is_ascii_uppercase() {
+            class |= NAME;
+        }
+        if tchar {
+            class |= TOKEN;
+        }
+        if is_target_byte(c) {
+            class |= TARGET;
+            if !matches!(c, b'/' | b'?' | b'@') {
+                class |= AUTHORITY_BYTE;
+            }
+        }
+        if c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.') {
+            class |= SCHEME_BYTE;
+        }
+        t[b] = class;
         b += 1;
     }
     t
 }
-static NAME_CHARS: [bool; 256] = name_chars();
+static BYTE_CLASSES: [u8; 256] = byte_classes();
+
+/// The classes every byte of `bytes` has.
+fn classes(bytes: &[u8]) -> u8 {
+    bytes
+        .iter()
+        .fold(u8::MAX, |all, &b| all & BYTE_CLASSES.get(usize::from(b)).copied().unwrap_or(0))
+}
 
 fn check_name(name: &[u8]) -> Result<(), &'static str> {
     if name.is_empty() {
         return Err("empty field name");
     }
-    if name
-        .iter()
-        .all(|&b| NAME_CHARS.get(usize::from(b)).copied().unwrap_or(false))
-    {
+    if classes(name) & NAME != 0 {
         return Ok(());
     }
     if name.iter().any(u8::is_ascii_uppercase) {
@@ -205,8 +248,9 @@ fn check_name(name: &[u8]) -> Result<(), &'static str> {
     }
 }
 
-fn check_value(value: &[u8]) -> Result<(), &'static str> {
-    if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+/// `value`'s rules, given its byte classes.
+fn check_value(value: &[u8], class: u8) -> Result<(), &'static str> {
+    if class & VALUE == 0 {
         return Err("control character in a field value");
     }
     if matches!(value.first(), Some(b' ' | b'\t')) || matches!(value.last(), Some(b' ' | b'\t')) {
@@ -263,7 +307,7 @@ impl<'a> HeadBuilder<'a> {
         self.fault.get_or_insert(HeadFault::Malformed(why));
     }
 
-    fn pseudo(&mut self, name: &[u8], value: &[u8]) -> Result<(), &'static str> {
+    fn pseudo(&mut self, name: &[u8], value: &[u8], class: u8) -> Result<(), &'static str> {
         if self.trailers {
             return Err("pseudo-header field in trailers");
         }
@@ -286,33 +330,30 @@ impl<'a> HeadBuilder<'a> {
         let span = self.head.fields.store(value);
         match bit {
             METHOD => {
-                if check_name_token(value).is_err() {
+                if value.is_empty() || class & TOKEN == 0 {
                     return Err("invalid :method");
                 }
                 self.head.method = span;
             }
             SCHEME => {
-                let ok = value.first().is_some_and(u8::is_ascii_alphabetic)
-                    && value
-                        .iter()
-                        .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
-                if !ok {
+                if !value.first().is_some_and(u8::is_ascii_alphabetic) || class & SCHEME_BYTE == 0 {
                     return Err("invalid :scheme");
                 }
                 self.head.scheme = Some(span);
             }
             AUTHORITY => {
-                if value.contains(&b'@') {
-                    return Err(":authority with userinfo");
-                }
-                if !value.iter().all(|&b| is_target_byte(b) && !matches!(b, b'/' | b'?')) {
-                    return Err("invalid character in :authority");
+                if class & AUTHORITY_BYTE == 0 {
+                    return Err(if value.contains(&b'@') {
+                        ":authority with userinfo"
+                    } else {
+                        "invalid character in :authority"
+                    });
                 }
                 self.head.authority = Some(span);
             }
             PATH => {
                 // Forwarded as an HTTP/1 request target: the same bytes only.
-                if !value.iter().all(|&b| is_target_byte(b)) {
+                if class & TARGET == 0 {
                     return Err("invalid character in :path");
                 }
                 self.head.path = Some(span);
@@ -398,15 +439,6 @@ impl<'a> HeadBuilder<'a> {
     }
 }
 
-fn check_name_token(v: &[u8]) -> Result<(), ()> {
-    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-    if !v.is_empty() && v.iter().all(|&b| token(b)) {
-        Ok(())
-    } else {
-        Err(())
-    }
-}
-
 impl FieldSink for HeadBuilder<'_> {
     fn field(&mut self, name: &[u8], value: &[u8], never_indexed: bool) {
         if self.fault.is_some() {
@@ -417,11 +449,12 @@ impl FieldSink for HeadBuilder<'_> {
             self.fault = Some(HeadFault::TooLarge);
             return;
         }
-        if let Err(why) = check_value(value) {
+        let class = classes(value);
+        if let Err(why) = check_value(value, class) {
             return self.malformed(why);
         }
         let r = if name.first() == Some(&b':') {
-            self.pseudo(name, value)
+            self.pseudo(name, value, class)
         } else {
             self.regular(name, value, never_indexed)
         };

@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures_util::Stream as _;
 use futures_util::stream::FuturesUnordered;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -349,9 +349,11 @@ fn request_parts(head: &RequestHead) -> Option<http::request::Parts> {
     let (mut parts, ()) = http::Request::new(()).into_parts();
     parts.method = http::Method::from_bytes(head.method()).ok()?;
     parts.version = http::Version::HTTP_2;
+    // One copy of the head's bytes: authority, path and values are slices of it.
+    let shared = HeadBytes::of(head.fields());
     let mut uri = http::uri::Parts::default();
     if let Some(a) = head.authority() {
-        uri.authority = Some(http::uri::Authority::try_from(a).ok()?);
+        uri.authority = Some(http::uri::Authority::from_maybe_shared(shared.slice(a)).ok()?);
         uri.scheme = match head.scheme() {
             Some(b"https") => Some(http::uri::Scheme::HTTPS),
             Some(b"http") => Some(http::uri::Scheme::HTTP),
@@ -360,22 +362,51 @@ fn request_parts(head: &RequestHead) -> Option<http::request::Parts> {
         };
     }
     if let Some(p) = head.path() {
-        uri.path_and_query = Some(http::uri::PathAndQuery::try_from(p).ok()?);
+        uri.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(shared.slice(p)).ok()?);
     }
     parts.uri = http::Uri::from_parts(uri).ok()?;
-    parts.headers = header_map(head.fields());
+    parts.headers = shared.header_map(head.fields());
     Some(parts)
 }
 
 /// Validated fields (lowercase token names, clean values) as a header map.
 fn header_map(fields: &Fields) -> http::HeaderMap {
-    let mut map = http::HeaderMap::with_capacity(fields.len());
-    for (name, value) in fields.iter() {
-        if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
-            map.append(n, v);
+    HeadBytes::of(fields).header_map(fields)
+}
+
+/// A head's arena copied once, for the `http` types that own their bytes.
+struct HeadBytes<'a> {
+    arena: &'a [u8],
+    bytes: Bytes,
+}
+
+impl<'a> HeadBytes<'a> {
+    fn of(fields: &'a Fields) -> Self {
+        HeadBytes {
+            arena: fields.arena(),
+            bytes: Bytes::copy_from_slice(fields.arena()),
         }
     }
-    map
+
+    /// `part` (a slice of the arena) in the copy, without copying it again.
+    fn slice(&self, part: &[u8]) -> Bytes {
+        let start = part.as_ptr().addr().wrapping_sub(self.arena.as_ptr().addr());
+        match start.checked_add(part.len()) {
+            Some(end) if end <= self.bytes.len() => self.bytes.slice(start..end),
+            _ => Bytes::copy_from_slice(part),
+        }
+    }
+
+    fn header_map(&self, fields: &Fields) -> http::HeaderMap {
+        let mut map = http::HeaderMap::with_capacity(fields.len());
+        for (name, value) in fields.iter() {
+            let value = http::HeaderValue::from_maybe_shared(self.slice(value));
+            if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name), value) {
+                map.append(n, v);
+            }
+        }
+        map
+    }
 }
 
 fn count_flood(ctx: &WorkerCtx, flood: Flood) {
