@@ -9,7 +9,8 @@
 //!   its server): a relaxed load and store per poll on a line only this thread writes;
 //! - the runtime's busy time (tokio's stable `worker_total_busy_duration`), which the
 //!   scheduler publishes each time it gets back to its driver (every 61 task polls, or when
-//!   its queue runs dry): covers tasks that are not sessions, at no cost to the thread;
+//!   its queue runs dry): covers tasks that are not sessions, at no cost to the thread
+//!   (coarser: 61 polls averaging over `warn_after / 61` look like a stall);
 //! - a tick task bumping `Progress` every `tick()` (a quarter of `warn_after`, within
 //!   5..50 ms), which keeps an idle thread's number moving (an idle thread is not blocked).
 //!
@@ -343,7 +344,10 @@ mod tests {
                 t.await.unwrap();
             }
         });
-        assert!(matches!(tick_alone, Verdict::Abort(_)), "the tick alone starves: {tick_alone:?}");
+        assert!(
+            matches!(tick_alone, Verdict::Abort(_)),
+            "the tick alone starves: {tick_alone:?}"
+        );
         assert_eq!(verdict, Verdict::Fine);
     }
 
