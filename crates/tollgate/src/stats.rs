@@ -36,6 +36,39 @@ impl Counter {
     }
 }
 
+/// Polls a worker thread got through, for the watchdog (`runtime::watchdog`): bumped each
+/// time a poll of a session's task (`counting_polls`), or of an HTTP/2 stream inside its
+/// connection's task, returns, and by the watchdog's tick task. A poll that never returns
+/// leaves it still; a thread busy with many short polls moves it. Written only by its worker
+/// thread (a load and a store, like [`Counter`]) on a cache line of its own; read by the
+/// watchdog thread once per tick.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct Progress(Counter);
+
+impl Progress {
+    /// Only the owning worker may call this.
+    #[inline]
+    pub fn bump(&self) {
+        self.0.add(1)
+    }
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// Runs `fut`, bumping `progress` each time one of its polls returns.
+pub async fn counting_polls<F: Future>(progress: &Progress, fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let polled = fut.as_mut().poll(cx);
+        progress.bump();
+        polled
+    })
+    .await
+}
+
 macro_rules! worker_stats {
     ($($(#[$doc:meta])* $field:ident),* $(,)?) => {
         /// One worker's counters (cache-line aligned so workers never share a line).

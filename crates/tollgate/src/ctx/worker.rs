@@ -21,12 +21,14 @@ use super::{Phase, Shared};
 use crate::buffer::BufferPool;
 use crate::relay::Resources;
 use crate::relay::pipes::PipePool;
-use crate::stats::WorkerStats;
+use crate::stats::{Progress, WorkerStats};
 
 pub(crate) struct WorkerCtx {
     pub id: usize,
     pub shared: Arc<Shared>,
     pub stats: Arc<WorkerStats>,
+    /// Polls this thread got through (the watchdog's view of it; see `stats::Progress`).
+    pub progress: Arc<Progress>,
     pub buffers: Rc<BufferPool>,
     /// splice(2) pipes, this worker's own (`global.max_pipes`).
     pub pipes: Rc<PipePool>,
@@ -52,7 +54,12 @@ pub(crate) struct WorkerCtx {
 }
 
 impl WorkerCtx {
-    pub(crate) fn new(id: usize, shared: Arc<Shared>, phase: watch::Receiver<Phase>) -> Rc<Self> {
+    pub(crate) fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        phase: watch::Receiver<Phase>,
+        progress: Arc<Progress>,
+    ) -> Rc<Self> {
         let stats = shared.stats.get(id).cloned().unwrap_or_default();
         let workers = shared.config.global.workers.max(1) as u64;
         let buffers = BufferPool::new(
@@ -81,6 +88,7 @@ impl WorkerCtx {
             id,
             shared,
             stats,
+            progress,
             buffers,
             pipes,
             backends,

@@ -1,11 +1,23 @@
-//! The watchdog: catches a worker thread that burns CPU without its scheduler making
-//! progress (a task that never yields), HAProxy-style, on CPU time rather than wall time.
+//! The watchdog: catches a worker thread that burns CPU without getting through its polls
+//! (a task that never yields), HAProxy-style, on CPU time rather than wall time.
 //!
-//! Each worker runtime runs a tick task that bumps the thread's progress counter every
-//! `tick()` (a quarter of `warn_after`, within 5..50 ms). The tick task can run only when the
-//! scheduler gets back to its run queue, so a counter that stands still means the thread is
-//! stuck in one poll. Nothing is added to the per-connection path: the cost is one timer
-//! wakeup per tick per thread.
+//! Progress is a number that moves whenever the thread finishes a poll, read by the watchdog
+//! thread from three sources, none of which can move while the thread is stuck in one poll:
+//! - the thread's `stats::Progress`, bumped each time a poll of a session's task returns,
+//!   and each time a poll of an HTTP/2 stream returns inside its connection's task (one
+//!   connection-task poll may run up to `max_concurrent_streams` streams, each connecting to
+//!   its server): a relaxed load and store per poll on a line only this thread writes;
+//! - the runtime's busy time (tokio's stable `worker_total_busy_duration`), which the
+//!   scheduler publishes each time it gets back to its driver (every 61 task polls, or when
+//!   its queue runs dry): covers tasks that are not sessions, at no cost to the thread
+//!   (coarser: 61 polls averaging over `warn_after / 61` look like a stall);
+//! - a tick task bumping `Progress` every `tick()` (a quarter of `warn_after`, within
+//!   5..50 ms), which keeps an idle thread's number moving (an idle thread is not blocked).
+//!
+//! The tick alone is not enough: it waits in the run queue like any task, so a thread busy
+//! with thousands of ready tasks (each a short poll: a connect(), a TLS handshake step) left
+//! it standing still for seconds and was aborted while doing real work. A poll that never
+//! returns still moves nothing, and is caught.
 //!
 //! A watchdog thread samples every registered thread's CPU clock (`ThreadCpuClock`, one
 //! ~0.5 µs syscall per thread per tick) and feeds `Watch`, the sans-io decision:
@@ -19,17 +31,27 @@
 //! Registration is done by the worker thread itself (a CPU clock is read through the
 //! thread's handle) and undone when it exits, before its clock id can be reused.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use tollgate_sys::cputime::ThreadCpuClock;
 
 use crate::config::Watchdog as Config;
+use crate::stats::Progress;
 
 /// The tick-task period for `config`.
 pub(crate) fn tick(config: &Config) -> Duration {
     (config.warn_after / 4).clamp(Duration::from_millis(5), Duration::from_millis(50))
+}
+
+/// The worker thread's tick task: keeps an idle thread's progress moving.
+pub(crate) async fn tick_task(progress: Arc<Progress>, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        progress.bump();
+    }
 }
 
 /// One watched thread.
@@ -38,14 +60,19 @@ pub(crate) struct Watched {
     pub name: String,
     pub tid: i32,
     clock: ThreadCpuClock,
-    progress: AtomicU64,
+    progress: Arc<Progress>,
+    /// The thread's own (current_thread) runtime: its worker 0 is this thread.
+    runtime: tokio::runtime::RuntimeMetrics,
 }
 
 impl Watched {
-    /// Called by the tick task on the watched thread.
-    #[inline]
-    pub(crate) fn bump(&self) {
-        self.progress.fetch_add(1, Ordering::Relaxed);
+    /// The thread's progress: moves whenever it got through a poll (see the module doc).
+    /// Both terms only grow, so the sum stands still only when both do.
+    pub(crate) fn progress(&self) -> u64 {
+        let busy = self.runtime.worker_total_busy_duration(0).as_nanos();
+        self.progress
+            .get()
+            .wrapping_add(u64::try_from(busy).unwrap_or(u64::MAX))
     }
 }
 
@@ -69,14 +96,21 @@ impl Drop for Registration {
 }
 
 impl Registry {
-    /// Registers the calling thread as `worker`.
-    pub(crate) fn register(self: &Arc<Self>, worker: usize) -> std::io::Result<Registration> {
+    /// Registers the calling thread as `worker`, running the runtime `runtime` is of and
+    /// bumping `progress`.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        worker: usize,
+        progress: Arc<Progress>,
+        runtime: tokio::runtime::RuntimeMetrics,
+    ) -> std::io::Result<Registration> {
         let watched = Arc::new(Watched {
             worker,
             name: std::thread::current().name().unwrap_or("?").to_string(),
             tid: tollgate_sys::cputime::gettid(),
             clock: ThreadCpuClock::current()?,
-            progress: AtomicU64::new(0),
+            progress,
+            runtime,
         });
         if let Ok(mut threads) = self.threads.lock() {
             threads.push(Arc::clone(&watched));
@@ -167,7 +201,7 @@ fn watch_loop(registry: &Registry, config: &Config, stopped: &mpsc::Receiver<()>
         for t in threads {
             // Only registered threads are read: a registration is dropped before its thread exits.
             let Ok(cpu) = t.clock.now() else { continue };
-            let progress = t.progress.load(Ordering::Relaxed);
+            let progress = t.progress();
             let Some(pos) = watches.iter().position(|(w, _)| Arc::ptr_eq(w, &t)) else {
                 watches.push((Arc::clone(&t), Watch::new(progress, cpu, now)));
                 continue;
@@ -217,6 +251,131 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// Burns `d` of this thread's CPU time without yielding.
+    fn spin(d: Duration) {
+        let start = tollgate_sys::cputime::thread_cpu_time_self();
+        while tollgate_sys::cputime::thread_cpu_time_self() - start < d {}
+    }
+
+    /// The more alarming of two verdicts.
+    fn worse(a: Verdict, b: Verdict) -> Verdict {
+        let rank = |v: Verdict| match v {
+            Verdict::Fine => 0,
+            Verdict::NoProgress(_) => 1,
+            Verdict::Stalled(_) => 2,
+            Verdict::Abort(_) => 3,
+        };
+        if rank(b) > rank(a) { b } else { a }
+    }
+
+    /// Thresholds well below the work the tests below do (1 s of CPU).
+    fn strict() -> Config {
+        Config {
+            warn_after: ms(100),
+            abort_after: ms(300),
+            ..Config::default()
+        }
+    }
+
+    /// Runs `work` on a worker-like thread (its own current_thread runtime, registered, with
+    /// the tick task) and watches it from this thread as `watch_loop` does. Returns the worst
+    /// verdict on the thread's progress, and the worst on a second tick task's count alone
+    /// (the old design, where only the tick counted).
+    fn watch_worker<W, F>(config: Config, work: W) -> (Verdict, Verdict)
+    where
+        W: FnOnce(Arc<Progress>) -> F + Send + 'static,
+        F: Future<Output = ()> + 'static,
+    {
+        let period = tick(&config);
+        let (tx, rx) = mpsc::channel();
+        let (exit_tx, exit_rx) = mpsc::channel::<()>();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let worker_done = Arc::clone(&done);
+        let worker = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build_local(Default::default())
+                .unwrap();
+            let progress = Arc::new(Progress::default());
+            let tick_only = Arc::new(Progress::default());
+            let registry = Arc::new(Registry::default());
+            let reg = registry.register(0, Arc::clone(&progress), rt.metrics()).unwrap();
+            tx.send((Arc::clone(&reg.watched), Arc::clone(&tick_only))).unwrap();
+            rt.block_on(async move {
+                tokio::task::spawn_local(tick_task(Arc::clone(&progress), period));
+                tokio::task::spawn_local(tick_task(tick_only, period));
+                work(progress).await;
+            });
+            worker_done.store(true, std::sync::atomic::Ordering::Release);
+            // Registered (its clock readable) until the watcher is done with it.
+            exit_rx.recv().unwrap();
+            drop(reg);
+        });
+        let (watched, tick_only) = rx.recv().unwrap();
+        let cpu = watched.clock.now().unwrap();
+        let mut now_watch = Watch::new(watched.progress(), cpu, Instant::now());
+        let mut tick_watch = Watch::new(tick_only.get(), cpu, Instant::now());
+        let (mut now_verdict, mut tick_verdict) = (Verdict::Fine, Verdict::Fine);
+        // Bounded: the work is a few seconds of CPU at most.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(period);
+            let (cpu, now) = (watched.clock.now().unwrap(), Instant::now());
+            now_verdict = worse(now_verdict, now_watch.observe(&config, watched.progress(), cpu, now));
+            tick_verdict = worse(tick_verdict, tick_watch.observe(&config, tick_only.get(), cpu, now));
+        }
+        exit_tx.send(()).unwrap();
+        worker.join().unwrap();
+        (now_verdict, tick_verdict)
+    }
+
+    /// The reported abort: thousands of ready tasks, each a short poll (1,000 × 1 ms of CPU
+    /// here), keep the tick task waiting in the run queue for a second. The thread is busy,
+    /// not stuck: the scheduler's busy time moves every 61 polls.
+    #[test]
+    fn a_long_run_queue_of_short_polls_is_progress() {
+        let (verdict, tick_alone) = watch_worker(strict(), |_| async {
+            let tasks: Vec<_> = (0..1000)
+                .map(|_| tokio::task::spawn_local(async { spin(ms(1)) }))
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+        assert!(
+            matches!(tick_alone, Verdict::Abort(_)),
+            "the tick alone starves: {tick_alone:?}"
+        );
+        assert_eq!(verdict, Verdict::Fine);
+    }
+
+    /// One task poll that runs many short polls of its own (an HTTP/2 connection task
+    /// starting its streams, each connecting): 1,000 × 1 ms in one poll, each counted.
+    #[test]
+    fn many_counted_polls_inside_one_poll_are_progress() {
+        let (verdict, tick_alone) = watch_worker(strict(), |progress| async move {
+            let connection = tokio::task::spawn_local(async move {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                for _ in 0..1000 {
+                    let stream = std::pin::pin!(crate::stats::counting_polls(&progress, async { spin(ms(1)) }));
+                    assert!(stream.poll(&mut cx).is_ready());
+                }
+            });
+            connection.await.unwrap();
+        });
+        assert!(matches!(tick_alone, Verdict::Abort(_)), "{tick_alone:?}");
+        assert_eq!(verdict, Verdict::Fine);
+    }
+
+    /// A poll that does not return is still caught, past `abort_after`.
+    #[test]
+    fn one_poll_that_spins_is_still_caught() {
+        let (verdict, _) = watch_worker(strict(), |_| async {
+            tokio::task::spawn_local(async { spin(ms(500)) }).await.unwrap();
+        });
+        assert!(matches!(verdict, Verdict::Abort(_)), "{verdict:?}");
     }
 
     #[test]
@@ -269,21 +428,21 @@ mod tests {
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let r = Arc::clone(&registry);
         let spinner = std::thread::spawn(move || {
-            let reg = r.register(0).unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let reg = r.register(0, Arc::default(), rt.metrics()).unwrap();
             tx.send(Arc::clone(&reg.watched)).unwrap();
-            let start = tollgate_sys::cputime::thread_cpu_time_self();
-            while tollgate_sys::cputime::thread_cpu_time_self() - start < ms(150) {}
+            spin(ms(150));
             exit_rx.recv().unwrap();
             drop(reg);
         });
         let watched = rx.recv().unwrap();
         let c = Config::default();
         let t0 = Instant::now();
-        let mut w = Watch::new(0, watched.clock.now().unwrap(), t0);
+        let mut w = Watch::new(watched.progress(), watched.clock.now().unwrap(), t0);
         let deadline = Instant::now() + Duration::from_secs(10);
         let verdict = loop {
             std::thread::sleep(ms(10));
-            let v = w.observe(&c, 0, watched.clock.now().unwrap(), Instant::now());
+            let v = w.observe(&c, watched.progress(), watched.clock.now().unwrap(), Instant::now());
             if v != Verdict::Fine || Instant::now() > deadline {
                 break v;
             }

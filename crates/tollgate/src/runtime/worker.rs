@@ -48,8 +48,10 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build_local(Default::default())?;
-    let registration = match &plan.watchdog {
-        Some((registry, _)) => Some(registry.register(plan.id)?),
+    let progress = Arc::new(crate::stats::Progress::default());
+    // Unregisters when the thread's body returns.
+    let _registration = match &plan.watchdog {
+        Some((registry, _)) => Some(registry.register(plan.id, Arc::clone(&progress), rt.metrics())?),
         None => None,
     };
     if shared
@@ -62,7 +64,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
         let _ = crate::tls::ktls::available();
     }
     rt.block_on(async move {
-        let ctx = WorkerCtx::new(plan.id, shared, phase);
+        let ctx = WorkerCtx::new(plan.id, shared, phase, Arc::clone(&progress));
         tokio::task::spawn_local(Rc::clone(&ctx).flush_suppressed());
         if let Some(log) = &ctx.access_log {
             tokio::task::spawn_local(Rc::clone(log).flush_every());
@@ -74,18 +76,9 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
             ));
             tokio::task::spawn_local(super::slowstart::run(Arc::clone(&ctx.shared)));
         }
-        if let (Some(reg), Some((_, period))) = (&registration, plan.watchdog) {
-            // Progress for the watchdog: this runs only when the scheduler gets back to its
-            // run queue, so it stands still while one task hogs the thread.
-            let watched = Arc::clone(&reg.watched);
-            tokio::task::spawn_local(async move {
-                let mut ticks = tokio::time::interval(period);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    ticks.tick().await;
-                    watched.bump();
-                }
-            });
+        if let Some((_, period)) = plan.watchdog {
+            // Keeps an idle thread's progress moving (the sessions' polls move it when busy).
+            tokio::task::spawn_local(super::watchdog::tick_task(Arc::clone(&progress), period));
         }
         if let Some(after) = plan.debug_spin_after {
             tokio::task::spawn_local(async move {

@@ -8,10 +8,17 @@
 //! Invariant: a slot is either in one [`Slotted`] or among the spares, never both; at most
 //! [`MAX_SPARES`] slots wait per connection (a burst of streams does not keep its peak of
 //! memory for the connection's life).
+//!
+//! Each stream poll that returns bumps the worker's watchdog progress (`stats::Progress`):
+//! one connection task's poll may run many streams (each connecting to its server), and a
+//! thread doing that is busy, not stuck.
 
 use std::cell::RefCell;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use crate::stats::Progress;
 
 /// Spare slots a connection keeps for its next streams.
 const MAX_SPARES: usize = 16;
@@ -21,12 +28,14 @@ type Slot<F> = Pin<Box<Option<F>>>;
 /// The slots of one connection that no stream holds now.
 pub(super) struct Spares<F> {
     free: RefCell<Vec<Slot<F>>>,
+    progress: Arc<Progress>,
 }
 
 impl<F: Future<Output = ()>> Spares<F> {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(progress: Arc<Progress>) -> Self {
         Spares {
             free: RefCell::new(Vec::new()),
+            progress,
         }
     }
 
@@ -63,19 +72,22 @@ impl<F: Future<Output = ()>> Future for Slotted<'_, F> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let spares = self.spares;
         let Some(slot) = self.slot.as_mut() else {
             return Poll::Ready(());
         };
         let Some(fut) = slot.as_mut().as_pin_mut() else {
             return Poll::Ready(());
         };
-        if fut.poll(cx).is_pending() {
+        let polled = fut.poll(cx);
+        spares.progress.bump();
+        if polled.is_pending() {
             return Poll::Pending;
         }
         // Dropped in place now (what it holds goes at once), the room kept for the next.
         slot.set(None);
         if let Some(slot) = self.slot.take() {
-            self.spares.give_back(slot);
+            spares.give_back(slot);
         }
         Poll::Ready(())
     }
@@ -117,13 +129,15 @@ mod tests {
             polled: false,
             drops: Rc::clone(&drops),
         };
-        let spares = Spares::new();
+        let progress = Arc::new(Progress::default());
+        let spares = Spares::new(Arc::clone(&progress));
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut first = spares.slot(twice());
         let address = |s: &Slotted<'_, Twice>| s.slot.as_ref().map(|b| std::ptr::from_ref::<Option<Twice>>(b).addr());
         let at = address(&first);
         assert!(Pin::new(&mut first).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut first).poll(&mut cx).is_ready());
+        assert_eq!(progress.get(), 2, "each stream poll that returned is watchdog progress");
         // Dropped when done, not when its slot is reused.
         assert_eq!(drops.get(), 1);
         drop(first);

@@ -19,6 +19,7 @@ mod handles;
 use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ where
     );
     let info = Rc::new(info);
     // Declared before `streams`, which borrows it (and so is dropped first).
-    let spares = slots::Spares::new();
+    let spares = slots::Spares::new(Arc::clone(&ctx.progress));
     let mut streams = FuturesUnordered::new();
     let mut d = Driver {
         io,
