@@ -105,7 +105,6 @@ pub struct ServerConn {
     conn_recv_pending: u32,
     spare_heads: Vec<RequestHead>,
     encode_buf: Vec<u8>,
-    lower: Vec<u8>,
 }
 
 fn conn_error(code: Reason, why: &'static str) -> ConnError {
@@ -170,7 +169,6 @@ impl ServerConn {
             conn_recv_pending: 0,
             spare_heads: Vec::new(),
             encode_buf: Vec::new(),
-            lower: Vec::new(),
             s,
         }
     }

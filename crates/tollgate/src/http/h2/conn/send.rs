@@ -78,7 +78,7 @@ impl ServerConn {
             if is_connection_specific(name) {
                 continue;
             }
-            encoder::encode_field(&mut self.encode_buf, &mut self.lower, name, value);
+            encoder::encode_field(&mut self.encode_buf, name, value);
         }
         frame::write_header_block(&mut self.out, id.0, &self.encode_buf, end_stream, self.peer_max_frame);
         if end_stream {

@@ -56,75 +56,44 @@ pub fn encode_status(dst: &mut Vec<u8>, status: u16) {
     ]);
 }
 
-/// The static table index of a (lowercase) response field name.
+/// The static table index of a response field name, in any case: the candidates of its
+/// length only, so most names are one or two comparisons.
 fn static_name(name: &[u8]) -> Option<u8> {
-    Some(match name {
-        b"accept-charset" => 15,
-        b"accept-encoding" => 16,
-        b"accept-language" => 17,
-        b"accept-ranges" => 18,
-        b"accept" => 19,
-        b"access-control-allow-origin" => 20,
-        b"age" => 21,
-        b"allow" => 22,
-        b"authorization" => 23,
-        b"cache-control" => 24,
-        b"content-disposition" => 25,
-        b"content-encoding" => 26,
-        b"content-language" => 27,
-        b"content-length" => 28,
-        b"content-location" => 29,
-        b"content-range" => 30,
-        b"content-type" => 31,
-        b"cookie" => 32,
-        b"date" => 33,
-        b"etag" => 34,
-        b"expect" => 35,
-        b"expires" => 36,
-        b"from" => 37,
-        b"host" => 38,
-        b"if-match" => 39,
-        b"if-modified-since" => 40,
-        b"if-none-match" => 41,
-        b"if-range" => 42,
-        b"if-unmodified-since" => 43,
-        b"last-modified" => 44,
-        b"link" => 45,
-        b"location" => 46,
-        b"max-forwards" => 47,
-        b"proxy-authenticate" => 48,
-        b"proxy-authorization" => 49,
-        b"range" => 50,
-        b"referer" => 51,
-        b"refresh" => 52,
-        b"retry-after" => 53,
-        b"server" => 54,
-        b"set-cookie" => 55,
-        b"strict-transport-security" => 56,
-        b"transfer-encoding" => 57,
-        b"user-agent" => 58,
-        b"vary" => 59,
-        b"via" => 60,
-        b"www-authenticate" => 61,
+    let candidates: &[(&[u8], u8)] = match name.len() {
+        3 => &[(b"age", 21), (b"via", 60)],
+        4 => &[(b"date", 33), (b"etag", 34), (b"from", 37), (b"host", 38), (b"link", 45), (b"vary", 59)],
+        5 => &[(b"allow", 22), (b"range", 50)],
+        6 => &[(b"accept", 19), (b"cookie", 32), (b"expect", 35), (b"server", 54)],
+        7 => &[(b"expires", 36), (b"referer", 51), (b"refresh", 52)],
+        8 => &[(b"if-match", 39), (b"if-range", 42), (b"location", 46)],
+        10 => &[(b"set-cookie", 55), (b"user-agent", 58)],
+        11 => &[(b"retry-after", 53)],
+        12 => &[(b"content-type", 31), (b"max-forwards", 47)],
+        13 => &[(b"accept-ranges", 18), (b"authorization", 23), (b"cache-control", 24), (b"content-range", 30), (b"if-none-match", 41), (b"last-modified", 44)],
+        14 => &[(b"accept-charset", 15), (b"content-length", 28)],
+        15 => &[(b"accept-encoding", 16), (b"accept-language", 17)],
+        16 => &[(b"content-encoding", 26), (b"content-language", 27), (b"content-location", 29), (b"www-authenticate", 61)],
+        17 => &[(b"if-modified-since", 40), (b"transfer-encoding", 57)],
+        18 => &[(b"proxy-authenticate", 48)],
+        19 => &[(b"content-disposition", 25), (b"if-unmodified-since", 43), (b"proxy-authorization", 49)],
+        25 => &[(b"strict-transport-security", 56)],
+        27 => &[(b"access-control-allow-origin", 20)],
         _ => return None,
-    })
+    };
+    candidates
+        .iter()
+        .find(|(known, _)| known.eq_ignore_ascii_case(name))
+        .map(|&(_, index)| index)
 }
 
-/// A regular field as a literal without indexing. `lower` is scratch for a name that needs
-/// lowercasing.
-pub fn encode_field(dst: &mut Vec<u8>, lower: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    let name = if name.iter().any(u8::is_ascii_uppercase) {
-        lower.clear();
-        lower.extend(name.iter().map(u8::to_ascii_lowercase));
-        &lower[..]
-    } else {
-        name
-    };
+/// A regular field as a literal without indexing, its name lowercased on the way.
+pub fn encode_field(dst: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     match static_name(name) {
         Some(index) => encode_int(dst, 4, 0, usize::from(index)),
         None => {
             dst.push(0);
-            encode_raw_string(dst, name);
+            encode_int(dst, 7, 0, name.len());
+            dst.extend(name.iter().map(u8::to_ascii_lowercase));
         }
     }
     encode_raw_string(dst, value);
@@ -136,6 +105,17 @@ mod tests {
     use super::super::decoder::{Decoder, decode_int};
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn every_static_name_is_found_in_any_case() {
+        for (i, (name, _)) in super::super::table::STATIC.iter().enumerate().skip(14) {
+            let index = u8::try_from(i + 1).unwrap();
+            assert_eq!(static_name(name), Some(index), "{}", String::from_utf8_lossy(name));
+            assert_eq!(static_name(&name.to_ascii_uppercase()), Some(index));
+        }
+        assert_eq!(static_name(b"x-served-by"), None);
+        assert_eq!(static_name(b"content-lengths"), None);
+    }
 
     #[test]
     fn status_codes() {
@@ -189,10 +169,9 @@ mod tests {
             fields in proptest::collection::vec(("[A-Za-z][A-Za-z0-9-]{0,30}", proptest::collection::vec(any::<u8>(), 0..300)), 0..20),
         ) {
             let mut out = Vec::new();
-            let mut lower = Vec::new();
             encode_status(&mut out, status);
             for (n, v) in &fields {
-                encode_field(&mut out, &mut lower, n.as_bytes(), v);
+                encode_field(&mut out, n.as_bytes(), v);
             }
             let mut d = Decoder::new(4096);
             let mut c = Collect::default();
