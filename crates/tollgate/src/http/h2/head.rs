@@ -229,9 +229,9 @@ static BYTE_CLASSES: [u8; 256] = byte_classes();
 
 /// The classes every byte of `bytes` has.
 fn classes(bytes: &[u8]) -> u8 {
-    bytes
-        .iter()
-        .fold(u8::MAX, |all, &b| all & BYTE_CLASSES.get(usize::from(b)).copied().unwrap_or(0))
+    bytes.iter().fold(u8::MAX, |all, &b| {
+        all & BYTE_CLASSES.get(usize::from(b)).copied().unwrap_or(0)
+    })
 }
 
 fn check_name(name: &[u8]) -> Result<(), &'static str> {
