@@ -60,11 +60,11 @@ impl Drop for Proxy {
 
 /// A loopback port held for a port number another process is told before it listens there
 /// (a CA, a responder), or for a server that must refuse connections. The socket is bound
-/// (with SO_REUSEADDR) but never listens: connecting to it is refused, no bind to port 0
-/// anywhere on the machine is handed this port while it is held, and a program that sets
-/// SO_REUSEADDR itself (Go's listeners, OpenSSL's) can still bind and listen on it. Binding
-/// port 0 and closing at once would leave the number free for any other test's listener to
-/// take before the program starts, whose clients would then reach the wrong server.
+/// (with SO_REUSEADDR) but never listens: connecting to it is refused, no IPv4 bind to
+/// port 0 by any process is handed this port while it is held, and a program that sets
+/// SO_REUSEADDR itself (std's, Go's, OpenSSL's and Redis's listeners do) can still bind and
+/// listen on it. Binding port 0 and closing at once would leave the number free for any
+/// other test's listener to take meanwhile, whose clients would then reach the wrong server.
 pub struct ReservedPort {
     pub addr: SocketAddr,
     _socket: socket2::Socket,
