@@ -8,7 +8,7 @@ mod common;
 mod master_support;
 
 use std::io::{BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{TcpStream, UdpSocket};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -131,7 +131,8 @@ fn keep_alive_and_pipelined_requests_each_get_one_json_line_curl() {
 fn a_retry_is_counted_in_the_line() {
     let live = http_origin(|_| ok("live"));
     // A port nobody listens on: connecting is refused, and another server is tried.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_port = ReservedPort::new(); // refuses connections while held
+    let dead = dead_port.addr;
     let dir = TempDir::new();
     let log = dir.path("access.log");
     let toml = format!(

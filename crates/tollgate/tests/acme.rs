@@ -12,13 +12,14 @@ mod common;
 mod master_support;
 
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::ReservedPort;
 use common::tls::{Ca, s_client};
 use master_support::{Master, TempDir, global, logged_addr};
 
@@ -38,35 +39,30 @@ fn pebble_installed() -> bool {
     false
 }
 
-/// A loopback port nobody listens on right now (Pebble and challtestsrv take fixed ports).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-type Lines = Arc<(Mutex<Vec<String>>, Condvar)>;
-
-/// Pebble and its DNS, killed (by their handles) on drop.
+/// Pebble and its DNS, killed (by their handles) on drop. Every port they are told to listen
+/// on stays reserved (`ReservedPort`) while this lives, also while the CA is down between
+/// `stop_ca` and `start_ca`: a port freed before they bind could be taken by another test's
+/// listener, which tollgate's ACME client would then reach instead of the CA.
 struct Pebble {
     dir: PathBuf,
     config: PathBuf,
-    dns_port: u16,
-    pub management: SocketAddr,
+    dns_port: ReservedPort,
     /// challtestsrv's management API (`/set-txt`, `/clear-txt`).
     pub dns_management: SocketAddr,
+    _dns_management: ReservedPort,
+    tls: PebbleTls,
     pebble: Option<Child>,
     challtestsrv: Child,
-    /// The CA of Pebble's own HTTPS certificate.
-    pub https_ca: PathBuf,
 }
 
-/// The HTTPS identity of Pebble's listeners (made before tollgate starts: tollgate's
-/// config names its CA).
+/// The HTTPS identity of Pebble's listeners and their ports (made before tollgate starts:
+/// tollgate's config names the CA and the directory's address).
 struct PebbleTls {
     ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
-    listen: SocketAddr,
-    management: SocketAddr,
+    listen: ReservedPort,
+    management: ReservedPort,
 }
 
 impl PebbleTls {
@@ -85,26 +81,29 @@ impl PebbleTls {
             ca: paths.0,
             cert: paths.1,
             key: paths.2,
-            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            management: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            listen: ReservedPort::new(),
+            management: ReservedPort::new(),
         }
     }
 
     fn directory(&self) -> String {
-        format!("https://{}/dir", self.listen)
+        format!("https://{}/dir", self.listen.addr)
     }
 }
 
 impl Pebble {
     /// Starts challtestsrv and Pebble validating http-01 on `http_port` and tls-alpn-01 on
     /// `tls_port`; `validity` the certificates' lifetime (Pebble's default otherwise).
-    fn start(dir: &Path, tls: &PebbleTls, http_port: u16, tls_port: u16, validity: Option<u64>) -> Pebble {
-        let dns_port = free_port();
-        let dns_management = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    fn start(dir: &Path, tls: PebbleTls, http_port: u16, tls_port: u16, validity: Option<u64>) -> Pebble {
+        // The DNS port is reserved for TCP only: challtestsrv's UDP socket on it cannot
+        // share a reservation (Go sets no SO_REUSEADDR there); if another socket holds that
+        // UDP port, challtestsrv exits and `wait_listening` says so.
+        let dns_port = ReservedPort::new();
+        let dns_management = ReservedPort::new();
         let challtestsrv = Command::new(CHALLTESTSRV)
             .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
-            .args(["-management", &dns_management.to_string()])
+            .args(["-dns01", &dns_port.addr.to_string()])
+            .args(["-management", &dns_management.addr.to_string()])
             .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -117,8 +116,8 @@ impl Pebble {
             &config,
             format!(
                 "{{\"pebble\":{{\"listenAddress\":\"{}\",\"managementListenAddress\":\"{}\",\"certificate\":\"{}\",\"privateKey\":\"{}\",\"httpPort\":{http_port},\"tlsPort\":{tls_port},\"ocspResponderURL\":\"\",\"externalAccountBindingRequired\":false{validity}}}}}",
-                tls.listen,
-                tls.management,
+                tls.listen.addr,
+                tls.management.addr,
                 tls.cert.display(),
                 tls.key.display()
             ),
@@ -128,49 +127,65 @@ impl Pebble {
             dir: dir.to_path_buf(),
             config,
             dns_port,
-            management: tls.management,
-            dns_management,
+            dns_management: dns_management.addr,
+            _dns_management: dns_management,
+            tls,
             pebble: None,
             challtestsrv,
-            https_ca: tls.ca.clone(),
         };
-        wait_port(dns_management);
+        // The reservation refuses connections, so whatever answers is challtestsrv.
+        wait_listening(p.dns_management, &mut p.challtestsrv, "pebble-challtestsrv");
         p.start_ca();
         p
     }
 
-    /// (Re)starts the CA itself (a new root each time, and no memory of accounts).
+    /// (Re)starts the CA itself (a new root each time, and no memory of accounts), and waits
+    /// until both its listeners answer over TLS with the certificate made for it. Its log
+    /// line "ACME directory available" is no signal: Pebble writes it before it binds, and
+    /// exits when the bind fails.
     fn start_ca(&mut self) {
         let mut child = Command::new(PEBBLE)
             .arg("-config")
             .arg(&self.config)
-            .args(["-dnsserver", &format!("127.0.0.1:{}", self.dns_port)])
+            .args(["-dnsserver", &self.dns_port.addr.to_string()])
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_WFE_NONCEREJECT", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start pebble");
-        let lines: Lines = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
-        let sink = Arc::clone(&lines);
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                eprintln!("[pebble] {line}");
-                sink.0.lock().unwrap().push(line);
-                sink.1.notify_all();
-            }
-        });
-        self.pebble = Some(child);
-        let (lock, cond) = &*lines;
+        let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        // Held here at once: killed on drop if it never answers.
+        let child = self.pebble.insert(child);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        for output in [Box::new(stdout) as Box<dyn std::io::Read + Send>, Box::new(stderr)] {
+            let sink = Arc::clone(&lines);
+            std::thread::spawn(move || {
+                for line in BufReader::new(output).lines() {
+                    let Ok(line) = line else { break };
+                    eprintln!("[pebble] {line}");
+                    sink.lock().unwrap().push(line);
+                }
+            });
+        }
         let deadline = Instant::now() + Duration::from_secs(20);
-        let mut seen = lock.lock().unwrap();
-        while !seen.iter().any(|l| l.contains("ACME directory available")) {
-            let now = Instant::now();
-            assert!(now < deadline, "pebble did not start: {seen:?}");
-            seen = cond.wait_timeout(seen, deadline - now).unwrap().0;
+        let urls = [
+            self.tls.directory(),
+            format!("https://{}/roots/0", self.tls.management.addr),
+        ];
+        for url in urls {
+            while !answers_https(&url, &self.tls.ca) {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("pebble exited ({status}): {:?}", lines.lock().unwrap());
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "pebble did not answer on {url}: {:?}",
+                    lines.lock().unwrap()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
 
@@ -185,8 +200,8 @@ impl Pebble {
     fn root(&self) -> PathBuf {
         let out = Command::new("curl")
             .args(["-sS", "--max-time", "10", "--cacert"])
-            .arg(&self.https_ca)
-            .arg(format!("https://{}/roots/0", self.management))
+            .arg(&self.tls.ca)
+            .arg(format!("https://{}/roots/0", self.tls.management.addr))
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -204,10 +219,26 @@ impl Drop for Pebble {
     }
 }
 
-/// Waits (bounded) until something listens on `addr`: challtestsrv logs nothing to wait on.
-fn wait_port(addr: SocketAddr) {
+/// Whether `url` answers over TLS, its certificate verified against `ca` (any HTTP status).
+fn answers_https(url: &str, ca: &Path) -> bool {
+    Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "--max-time", "2", "--cacert"])
+        .arg(ca)
+        .arg(url)
+        .stdin(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// Waits (bounded) until `child` listens on `addr` (challtestsrv logs nothing to wait on);
+/// fails at once if it exited.
+fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(addr).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("{what} exited ({status}) before listening on {addr}");
+        }
         assert!(Instant::now() < deadline, "nothing listens on {addr}");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -315,7 +346,7 @@ fn tls_alpn_01_fallback_first_then_the_issued_certificate_kept_across_a_reload()
     let before = s_client(web, &["-servername", "a.test"], b"");
     assert!(before.contains("tollgate self-signed"), "{before}");
 
-    let pebble = Pebble::start(&base, &tls, 1, web.port(), None);
+    let pebble = Pebble::start(&base, tls, 1, web.port(), None);
     wait_installed(&master, 0, "a.test", Duration::from_secs(30));
     let root = pebble.root();
     let issued = verified_handshake(web, "a.test", &root);
@@ -378,7 +409,7 @@ fn http_01_answered_on_the_plain_frontend_and_the_certificate_seen_by_curl() {
     let master = Master::start(dir, &config, &[]);
     let plain = frontend_addr(&master, "plain");
     let secure = frontend_addr(&master, "secure");
-    let pebble = Pebble::start(&base, &tls, plain.port(), 1, None);
+    let pebble = Pebble::start(&base, tls, plain.port(), 1, None);
     wait_installed(&master, 0, "b.test,www.b.test", Duration::from_secs(30));
     let root = pebble.root();
     for name in ["b.test", "www.b.test"] {
@@ -422,7 +453,7 @@ fn short_lived_certificate_renewed_and_kept_serving_while_the_ca_is_down() {
     let master = Master::start(dir, &config, &[]);
     let web = frontend_addr(&master, "web");
     // Certificates for 15 s: renewed at two thirds, about 10 s after issuance.
-    let mut pebble = Pebble::start(&base, &tls, 1, web.port(), Some(15));
+    let mut pebble = Pebble::start(&base, tls, 1, web.port(), Some(15));
     let first = wait_installed(&master, 0, "r.test", Duration::from_secs(30));
     let root = pebble.root();
     let issued = leaf_pem(&verified_handshake(web, "r.test", &root));
@@ -519,7 +550,7 @@ fn wildcard_through_dns_01_and_the_hook() {
     );
     let master = Master::start(dir, &config, &[]);
     let web = frontend_addr(&master, "web");
-    let pebble = Pebble::start(&base, &tls, 1, 1, None);
+    let pebble = Pebble::start(&base, tls, 1, 1, None);
     std::fs::write(&port_file, pebble.dns_management.to_string()).unwrap();
     wait_installed(&master, 0, "c.test,*.c.test", Duration::from_secs(40));
     let root = pebble.root();

@@ -5,7 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 
 use common::*;
@@ -39,8 +39,8 @@ fn weights_one_two_three_over_600_connections() {
 
 #[test]
 fn connect_failure_moves_to_the_next_server() {
-    // A port with nothing listening: take one, then close it.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_port = ReservedPort::new(); // refuses connections while held
+    let dead = dead_port.addr;
     let live = origin(echo);
     let proxy = Proxy::start(&tcp_config(
         "[global]\nworkers = 1",
@@ -57,7 +57,8 @@ fn connect_failure_moves_to_the_next_server() {
 
 #[test]
 fn all_servers_down_closes_the_client_after_retries() {
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_port = ReservedPort::new(); // refuses connections while held
+    let dead = dead_port.addr;
     let cfg = tcp_config("[global]\nworkers = 1", &[("dead", dead, 1)])
         .replace("name = \"be\"", "name = \"be\"\nretries = 2");
     let proxy = Proxy::start(&cfg);

@@ -3,11 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
+mod master_support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use master_support::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
 
@@ -50,9 +54,9 @@ fn http_get(addr: &str) -> String {
 
 #[test]
 fn embedded_default_answers_from_both_origins() {
-    let dir = tempdir("embedded");
+    let dir = TempDir::new("cli-embedded");
     let child = Command::new(BIN)
-        .current_dir(&dir) // no ./tollgate.toml here
+        .current_dir(&dir.0) // no ./tollgate.toml here
         .env("TOLLGATE_DEMO_BIND", "127.0.0.1:0")
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
@@ -69,12 +73,6 @@ fn embedded_default_answers_from_both_origins() {
         .map(|o| first.contains(&format!("Hello from {o}")) || second.contains(&format!("Hello from {o}")))
         .collect();
     assert_eq!(names, [true, true], "two requests: {first:?} / {second:?}");
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tollgate-test-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 const GOOD: &str = r#"[global]
@@ -97,8 +95,8 @@ address = "127.0.0.1:9001"
 "#;
 
 fn check(name: &str, text: &str) -> (i32, String, String) {
-    let dir = tempdir("check");
-    let path = dir.join(name);
+    let dir = TempDir::new("cli-check");
+    let path = dir.0.join(name);
     std::fs::write(&path, text).unwrap();
     let out = Command::new(BIN)
         .args(["check", "--config"])
@@ -241,8 +239,12 @@ fn usage_errors_exit_64() {
 
 #[test]
 fn refused_configs_exit_2_from_run_and_check() {
-    let dir = tempdir("refused");
-    let (missing, empty, bad) = (dir.join("missing.toml"), dir.join("empty.toml"), dir.join("bad.toml"));
+    let dir = TempDir::new("cli-refused");
+    let (missing, empty, bad) = (
+        dir.0.join("missing.toml"),
+        dir.0.join("empty.toml"),
+        dir.0.join("bad.toml"),
+    );
     std::fs::write(&empty, "[global]\nworkers = 1\n").unwrap();
     std::fs::write(&bad, GOOD.replace("workers = 2", "workers = 0")).unwrap();
     let shown = |p: &PathBuf| p.display().to_string();
@@ -276,8 +278,8 @@ fn dash_c_without_a_command_runs() {
             let _ = s.write_all(b"hi from origin");
         }
     });
-    let dir = tempdir("dash-c");
-    let path = dir.join("run.toml");
+    let dir = TempDir::new("cli-dash-c");
+    let path = dir.0.join("run.toml");
     let text = GOOD
         .replace("127.0.0.1:18080", "127.0.0.1:0")
         .replace("127.0.0.1:9001", &origin_addr.to_string());
@@ -340,13 +342,13 @@ fn every_option_has_a_help_line() {
 /// relays h2 to a server that speaks it, so there it passes.
 #[test]
 fn check_refuses_alpn_http_mode_does_not_speak() {
-    let dir = tempdir("alpn");
+    let dir = TempDir::new("cli-alpn");
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["a.example".into()])
         .unwrap()
         .self_signed(&key)
         .unwrap();
-    let (c, k) = (dir.join("a.crt"), dir.join("a.key"));
+    let (c, k) = (dir.0.join("a.crt"), dir.0.join("a.key"));
     std::fs::write(&c, cert.pem()).unwrap();
     std::fs::write(&k, key.serialize_pem()).unwrap();
     let config = |mode: &str, second: &str| {
@@ -371,7 +373,6 @@ fn check_refuses_alpn_http_mode_does_not_speak() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     let (code, stdout, stderr) = check("alpn-tcp.toml", &config("tcp", "h2"));
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 const EXPLAIN: &str = r#"
@@ -440,8 +441,8 @@ address = "127.0.0.1:9021"
 /// its state and weight); a fixed response; SNI routing on a TCP frontend; `--json`.
 #[test]
 fn explain_names_frontend_routes_backend_and_server() {
-    let dir = tempdir("explain");
-    let path = dir.join("explain.toml");
+    let dir = TempDir::new("cli-explain");
+    let path = dir.0.join("explain.toml");
     std::fs::write(&path, EXPLAIN).unwrap();
     let config = path.to_str().unwrap();
 

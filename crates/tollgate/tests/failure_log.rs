@@ -9,9 +9,10 @@ mod common;
 mod master_support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::ReservedPort;
 use common::http::{Reply, http_origin};
 use master_support::{Master, TempDir, global};
 
@@ -19,10 +20,9 @@ use master_support::{Master, TempDir, global};
 const BURST: u64 = 10;
 const WORKERS: u64 = 2;
 
-/// One frontend `fe` routing `/dead` to backend `gone` (server `nobody`, a closed port) and
+/// One frontend `fe` routing `/dead` to backend `gone` (server `nobody` on `dead`, a port that refuses connections) and
 /// everything else to backend `be` (server `o`, which closes without answering).
-fn config(dir: &TempDir, closing_origin: SocketAddr) -> String {
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+fn config(dir: &TempDir, closing_origin: SocketAddr, dead: SocketAddr) -> String {
     format!(
         "{}
 [[frontend]]
@@ -93,7 +93,8 @@ fn suppressed_in(line: &str) -> Option<u64> {
 fn each_failure_is_one_warn_line_and_a_storm_is_rate_limited() {
     let origin = http_origin(|_| Reply::Close);
     let dir = TempDir::new("failure-log");
-    let text = config(&dir, origin.addr);
+    let dead = ReservedPort::new(); // refuses connections while held
+    let text = config(&dir, origin.addr, dead.addr);
     let master = Master::start(dir, &text, &[]);
     let failed = |l: &str| l.contains("request failed");
 

@@ -3,6 +3,7 @@
 //! server at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod common;
 mod health_support;
 mod master_support;
 

@@ -7,7 +7,7 @@
 mod common;
 
 use std::io::{BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use common::http::*;
@@ -267,7 +267,8 @@ address = "{}"
 #[test]
 fn error_statuses_follow_the_failure() {
     // No server listening: 503 once every attempt failed.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_port = ReservedPort::new(); // refuses connections while held
+    let dead = dead_port.addr;
     let proxy = Proxy::start(&http_config("", dead));
     let out = raw_exchange(proxy.addr, b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
     assert!(out.starts_with("HTTP/1.1 503"), "{out}");

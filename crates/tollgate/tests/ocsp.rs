@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::tls::s_client;
-use common::{echo, origin};
+use common::{ReservedPort, echo, origin};
 use master_support::{Master, TempDir, global};
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -141,16 +141,6 @@ fn assert_stapled(transcript: &str) {
     );
 }
 
-/// A port free now on 127.0.0.1 (the certificate must name the responder's port before the
-/// responder runs).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The metric line `name{...frontend="fe"...label...}`'s value.
 fn metric(master: &Master, name: &str, label: &str) -> u64 {
     let text = master.ctl_ok(&["show", "metrics"]);
@@ -165,7 +155,9 @@ fn metric(master: &Master, name: &str, label: &str) -> u64 {
 fn an_ocsp_file_next_to_the_certificate_is_stapled() {
     let origin = origin(echo);
     let dir = TempDir::new("ocsp-file");
-    let pki = pki(&dir.0, free_port());
+    // Named in the certificate only: nothing fetches from it here.
+    let port = ReservedPort::new();
+    let pki = pki(&dir.0, port.port());
     openssl(
         &dir.0,
         &[
@@ -268,8 +260,11 @@ fn responder(dir: &Path, port: u16) -> Child {
 fn ocsp_fetch_asks_the_responder_retries_and_staples_its_answer() {
     let origin = origin(echo);
     let dir = TempDir::new("ocsp-fetch");
-    let port = free_port();
-    let pki = pki(&dir.0, port);
+    // The certificate names the responder's port before the responder runs: held (connects
+    // refused, so the first fetch fails) until the responder binds it; a port merely free
+    // now could meanwhile be another test's listener, which the fetch would reach.
+    let port = ReservedPort::new();
+    let pki = pki(&dir.0, port.port());
     let text = config(&dir.0, origin.addr, "ocsp_fetch = true", &pki);
     let master = Master::start(dir, &text, &[]);
     // No responder yet: the first fetch fails and is retried later.
@@ -280,7 +275,7 @@ fn ocsp_fetch_asks_the_responder_retries_and_staples_its_answer() {
         )
         .expect("a failed first fetch");
     assert!(status(master.addr).contains("OCSP response: no response sent"));
-    let mut responder = responder(&master.dir.0, port);
+    let mut responder = responder(&master.dir.0, port.port());
     let stapled = master.wait_log(
         |l| l.contains("ocsp_fetch") && l.contains("stapled a fresh response"),
         Duration::from_secs(20),

@@ -10,7 +10,7 @@
 mod common;
 
 use std::io::{BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -249,7 +249,8 @@ fn retries_zero_sends_a_request_once() {
 
 #[test]
 fn retries_zero_does_not_try_another_server() {
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_port = ReservedPort::new(); // refuses connections while held
+    let dead = dead_port.addr;
     let origin = slow_origin();
     // `first`: always the dead server first; the live one only on a retry.
     let servers = format!(

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -143,7 +143,8 @@ fn keep_alive_requests_each_get_a_record_with_their_own_bytes_and_timings() {
 #[test]
 fn failures_are_recorded_with_haproxy_style_causes() {
     records();
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead_port = ReservedPort::new(); // refuses connections while held
+    let dead = dead_port.addr;
     let proxy = Proxy::start(&two_origins_config(dead, dead, "http"));
     // Both servers refuse: one retry, then a 503 ("SC": the server side, at connect).
     let conn = TcpStream::connect(proxy.addr).unwrap();

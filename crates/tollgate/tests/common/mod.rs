@@ -58,6 +58,35 @@ impl Drop for Proxy {
     }
 }
 
+/// A loopback port held for a port number another process is told before it listens there
+/// (a CA, a responder), or for a server that must refuse connections. The socket is bound
+/// (with SO_REUSEADDR) but never listens: connecting to it is refused, no IPv4 bind to
+/// port 0 by any process is handed this port while it is held, and a program that sets
+/// SO_REUSEADDR itself (std's, Go's, OpenSSL's and Redis's listeners do) can still bind and
+/// listen on it. Binding port 0 and closing at once would leave the number free for any
+/// other test's listener to take meanwhile, whose clients would then reach the wrong server.
+pub struct ReservedPort {
+    pub addr: SocketAddr,
+    _socket: socket2::Socket,
+}
+
+impl ReservedPort {
+    pub fn new() -> ReservedPort {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        socket.set_reuse_address(true).expect("SO_REUSEADDR");
+        socket
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .expect("bind a port to reserve");
+        let addr = socket.local_addr().expect("addr").as_socket().expect("an IP address");
+        ReservedPort { addr, _socket: socket }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
 /// A blocking origin: one thread per connection running `handler`. Counts connections
 /// open at once (`current`, `peak`) and in total.
 pub struct Origin {

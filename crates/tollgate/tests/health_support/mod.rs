@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::common::ReservedPort;
+
 /// How the origin answers `GET /health` (traffic to any other path gets `200 <name>`).
 pub struct Behaviour {
     pub status: AtomicU16,
@@ -45,6 +47,10 @@ pub struct Origin {
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     accept: Option<thread::JoinHandle<()>>,
+    /// The port of an origin started on port 0, held while this lives, stopped too: no
+    /// other test's listener takes it while it is down, so what the proxy's checks and
+    /// connects meet there is a refusal or a restart of this origin.
+    _port: Option<ReservedPort>,
 }
 
 impl Origin {
@@ -52,9 +58,10 @@ impl Origin {
         Origin::start_on(name, "127.0.0.1:0".parse().unwrap(), Arc::default())
     }
 
-    /// On `addr` (a port 0 or the port of an origin stopped before).
+    /// On `addr` (a port 0 or the port of an origin stopped before, which still holds it).
     pub fn start_on(name: &str, addr: SocketAddr, behaviour: Arc<Behaviour>) -> Origin {
-        let listener = bind_retrying(addr);
+        let reserved = (addr.port() == 0).then(ReservedPort::new);
+        let listener = bind_retrying(reserved.as_ref().map_or(addr, |r| r.addr));
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -86,6 +93,7 @@ impl Origin {
             stop,
             conns,
             accept: Some(accept),
+            _port: reserved,
         }
     }
 

@@ -4,7 +4,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,23 +31,24 @@ pub struct RedisServer {
     bin: PathBuf,
     child: Option<Child>,
     pub port: u16,
+    /// The port, bound (SO_REUSEADDR) but never listening, for as long as this lives:
+    /// redis-server (which sets SO_REUSEADDR too) binds beside it, and while it is down
+    /// (`kill`, `restart`) connects are refused and no bind to port 0 elsewhere (another
+    /// test's listener, which tollgate's client would then reach) is handed the port.
+    _reserved: socket2::Socket,
 }
 
 impl RedisServer {
-    /// Starts one on a free loopback port; returns once it answers PING.
+    /// Starts one on a reserved loopback port; returns once it answers PING.
     pub fn start(bin: &std::path::Path) -> RedisServer {
-        // A port the kernel just handed out and took back; redis-server binds it at once.
         let mut last = String::new();
         for _ in 0..5 {
-            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let (reserved, port) = reserve_port();
             let mut r = RedisServer {
                 bin: bin.to_path_buf(),
                 child: None,
                 port,
+                _reserved: reserved,
             };
             match r.spawn() {
                 Ok(()) => return r,
@@ -131,6 +132,17 @@ impl RedisServer {
         let n = s.read(&mut buf).unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
+}
+
+fn reserve_port() -> (socket2::Socket, u16) {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.set_reuse_address(true).unwrap();
+    socket
+        .bind(&std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+        .unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    (socket, port)
 }
 
 impl Drop for RedisServer {
