@@ -7,6 +7,7 @@
 //! cancelled wait or a dropped session cannot leave them up. docs/architecture.md
 //! ("Counters") says the same for operators.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A counter with a single writer thread and any number of readers.
@@ -58,15 +59,30 @@ impl Progress {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// `fut`, bumping `progress` each time one of its polls returns. A plain future around
+    /// `fut` (polled where it lies): wrapping a session costs no copy of its state.
+    pub struct CountingPolls<F> {
+        progress: Arc<Progress>,
+        #[pin]
+        fut: F,
+    }
+}
+
 /// Runs `fut`, bumping `progress` each time one of its polls returns.
-pub async fn counting_polls<F: Future>(progress: &Progress, fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    std::future::poll_fn(|cx| {
-        let polled = fut.as_mut().poll(cx);
-        progress.bump();
+pub fn counting_polls<F: Future>(progress: Arc<Progress>, fut: F) -> CountingPolls<F> {
+    CountingPolls { progress, fut }
+}
+
+impl<F: Future> Future for CountingPolls<F> {
+    type Output = F::Output;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let polled = this.fut.poll(cx);
+        this.progress.bump();
         polled
-    })
-    .await
+    }
 }
 
 macro_rules! worker_stats {

@@ -254,8 +254,8 @@ tokio::task_local! {
 }
 
 /// Runs `fut` (a session's whole life) with `entry` as its current session.
-pub(crate) async fn scope<F: std::future::Future>(entry: Rc<SessionEntry>, fut: F) -> F::Output {
-    CURRENT.scope(entry, fut).await
+pub(crate) fn scope<F: std::future::Future>(entry: Rc<SessionEntry>, fut: F) -> impl Future<Output = F::Output> {
+    CURRENT.scope(entry, fut)
 }
 
 /// Updates the current session's entry (nothing outside a session's task).

@@ -24,6 +24,7 @@ pub(crate) mod accept;
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -192,25 +193,24 @@ pub(crate) fn spawn_session(
 ) {
     ctx.stats.sessions_total.add(1);
     ctx.stats.sessions_active.add(1);
+    let progress = Arc::clone(&ctx.progress);
     let ctx = Rc::clone(ctx);
     let fut = async move {
-        let session = async {
-            // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
-            let _active = ActiveSession::new(&ctx);
-            let opened = opened(&ctx, frontend, peer);
-            let cell = ctx.stat().and_then(|s| s.frontend(frontend));
-            let _open = OpenSession::new(cell, crate::stats::epoch_ms(opened.at));
-            // In the thread's registry (`show sessions`) for the session's whole life.
-            let registered = ctx.sessions.open(opened);
-            let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
-            sessions::scope(registered.entry(), serve).await;
-            drop(registered);
-            drop(permits);
-        };
-        // Each poll that returns is progress for the watchdog: a thread busy with many
-        // sessions is not stuck, however long its run queue.
-        crate::stats::counting_polls(&ctx.progress, session).await;
+        // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
+        let _active = ActiveSession::new(&ctx);
+        let opened = opened(&ctx, frontend, peer);
+        let cell = ctx.stat().and_then(|s| s.frontend(frontend));
+        let _open = OpenSession::new(cell, crate::stats::epoch_ms(opened.at));
+        // In the thread's registry (`show sessions`) for the session's whole life.
+        let registered = ctx.sessions.open(opened);
+        let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
+        sessions::scope(registered.entry(), serve).await;
+        drop(registered);
+        drop(permits);
     };
+    // Each poll that returns is progress for the watchdog: a thread busy with many
+    // sessions is not stuck, however long its run queue.
+    let fut = crate::stats::counting_polls(progress, fut);
     tokio::task::spawn_local(fut);
 }
 

@@ -359,7 +359,9 @@ mod tests {
             let connection = tokio::task::spawn_local(async move {
                 let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
                 for _ in 0..1000 {
-                    let stream = std::pin::pin!(crate::stats::counting_polls(&progress, async { spin(ms(1)) }));
+                    let stream = std::pin::pin!(crate::stats::counting_polls(Arc::clone(&progress), async {
+                        spin(ms(1))
+                    }));
                     assert!(stream.poll(&mut cx).is_ready());
                 }
             });
