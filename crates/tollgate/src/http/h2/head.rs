@@ -502,6 +502,59 @@ mod tests {
         assert_eq!(h.get(b"content-type"), None);
     }
 
+    /// Each byte class the rules read: one field it lets through, one it stops, and why.
+    #[test]
+    fn each_rule_reads_its_byte_class() {
+        let head = |extra: &[(&str, &str)], method: &str, scheme: &str, authority: &str, path: &str| {
+            let mut fields = vec![
+                (":method", method),
+                (":scheme", scheme),
+                (":authority", authority),
+                (":path", path),
+            ];
+            fields.extend_from_slice(extra);
+            build(&fields, 4096).1
+        };
+        let ok = |extra: &[(&str, &str)]| head(extra, "GET", "https", "a.example", "/");
+        let bad = |why| Err(HeadFault::Malformed(why));
+        // Accepted: obs-text and HTAB inside a value, digits and tchar symbols in a name, an
+        // extension method, a scheme's `+-.`, an IPv6 authority, a target's sub-delims.
+        assert_eq!(ok(&[("x-1_a!~", "caf\u{e9}\tau lait")]), Ok(()));
+        assert_eq!(
+            head(&[], "M-SEARCH", "h2+x.y-z", "[::1]:8443", "/a;b=c?d=%20&e='f'"),
+            Ok(())
+        );
+        assert_eq!(ok(&[("x", "a\x7fb")]), bad("control character in a field value"));
+        assert_eq!(ok(&[("x", "a\x01b")]), bad("control character in a field value"));
+        assert_eq!(ok(&[("x", " a")]), bad("whitespace around a field value"));
+        assert_eq!(ok(&[("x y", "1")]), bad("invalid character in a field name"));
+        assert_eq!(ok(&[("x\u{e9}", "1")]), bad("invalid character in a field name"));
+        assert_eq!(ok(&[("X-a", "1")]), bad("uppercase field name"));
+        assert_eq!(head(&[], "G T", "https", "a", "/"), bad("invalid :method"));
+        assert_eq!(head(&[], "G\"T", "https", "a", "/"), bad("invalid :method"));
+        assert_eq!(head(&[], "", "https", "a", "/"), bad("invalid :method"));
+        assert_eq!(head(&[], "GET", "1http", "a", "/"), bad("invalid :scheme"));
+        assert_eq!(head(&[], "GET", "ht_tp", "a", "/"), bad("invalid :scheme"));
+        assert_eq!(head(&[], "GET", "", "a", "/"), bad("invalid :scheme"));
+        assert_eq!(
+            head(&[], "GET", "https", "a?b", "/"),
+            bad("invalid character in :authority")
+        );
+        assert_eq!(
+            head(&[], "GET", "https", "a b", "/"),
+            bad("invalid character in :authority")
+        );
+        assert_eq!(head(&[], "GET", "https", "u@a", "/"), bad(":authority with userinfo"));
+        assert_eq!(
+            head(&[], "GET", "https", "a", "/a\"b"),
+            bad("invalid character in :path")
+        );
+        assert_eq!(
+            head(&[], "GET", "https", "a", "/a{b}"),
+            bad("invalid character in :path")
+        );
+    }
+
     #[test]
     fn over_the_list_size_stores_nothing_more() {
         let big = "v".repeat(200);
