@@ -166,6 +166,19 @@ impl RequestHead {
     }
 }
 
+#[cfg(test)]
+impl RequestHead {
+    /// The head the codec builds from these decoded fields, or its verdict against them.
+    pub(crate) fn decoded(fields: &[(&str, &str)]) -> Result<RequestHead, HeadFault> {
+        let mut head = RequestHead::default();
+        let mut b = HeadBuilder::new(&mut head, false, usize::MAX);
+        for (n, v) in fields {
+            b.field(n.as_bytes(), v.as_bytes(), false);
+        }
+        b.finish().map(|()| head)
+    }
+}
+
 /// Why a head or trailer block cannot be served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadFault {

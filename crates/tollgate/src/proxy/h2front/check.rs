@@ -1,16 +1,18 @@
-//! The HTTP/2 request rules tollgate enforces itself (issue 13, item 4), sans-io, on the head
-//! h2 decoded: what h2 already refuses is checked again (a codec upgrade must not quietly
-//! loosen them), plus what only a proxy to HTTP/1 cares about.
+//! The HTTP/2 request rules a proxy to HTTP/1 adds to the codec's (issue 13, item 4), sans-io,
+//! on the head the codec decoded and checked. The codec (`http::h2::head`) already refuses,
+//! as a malformed stream, every byte an HTTP/1 line or field could be ended or split by, names
+//! that are not lowercase tokens, connection-specific fields, a `te` other than `trailers`,
+//! bad or disagreeing `content-length`s, a `:path` not in origin form, userinfo in
+//! `:authority` and a `host` that disagrees with it; what is left is judged here, once,
+//! before the head becomes `http` types.
 //!
 //! Owns: [`request`] → [`Checked`] or a [`Refusal`]. Invariant: a request that passes can be
 //! written as an unambiguous HTTP/1.1 request: origin-form target (or `*` for OPTIONS), one
 //! authority, no byte that could end a line or a field (CR, LF, NUL) anywhere, no field that
 //! would change HTTP/1 framing or connection handling.
 
-use http::request::Parts;
-use http::{HeaderMap, Method};
-
-use crate::http::h1::headers::parse_decimal;
+use crate::http::h1::request::is_target_byte;
+use crate::http::h2::RequestHead;
 
 /// Why a request was refused (answered with 400, never forwarded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,108 +25,40 @@ pub(crate) struct Checked {
     pub content_length: Option<u64>,
 }
 
-/// Judges a request head; `end_stream`: the HEADERS frame ended the stream (no body).
-pub(crate) fn request(parts: &Parts, end_stream: bool) -> Result<Checked, Refusal> {
-    if parts.method == Method::CONNECT {
+/// Judges a head the codec let through; `end_stream`: the HEADERS frame ended the stream (no
+/// body).
+pub(crate) fn request(head: &RequestHead, end_stream: bool) -> Result<Checked, Refusal> {
+    if head.is_connect() {
         return Err(Refusal("CONNECT is not proxied"));
     }
-    if !bytes_ok(parts.method.as_str().as_bytes()) {
-        return Err(Refusal("bad method"));
+    if !matches!(head.scheme(), Some(b"http" | b"https")) {
+        return Err(Refusal(":scheme missing or not http/https"));
     }
-    match parts.uri.scheme_str() {
-        Some("http" | "https") => {}
-        _ => return Err(Refusal(":scheme missing or not http/https")),
-    }
-    path(parts)?;
-    authority(parts)?;
-    let content_length = fields(&parts.headers)?;
+    authority(head)?;
+    let content_length = head.content_length();
     if end_stream && content_length.is_some_and(|n| n > 0) {
         return Err(Refusal("content-length without DATA"));
     }
     Ok(Checked { content_length })
 }
 
-/// `:path` in origin form (`*` only for OPTIONS), with only the bytes an HTTP/1 target allows.
-fn path(parts: &Parts) -> Result<(), Refusal> {
-    let Some(pq) = parts.uri.path_and_query() else {
-        return Err(Refusal(":path missing"));
-    };
-    let p = pq.as_str().as_bytes();
-    let origin_form = p.first() == Some(&b'/');
-    let asterisk = p == b"*" && parts.method == Method::OPTIONS;
-    if !(origin_form || asterisk) {
-        return Err(Refusal(":path not in origin form"));
-    }
-    if !p.iter().all(|&b| target_byte(b)) {
-        return Err(Refusal("byte not allowed in :path"));
-    }
-    Ok(())
-}
-
-/// RFC 3986 characters and `%` (as the HTTP/1 parser): no SP, CTL, `"<>\^`{|}`, `#`, non-ASCII.
-fn target_byte(b: u8) -> bool {
-    b.is_ascii_graphic() && !matches!(b, b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}' | b'#')
-}
-
-/// One authority: `:authority` or `host` (equal when both), no userinfo, not empty.
-fn authority(parts: &Parts) -> Result<(), Refusal> {
-    let mut hosts = parts.headers.get_all(http::header::HOST).iter();
+/// One authority: `:authority` (the codec checked its bytes, and that a `host` beside it is
+/// equal), or else one `host` with the bytes an HTTP/1 authority allows.
+fn authority(head: &RequestHead) -> Result<(), Refusal> {
+    let mut hosts = head.fields().get_all(b"host");
     let host = hosts.next();
     if hosts.next().is_some() {
         return Err(Refusal("several host fields"));
     }
-    let pseudo = parts.uri.authority().map(|a| a.as_str().as_bytes());
-    let chosen = match (pseudo, host.map(|h| h.as_bytes())) {
-        (Some(a), Some(h)) if !a.eq_ignore_ascii_case(h) => {
-            return Err(Refusal("host disagrees with :authority"));
-        }
+    let chosen = match (head.authority(), host) {
         (Some(a), _) => a,
         (None, Some(h)) => h,
         (None, None) => return Err(Refusal("no :authority and no host")),
     };
-    if chosen.is_empty() || chosen.contains(&b'@') || !chosen.iter().all(|&b| target_byte(b)) {
+    if chosen.is_empty() || chosen.contains(&b'@') || !chosen.iter().all(|&b| is_target_byte(b)) {
         return Err(Refusal("bad authority"));
     }
     Ok(())
-}
-
-/// Every regular field: a lowercase token name, a value with no CR/LF/NUL and no edge
-/// whitespace (RFC 9113 8.2.1), none of the connection-specific fields (8.2.2), at most one
-/// `content-length` value. Returns that value.
-fn fields(headers: &HeaderMap) -> Result<Option<u64>, Refusal> {
-    let mut content_length = None;
-    for (name, value) in headers {
-        let n = name.as_str().as_bytes();
-        // (Folded rather than searched: the compiler vectorises it.)
-        let uppercase = n.iter().fold(0u8, |acc, b| acc | u8::from(b.is_ascii_uppercase()));
-        if uppercase != 0 || !crate::http::h1::headers::is_token(n) {
-            return Err(Refusal("bad field name"));
-        }
-        let v = value.as_bytes();
-        if !bytes_ok(v) {
-            return Err(Refusal("CR, LF or NUL in a field value"));
-        }
-        if v.first().is_some_and(|b| *b == b' ' || *b == b'\t') || v.last().is_some_and(|b| *b == b' ' || *b == b'\t') {
-            return Err(Refusal("whitespace around a field value"));
-        }
-        match n {
-            b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
-                return Err(Refusal("connection-specific field"));
-            }
-            b"te" if v != b"trailers" => return Err(Refusal("te other than trailers")),
-            b"content-length" => {
-                let Some(len) = parse_decimal(v) else {
-                    return Err(Refusal("bad content-length"));
-                };
-                if content_length.is_some_and(|seen| seen != len) {
-                    return Err(Refusal("content-length values disagree"));
-                }
-                content_length = Some(len);
-            }
-            _ => {}
-        }
-    }
-    Ok(content_length)
 }
 
 /// No byte that ends a line or a field in HTTP/1: CR, LF, NUL. (Every byte folded, which
@@ -140,54 +74,150 @@ pub(crate) fn bytes_ok(b: &[u8]) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::http::h2::head::HeadFault;
 
-    fn parts(method: &str, uri: &str, headers: &[(&str, &str)]) -> Parts {
-        let mut b = http::Request::builder().method(method).uri(uri);
-        for (n, v) in headers {
-            b = b.header(*n, *v);
+    type Fields<'a> = &'a [(&'a str, &'a str)];
+
+    /// What becomes of a request: the codec's verdict, then this module's.
+    fn verdict(
+        method: &str,
+        scheme: &str,
+        authority: &str,
+        fields: Fields,
+        end_stream: bool,
+    ) -> Result<Checked, String> {
+        let mut all = vec![(":method", method), (":path", "/")];
+        if !scheme.is_empty() {
+            all.push((":scheme", scheme));
         }
-        b.body(()).unwrap().into_parts().0
+        if !authority.is_empty() {
+            all.push((":authority", authority));
+        }
+        all.extend_from_slice(fields);
+        let head = RequestHead::decoded(&all).map_err(|f| match f {
+            HeadFault::Malformed(why) => format!("codec: {why}"),
+            HeadFault::TooLarge => "codec: too large".to_owned(),
+        })?;
+        request(&head, end_stream).map_err(|r| r.0.to_owned())
     }
 
     #[test]
     fn a_plain_request_passes() {
-        let p = parts("GET", "https://example.com/a?b=c", &[("accept", "*/*")]);
-        assert_eq!(request(&p, true), Ok(Checked { content_length: None }));
-        let p = parts("POST", "http://h/x", &[("content-length", "5"), ("host", "H")]);
+        let plain = verdict("GET", "https", "example.com", &[("accept", "*/*")], true);
+        assert_eq!(plain, Ok(Checked { content_length: None }));
+        let with_body = verdict("POST", "http", "", &[("content-length", "5"), ("host", "h")], false);
         assert_eq!(
-            request(&p, false),
+            with_body,
             Ok(Checked {
                 content_length: Some(5)
             })
         );
-        let p = parts("OPTIONS", "http://h/", &[]);
-        assert!(request(&p, true).is_ok());
+        assert!(verdict("OPTIONS", "http", "h", &[], true).is_ok());
     }
 
     #[test]
-    fn refusals() {
-        type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], bool);
+    fn each_refusal_comes_from_here_or_from_the_codec() {
+        type Case<'a> = (&'a str, &'a str, &'a str, Fields<'a>, bool, &'a str);
         let cases: &[Case] = &[
-            ("CONNECT", "h:443", &[], true),
-            ("GET", "/nohost", &[], true),
-            ("GET", "ftp://h/", &[], true),
-            ("GET", "http://h/", &[("host", "other")], true),
-            ("GET", "http://h/", &[("connection", "close")], true),
-            ("GET", "http://h/", &[("te", "gzip")], true),
-            ("GET", "http://h/", &[("transfer-encoding", "chunked")], true),
-            ("GET", "http://h/", &[("content-length", "x")], true),
+            // This module's rules.
+            ("GET", "ftp", "h", &[], true, ":scheme missing or not http/https"),
+            (
+                "GET",
+                "http",
+                "",
+                &[("host", "a"), ("host", "a")],
+                true,
+                "several host fields",
+            ),
+            ("GET", "http", "", &[("host", "u@h")], true, "bad authority"),
+            ("GET", "http", "", &[("host", "a b")], true, "bad authority"),
+            ("GET", "http", "", &[("host", "h#")], true, "bad authority"),
             (
                 "POST",
-                "http://h/",
+                "http",
+                "h",
+                &[("content-length", "3")],
+                true,
+                "content-length without DATA",
+            ),
+            // The codec's, which this module counts on.
+            ("GET", "", "h", &[], true, "codec: missing :scheme or :path"),
+            ("GET", "http", "", &[], true, "codec: no :authority nor host"),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("host", "other")],
+                true,
+                "codec: host disagrees with :authority",
+            ),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("connection", "close")],
+                true,
+                "codec: connection-specific field",
+            ),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("te", "gzip")],
+                true,
+                "codec: te other than trailers",
+            ),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("transfer-encoding", "chunked")],
+                true,
+                "codec: connection-specific field",
+            ),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("content-length", "x")],
+                true,
+                "codec: content-length not a number",
+            ),
+            (
+                "POST",
+                "http",
+                "h",
                 &[("content-length", "1"), ("content-length", "2")],
                 false,
+                "codec: content-length values disagree",
             ),
-            ("POST", "http://h/", &[("content-length", "3")], true),
-            ("GET", "http://u@h/", &[], true),
-            ("GET", "http://h/", &[("x", " padded")], true),
+            ("GET", "http", "u@h", &[], true, "codec: :authority with userinfo"),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("x", " padded")],
+                true,
+                "codec: whitespace around a field value",
+            ),
+            (
+                "GET",
+                "http",
+                "h",
+                &[("x", "a\rb")],
+                true,
+                "codec: control character in a field value",
+            ),
         ];
-        for (m, u, h, end) in cases {
-            assert!(request(&parts(m, u, h), *end).is_err(), "{m} {u} {h:?}");
+        for (m, scheme, authority, fields, end, why) in cases {
+            let got = verdict(m, scheme, authority, fields, *end);
+            assert_eq!(got, Err((*why).to_owned()), "{m} {scheme} {authority} {fields:?}");
         }
+    }
+
+    #[test]
+    fn connect_is_refused_here_after_the_codec_lets_it_through() {
+        let head = RequestHead::decoded(&[(":method", "CONNECT"), (":authority", "h:443")]).unwrap();
+        assert_eq!(request(&head, false), Err(Refusal("CONNECT is not proxied")));
     }
 }

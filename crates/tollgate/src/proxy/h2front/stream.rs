@@ -32,7 +32,7 @@ use http::request::Parts;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use super::check;
+use super::check::{Checked, Refusal};
 use super::to_h1::{self, BodyOut, Dechunk, Forwarding};
 use super::to_h2;
 use crate::config::model::{Frontend, Overrides, RequestLimits};
@@ -96,7 +96,12 @@ impl ConnInfo {
 }
 
 /// Serves one stream to its end and sinks its record.
-pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mut respond: SendResponse) {
+pub(crate) async fn serve(
+    conn: Rc<ConnInfo>,
+    checked: Result<Checked, Refusal>,
+    req: http::Request<RecvStream>,
+    mut respond: SendResponse,
+) {
     let ctx = &*conn.ctx;
     let Some(fe) = ctx.shared.config.frontends.get(conn.frontend) else {
         return;
@@ -126,7 +131,7 @@ pub(crate) async fn serve(conn: Rc<ConnInfo>, req: http::Request<RecvStream>, mu
         grpc,
         rewrite: None,
     };
-    if let Err(e) = s.run(parts, body).await {
+    if let Err(e) = s.run(checked, parts, body).await {
         s.fail(&e);
     }
     rec.close();
@@ -180,9 +185,15 @@ impl Request {
 }
 
 impl Stream<'_> {
-    async fn run(&mut self, mut parts: Parts, mut body: RecvStream) -> Result<(), Error> {
+    /// `checked`: the verdict of `check::request` on the head as the codec decoded it.
+    async fn run(
+        &mut self,
+        checked: Result<Checked, Refusal>,
+        mut parts: Parts,
+        mut body: RecvStream,
+    ) -> Result<(), Error> {
         let end_stream = body.is_end_stream();
-        let checked = check::request(&parts, end_stream).map_err(|r| refused(400, r.0))?;
+        let checked = checked.map_err(|r| refused(400, r.0))?;
         let conn = route::ConnFacts {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),

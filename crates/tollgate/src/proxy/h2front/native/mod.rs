@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 pub(crate) use handles::{RecvStream, SendResponse, SendStream, StreamError};
 
+use super::check::{self, Checked, Refusal};
 use super::{ConnInfo, slots, stream};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
@@ -255,7 +256,7 @@ fn dispatch<'s, F, S>(
     start: S,
 ) where
     F: Future<Output = ()>,
-    S: Fn(Rc<ConnInfo>, http::Request<RecvStream>, SendResponse) -> F,
+    S: Fn(Rc<ConnInfo>, Result<Checked, Refusal>, http::Request<RecvStream>, SendResponse) -> F,
 {
     // Bounded: each event was made by the bytes just received.
     loop {
@@ -264,6 +265,7 @@ fn dispatch<'s, F, S>(
         match event {
             Event::Request { id, head, end_stream } => {
                 ctx.stats.h2_streams.add(1);
+                let checked = check::request(&head, end_stream);
                 let parts = request_parts(&head);
                 shared.conn.borrow_mut().recycle(head);
                 match parts {
@@ -271,6 +273,7 @@ fn dispatch<'s, F, S>(
                         let (body, respond) = shared.open(id, end_stream);
                         streams.push(spares.slot(start(
                             Rc::clone(info),
+                            checked,
                             http::Request::from_parts(parts, body),
                             respond,
                         )));
