@@ -75,15 +75,32 @@ pub(crate) struct ConnInfo {
     /// Request head buffers (the HTTP/1 bytes for a server) of ended streams, for the next
     /// ones: a head is a few hundred bytes, written for every stream.
     pub heads: RefCell<Vec<Vec<u8>>>,
+    /// Header maps of ended streams, emptied, for the next ones' request heads.
+    pub header_maps: RefCell<Vec<http::HeaderMap>>,
 }
 
 /// Head buffers kept per connection, and the largest kept (a rare huge head is not).
 const MAX_SPARE_HEADS: usize = 16;
 const MAX_SPARE_HEAD_SIZE: usize = 8 * 1024;
+/// The largest header map kept, in fields.
+const MAX_SPARE_MAP_CAPACITY: usize = 128;
 
 impl ConnInfo {
     fn head_buffer(&self) -> Vec<u8> {
         self.heads.borrow_mut().pop().unwrap_or_else(|| Vec::with_capacity(512))
+    }
+
+    /// An empty header map, with room from an ended stream when there is one.
+    pub(super) fn header_map(&self) -> http::HeaderMap {
+        self.header_maps.borrow_mut().pop().unwrap_or_default()
+    }
+
+    fn give_back_header_map(&self, mut map: http::HeaderMap) {
+        let mut maps = self.header_maps.borrow_mut();
+        if maps.len() < MAX_SPARE_HEADS && map.capacity() <= MAX_SPARE_MAP_CAPACITY {
+            map.clear();
+            maps.push(map);
+        }
     }
 
     fn give_back_head(&self, mut head: Vec<u8>) {
@@ -110,7 +127,7 @@ pub(crate) async fn serve(
     let mut rec = StreamRecord::new(conn.frontend, conn.peer, began);
     rec.timing.head = Some(Duration::ZERO);
     ctx.stats.http_requests.add(1);
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let line = ctx.access_log.as_ref().map(|log| {
         let mut slot = log.slot();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -131,9 +148,10 @@ pub(crate) async fn serve(
         grpc,
         rewrite: None,
     };
-    if let Err(e) = s.run(checked, parts, body).await {
+    if let Err(e) = s.run(checked, &mut parts, body).await {
         s.fail(&e);
     }
+    conn.give_back_header_map(std::mem::take(&mut parts.headers));
     rec.close();
     let seen = Seen {
         request: line.as_ref().map(|l| &l.line),
@@ -189,7 +207,7 @@ impl Stream<'_> {
     async fn run(
         &mut self,
         checked: Result<Checked, Refusal>,
-        mut parts: Parts,
+        parts: &mut Parts,
         mut body: RecvStream,
     ) -> Result<(), Error> {
         let end_stream = body.is_end_stream();
@@ -200,7 +218,7 @@ impl Stream<'_> {
             sni: self.conn.sni.as_deref(),
             client_cert: self.conn.client_cert,
         };
-        let (decision, counted_by) = route::decide_h2(self.fe, &parts, &conn);
+        let (decision, counted_by) = route::decide_h2(self.fe, parts, &conn);
         let config = &self.conn.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -213,7 +231,7 @@ impl Stream<'_> {
             let facts = super::limited::H2Facts {
                 source: self.conn.peer.ip(),
                 sni: self.conn.sni.as_deref(),
-                parts: &parts,
+                parts: parts,
             };
             if let Err(over) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(over).await;
@@ -274,8 +292,8 @@ impl Stream<'_> {
             Decision::Backend(backend, rewrite, _) => {
                 // Balancing and stickiness read the request as the client sent it, as on
                 // the h1 path; the server gets it rewritten.
-                let prefer = self.sticky_server(backend, &parts);
-                let keys = (self.hash_key(backend, &parts), prefer);
+                let prefer = self.sticky_server(backend, parts);
+                let keys = (self.hash_key(backend, parts), prefer);
                 self.rewrite = rewrite;
                 // The client's own identity fields never reach a server, as on the h1 path.
                 if let Some(auth) = self.fe.tls.as_ref().and_then(|t| t.client_auth.as_ref()) {
@@ -284,7 +302,7 @@ impl Stream<'_> {
                     }
                 }
                 if let Some(rewrite) = rewrite {
-                    let skipped = super::rewrite::request(&mut parts, rewrite, self.conn.proto.as_str());
+                    let skipped = super::rewrite::request(parts, rewrite, self.conn.proto.as_str());
                     if skipped > 0 {
                         self.conn.ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
                     }
@@ -305,8 +323,8 @@ impl Stream<'_> {
                     sticky: sticky.map(|t| t.cookie()),
                 };
                 let mut head = self.conn.head_buffer();
-                to_h1::write_request_head(&parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
-                if body_out != BodyOut::None && expects_continue(&parts) {
+                to_h1::write_request_head(parts, body_out, &fwd, &mut head).map_err(|r| refused(400, r.0))?;
+                if body_out != BodyOut::None && expects_continue(parts) {
                     // The body is forwarded as it comes (the server is not asked): tell the
                     // client to send it now rather than after its own timeout.
                     let mut go = http::Response::new(());
@@ -322,7 +340,7 @@ impl Stream<'_> {
                     body_deadline: limits.whole_request.filter(|_| !end_stream).map(|d| Instant::now() + d),
                 };
                 let asked = to_h2::Asked {
-                    parts: &parts,
+                    parts: parts,
                     end_stream,
                     fwd,
                     prefer,

@@ -92,6 +92,7 @@ fn h2_info(
         sni: sni.map(Into::into),
         scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::new()),
         heads: std::cell::RefCell::default(),
+        header_maps: std::cell::RefCell::default(),
     }
 }
 

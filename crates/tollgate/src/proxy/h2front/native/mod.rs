@@ -266,7 +266,7 @@ fn dispatch<'s, F, S>(
             Event::Request { id, head, end_stream } => {
                 ctx.stats.h2_streams.add(1);
                 let checked = check::request(&head, end_stream);
-                let parts = request_parts(&head);
+                let parts = request_parts(&head, info.header_map());
                 shared.conn.borrow_mut().recycle(head);
                 match parts {
                     Some(parts) => {
@@ -348,8 +348,9 @@ async fn flush<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, stats: &Worke
     .await
 }
 
-/// A validated request head as `http` parts (what routing and forwarding read).
-fn request_parts(head: &RequestHead) -> Option<http::request::Parts> {
+/// A validated request head as `http` parts (what routing and forwarding read), its fields
+/// in `headers` (empty).
+fn request_parts(head: &RequestHead, headers: http::HeaderMap) -> Option<http::request::Parts> {
     let (mut parts, ()) = http::Request::new(()).into_parts();
     parts.method = http::Method::from_bytes(head.method()).ok()?;
     parts.version = http::Version::HTTP_2;
@@ -369,13 +370,16 @@ fn request_parts(head: &RequestHead) -> Option<http::request::Parts> {
         uri.path_and_query = Some(http::uri::PathAndQuery::from_maybe_shared(shared.slice(p)).ok()?);
     }
     parts.uri = http::Uri::from_parts(uri).ok()?;
-    parts.headers = shared.header_map(head.fields());
+    parts.headers = headers;
+    shared.fill(head.fields(), &mut parts.headers);
     Some(parts)
 }
 
 /// Validated fields (lowercase token names, clean values) as a header map.
 fn header_map(fields: &Fields) -> http::HeaderMap {
-    HeadBytes::of(fields).header_map(fields)
+    let mut map = http::HeaderMap::new();
+    HeadBytes::of(fields).fill(fields, &mut map);
+    map
 }
 
 /// A head's arena copied once, for the `http` types that own their bytes.
@@ -401,15 +405,15 @@ impl<'a> HeadBytes<'a> {
         }
     }
 
-    fn header_map(&self, fields: &Fields) -> http::HeaderMap {
-        let mut map = http::HeaderMap::with_capacity(fields.len());
+    /// Appends `fields` to `map`.
+    fn fill(&self, fields: &Fields, map: &mut http::HeaderMap) {
+        map.reserve(fields.len());
         for (name, value) in fields.iter() {
             let value = http::HeaderValue::from_maybe_shared(self.slice(value));
             if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name), value) {
                 map.append(n, v);
             }
         }
-        map
     }
 }
 
