@@ -71,7 +71,7 @@ pub enum HeaderKind {
 }
 
 impl HeaderKind {
-    /// Classify a header name (case-insensitive).
+    /// Classify a header name (a token; case-insensitive).
     pub fn of(name: &[u8]) -> HeaderKind {
         // Dispatch on length first: one comparison per field in the common case.
         let (candidate, kind): (&[u8], HeaderKind) = match name.len() {
@@ -80,18 +80,18 @@ impl HeaderKind {
             6 => (b"expect", HeaderKind::Expect),
             7 => (b"upgrade", HeaderKind::Upgrade),
             9 => (b"forwarded", HeaderKind::Forwarded),
-            10 if name.first().is_some_and(|b| b.eq_ignore_ascii_case(&b'k')) => (b"keep-alive", HeaderKind::KeepAlive),
+            10 if name.first().is_some_and(|b| b | 0x20 == b'k') => (b"keep-alive", HeaderKind::KeepAlive),
             10 => (b"connection", HeaderKind::Connection),
             14 => (b"content-length", HeaderKind::ContentLength),
             15 => (b"x-forwarded-for", HeaderKind::XForwardedFor),
             16 => (b"proxy-connection", HeaderKind::ProxyConnection),
-            17 if name.first().is_some_and(|b| b.eq_ignore_ascii_case(&b't')) => {
+            17 if name.first().is_some_and(|b| b | 0x20 == b't') => {
                 (b"transfer-encoding", HeaderKind::TransferEncoding)
             }
             17 => (b"x-forwarded-proto", HeaderKind::XForwardedProto),
             _ => return HeaderKind::Other,
         };
-        if name.eq_ignore_ascii_case(candidate) {
+        if is_named(name, candidate) {
             kind
         } else {
             HeaderKind::Other
@@ -109,6 +109,20 @@ impl HeaderKind {
                 | HeaderKind::Upgrade
         )
     }
+}
+
+/// `name` is `lower` in any case, where `lower` holds only lowercase letters, digits and `-`
+/// and `name` is a token. OR-ing 0x20 into a token byte lowercases a letter and maps no other
+/// token byte onto one of `lower`'s (it maps CR onto `-` and controls onto digits, and those
+/// are not token bytes), so one branch-free pass does what a per-byte case fold does.
+#[inline]
+pub(crate) fn is_named(name: &[u8], lower: &[u8]) -> bool {
+    debug_assert!(
+        lower
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+    );
+    name.len() == lower.len() && name.iter().zip(lower).fold(0u8, |d, (n, l)| d | ((n | 0x20) ^ l)) == 0
 }
 
 /// One header field: spans into the parsed buffer plus what the codec knows about it.
@@ -434,7 +448,32 @@ mod tests {
     #[test]
     fn kinds() {
         assert_eq!(HeaderKind::of(b"CONTENT-length"), HeaderKind::ContentLength);
+        assert_eq!(HeaderKind::of(b"Keep-Alive"), HeaderKind::KeepAlive);
+        assert_eq!(HeaderKind::of(b"TRANSFER-ENCODING"), HeaderKind::TransferEncoding);
         assert_eq!(HeaderKind::of(b"X-Other"), HeaderKind::Other);
         assert!(HeaderKind::of(b"TE").is_hop_by_hop());
+    }
+
+    /// Over every token byte at every position of the names it is used with, `is_named`
+    /// agrees with a case-insensitive comparison.
+    #[test]
+    fn is_named_is_a_case_fold_for_tokens() {
+        let names: &[&[u8]] = &[
+            b"te",
+            b"content-length",
+            b"x-forwarded-for",
+            b"www-authenticate",
+            b"e2e-99",
+        ];
+        for lower in names {
+            for at in 0..lower.len() {
+                for b in (0..=255u8).filter(|&b| is_tchar(b)) {
+                    let mut name = lower.to_vec();
+                    name[at] = b;
+                    assert_eq!(is_named(&name, lower), name.eq_ignore_ascii_case(lower), "{name:?}");
+                }
+            }
+            assert!(!is_named(&lower[1..], lower));
+        }
     }
 }

@@ -10,6 +10,7 @@ use super::super::frame::{self, Reason, StreamId};
 use super::super::hpack::encoder;
 use super::super::stream::Stream;
 use super::{GOAWAY_PING, GoAway, ServerConn};
+use crate::http::h1::headers::is_named;
 
 impl ServerConn {
     /// The app consumed `n` bytes of the DATA it was given on `id`.
@@ -157,6 +158,7 @@ impl ServerConn {
     }
 }
 
+/// `name` (a token) is one of the fields HTTP/2 forbids (RFC 9113 §8.2.2).
 fn is_connection_specific(name: &[u8]) -> bool {
     [
         &b"connection"[..],
@@ -166,5 +168,5 @@ fn is_connection_specific(name: &[u8]) -> bool {
         b"upgrade",
     ]
     .iter()
-    .any(|c| c.eq_ignore_ascii_case(name))
+    .any(|c| is_named(name, c))
 }

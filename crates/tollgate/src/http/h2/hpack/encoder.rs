@@ -7,6 +7,8 @@
 //! the peer's SETTINGS_HEADER_TABLE_SIZE never matters; names are written lowercase whatever
 //! the caller passes (RFC 9113 §8.2.1).
 
+use crate::http::h1::headers::is_named;
+
 /// Appends an integer with an `n`-bit prefix (RFC 7541 §5.1); `flags` fill the prefix's
 /// high bits.
 pub fn encode_int(dst: &mut Vec<u8>, n: u8, flags: u8, value: usize) {
@@ -56,7 +58,7 @@ pub fn encode_status(dst: &mut Vec<u8>, status: u16) {
     ]);
 }
 
-/// The static table index of a response field name, in any case: the candidates of its
+/// The static table index of a response field name (a token), in any case: the candidates of its
 /// length only, so most names are one or two comparisons.
 fn static_name(name: &[u8]) -> Option<u8> {
     let candidates: &[(&[u8], u8)] = match name.len() {
@@ -105,7 +107,7 @@ fn static_name(name: &[u8]) -> Option<u8> {
     };
     candidates
         .iter()
-        .find(|(known, _)| known.eq_ignore_ascii_case(name))
+        .find(|(known, _)| is_named(name, known))
         .map(|&(_, index)| index)
 }
 
