@@ -231,7 +231,7 @@ impl Stream<'_> {
             let facts = super::limited::H2Facts {
                 source: self.conn.peer.ip(),
                 sni: self.conn.sni.as_deref(),
-                parts: parts,
+                parts,
             };
             if let Err(over) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(over).await;
@@ -340,7 +340,7 @@ impl Stream<'_> {
                     body_deadline: limits.whole_request.filter(|_| !end_stream).map(|d| Instant::now() + d),
                 };
                 let asked = to_h2::Asked {
-                    parts: parts,
+                    parts,
                     end_stream,
                     fwd,
                     prefer,
