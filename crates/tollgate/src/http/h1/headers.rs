@@ -251,7 +251,7 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
     let mut has_te = false;
     let mut te_ends_chunked = false;
     let mut unknown_coding = false;
-    let mut has_connection = false;
+    let mut names_fields = false;
     for e in entries.iter() {
         let value = e.value.of(buf);
         // httparse's value table (scalar and SIMD paths) already rejects NUL, CR, LF, other
@@ -300,17 +300,21 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
                 }
             }
             HeaderKind::Connection => {
-                has_connection = true;
                 for el in list_elements(value) {
                     if el.is_empty() {
                         continue;
                     }
+                    // `keep-alive` and `upgrade` name fields that are hop-by-hop anyway: only
+                    // the other options send us looking for the fields they name.
                     if el.eq_ignore_ascii_case(b"close") {
                         a.conn_close = true;
+                        names_fields = true;
                     } else if el.eq_ignore_ascii_case(b"keep-alive") {
                         a.conn_keep_alive = true;
                     } else if el.eq_ignore_ascii_case(b"upgrade") {
                         a.conn_upgrade = true;
+                    } else {
+                        names_fields = true;
                     }
                 }
             }
@@ -330,7 +334,7 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
         }
         a.chunked = true;
     }
-    if has_connection {
+    if names_fields {
         mark_connection_listed(buf, entries);
     }
     Ok(a)
