@@ -39,14 +39,17 @@ impl<F: Future<Output = ()>> Spares<F> {
         }
     }
 
-    /// `fut` in a spare slot, or in a new one when none is left.
-    pub(super) fn slot(&self, fut: F) -> Slotted<'_, F> {
-        let slot = match self.free.borrow_mut().pop() {
+    /// The future `make` makes, in a spare slot or in a new one when none is left. (Made
+    /// where it is stored: passed in made, the whole future would be copied into the slot.)
+    #[inline(always)]
+    pub(super) fn slot(&self, make: impl FnOnce() -> F) -> Slotted<'_, F> {
+        let spare = self.free.borrow_mut().pop();
+        let slot = match spare {
             Some(mut slot) => {
-                slot.set(Some(fut));
+                slot.set(Some(make()));
                 slot
             }
-            None => Box::pin(Some(fut)),
+            None => Box::pin(Some(make())),
         };
         Slotted {
             slot: Some(slot),
@@ -132,7 +135,7 @@ mod tests {
         let progress = Arc::new(Progress::default());
         let spares = Spares::new(Arc::clone(&progress));
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut first = spares.slot(twice());
+        let mut first = spares.slot(twice);
         let address = |s: &Slotted<'_, Twice>| s.slot.as_ref().map(|b| std::ptr::from_ref::<Option<Twice>>(b).addr());
         let at = address(&first);
         assert!(Pin::new(&mut first).poll(&mut cx).is_pending());
@@ -141,14 +144,14 @@ mod tests {
         // Dropped when done, not when its slot is reused.
         assert_eq!(drops.get(), 1);
         drop(first);
-        let second = spares.slot(twice());
+        let second = spares.slot(twice);
         assert_eq!(address(&second), at, "the finished slot is reused");
         // A future dropped unfinished takes its slot with it.
         drop(second);
         assert_eq!(drops.get(), 2);
         assert!(spares.free.borrow().is_empty());
         // More finished at once than are kept: the spares stay bounded.
-        let mut many: Vec<_> = (0..MAX_SPARES + 4).map(|_| spares.slot(twice())).collect();
+        let mut many: Vec<_> = (0..MAX_SPARES + 4).map(|_| spares.slot(twice)).collect();
         for s in &mut many {
             assert!(Pin::new(&mut *s).poll(&mut cx).is_pending());
             assert!(Pin::new(&mut *s).poll(&mut cx).is_ready());

@@ -271,12 +271,8 @@ fn dispatch<'s, F, S>(
                 match parts {
                     Some(parts) => {
                         let (body, respond) = shared.open(id, end_stream);
-                        streams.push(spares.slot(start(
-                            Rc::clone(info),
-                            checked,
-                            http::Request::from_parts(parts, body),
-                            respond,
-                        )));
+                        let request = http::Request::from_parts(parts, body);
+                        streams.push(spares.slot(|| start(Rc::clone(info), checked, request, respond)));
                     }
                     None => shared.conn.borrow_mut().reset(id, Reason::PROTOCOL_ERROR),
                 }
