@@ -82,8 +82,9 @@ pub(crate) struct ConnInfo {
 /// Head buffers kept per connection, and the largest kept (a rare huge head is not).
 const MAX_SPARE_HEADS: usize = 16;
 const MAX_SPARE_HEAD_SIZE: usize = 8 * 1024;
-/// The largest header map kept, in fields.
-const MAX_SPARE_MAP_CAPACITY: usize = 128;
+/// The largest header map kept, in fields: a browser's request has 10 to 20 (a map keeps
+/// what its largest head needed, and an idle connection keeps its spares).
+const MAX_SPARE_MAP_CAPACITY: usize = 32;
 
 impl ConnInfo {
     fn head_buffer(&self) -> Vec<u8> {
