@@ -168,14 +168,16 @@ impl RequestHead {
 
 #[cfg(test)]
 impl RequestHead {
-    /// The head the codec builds from these decoded fields, or its verdict against them.
-    pub(crate) fn decoded(fields: &[(&str, &str)]) -> Result<RequestHead, HeadFault> {
+    /// The head the codec builds from these decoded fields (a list of at most
+    /// `max_list_size`), and its verdict on them.
+    pub(crate) fn decoded(fields: &[(&str, &str)], max_list_size: usize) -> (RequestHead, Result<(), HeadFault>) {
         let mut head = RequestHead::default();
-        let mut b = HeadBuilder::new(&mut head, false, usize::MAX);
+        let mut b = HeadBuilder::new(&mut head, false, max_list_size);
         for (n, v) in fields {
             b.field(n.as_bytes(), v.as_bytes(), false);
         }
-        b.finish().map(|()| head)
+        let verdict = b.finish();
+        (head, verdict)
     }
 }
 
@@ -481,19 +483,9 @@ impl FieldSink for HeadBuilder<'_> {
 mod tests {
     use super::*;
 
-    fn build(fields: &[(&str, &str)], limit: usize) -> (RequestHead, Result<(), HeadFault>) {
-        let mut head = RequestHead::default();
-        let mut b = HeadBuilder::new(&mut head, false, limit);
-        for (n, v) in fields {
-            b.field(n.as_bytes(), v.as_bytes(), false);
-        }
-        let r = b.finish();
-        (head, r)
-    }
-
     #[test]
     fn a_good_head() {
-        let (h, r) = build(
+        let (h, r) = RequestHead::decoded(
             &[
                 (":method", "POST"),
                 (":scheme", "https"),
@@ -526,7 +518,7 @@ mod tests {
                 (":path", path),
             ];
             fields.extend_from_slice(extra);
-            build(&fields, 4096).1
+            RequestHead::decoded(&fields, 4096).1
         };
         let ok = |extra: &[(&str, &str)]| head(extra, "GET", "https", "a.example", "/");
         let bad = |why| Err(HeadFault::Malformed(why));
@@ -571,7 +563,7 @@ mod tests {
     #[test]
     fn over_the_list_size_stores_nothing_more() {
         let big = "v".repeat(200);
-        let (h, r) = build(
+        let (h, r) = RequestHead::decoded(
             &[
                 (":method", "GET"),
                 (":scheme", "https"),

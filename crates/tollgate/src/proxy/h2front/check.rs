@@ -94,7 +94,8 @@ mod tests {
             all.push((":authority", authority));
         }
         all.extend_from_slice(fields);
-        let head = RequestHead::decoded(&all).map_err(|f| match f {
+        let (head, verdict) = RequestHead::decoded(&all, usize::MAX);
+        verdict.map_err(|f| match f {
             HeadFault::Malformed(why) => format!("codec: {why}"),
             HeadFault::TooLarge => "codec: too large".to_owned(),
         })?;
@@ -217,7 +218,8 @@ mod tests {
 
     #[test]
     fn connect_is_refused_here_after_the_codec_lets_it_through() {
-        let head = RequestHead::decoded(&[(":method", "CONNECT"), (":authority", "h:443")]).unwrap();
+        let (head, verdict) = RequestHead::decoded(&[(":method", "CONNECT"), (":authority", "h:443")], usize::MAX);
+        assert_eq!(verdict, Ok(()));
         assert_eq!(request(&head, false), Err(Refusal("CONNECT is not proxied")));
     }
 }

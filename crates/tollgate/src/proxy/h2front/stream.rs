@@ -79,7 +79,8 @@ pub(crate) struct ConnInfo {
     pub header_maps: RefCell<Vec<http::HeaderMap>>,
 }
 
-/// Head buffers kept per connection, and the largest kept (a rare huge head is not).
+/// Head buffers (and header maps) kept per connection, and the largest head kept (a rare
+/// huge head is not).
 const MAX_SPARE_HEADS: usize = 16;
 const MAX_SPARE_HEAD_SIZE: usize = 8 * 1024;
 /// The largest header map kept, in fields: a browser's request has 10 to 20 (a map keeps
