@@ -1,9 +1,12 @@
 //! Accept budgets: how many client connections may be open (global and per frontend
 //! `maxconn`) and how fast new ones may be accepted (`max_accept_rate`).
 //!
-//! An accept loop takes its permits *before* calling accept(2): at the limit it simply stops
-//! accepting, new connections wait in the kernel backlog, and it resumes when a connection
-//! closes and its permits drop. Nothing is ever accepted only to be dropped.
+//! An accept loop takes its permits once a connection is pending on its socket and *before*
+//! calling accept(2): at the limit it simply stops accepting, new connections wait in the
+//! kernel backlog, and it resumes when a connection closes and its permits drop. Nothing is
+//! ever accepted only to be dropped, and an idle loop holds no permit (with several workers,
+//! each with its own SO_REUSEPORT socket, a permit held by an idle loop would keep a
+//! connection queued on another worker while the frontend serves nothing).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -175,3 +175,91 @@ fn accept_rate_spaces_new_connections() {
     assert!(took >= Duration::from_millis(450), "{took:?}");
     assert!(proxy.running().stats().accept_rate_delayed > 0);
 }
+
+/// One quick exchange ("go" → "done") that must finish within `limit`.
+fn quick_exchange(addr: std::net::SocketAddr, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let mut c = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    c.set_read_timeout(Some(limit)).unwrap();
+    let mut got = String::new();
+    c.write_all(b"go")
+        .and_then(|()| c.read_to_string(&mut got))
+        .map_err(|e| format!("after {:?}: {e}", started.elapsed()))?;
+    if got != "done" {
+        return Err(format!("answered {got:?} after {:?}", started.elapsed()));
+    }
+    Ok(())
+}
+
+/// With several workers, each with its own SO_REUSEPORT socket, a frontend `maxconn` of N
+/// means N connections across all of them: an idle accept loop holds no slot, so a
+/// connection the kernel queues on any worker is served at once while a slot is free, and
+/// the budget reads 0 in use once every connection has closed. (Before the fix, each idle
+/// loop held a permit taken before accept(2): with `maxconn = 1` and 2 workers about half
+/// the connections hung on the worker without one.)
+fn frontend_maxconn_is_shared_by_workers(workers: u32) {
+    let origin = slow_origin(Duration::ZERO);
+    let cfg = tcp_config(&format!("[global]\nworkers = {workers}"), &[("o", origin.addr, 1)])
+        .replace("default_backend = \"be\"", "default_backend = \"be\"\nmaxconn = 1");
+    let proxy = Proxy::start(&cfg);
+    for i in 0..12 {
+        if let Err(e) = quick_exchange(proxy.addr, Duration::from_secs(2)) {
+            panic!("workers = {workers}, maxconn = 1: connection {i} of 12 not served: {e}");
+        }
+        proxy.wait_idle(Duration::from_secs(5));
+    }
+    let m = proxy.running().metrics();
+    let fe = m.frontends.iter().find(|f| f.name == "fe").unwrap();
+    assert_eq!(fe.connections, Some(0), "frontend slots in use while idle: {fe:?}");
+    let maxconn = m.budgets.iter().find(|b| b.name == "maxconn").unwrap();
+    assert_eq!(
+        maxconn.in_use,
+        Some(0),
+        "process maxconn slots in use while idle: {maxconn:?}"
+    );
+}
+
+#[test]
+fn frontend_maxconn_is_shared_by_two_workers() {
+    frontend_maxconn_is_shared_by_workers(2);
+}
+
+#[test]
+fn frontend_maxconn_is_shared_by_four_workers() {
+    frontend_maxconn_is_shared_by_workers(4);
+}
+
+/// `maxconn = 2` with 2 workers and one connection held open: the second slot serves every
+/// quick connection at once, whichever worker the kernel queues it on.
+#[test]
+fn a_held_connection_leaves_the_other_slot_to_quick_ones() {
+    let origin = origin(|s: &mut TcpStream| {
+        let mut b = [0u8; 16];
+        let n = s.read(&mut b).unwrap_or(0);
+        if &b[..n] == b"hold" {
+            // Held until the client goes away.
+            let _ = s.read(&mut b);
+        } else {
+            let _ = s.write_all(b"done");
+        }
+    });
+    let cfg = tcp_config("[global]\nworkers = 2", &[("o", origin.addr, 1)])
+        .replace("default_backend = \"be\"", "default_backend = \"be\"\nmaxconn = 2");
+    let proxy = Proxy::start(&cfg);
+    let mut held = TcpStream::connect(proxy.addr).unwrap();
+    held.write_all(b"hold").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while origin.total.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the held connection never reached the origin"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..12 {
+        if let Err(e) = quick_exchange(proxy.addr, Duration::from_secs(2)) {
+            panic!("maxconn = 2 with one held: quick connection {i} of 12 not served: {e}");
+        }
+    }
+    drop(held);
+}

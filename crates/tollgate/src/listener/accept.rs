@@ -1,5 +1,11 @@
-//! Accept loops: take budget permits, respect the accept rate, accept, hand the connection
-//! to a session on this worker, or, for a shared socket, to the least loaded worker.
+//! Accept loops: wait for a pending connection, take budget permits, respect the accept
+//! rate, accept, hand the connection to a session on this worker, or, for a shared socket,
+//! to the least loaded worker.
+//!
+//! Invariant: a loop holds `maxconn` permits only between a connection becoming pending on
+//! its socket and that connection being accepted (then the session holds them). An idle
+//! loop holds none, so N slots are N connections across every worker, and a slot that
+//! frees goes to whichever loop has a connection waiting.
 //!
 //! Rebalancing (`connection_rebalance`): a worker's own SO_REUSEPORT socket gets whatever
 //! the kernel's 4-tuple hash sends it, which with few long-lived connections can crowd one
@@ -92,7 +98,9 @@ pub(crate) fn listener(socket: std::net::TcpListener) -> io::Result<Listener> {
     tollgate_sys::reactor::register_listener(socket)
 }
 
-/// One connection: non-blocking, close-on-exec, not registered anywhere.
+/// One connection: non-blocking, close-on-exec, not registered anywhere (the accept loop
+/// does the same in steps, taking its permits between readiness and accept(2)).
+#[cfg(test)]
 async fn accept(listener: &Listener) -> io::Result<(std::net::TcpStream, SocketAddr)> {
     loop {
         let mut ready = listener.readable().await?;
@@ -125,6 +133,21 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
                 () = shared.paused.wait_enabled(frontend) => {}
             }
         }
+        // Wait for a pending connection *before* taking a budget slot: a loop that held its
+        // permits while idle would keep `maxconn` slots from the other workers' loops, whose
+        // connections would then wait in their backlog while the frontend serves nothing.
+        let mut ready = tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            r = listener.readable() => match r {
+                Ok(ready) => ready,
+                Err(e) => {
+                    ctx.stats.accept_errors.add(1);
+                    accept_error_pause(&e).await;
+                    continue;
+                }
+            },
+        };
         let permits = tokio::select! {
             biased;
             taken = shared.budgets.acquire(frontend) => match taken {
@@ -147,22 +170,21 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
             }
         }
         // Stop first: under constant load accept() is always ready, and a stopping
-        // generation must still notice it has to stop.
-        let accepted = tokio::select! {
-            biased;
-            _ = &mut stop => return,
-            r = accept(&listener) => r,
+        // generation must still notice it has to stop (the pending connection stays in the
+        // backlog for the next generation).
+        if ctx.is_stopping() {
+            return;
+        }
+        // Disabled while this loop waited for permits: leave the connection in the backlog,
+        // where it waits until the frontend is enabled (the top of the loop).
+        if shared.paused.is_disabled(frontend) {
+            continue;
+        }
+        let accepted = match ready.try_io(|l| accept_nonblocking(l.get_ref())) {
+            Ok(accepted) => accepted,
+            // Gone before accept(2) (the client reset it): hand the permits back, wait again.
+            Err(_would_block) => continue,
         };
-        // Disabled while this loop already waited in accept(): the connection is held
-        // unserved until the frontend is enabled, as it would have waited in the backlog.
-        // A stop serves it rather than reset it (then the loop ends).
-        let stopping = accepted.is_ok()
-            && shared.paused.is_disabled(frontend)
-            && tokio::select! {
-                biased;
-                () = shared.paused.wait_enabled(frontend) => false,
-                _ = &mut stop => true,
-            };
         match accepted {
             // Refused by `allow` / `deny` before any handoff: dropped (closed) here.
             Ok((_, peer)) if !super::admit(&ctx, frontend, peer.ip()) => {}
@@ -203,9 +225,6 @@ pub(crate) async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, listener: L
                 ctx.stats.accept_errors.add(1);
                 accept_error_pause(&e).await;
             }
-        }
-        if stopping {
-            return;
         }
     }
 }
