@@ -160,7 +160,8 @@ pub struct FrontendMetrics {
     pub streams: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
-    /// The frontend's `maxconn` (0: none) and the connections holding its permits now.
+    /// The frontend's `maxconn` (0: none) and its open connections now: those holding its
+    /// permits with a `maxconn`, its open sessions without one.
     #[serde(default)]
     pub maxconn: u32,
     #[serde(default)]

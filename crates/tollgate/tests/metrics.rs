@@ -176,6 +176,17 @@ fn counters_match_the_traffic_sent() {
     assert_eq!(sum(&s, "tollgate_server_up", &[("server", "b")]), 1.0);
     assert_eq!(sum(&s, "tollgate_worker_threads", &[]), 2.0);
     assert_eq!(sum(&s, "tollgate_http_requests_total", &[]), 14.0);
+    // 12 client connections; a counter named `…_total` is not suffixed twice.
+    assert_eq!(sum(&s, "tollgate_sessions_total", &[]), 12.0);
+    assert!(
+        s.iter().all(|x| !x.metric.ends_with("_total_total")),
+        "a metric suffixed twice"
+    );
+    // Every frontend has an open-connections figure, with or without a maxconn.
+    let open_now = s
+        .iter()
+        .find(|x| x.metric == "tollgate_frontend_connections" && x.labels.get("frontend") == Some("fe"));
+    assert!(open_now.is_some(), "no tollgate_frontend_connections for fe");
     assert!(sum(&s, "tollgate_budget_limit", &[("budget", "maxconn")]) > 0.0);
     assert_eq!(sum(&s, "tollgate_budget_in_use", &[("budget", "handshakes")]), 0.0);
     assert_eq!(sum(&s, "tollgate_tls_handshakes_total", &[("outcome", "full")]), 0.0);

@@ -735,6 +735,10 @@ fn allow_and_deny_lists_judge_the_proxied_address_not_the_balancer() {
     let stats = wait_stats(&proxy, |s| s.conn_denied == 2);
     assert_eq!(stats.proxy_header_accepted, 3);
     assert_eq!(origin.requests().len(), 1);
+    // A refused connection never became a session, as on a frontend without accept_proxy.
+    assert_eq!(stats.sessions_total, 1, "refused connections counted as sessions");
+    let fe = proxy.running().show_stat().frontends;
+    assert_eq!(fe[0].sessions_total, 1, "refused connections in STOT: {:?}", fe[0]);
 }
 
 #[test]

@@ -353,7 +353,8 @@ fn process(out: &mut Out, gens: &Gens<'_>) {
     }
     for name in names {
         let gauge = GAUGES.contains(&name);
-        let metric = if gauge {
+        // A counter already named `…_total` (`sessions_total`) is not suffixed twice.
+        let metric = if gauge || name.ends_with("_total") {
             format!("tollgate_{name}")
         } else {
             format!("tollgate_{name}_total")
@@ -458,7 +459,7 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
         (
             "tollgate_frontend_connections",
             "gauge",
-            "Client connections holding the frontend's maxconn now.",
+            "The frontend's open client connections now.",
             |f| f.connections,
         ),
     ];

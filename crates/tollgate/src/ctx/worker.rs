@@ -170,6 +170,13 @@ impl WorkerCtx {
         let _ = phase.wait_for(|p| *p != Phase::Running).await;
     }
 
+    /// Counts a new session of `frontend` in `show stat` (current and total sessions, rate)
+    /// until the guard drops.
+    pub(crate) fn open_session(&self, frontend: usize, at: Instant) -> super::stat::OpenSession<'_> {
+        let cell = self.stat().and_then(|s| s.frontend(frontend));
+        super::stat::OpenSession::new(cell, crate::stats::epoch_ms(at))
+    }
+
     /// This thread's `show stat` cells.
     pub(crate) fn stat(&self) -> Option<&super::stat::ThreadStat> {
         self.shared.stat.get(self.id)

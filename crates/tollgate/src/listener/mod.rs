@@ -32,7 +32,6 @@ use crate::budget::ConnPermits;
 use crate::config::Config;
 use crate::ctx::WorkerCtx;
 use crate::ctx::sessions::{self, Opened, SessionState};
-use crate::ctx::stat::OpenSession;
 use crate::ctx::worker::ActiveSession;
 use crate::relay::lazy::LazySocket;
 
@@ -191,7 +190,18 @@ pub(crate) fn spawn_session(
     peer: SocketAddr,
     permits: ConnPermits,
 ) {
-    ctx.stats.sessions_total.add(1);
+    // With `accept_proxy` the connection becomes a session (counted, STOT) only once its
+    // header is read and its client admitted (`proxy::serve`), as on a frontend without it
+    // a refused client never is one.
+    let counted_now = ctx
+        .shared
+        .config
+        .frontends
+        .get(frontend)
+        .is_none_or(|f| f.accept_proxy.is_none());
+    if counted_now {
+        ctx.stats.sessions_total.add(1);
+    }
     ctx.stats.sessions_active.add(1);
     let progress = Arc::clone(&ctx.progress);
     let ctx = Rc::clone(ctx);
@@ -199,8 +209,7 @@ pub(crate) fn spawn_session(
         // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
         let _active = ActiveSession::new(&ctx);
         let opened = opened(&ctx, frontend, peer);
-        let cell = ctx.stat().and_then(|s| s.frontend(frontend));
-        let _open = OpenSession::new(cell, crate::stats::epoch_ms(opened.at));
+        let _open = counted_now.then(|| ctx.open_session(frontend, opened.at));
         // In the thread's registry (`show sessions`) for the session's whole life.
         let registered = ctx.sessions.open(opened);
         let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);

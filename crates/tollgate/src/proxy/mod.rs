@@ -43,6 +43,12 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, mut stream: Lazy
                 return;
             }
             crate::ctx::sessions::note(|e| e.set_client(client));
+            // Admitted: from here it is a session (`spawn_session` left the counting of an
+            // `accept_proxy` connection to us).
+            let _open = fe.accept_proxy.is_some().then(|| {
+                ctx.stats.sessions_total.add(1);
+                ctx.open_session(frontend, std::time::Instant::now())
+            });
             let served = crate::ctx::origin::scope(origin, serve_mode(ctx, fe, frontend, stream, client));
             (client, served.await)
         }

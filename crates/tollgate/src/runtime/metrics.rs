@@ -143,7 +143,18 @@ fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
             let mut m = FrontendMetrics {
                 name: f.name.clone(),
                 maxconn: f.maxconn,
-                connections: shared.budgets.frontend_in_use(i, f.maxconn),
+                // The slots of its maxconn in use, or without one its open sessions (every
+                // frontend has a figure: the stats page showed "-" without a maxconn).
+                connections: shared.budgets.frontend_in_use(i, f.maxconn).or_else(|| {
+                    Some(
+                        shared
+                            .stat
+                            .iter()
+                            .filter_map(|t| t.frontend(i))
+                            .map(|c| c.sessions_active.get())
+                            .sum(),
+                    )
+                }),
                 disabled: shared.paused.is_disabled(i),
                 ..FrontendMetrics::default()
             };

@@ -413,6 +413,11 @@ impl Running {
         show::answer(&self.shared, &self.inboxes, query)
     }
 
+    /// This process's `show stat` rows (every frontend, backend and server).
+    pub fn show_stat(&self) -> crate::command::show::StatReport {
+        show::stat(&self.shared, None, None)
+    }
+
     /// `show table` / `clear table` on this process's stick tables.
     pub fn table(&self, op: &crate::command::table::TableOp) -> Result<crate::command::Answer, String> {
         tables::answer(&self.shared, op)
