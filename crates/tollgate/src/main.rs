@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod manpage;
+
 use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand};
 use tollgate::config::{self, Config, ConfigErrors};
@@ -59,9 +61,10 @@ enum Command {
     Run(RunArgs),
     /// Validate a config file and print a one-line summary.
     Check {
-        /// Config file (TOML) to validate.
+        /// Config file (TOML) to validate; default, as for `run`: ./tollgate.toml, then
+        /// /etc/tollgate/tollgate.toml.
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
     },
     /// Ask the running master to reload its config file; waits for the outcome
     /// (exit 0: the new generation serves; exit 2: refused, the old one keeps serving).
@@ -337,11 +340,16 @@ struct ExplainRequest {
 
 impl ExplainRequest {
     fn into_query(self) -> Result<tollgate::admin::explain::Query, String> {
-        let mut request = self.request.into_iter();
-        let (method, url) = match (request.next(), request.next()) {
-            (Some(url), None) => ("GET".to_string(), url),
-            (Some(method), Some(url)) => (method, url),
-            _ => return Err("expected `[METHOD] URL`".into()),
+        // `DELETE http://x/v1` as one argument (the documented quoted form) or as two.
+        let words: Vec<String> = match self.request.as_slice() {
+            [one] => one.split_ascii_whitespace().map(str::to_string).collect(),
+            _ => self.request,
+        };
+        let mut request = words.into_iter();
+        let (method, url) = match (request.next(), request.next(), request.next()) {
+            (Some(url), None, None) => ("GET".to_string(), url),
+            (Some(method), Some(url), None) => (method, url),
+            _ => return Err("expected `[METHOD] URL` (the URL without spaces)".into()),
         };
         let mut headers = Vec::new();
         for h in &self.headers {
@@ -387,7 +395,15 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Some(Command::Check { config }) => check(&config),
+        Some(Command::Check { config }) => match find_config(config) {
+            Some(path) => check(&path),
+            None => {
+                eprintln!(
+                    "tollgate: no config file to check: neither ./tollgate.toml nor /etc/tollgate/tollgate.toml exists (give one with --config)"
+                );
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
         Some(Command::Reload(args)) => control(&args, tollgate::command::Command::Reload, false),
         Some(Command::Status(args)) => control(&args, tollgate::command::Command::Status, false),
         Some(Command::Ctl(args)) => ctl(args),
@@ -597,9 +613,8 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 
 /// The man page, generated from this very CLI definition (so it never drifts from `--help`).
 fn man() -> ExitCode {
-    let mut out = Vec::new();
-    match clap_mangen::Man::new(Cli::command()).render(&mut out) {
-        Ok(()) => {
+    match manpage::render(Cli::command()) {
+        Ok(out) => {
             use std::io::Write;
             let _ = std::io::stdout().write_all(&out);
             ExitCode::SUCCESS

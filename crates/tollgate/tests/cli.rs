@@ -223,7 +223,6 @@ fn usage_errors_exit_64() {
     for args in [
         &["--bogus"][..],
         &["run", "--bogus"],
-        &["check"],
         &["check", "--config"],
         &["reload", "extra"],
         &["frobnicate"],
@@ -533,4 +532,167 @@ fn explain_names_frontend_routes_backend_and_server() {
     let (code, _, err) = tollgate(&["explain", "--config", config, "--frontend", "nope", "http://x/"]);
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("no frontend named"), "{err}");
+}
+
+const EXPLAIN_STICKY: &str = r#"
+[[frontend]]
+name = "web"
+bind = ["127.0.0.1:18081"]
+mode = "http"
+default_backend = "app"
+
+[[frontend.route]]
+method = ["DELETE"]
+return = { status = 405, body = "no deletes" }
+
+[[backend]]
+name = "app"
+mode = "http"
+
+[backend.sticky]
+cookie = "SRV"
+
+[[backend.server]]
+name = "a"
+address = "127.0.0.1:9001"
+
+[[backend.server]]
+name = "b"
+address = "127.0.0.1:9002"
+"#;
+
+/// The documented one-string form `explain 'DELETE http://x/v1/items'` is a method and a
+/// URL, not a URL with method GET; junk after the path is refused, not explained; a sticky
+/// cookie in `-H` decides the pick as it does in the proxy.
+#[test]
+fn explain_reads_the_one_string_form_refuses_junk_and_follows_the_sticky_cookie() {
+    let dir = TempDir::new("cli-explain-sticky");
+    let path = dir.0.join("explain.toml");
+    std::fs::write(&path, EXPLAIN_STICKY).unwrap();
+    let config = path.to_str().unwrap();
+
+    let (code, out, err) = tollgate(&["explain", "--config", config, "DELETE http://x:18081/v1/items"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("route[0] matched") && out.contains("return 405"),
+        "the method of the one-string form was not used: {out}"
+    );
+    let (code, out, _) = tollgate(&["explain", "--config", config, "GET http://x:18081/v1/items"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("backend app"), "{out}");
+
+    for junk in [
+        "GET http://x:18081/v1/items junk",
+        "http://x:18081/v1 items",
+        "DELETE http://x:18081/v1/items HTTP/1.1 extra",
+    ] {
+        let (code, out, err) = tollgate(&["explain", "--config", config, junk]);
+        assert_eq!(code, 64, "{junk:?} explained: {out}");
+        assert!(
+            err.contains("URL") || err.contains("is not an HTTP method"),
+            "{junk:?}: {err}"
+        );
+    }
+    let (code, _, err) = tollgate(&["explain", "--config", config, "G(T", "http://x:18081/"]);
+    assert_eq!(code, 64);
+    assert!(err.contains("not an HTTP method"), "{err}");
+
+    // The value the proxy gives server b (ctx/sticky.rs): xxh3 of a domain string, the
+    // backend's and the server's names.
+    let b = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b"tollgate sticky v1\0app\0b"));
+    let (code, out, err) = tollgate(&[
+        "explain",
+        "--config",
+        config,
+        "http://x:18081/",
+        "-H",
+        &format!("Cookie: theme=dark; SRV={b}"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("pick: b: the sticky cookie SRV={b} names it")),
+        "{out}"
+    );
+    let (_, out, _) = tollgate(&[
+        "explain",
+        "--config",
+        config,
+        "http://x:18081/",
+        "-H",
+        "Cookie: SRV=0123456789abcdef",
+    ]);
+    assert!(out.contains("names no server of the backend: balanced"), "{out}");
+    assert!(out.contains("pick: a:"), "{out}");
+}
+
+/// `tollgate man` is one page: no `tollgate-run(1)`-style references to pages that are never
+/// produced, every command listed (nested ones by their full invocation), the examples one
+/// per tagged paragraph (not reflowed), and the exit status, signals and files sections.
+#[test]
+fn the_man_page_lists_commands_signals_and_files() {
+    let (code, page, err) = tollgate(&["man"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !page.contains("(1)") && !page.contains("tollgate\\-run"),
+        "references a page that is never produced: {page}"
+    );
+    for section in [
+        ".SH NAME",
+        ".SH SYNOPSIS",
+        ".SH COMMANDS",
+        ".SH EXAMPLES",
+        ".SH EXIT STATUS",
+        ".SH SIGNALS",
+        ".SH FILES",
+    ] {
+        assert!(page.contains(section), "no {section}: {page}");
+    }
+    for command in [
+        "tollgate run",
+        "tollgate check",
+        "tollgate reload",
+        "tollgate ctl show servers",
+        "tollgate ctl set server",
+        "tollgate explain",
+    ] {
+        assert!(page.contains(&format!(".B {command}")), "{command} not listed: {page}");
+    }
+    assert!(
+        !page.contains(".B tollgate worker"),
+        "the hidden worker command is listed"
+    );
+    for signal in ["SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1"] {
+        assert!(page.contains(&format!(".B {signal}")), "{signal}");
+    }
+    assert!(page.contains(".B /etc/tollgate/tollgate.toml"));
+    // Each example is its own tagged paragraph: a line starting with the command.
+    assert!(
+        page.contains(".B tollgate check \\-\\-config tollgate.toml\n"),
+        "{page}"
+    );
+}
+
+/// `check` finds its config as `run` does: ./tollgate.toml first; with none anywhere it says
+/// where it looked (exit 64) instead of demanding `--config`.
+#[test]
+fn check_without_config_reads_the_file_run_would() {
+    let dir = TempDir::new("cli-check-default");
+    std::fs::write(dir.0.join("tollgate.toml"), EXPLAIN_STICKY).unwrap();
+    let out = Command::new(BIN).arg("check").current_dir(&dir.0).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("tollgate.toml: ok"), "{stdout}");
+
+    let empty = TempDir::new("cli-check-none");
+    if !std::path::Path::new("/etc/tollgate/tollgate.toml").exists() {
+        let out = Command::new(BIN).arg("check").current_dir(&empty.0).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(stderr.contains("no config file to check"), "{stderr}");
+    }
 }

@@ -41,6 +41,13 @@ struct Url {
 }
 
 fn parse_url(text: &str) -> Result<Url, String> {
+    // A request target has no spaces or control bytes: what follows one is not the path
+    // (`explain 'GET http://x/a junk'` is refused, not explained as `/a junk`).
+    if text.is_empty() || text.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!(
+            "{text:?} is not a URL (expected `[METHOD] URL`, the URL without spaces)"
+        ));
+    }
     let (scheme, rest) = match text.split_once("://") {
         Some((s, r)) => (Some(s.to_ascii_lowercase()), r),
         None => (None, text),
@@ -121,6 +128,8 @@ pub struct Pick {
     pub algorithm: String,
     /// What the hash key was made from, when the backend hashes.
     pub hash_key: Option<String>,
+    /// The sticky cookie the request carries and what it names (sticky backends).
+    pub sticky: Option<String>,
     pub servers: Vec<ServerState>,
     /// The chosen server, if any.
     pub server: Option<String>,
@@ -171,6 +180,9 @@ pub fn explain_live(config: &Config, query: &Query, live: &[ServerView]) -> Resu
 }
 
 fn explain_with(config: &Config, query: &Query, live: &[ServerView]) -> Result<Explanation, String> {
+    if query.method.is_empty() || !query.method.bytes().all(crate::http::h1::headers::is_tchar) {
+        return Err(format!("{:?} is not an HTTP method", query.method));
+    }
     let url = parse_url(&query.url)?;
     let (fe, frontend_reason) = choose_frontend(config, query, &url)?;
     let mut out = Explanation {
@@ -529,6 +541,17 @@ fn hash_key(b: &Backend, query: &Query, url: &Url, mode: Mode) -> Option<(u64, S
     })
 }
 
+/// A sticky backend's cookie in the request (its first value, as the proxy reads it).
+fn sticky_cookie(b: &Backend, query: &Query) -> Option<(String, String)> {
+    let name = &b.sticky.as_ref()?.cookie;
+    query
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+        .find_map(|(_, v)| crate::http::cookie::find(v.as_bytes(), name.as_bytes()))
+        .map(|v| (name.clone(), String::from_utf8_lossy(v).into_owned()))
+}
+
 /// Asks the backend's real balancer, over a fresh server set, as a worker would.
 fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode, live: &[ServerView]) -> Pick {
     let dry = BackendLive::new(b, 1);
@@ -581,10 +604,37 @@ fn dry_pick(b: &Backend, query: &Query, url: &Url, mode: Mode, live: &[ServerVie
     let mut pick = Pick {
         algorithm: b.balance.clone(),
         hash_key: key.as_ref().map(|(_, what)| what.clone()),
+        sticky: None,
         servers,
         server: None,
         reason: "no usable server (503)".to_string(),
     };
+    // A sticky cookie naming a usable server of the backend bypasses the balancer, as in
+    // the proxy (`take_by_id`); one naming no server, or an unusable one, balances.
+    if let Some((cookie, value)) = sticky_cookie(b, query) {
+        let named = set
+            .servers
+            .iter()
+            .find(|s| format!("{:016x}", crate::ctx::sticky::value_of(&b.name, &s.name)) == value);
+        match named {
+            Some(s) if s.is_usable() => {
+                pick.sticky = Some(format!("{cookie}={value} names server {}", s.name));
+                pick.reason = format!("the sticky cookie {cookie}={value} names it, and it is usable");
+                pick.server = Some(s.name.to_string());
+                drop(held);
+                return pick;
+            }
+            Some(s) => {
+                pick.sticky = Some(format!(
+                    "{cookie}={value} names server {}, which is not usable: balanced",
+                    s.name
+                ));
+            }
+            None => {
+                pick.sticky = Some(format!("{cookie}={value} names no server of the backend: balanced"));
+            }
+        }
+    }
     for backup in [false, true] {
         let usable = |i: usize| set.servers.get(i).is_some_and(|s| s.backup == backup && s.is_usable());
         let ctx = PickContext::new(&set.servers, &usable, key.as_ref().map(|(k, _)| *k))
@@ -632,6 +682,9 @@ impl fmt::Display for Explanation {
             writeln!(f, "balance {}", p.algorithm)?;
             if let Some(k) = &p.hash_key {
                 writeln!(f, "hash key: {k}")?;
+            }
+            if let Some(k) = &p.sticky {
+                writeln!(f, "sticky cookie: {k}")?;
             }
             for s in &p.servers {
                 writeln!(
