@@ -409,10 +409,31 @@ fn put(
             (None, entries.len() - 1)
         }
     };
+    let covered = |e: &CertEntry| e.names.iter().all(|n| names.contains(n));
+    // The self-signed stand-in ACME names get until their certificates are issued is no
+    // default worth keeping: once every name it served has a real certificate (from this
+    // install or earlier ones), it goes and the certificate just installed becomes the
+    // default (a client without SNI gets a real certificate too).
+    let stand_in = entries.iter().enumerate().position(|(i, e)| {
+        i != index
+            && e.default
+            && e.source == CertSource::SelfSigned
+            && e.names.iter().all(|n| {
+                entries
+                    .iter()
+                    .enumerate()
+                    .any(|(j, other)| j != i && other.source != CertSource::SelfSigned && other.names.contains(n))
+            })
+    });
+    if stand_in.is_some()
+        && let Some(e) = entries.get_mut(index)
+    {
+        e.default = true;
+    }
     let before = entries.len();
     let mut i = 0;
     entries.retain(|e| {
-        let keep = i == index || e.default || !e.names.iter().all(|n| names.contains(n));
+        let keep = stand_in != Some(i) && (i == index || e.default || !covered(e));
         i += 1;
         keep
     });
@@ -475,6 +496,12 @@ mod tests {
         Some(snapshot.entries[i].facts.sha256)
     }
 
+    /// What a client without SNI gets.
+    fn pick_default(store: &CertStore) -> Option<[u8; 32]> {
+        let snapshot = store.current.load();
+        Some(snapshot.entries[snapshot.default?].facts.sha256)
+    }
+
     fn fp(key: &CertifiedKey) -> [u8; 32] {
         CertFacts::of(key).unwrap().sha256
     }
@@ -525,6 +552,47 @@ mod tests {
         assert_eq!(pick(&store, "y.c.example"), Some(fp(&wide)));
         assert_eq!(store.entries().len(), 3);
         assert!(store.install(&[], wide, CertSource::Acme).is_err());
+    }
+
+    /// ACME's self-signed stand-in is the default until the real certificate for its names
+    /// is installed: then it is gone (`show certs`, metrics) and the issued one is served to
+    /// clients without SNI too.
+    #[test]
+    fn an_issued_certificate_replaces_the_self_signed_default() {
+        let pending = cert(&["a.example", "b.example"]);
+        let store = CertStore::new(
+            "fe",
+            vec![(
+                Arc::clone(&pending),
+                vec!["a.example".into(), "b.example".into()],
+                CertSource::SelfSigned,
+            )],
+            Some(0),
+        )
+        .unwrap();
+        assert_eq!(pick_default(&store), Some(fp(&pending)));
+        // One order's names: the stand-in stays the default, for the other's.
+        let a = cert(&["a.example"]);
+        store
+            .install(&["a.example".into()], Arc::clone(&a), CertSource::Acme)
+            .unwrap();
+        assert_eq!(pick_default(&store), Some(fp(&pending)));
+        assert_eq!(pick(&store, "a.example"), Some(fp(&a)));
+        // The other order's: every name is served by a real certificate, the stand-in goes
+        // and the one just issued is the default.
+        let b = cert(&["b.example"]);
+        let done = store
+            .install(&["b.example".into()], Arc::clone(&b), CertSource::Acme)
+            .unwrap();
+        assert_eq!(done.dropped, 1);
+        assert_eq!(pick_default(&store), Some(fp(&b)));
+        assert!(
+            store.entries().iter().all(|e| e.source != CertSource::SelfSigned),
+            "the stand-in is still listed"
+        );
+        assert_eq!(store.entries().len(), 2);
+        assert_eq!(pick(&store, "a.example"), Some(fp(&a)));
+        assert_eq!(pick(&store, "b.example"), Some(fp(&b)));
     }
 
     #[test]
