@@ -1,5 +1,6 @@
 //! One idle watchdog per connection: an idle connection is closed within 1.25 × the client
-//! timeout; one that keeps trickling bytes is not.
+//! timeout; one that keeps trickling bytes is not; `timeouts.tunnel` replaces the limit of
+//! a TCP relay and of an upgraded (WebSocket) HTTP connection.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -10,7 +11,71 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::http::{Reply, http_config, http_origin, read_response};
 use common::*;
+
+/// After one echoed byte, how long the idle connection `c` stays open (bounded at 6 s).
+fn open_after_last_byte(c: &mut TcpStream) -> Duration {
+    c.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).unwrap();
+    let last_byte = Instant::now();
+    c.set_read_timeout(Some(Duration::from_secs(6))).unwrap();
+    let n = c.read(&mut b);
+    assert!(
+        matches!(n, Ok(0)) || matches!(&n, Err(e) if e.kind() == ErrorKind::ConnectionReset),
+        "not closed: {n:?}"
+    );
+    last_byte.elapsed()
+}
+
+/// `timeouts.tunnel` supersedes `client` for a TCP relay: a 2 s tunnel limit keeps an idle
+/// connection open past the 1 s client limit, and closes it within 1.25 × 2 s.
+#[test]
+fn a_tcp_relay_idles_out_after_the_tunnel_timeout() {
+    let origin = origin(echo);
+    let proxy = Proxy::start(&tcp_config(
+        "[timeouts]\nclient = \"1s\"\ntunnel = \"2s\"",
+        &[("o", origin.addr, 1)],
+    ));
+    let closed_after = open_after_last_byte(&mut TcpStream::connect(proxy.addr).unwrap());
+    assert!(
+        closed_after >= Duration::from_millis(1990),
+        "closed too early: {closed_after:?}"
+    );
+    assert!(
+        closed_after <= Duration::from_millis(2900),
+        "closed too late: {closed_after:?}"
+    );
+}
+
+/// An upgraded (WebSocket) connection is a tunnel: `timeouts.tunnel` of 1 s closes it
+/// though `client` and `server` are 10 s.
+#[test]
+fn a_websocket_tunnel_idles_out_after_the_tunnel_timeout() {
+    let origin = http_origin(|_| {
+        Reply::Tunnel(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".to_vec())
+    });
+    let proxy = Proxy::start(&http_config(
+        "[timeouts]\nclient = \"10s\"\nserver = \"10s\"\ntunnel = \"1s\"",
+        origin.addr,
+    ));
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        .unwrap();
+    let mut r = std::io::BufReader::new(c.try_clone().unwrap());
+    let (status, _, _) = read_response(&mut r).unwrap();
+    assert_eq!(status, 101);
+    let closed_after = open_after_last_byte(&mut c);
+    assert!(
+        closed_after >= Duration::from_millis(990),
+        "closed too early: {closed_after:?}"
+    );
+    assert!(
+        closed_after <= Duration::from_millis(1450),
+        "closed too late: {closed_after:?}"
+    );
+}
 
 #[test]
 fn idle_connection_is_closed_between_one_and_one_and_a_quarter_timeouts() {

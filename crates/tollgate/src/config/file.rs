@@ -161,6 +161,8 @@ pub(crate) struct TimeoutsSection {
     pub tls_inspect: Option<Spanned<DurationValue>>,
     /// The whole PROXY protocol header must arrive within this (`accept_proxy`).
     pub proxy_header: Option<Spanned<DurationValue>>,
+    /// Idle limit of a tunnel (TCP mode, an upgraded HTTP connection), both ways.
+    pub tunnel: Option<Spanned<DurationValue>>,
 }
 
 /// `[http]`: limits of HTTP mode, for every http frontend.

@@ -323,6 +323,17 @@ pub struct Timeouts {
     pub tls_inspect: Duration,
     /// Longest to wait for a complete PROXY protocol header (`accept_proxy`).
     pub proxy_header: Duration,
+    /// Idle limit of a tunnel, nothing moved either way: a TCP-mode relay or an HTTP
+    /// connection after its upgrade (WebSocket). `None`: the lesser of `client` and the
+    /// (backend's) `server`, as before the key existed. HAProxy's `timeout tunnel`.
+    pub tunnel: Option<Duration>,
+}
+
+impl Timeouts {
+    /// How long a tunnel may sit with nothing moving either way before it is closed.
+    pub fn tunnel_idle(&self) -> Duration {
+        self.tunnel.unwrap_or(self.client.min(self.server))
+    }
 }
 
 /// The largest request head HTTP mode accepts unless `http.max_header_size` says otherwise
@@ -368,6 +379,7 @@ impl Default for Timeouts {
             tls_handshake: Duration::from_secs(10),
             tls_inspect: Duration::from_secs(5),
             proxy_header: Duration::from_secs(5),
+            tunnel: None,
         }
     }
 }

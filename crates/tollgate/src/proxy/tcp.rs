@@ -278,7 +278,7 @@ async fn to_server<C: Endpoint>(
     let timeouts = config
         .request_limits(Some(backend), &crate::config::model::Overrides::NONE)
         .timeouts;
-    let idle = timeouts.client.min(timeouts.server);
+    let idle = timeouts.tunnel_idle();
     let epoch = live.kill_epoch();
     let relay = async {
         match live.tls.as_ref().map(|t| (t, &live.name)) {

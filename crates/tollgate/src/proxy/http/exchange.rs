@@ -488,7 +488,7 @@ async fn tunnel<C: ClientStream>(
     let moved = Moved::default();
     let relayed = s
         .client
-        .tunnel(s.ctx, &mut server, timeouts.client.min(timeouts.server), &moved)
+        .tunnel(s.ctx, &mut server, timeouts.tunnel_idle(), &moved)
         .await;
     s.rec.bytes_to_server += moved.to_server.get();
     s.rec.bytes_to_client += moved.to_client.get();
