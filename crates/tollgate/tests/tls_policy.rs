@@ -87,6 +87,12 @@ fn unknown_names_are_refused_at_load_with_their_position() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("`max_version` is older than `min_version`"), "{out}");
     assert!(out.contains("TLS 1.2 is off"), "{out}");
+    // ... and only that: no TLS 1.2 client exists to fail for want of a suite.
+    let extra = "min_version = \"1.3\"\nciphers = [\"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]";
+    let (code, out) = check(&dir, &config(&dir, &ca, origin.addr, extra, ""));
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("TLS 1.2 is off"), "{out}");
+    assert!(!out.contains("no suite here works"), "a false error: {out}");
     // Our certificate is ECDSA: RSA suites alone would fail every TLS 1.2 client.
     let extra = "ciphers = [\"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]";
     let (code, out) = check(&dir, &config(&dir, &ca, origin.addr, extra, ""));

@@ -94,7 +94,11 @@ async fn order_loop(shared: &Shared, state_dir: &Path, order: &AcmeOrder, turn: 
     let names = order.domains.join(",");
     let mut current = load_stored(state_dir, order, SystemTime::now()).map(|s| (s.not_before, s.not_after));
     match current {
-        Some((_, until)) => tracing::info!(names, "acme: stored certificate valid for {:?} more", left(until)),
+        Some((_, until)) => tracing::info!(
+            names,
+            "acme: stored certificate valid for {} more",
+            crate::config::units::human_duration(left(until))
+        ),
         None if order.fallback_self_signed => {
             tracing::warn!(names, "acme: serving a self-signed certificate until the CA issues one")
         }
@@ -125,8 +129,9 @@ async fn order_loop(shared: &Shared, state_dir: &Path, order: &AcmeOrder, turn: 
                 tracing::info!(
                     names,
                     renewal,
-                    "acme: certificate installed, valid for {:?}, next renewal in {wait:?}",
-                    left(validity.1)
+                    "acme: certificate installed, valid for {}, next renewal in {}",
+                    crate::config::units::human_duration(left(validity.1)),
+                    crate::config::units::human_duration(wait)
                 );
             }
             Err(failure) => {
@@ -210,14 +215,16 @@ fn log_failure(names: &str, failure: &Failure, failures: u32, retry_in: Duration
             problem_type = p.r#type.as_deref().unwrap_or("-"),
             problem_detail = p.detail.as_deref().unwrap_or("-"),
             status = p.status.unwrap_or(0),
-            "acme: {} failed ({p}); retry in {retry_in:?}",
-            failure.what
+            "acme: {} failed ({p}); retry in {}",
+            failure.what,
+            crate::config::units::human_duration(retry_in)
         ),
         None => tracing::warn!(
             names,
             failures,
-            "acme: order failed: {}; retry in {retry_in:?}",
-            failure.what
+            "acme: order failed: {}; retry in {}",
+            failure.what,
+            crate::config::units::human_duration(retry_in)
         ),
     }
 }

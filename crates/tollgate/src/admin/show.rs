@@ -184,11 +184,7 @@ fn stat_tables(gens: &[GenerationShow], out: &mut String) {
                     v.counters.responses_5xx.to_string(),
                     v.counters.connect_failures.to_string(),
                     check.map_or_else(|| "-".into(), |c| c.status.clone()),
-                    if v.last_change == 0 {
-                        "-".into()
-                    } else {
-                        v.last_change.to_string()
-                    },
+                    since(v.last_change),
                 ]
             })
         })
@@ -404,6 +400,19 @@ fn marked_lines(escaped: &str, mark: usize, out: &mut String) {
         }
         start = end;
     }
+}
+
+/// How long ago a server last changed state (`epoch_secs`, 0: never), as `show stat`
+/// prints it: `3m12s ago` (HAProxy's `lastchg`, in words; JSON keeps the epoch seconds).
+fn since(epoch_secs: u64) -> String {
+    if epoch_secs == 0 {
+        return "-".into();
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let ago = std::time::Duration::from_secs(now.saturating_sub(epoch_secs));
+    format!("{} ago", crate::config::units::human_duration(ago))
 }
 
 #[cfg(test)]

@@ -92,6 +92,16 @@ fn bad_values_are_positioned() {
     assert_eq!((e.line, e.key.as_str()), (5, "global.pipe_size"), "{e}");
 }
 
+/// The file takes the weights `ctl set server … weight` takes: 0..=256.
+#[test]
+fn weights_range_from_0_to_256_as_at_run_time() {
+    let c = parse(&GOOD.replace("weight = 2", "weight = 0"), "t.toml").expect("weight 0 accepted");
+    assert_eq!(c.backends[0].servers[0].weight, 0);
+    let e = first_error(&GOOD.replace("weight = 2", "weight = 257"));
+    assert_eq!(e.key, "backend[0].server[0].weight", "{e}");
+    assert!(e.message.contains("between 0 and 256"), "{e}");
+}
+
 #[test]
 fn pipe_size_defaults_to_the_kernel_default() {
     assert_eq!(parse(GOOD, "t.toml").expect("valid").global.pipe_size, 65536);

@@ -213,6 +213,15 @@ impl Validator<'_> {
         key: &str,
     ) {
         let Some(ciphers) = ciphers else { return };
+        // Without TLS 1.2 (`min_version = "1.3"`) no client ever uses these suites: nothing
+        // to fit (the TLS 1.3 suites work with any key).
+        if !policy
+            .versions
+            .iter()
+            .any(|v| v.version == rustls::ProtocolVersion::TLSv1_2)
+        {
+            return;
+        }
         for (what, alg) in keys {
             let fits = policy.suites.iter().any(|s| {
                 s.version().version == rustls::ProtocolVersion::TLSv1_2 && s.usable_for_signature_algorithm(alg)

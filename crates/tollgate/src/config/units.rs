@@ -47,6 +47,24 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("duration `{text}` is out of range"))
 }
 
+/// A duration as an operator reads it: its two largest units, `45s`, `3m12s`, `2h05m`,
+/// `27d04h` (a log line or table says "next renewal in 59d23h", not "5183999.58s").
+pub(crate) fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (days, hours, minutes, seconds) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
+    if days > 0 {
+        format!("{days}d{hours:02}h")
+    } else if hours > 0 {
+        format!("{hours}h{minutes:02}m")
+    } else if minutes > 0 {
+        format!("{minutes}m{seconds:02}s")
+    } else if s > 0 || d.is_zero() {
+        format!("{s}s")
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
@@ -115,6 +133,17 @@ impl<'de> Deserialize<'de> for ByteSize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_durations_keep_two_units() {
+        let h = |s| human_duration(Duration::from_secs(s));
+        assert_eq!(h(0), "0s");
+        assert_eq!(h(45), "45s");
+        assert_eq!(h(192), "3m12s");
+        assert_eq!(h(7_500), "2h05m");
+        assert_eq!(h(99_826_237), "1155d09h");
+        assert_eq!(human_duration(Duration::from_millis(250)), "250ms");
+    }
 
     #[test]
     fn durations() {

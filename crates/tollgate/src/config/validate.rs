@@ -396,6 +396,13 @@ impl<'a> Validator<'a> {
                 }
             }
         }
+        if let Some(v) = &t.tunnel {
+            if v.get_ref().0.is_zero() {
+                self.err(v.span(), "timeouts.tunnel".into(), "must be greater than 0".into());
+            } else {
+                out.tunnel = Some(v.get_ref().0);
+            }
+        }
         out
     }
 
@@ -512,8 +519,10 @@ impl<'a> Validator<'a> {
                     }
                 };
                 let weight = match &s.weight {
-                    Some(w) if !(1..=256).contains(w.get_ref()) => {
-                        self.err(w.span(), format!("{skey}.weight"), "must be between 1 and 256".into());
+                    // 0..=256 as at run time (`ctl set server … weight 0`): 0 takes no new
+                    // connections (HAProxy's `weight 0`).
+                    Some(w) if !(0..=256).contains(w.get_ref()) => {
+                        self.err(w.span(), format!("{skey}.weight"), "must be between 0 and 256".into());
                         1
                     }
                     Some(w) => *w.get_ref(),

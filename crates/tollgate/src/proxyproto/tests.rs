@@ -265,3 +265,35 @@ proptest! {
         prop_assert_eq!((cidr::canonical(d.ip()), d.port()), (cidr::canonical(dst.ip()), dst.port()));
     }
 }
+
+/// What the fuzz target found (fuzz/regressions/proxy-header-mapped-v6): a v2 header whose
+/// addresses are IPv4-mapped IPv6 parses as IPv6, as sent; written back it goes out as IPv4
+/// (one family, IPv4 when both are), and it parses to the same addresses in canonical form.
+/// The writer's promise, which the fuzz property now states.
+#[test]
+fn ipv4_mapped_v2_addresses_round_trip_in_canonical_form() {
+    let mut buf = V2_SIGNATURE.to_vec();
+    buf.extend_from_slice(&[0x21, 0x21, 0, 36]); // v2 PROXY, TCP over IPv6, 36 bytes
+    let src: std::net::Ipv6Addr = "::ffff:255.255.255.255".parse().unwrap();
+    let dst: std::net::Ipv6Addr = "::ffff:192.0.2.1".parse().unwrap();
+    buf.extend_from_slice(&src.octets());
+    buf.extend_from_slice(&dst.octets());
+    buf.extend_from_slice(&65405u16.to_be_bytes());
+    buf.extend_from_slice(&443u16.to_be_bytes());
+    let p = parse(&buf, Accept::V2).unwrap().unwrap();
+    assert_eq!(
+        p.header.addrs,
+        Some((addr("[::ffff:255.255.255.255]:65405"), addr("[::ffff:192.0.2.1]:443")))
+    );
+    let mut again = Vec::new();
+    write_v2(&mut again, p.header.command, p.header.addrs, &p.header.tlvs);
+    let back = parse(&again, Accept::Any).unwrap().unwrap();
+    assert_eq!(
+        back.header.addrs,
+        Some((addr("255.255.255.255:65405"), addr("192.0.2.1:443"))),
+        "written as IPv4"
+    );
+    let canonical = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+    let (s, d) = p.header.addrs.unwrap();
+    assert_eq!(back.header.addrs, Some((canonical(s), canonical(d))));
+}

@@ -78,8 +78,8 @@ impl Desired {
         }
         let address = parse_address(&args.address, None)?;
         let weight = args.weight.unwrap_or(1);
-        if !(1..=256).contains(&weight) {
-            return Err(format!("weight {weight} is out of range (1 to 256)"));
+        if !(0..=256).contains(&weight) {
+            return Err(format!("weight {weight} is out of range (0 to 256)"));
         }
         if args.check && b.health.is_none() {
             return Err(format!("`check` needs [backend.health] in backend `{backend}`"));
@@ -144,6 +144,13 @@ impl Desired {
     }
 }
 
+/// `text` as `IP:PORT` or `[V6]:PORT` split at its last colon, brackets removed.
+fn port_of(text: &str) -> Option<(&str, &str)> {
+    let (ip, port) = text.rsplit_once(':')?;
+    let ip = ip.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(ip);
+    Some((ip, port))
+}
+
 /// `IP:PORT` (`[V6]:PORT`), or a bare IP taking `keep_port`. Host names are refused: the
 /// master resolves nothing, and a name would need `discover`'s re-resolution to mean what
 /// an operator expects.
@@ -157,6 +164,12 @@ pub(crate) fn parse_address(text: &str, keep_port: Option<u16>) -> Result<Socket
             (Ok(ip), Some(port)) => SocketAddr::new(ip, port),
             (Ok(_), None) => return Err(format!("`{t}`: a port is needed (IP:PORT)")),
             (Err(_), _) => {
+                // An IP with a port that is no port (`10.0.0.8:99999`): say so, not "host name".
+                if let Some((ip, port)) = port_of(t)
+                    && ip.parse::<IpAddr>().is_ok()
+                {
+                    return Err(format!("`{t}`: `{port}` is not a port (1 to 65535)"));
+                }
                 return Err(format!(
                     "`{t}` is not an address: IP:PORT (or IP to keep the port); host names are not accepted here"
                 ));
@@ -173,6 +186,20 @@ pub(crate) fn parse_address(text: &str, keep_port: Option<u16>) -> Result<Socket
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_bad_port_is_named_as_such_and_host_names_as_host_names() {
+        let err = parse_address("10.0.0.8:99999", None).unwrap_err();
+        assert!(err.contains("`99999` is not a port (1 to 65535)"), "{err}");
+        let err = parse_address("[2001:db8::1]:http", None).unwrap_err();
+        assert!(err.contains("`http` is not a port"), "{err}");
+        let err = parse_address("app.internal:80", None).unwrap_err();
+        assert!(err.contains("host names are not accepted"), "{err}");
+        assert_eq!(
+            parse_address("10.0.0.8:8080", None).unwrap(),
+            "10.0.0.8:8080".parse().unwrap()
+        );
+    }
 
     fn config() -> Config {
         let text = "[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"app\"\n\
