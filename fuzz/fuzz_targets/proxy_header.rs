@@ -1,7 +1,10 @@
 //! Arbitrary bytes as a PROXY protocol header: never a panic; a header found is no longer
 //! than the input, every shorter prefix of it asks for more, and writing it back parses to
-//! the same header.
+//! the same header — up to what the writer promises: both addresses in one family, so an
+//! IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) may come back as the IPv4 address it maps.
 #![no_main]
+
+use std::net::SocketAddr;
 
 use tollgate::proxyproto::{Accept, Version, parse, write_v1, write_v2};
 
@@ -25,6 +28,15 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
         let back = parse(&again, Accept::Any).expect("written header parses").expect("whole");
         assert_eq!(back.len, again.len());
-        assert_eq!(back.header, p.header);
+        assert_eq!(back.header.version, p.header.version);
+        assert_eq!(back.header.command, p.header.command);
+        assert_eq!(back.header.tlvs, p.header.tlvs);
+        let canonical = |addrs: Option<(SocketAddr, SocketAddr)>| {
+            addrs.map(|(s, d)| {
+                let c = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+                (c(s), c(d))
+            })
+        };
+        assert_eq!(canonical(back.header.addrs), canonical(p.header.addrs));
     }
 });
