@@ -1053,6 +1053,7 @@ impl<'a> Validator<'a> {
             }
         }
         let settings = certs::ServerSettings {
+            frontend: f.name.get_ref().clone(),
             certs: Arc::clone(&store),
             versions: policy.versions.clone(),
             alpn,
