@@ -4,8 +4,8 @@
 //!
 //! Two steps, for every mode (TCP mode relays the plaintext, HTTP mode parses it):
 //! [`client_hello`] then [`accept`], which takes what the first returns.
-//! - [`client_hello`]: the connection takes its source's place (`global.
-//!   max_handshakes_per_source`, refused at once when full) and waits, by
+//! - [`client_hello`]: the connection takes its source's place
+//!   (`global.max_handshakes_per_source`, refused at once when full) and waits, by
 //!   `timeouts.client_hello`, until a whole ClientHello is queued on the socket (peeked, not
 //!   read: `tls::passthrough`). This wait costs no `max_handshakes` slot: a peer must send a
 //!   whole ClientHello before it holds one, so idle connections, or ones that send half a
@@ -13,8 +13,11 @@
 //! - [`accept`]: takes a slot (waiting if none is free) and handshakes, by
 //!   `timeouts.tls_handshake` counted from the ClientHello's arrival. The source's place is
 //!   kept until the handshake ends, so a source that stalls after its ClientHello holds at
-//!   most its share of slots. The `ServerConfig` comes from the config model, shared by all workers
-//! (one ticketer, one session cache), so a session resumes on whichever core accepts it.
+//!   most its share of slots.
+//!
+//! The `ServerConfig` comes from the config model, shared by all workers (one ticketer, one
+//! session cache), so a session resumes on whichever core accepts it; the ticket keys come
+//! from the master (`config::tickets`), so it resumes after a reload too.
 
 use std::io;
 use std::net::IpAddr;
