@@ -120,6 +120,22 @@ pub(crate) fn current() -> Option<TicketKeys> {
     Some(advanced)
 }
 
+/// The master, every few hundred milliseconds: steps its keys to the current period, so the
+/// secret of a period is forgotten once it is past (not at the next reload).
+pub(crate) fn step() {
+    let now = period_at(SystemTime::now());
+    let mut keys = KEYS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(k) = keys.as_mut().filter(|k| k.period < now) {
+        *k = k.advanced_to(now);
+    }
+}
+
+/// A worker, once its config is built: its ticketers hold what they need (and step it
+/// themselves), the process copy is dropped.
+pub(crate) fn forget() {
+    *KEYS.lock().unwrap_or_else(PoisonError::into_inner) = None;
+}
+
 /// The ticketer of the TLS frontend `frontend`, on the process's keys.
 pub(crate) fn ticketer(frontend: &str) -> Result<Arc<dyn rustls::server::ProducesTickets>, String> {
     let keys = current().ok_or("session tickets: no random bytes for a ticket key")?;

@@ -284,6 +284,7 @@ impl Master {
                 _ = ticker.tick() => {
                     self.enforce_deadlines();
                     self.expire_pending();
+                    crate::config::tickets::step();
                 }
             }
         }

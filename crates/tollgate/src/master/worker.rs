@@ -63,6 +63,8 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
         Ok(c) => c,
         Err(e) => return Err(fail(&mut chan, e.to_string())),
     };
+    // The frontends' ticketers hold their keys now: no other copy stays in this process.
+    crate::config::tickets::forget();
     config.source = Some(path.into());
     let sockets = match super::sockets::adopt(&config, received) {
         Ok(s) => s,
