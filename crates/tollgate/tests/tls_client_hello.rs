@@ -238,4 +238,19 @@ fn one_source_is_bounded_before_its_handshake() {
     assert!(rt.block_on(tls_get(&s.ca, "127.0.0.4", s.tls_tcp)).is_ok());
     assert_eq!(counter(&s.proxy, "tls_source_refused"), 2);
     assert_eq!(counter(&s.proxy, "tls_handshakes_full"), 3);
+    // /metrics shows the refusals and the wait.
+    let report = tollgate::command::MetricsReport {
+        master: None,
+        generations: vec![tollgate::command::GenerationMetrics {
+            generation: 1,
+            metrics: s.proxy.running().metrics(),
+        }],
+    };
+    let text = tollgate::admin::prometheus::render(&report);
+    for line in [
+        "tollgate_tls_source_refused_total{generation=\"1\"} 2",
+        "tollgate_tls_hello_waiting{generation=\"1\"} 4",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
 }
