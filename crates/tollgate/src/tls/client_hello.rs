@@ -1,5 +1,6 @@
 //! A small, sans-io TLS ClientHello parser for SNI passthrough routing (the SNI matcher that
-//! routes on its result is `config::sni`).
+//! routes on its result is `config::sni`), whose framing half ([`client_hello_len`]) also
+//! tells TLS termination when a whole ClientHello has arrived (`tls::terminate`).
 //!
 //! Owns: recognising the first flight of a TLS client in bytes *peeked* from a socket,
 //! reassembling the ClientHello handshake message when it is split over several TLS records
