@@ -167,6 +167,12 @@ worker_stats! {
     /// TLS handshakes (termination) in progress now, and times one waited for `max_handshakes`.
     tls_handshakes_active,
     tls_handshake_waits,
+    /// TLS connections (termination) waiting now for their whole ClientHello, which costs no
+    /// `max_handshakes` slot (`timeouts.client_hello` bounds the wait).
+    tls_hello_waiting,
+    /// TLS connections closed at accept because their source already had
+    /// `global.max_handshakes_per_source` connections not through their handshake.
+    tls_source_refused,
     /// Completed handshakes: full, and resumed (ticket or session cache).
     tls_handshakes_full,
     tls_handshakes_resumed,

@@ -195,14 +195,18 @@ fn client_half_close_still_receives_whole_response() {
 #[test]
 fn failed_handshakes_are_counted_by_reason() {
     let origin = http_origin();
-    let s = setup(origin.addr, "", "[timeouts]\ntls_handshake = \"300ms\"");
+    let s = setup(
+        origin.addr,
+        "",
+        "[timeouts]\ntls_handshake = \"300ms\"\nclient_hello = \"300ms\"",
+    );
     // Garbage instead of a ClientHello: a protocol failure, the connection closed.
     let mut c = TcpStream::connect(s.proxy.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut sink = Vec::new();
     let _ = c.read_to_end(&mut sink);
-    // Silence: the handshake deadline closes it.
+    // Silence: the ClientHello deadline closes it (a handshake timeout).
     let mut idle = TcpStream::connect(s.proxy.addr).unwrap();
     idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let n = idle.read(&mut [0u8; 16]);

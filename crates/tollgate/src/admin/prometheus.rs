@@ -21,6 +21,7 @@ const GAUGES: &[&str] = &[
     "buffers_in_use",
     "buffer_waiters",
     "tls_handshakes_active",
+    "tls_hello_waiting",
     "pipes_in_use",
     "pipes_pooled",
     "shared_redis_down",

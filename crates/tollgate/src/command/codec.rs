@@ -188,6 +188,7 @@ mod tests {
                     key_pem: "-----BEGIN PRIVATE KEY-----\n".into(),
                     ocsp_hex: Some("3003".into()),
                 }],
+                tickets: crate::config::tickets::current(),
             },
             ToWorker::Stop,
             ToWorker::HardStop,

@@ -422,6 +422,11 @@ pub(crate) enum ToWorker {
         /// order: a worker restarted on the same config installs them again.
         #[serde(default)]
         certs: Vec<CertInstall>,
+        /// The master's session ticket keys (`config::tickets`): every generation seals and
+        /// opens tickets with the same keys, so a session resumes across a reload. Only on
+        /// this channel (never argv, environment or a file).
+        #[serde(default)]
+        tickets: Option<crate::config::tickets::TicketKeys>,
     },
     /// Soft stop: stop accepting, finish what is in flight, exit.
     Stop,

@@ -92,6 +92,8 @@ pub(crate) struct GlobalSection {
     pub max_pipes: Option<u32>,
     pub pipe_size: Option<Spanned<ByteSize>>,
     pub max_handshakes: Option<Spanned<u32>>,
+    /// TLS connections one source may have before the end of their handshake.
+    pub max_handshakes_per_source: Option<Spanned<u32>>,
     /// Health checks in flight at once, process-wide (see `config::health`).
     pub max_health_checks: Option<Spanned<u32>>,
     /// Worker processes switch to this user (name, or a numeric uid) after receiving the sockets.
@@ -158,6 +160,8 @@ pub(crate) struct TimeoutsSection {
     pub http_keep_alive: Option<Spanned<DurationValue>>,
     pub pool_idle: Option<Spanned<DurationValue>>,
     pub tls_handshake: Option<Spanned<DurationValue>>,
+    /// A terminating frontend's whole ClientHello must arrive within this.
+    pub client_hello: Option<Spanned<DurationValue>>,
     pub tls_inspect: Option<Spanned<DurationValue>>,
     /// The whole PROXY protocol header must arrive within this (`accept_proxy`).
     pub proxy_header: Option<Spanned<DurationValue>>,

@@ -33,6 +33,7 @@ pub mod route;
 mod route_action;
 pub mod shared;
 pub mod sni;
+pub mod tickets;
 pub(crate) mod tls;
 mod tls_policy;
 pub(crate) mod units;

@@ -24,6 +24,9 @@ pub const DEFAULT_MAX_PIPES: u32 = 64;
 /// The kernel's own default pipe size: sixteen pages.
 pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 pub const DEFAULT_MAX_HANDSHAKES: u32 = 1000;
+/// `global.max_handshakes_per_source` when absent: a busy NAT's share, a small part of
+/// `max_handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES_PER_SOURCE: u32 = 100;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -96,6 +99,9 @@ pub struct Global {
     pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
     pub max_handshakes: u32,
+    /// TLS connections (termination) one source (IPv4 address, IPv6 /64) may have open
+    /// before the end of their handshake, process-wide; more are closed at accept.
+    pub max_handshakes_per_source: u32,
     /// Health checks in flight at once, process-wide.
     pub max_health_checks: u32,
     /// Who worker processes run as (`user`/`group`); `None` = as started.
@@ -317,8 +323,12 @@ pub struct Timeouts {
     pub http_keep_alive: Duration,
     /// HTTP: idle server connections in the pool are closed after this.
     pub pool_idle: Duration,
-    /// Longest a TLS handshake (termination or to a server) may take.
+    /// Longest a TLS handshake (termination or to a server) may take; for termination,
+    /// counted from the arrival of the whole ClientHello.
     pub tls_handshake: Duration,
+    /// Termination: longest to wait for a whole ClientHello after accept (the wait takes no
+    /// `max_handshakes` slot).
+    pub client_hello: Duration,
     /// Longest to wait for a complete ClientHello when routing by SNI without terminating.
     pub tls_inspect: Duration,
     /// Longest to wait for a complete PROXY protocol header (`accept_proxy`).
@@ -377,6 +387,7 @@ impl Default for Timeouts {
             http_keep_alive: Duration::from_secs(10),
             pool_idle: Duration::from_secs(10),
             tls_handshake: Duration::from_secs(10),
+            client_hello: Duration::from_secs(5),
             tls_inspect: Duration::from_secs(5),
             proxy_header: Duration::from_secs(5),
             tunnel: None,

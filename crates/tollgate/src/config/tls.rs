@@ -207,6 +207,8 @@ fn check_chain(chain: &[CertificateDer<'_>], path: &Path) -> Result<(), String> 
 
 /// What `[frontend.tls]` asks for, already checked.
 pub(crate) struct ServerSettings {
+    /// The frontend's name: its session tickets are its own (`config::tickets`).
+    pub frontend: String,
     /// The frontend's live certificates (`config::cert_store`): SNI → certificate.
     pub certs: Arc<CertStore>,
     /// Newest first (`tls_policy::TlsPolicy::versions`).
@@ -231,7 +233,8 @@ pub(crate) fn server_config(s: ServerSettings, provider: Arc<CryptoProvider>) ->
     let mut config = builder.with_cert_resolver(s.certs);
     config.alpn_protocols = s.alpn;
     if s.session_tickets {
-        config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
+        // Keys the master hands to every generation: tickets survive a reload.
+        config.ticketer = super::tickets::ticketer(&s.frontend)?;
     }
     if s.session_cache {
         config.session_storage = ServerSessionMemoryCache::new(SESSION_CACHE_ENTRIES);

@@ -228,6 +228,15 @@ impl<'a> Validator<'a> {
                 Some(m) => *m.get_ref(),
                 None => DEFAULT_MAX_HANDSHAKES,
             },
+            max_handshakes_per_source: match &g.max_handshakes_per_source {
+                Some(m) if *m.get_ref() == 0 => {
+                    let key = "global.max_handshakes_per_source".into();
+                    self.err(m.span(), key, "must be at least 1".into());
+                    1
+                }
+                Some(m) => *m.get_ref(),
+                None => DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
+            },
             max_health_checks: super::health::max_health_checks(g.max_health_checks.as_ref(), &mut self.errors),
             run_as: super::users::run_as(g).unwrap_or_else(|(span, key, msg)| {
                 self.err(span, key.into(), msg);
@@ -384,6 +393,7 @@ impl<'a> Validator<'a> {
             ("http_keep_alive", &t.http_keep_alive, &mut out.http_keep_alive),
             ("pool_idle", &t.pool_idle, &mut out.pool_idle),
             ("tls_handshake", &t.tls_handshake, &mut out.tls_handshake),
+            ("client_hello", &t.client_hello, &mut out.client_hello),
             ("tls_inspect", &t.tls_inspect, &mut out.tls_inspect),
             ("proxy_header", &t.proxy_header, &mut out.proxy_header),
         ];
@@ -1052,6 +1062,7 @@ impl<'a> Validator<'a> {
             }
         }
         let settings = certs::ServerSettings {
+            frontend: f.name.get_ref().clone(),
             certs: Arc::clone(&store),
             versions: policy.versions.clone(),
             alpn,

@@ -62,6 +62,9 @@ pub struct Shared {
     pub stats: Vec<Arc<WorkerStats>>,
     /// `global.max_handshakes`: TLS handshakes in progress, process-wide.
     pub(crate) handshakes: Arc<tokio::sync::Semaphore>,
+    /// `global.max_handshakes_per_source`: TLS connections before the end of their
+    /// handshake, by source, process-wide.
+    pub(crate) pending_tls: crate::tls::pending::PendingBySource,
     /// The process's access log (`None`: `log.access = "off"`).
     pub(crate) access_log: Option<Arc<crate::accesslog::AccessLog>>,
     /// Per-frontend counters and per-backend timing histograms, by worker id.

@@ -284,6 +284,7 @@ impl Master {
                 _ = ticker.tick() => {
                     self.enforce_deadlines();
                     self.expire_pending();
+                    crate::config::tickets::step();
                 }
             }
         }
@@ -328,6 +329,8 @@ impl Master {
                 disabled_frontends: self.desired.disabled_frontends(config),
                 health,
                 certs,
+                // The master's own keys, as of this period (`config::tickets`).
+                tickets: crate::config::tickets::current(),
             };
             codec::write(&mut &ours, &msg)?;
             ours.set_nonblocking(true)

@@ -41,6 +41,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
         disabled_frontends,
         health,
         certs,
+        tickets,
     } = first
     else {
         return Err(Error::new(ErrorKind::Io, Side::Internal, "expected the config first"));
@@ -54,10 +55,16 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
         );
         Error::new(ErrorKind::Config, Side::Internal, message)
     };
+    // Before the config is parsed: its TLS frontends' ticketers start from these.
+    if let Some(keys) = tickets {
+        crate::config::tickets::install(keys);
+    }
     let mut config = match crate::config::parse_with_ids(&text, &path, &mut ids) {
         Ok(c) => c,
         Err(e) => return Err(fail(&mut chan, e.to_string())),
     };
+    // The frontends' ticketers hold their keys now: no other copy stays in this process.
+    crate::config::tickets::forget();
     config.source = Some(path.into());
     let sockets = match super::sockets::adopt(&config, received) {
         Ok(s) => s,

@@ -4,9 +4,10 @@
 //! Either side may be TLS (`relay::Endpoint`: a plain socket, or a rustls stream whose
 //! plaintext is relayed); `[frontend.splice]` applies when both sides are plain sockets.
 //!
-//! Session start: a TLS frontend terminates (`tls::terminate::accept`) and routes on the
-//! SNI the handshake saw; a plain frontend with `sni` routes peeks the ClientHello
-//! (`tls::passthrough`) and routes without decrypting; otherwise `default_backend`.
+//! Session start: a TLS frontend waits for the ClientHello (`tls::terminate::client_hello`),
+//! terminates (`tls::terminate::accept`) and routes on the SNI the handshake saw; a plain
+//! frontend with `sni` routes peeks the ClientHello (`tls::passthrough`) and routes without
+//! decrypting; otherwise `default_backend`.
 //! `[[frontend.limit]]`: limits keyed by source count the connection at accept, before any
 //! byte is read; limits keyed by SNI once it is known (peeked or from the handshake). A
 //! connection a source-only route sends on at accept reads no SNI: `sni` limits skip it.
@@ -138,16 +139,18 @@ async fn serve_tls<'a>(
     seen: &mut TlsSeen,
     held: &mut Held<'a>,
 ) -> Result<(), Error> {
+    // No handshake slot until a whole ClientHello is here (tls::terminate).
+    let hello = crate::tls::terminate::client_hello(ctx, &client, rec.client.ip()).await?;
     if tls.ktls.enabled && tls.server_config.enable_secret_extraction && ktls::available().is_ok() {
         // Eligible for kTLS (enabled in the config, and the kernel has the ULP: probed once
         // per process at startup, cached): rustls over a CorkStream, handed to the kernel
         // after `after_bytes` (tls::ktls).
-        let client = crate::tls::terminate::accept(ctx, tls, ktls::CorkStream::new(client)).await?;
+        let client = crate::tls::terminate::accept(ctx, tls, hello, ktls::CorkStream::new(client)).await?;
         let backend = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
         return to_server(ctx, fe, backend, client, rec).await;
     }
-    let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+    let client = crate::tls::terminate::accept(ctx, tls, hello, client).await?;
     let backend = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
     to_server(ctx, fe, backend, Layered(client), rec).await
 }
@@ -202,7 +205,7 @@ fn route_sni(ctx: &WorkerCtx, fe: &Frontend, rec: &StreamRecord, sni: Option<&st
     }
 }
 
-/// Peeks the ClientHello (a pooled buffer is held only while peeking) and routes on its SNI.
+/// Peeks the ClientHello (into a buffer that grows as it arrives) and routes on its SNI.
 async fn inspect<'a>(
     ctx: &'a WorkerCtx,
     fe: &Frontend,
@@ -212,11 +215,7 @@ async fn inspect<'a>(
     held: &mut Held<'a>,
 ) -> Result<usize, Error> {
     let deadline = Instant::now() + ctx.shared.config.timeouts.tls_inspect;
-    let hello = {
-        let mut buf = ctx.buffers.get(false).await;
-        passthrough::peek_client_hello(client, &mut buf, deadline).await
-    };
-    match hello {
+    match passthrough::peek_client_hello(client, deadline).await {
         Ok(info) => {
             crate::ctx::origin::note_sni(info.sni());
             if ctx.access_log.is_some() {

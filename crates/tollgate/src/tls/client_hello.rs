@@ -1,5 +1,6 @@
 //! A small, sans-io TLS ClientHello parser for SNI passthrough routing (the SNI matcher that
-//! routes on its result is `config::sni`).
+//! routes on its result is `config::sni`), whose framing half ([`client_hello_len`]) also
+//! tells TLS termination when a whole ClientHello has arrived (`tls::terminate`).
 //!
 //! Owns: recognising the first flight of a TLS client in bytes *peeked* from a socket,
 //! reassembling the ClientHello handshake message when it is split over several TLS records
@@ -210,6 +211,44 @@ impl<'a> Iterator for AlpnIter<'a> {
 /// The handshake message may be fragmented over any number of handshake records; a record of
 /// another content type before it is complete is an error.
 pub fn peek_client_hello(buf: &[u8], max_len: usize) -> Result<Option<ClientHelloInfo>, HelloError> {
+    let Some(framed) = frame(buf, max_len)? else {
+        return Ok(None);
+    };
+    let mut info = if framed.records == 1 {
+        let msg = buf
+            .get(RECORD_HEADER_LEN..framed.end)
+            .ok_or(HelloError::Malformed("internal: message bounds"))?;
+        parse_handshake_message(msg)?
+    } else {
+        parse_handshake_message(&gather(buf, framed.handshake_len)?)?
+    };
+    info.record_version = framed.record_version;
+    info.records = framed.records;
+    Ok(Some(info))
+}
+
+/// The framing half of [`peek_client_hello`], for a caller that only needs to know that a
+/// whole ClientHello has arrived (TLS termination, which leaves the parsing to rustls):
+/// `Ok(Some(n))` once the first `n` bytes of `buf` hold every record of the ClientHello
+/// message; `Ok(None)` and the errors as [`peek_client_hello`]'s, except that the message's
+/// contents are not looked at.
+pub fn client_hello_len(buf: &[u8], max_len: usize) -> Result<Option<usize>, HelloError> {
+    Ok(frame(buf, max_len)?.map(|f| f.end))
+}
+
+/// Where a complete ClientHello lies in the peeked bytes.
+struct Framed {
+    /// Records it spans.
+    records: usize,
+    record_version: u16,
+    /// The handshake message's length, its 4-byte header included.
+    handshake_len: usize,
+    /// The end of its last byte in `buf`.
+    end: usize,
+}
+
+/// Walks the records at the start of `buf` until the ClientHello message is whole.
+fn frame(buf: &[u8], max_len: usize) -> Result<Option<Framed>, HelloError> {
     let mut pos = 0; // start of the current record header
     let mut records = 0; // complete records passed so far
     let mut record_version = 0;
@@ -260,17 +299,12 @@ pub fn peek_client_hello(buf: &[u8], max_len: usize) -> Result<Option<ClientHell
                     if needed > buf.len() || needed > max_len {
                         return need_more(needed, max_len);
                     }
-                    let mut info = if records == 0 {
-                        let msg = buf
-                            .get(frag_start..needed)
-                            .ok_or(HelloError::Malformed("internal: message bounds"))?;
-                        parse_handshake_message(msg)?
-                    } else {
-                        parse_handshake_message(&gather(buf, total)?)?
-                    };
-                    info.record_version = record_version;
-                    info.records = records + 1;
-                    return Ok(Some(info));
+                    return Ok(Some(Framed {
+                        records: records + 1,
+                        record_version,
+                        handshake_len: total,
+                        end: needed,
+                    }));
                 }
                 // More records are needed: at least their headers and the rest of the message.
                 let needed = frag_end + RECORD_HEADER_LEN + (remaining - record.len);
@@ -290,7 +324,7 @@ pub fn peek_client_hello(buf: &[u8], max_len: usize) -> Result<Option<ClientHell
     }
 }
 
-fn need_more(needed: usize, max_len: usize) -> Result<Option<ClientHelloInfo>, HelloError> {
+fn need_more(needed: usize, max_len: usize) -> Result<Option<Framed>, HelloError> {
     if needed > max_len {
         Err(HelloError::TooLarge)
     } else {

@@ -1,8 +1,12 @@
 //! SNI passthrough: read the ClientHello *without consuming it* and route on its server
 //! name; the TLS session itself stays between the client and the server.
 //!
-//! The peek is bounded in bytes (the buffer, at most [`client_hello::DEFAULT_MAX_LEN`]) and
-//! in time (`timeouts.tls_inspect`). It never spins: MSG_PEEK leaves the bytes queued, so the
+//! The same peek is how TLS termination waits for a whole ClientHello before it takes a
+//! handshake slot (`tls::terminate::client_hello`): [`wait_client_hello`].
+//!
+//! The peek is bounded in bytes (the buffer grows as bytes arrive, to at most
+//! [`client_hello::DEFAULT_MAX_LEN`]) and in time (`timeouts.tls_inspect`, or
+//! `timeouts.client_hello` for termination). It never spins: MSG_PEEK leaves the bytes queued, so the
 //! socket stays "readable"; a peek that finds nothing new is reported to tokio as
 //! WouldBlock, which clears readiness until the next segment raises a new edge.
 
@@ -30,24 +34,50 @@ impl std::fmt::Display for InspectError {
         match self {
             InspectError::Hello(e) => write!(f, "{e}"),
             InspectError::Truncated => f.write_str("client closed before its ClientHello was complete"),
-            InspectError::TimedOut => f.write_str("no complete ClientHello before timeouts.tls_inspect"),
+            InspectError::TimedOut => f.write_str("no complete ClientHello in time"),
             InspectError::Io(e) => write!(f, "peek: {e}"),
         }
     }
 }
 
-/// Peeks until `buf` holds a whole ClientHello (or it cannot), by `deadline`.
-pub(crate) async fn peek_client_hello(
+/// The first peek's buffer: a whole ClientHello of most clients (browsers pad theirs to
+/// 512 bytes; a post-quantum key share makes ~1.8 KB, two doublings away).
+const FIRST_PEEK: usize = 512;
+
+/// Peeks until the bytes queued on `stream` hold a whole ClientHello (or they cannot), by
+/// `deadline`, and routes on its SNI (passthrough).
+pub(crate) async fn peek_client_hello(stream: &TcpStream, deadline: Instant) -> Result<ClientHelloInfo, InspectError> {
+    let mut buf = Vec::new();
+    peek_until(stream, &mut buf, deadline, client_hello::peek_client_hello).await
+}
+
+/// Waits until the bytes queued on `stream` hold every record of a ClientHello, by
+/// `deadline`, without looking into it (TLS termination: rustls parses it, from the socket).
+pub(crate) async fn wait_client_hello(stream: &TcpStream, deadline: Instant) -> Result<usize, InspectError> {
+    let mut buf = Vec::new();
+    peek_until(stream, &mut buf, deadline, client_hello::client_hello_len).await
+}
+
+/// Peeks into `buf` until `done` finds what it looks for in the queued bytes.
+///
+/// `buf` grows only as bytes arrive: from [`FIRST_PEEK`], doubled each time a peek fills
+/// it, never past [`client_hello::DEFAULT_MAX_LEN`]. So a connection that sends nothing, or
+/// half a record header, holds no buffer worth the name while it waits (the kernel holds
+/// what it did send).
+async fn peek_until<T>(
     stream: &TcpStream,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     deadline: Instant,
-) -> Result<ClientHelloInfo, InspectError> {
-    let limit = buf.len().min(client_hello::DEFAULT_MAX_LEN);
-    let Some(buf) = buf.get_mut(..limit) else {
-        return Err(InspectError::Hello(HelloError::TooLarge));
-    };
+    done: impl Fn(&[u8], usize) -> Result<Option<T>, HelloError>,
+) -> Result<T, InspectError> {
+    let limit = client_hello::DEFAULT_MAX_LEN;
     let mut seen = 0usize;
     loop {
+        if seen == buf.len() && buf.len() < limit {
+            // The last peek filled the buffer (or there was none yet): room for what follows.
+            let grown = (buf.len() * 2).clamp(FIRST_PEEK, limit);
+            buf.resize(grown, 0);
+        }
         let ready = match tokio::time::timeout_at(deadline, stream.ready(Interest::READABLE)).await {
             Err(_) => return Err(InspectError::TimedOut),
             Ok(Err(e)) => return Err(InspectError::Io(e)),
@@ -55,7 +85,7 @@ pub(crate) async fn peek_client_hello(
         };
         let mut stalled = false;
         let peeked = stream.try_io(Interest::READABLE, || {
-            let (n, _) = rustix::net::recv(stream, &mut *buf, rustix::net::RecvFlags::PEEK)?;
+            let (n, _) = rustix::net::recv(stream, buf.as_mut_slice(), rustix::net::RecvFlags::PEEK)?;
             if n == seen && n != 0 {
                 // Nothing new since the last peek: wait for the next segment.
                 stalled = true;
@@ -72,8 +102,8 @@ pub(crate) async fn peek_client_hello(
             Err(e) => return Err(InspectError::Io(e)),
         };
         seen = n;
-        match client_hello::peek_client_hello(buf.get(..n).unwrap_or_default(), limit) {
-            Ok(Some(info)) => return Ok(info),
+        match done(buf.get(..n).unwrap_or_default(), limit) {
+            Ok(Some(found)) => return Ok(found),
             Ok(None) if n >= limit => return Err(InspectError::Hello(HelloError::TooLarge)),
             Ok(None) => {}
             Err(e) => return Err(InspectError::Hello(e)),

@@ -2,11 +2,25 @@
 //! `timeouts.tls_handshake` deadline, with counters by outcome and by what was negotiated
 //! (group, version, suite).
 //!
-//! [`accept`] is the one entry point for every mode: TCP mode relays the plaintext, HTTP
-//! mode parses it. The `ServerConfig` comes from the config model, shared by all workers
-//! (one ticketer, one session cache), so a session resumes on whichever core accepts it.
+//! Two steps, for every mode (TCP mode relays the plaintext, HTTP mode parses it):
+//! [`client_hello`] then [`accept`], which takes what the first returns.
+//! - [`client_hello`]: the connection takes its source's place
+//!   (`global.max_handshakes_per_source`, refused at once when full) and waits, by
+//!   `timeouts.client_hello`, until a whole ClientHello is queued on the socket (peeked, not
+//!   read: `tls::passthrough`). This wait costs no `max_handshakes` slot: a peer must send a
+//!   whole ClientHello before it holds one, so idle connections, or ones that send half a
+//!   record, cannot starve the handshakes of everyone else. Plain frontends never come here.
+//! - [`accept`]: takes a slot (waiting if none is free) and handshakes, by
+//!   `timeouts.tls_handshake` counted from the ClientHello's arrival. The source's place is
+//!   kept until the handshake ends, so a source that stalls after its ClientHello holds at
+//!   most its share of slots.
+//!
+//! The `ServerConfig` comes from the config model, shared by all workers (one ticketer, one
+//! session cache), so a session resumes on whichever core accepts it; the ticket keys come
+//! from the master (`config::tickets`), so it resumes after a reload too.
 
 use std::io;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -19,6 +33,8 @@ use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Side};
 use crate::stats::{Counter, WorkerStats};
+use crate::tls::passthrough::{self, InspectError};
+use crate::tls::pending::SourcePlace;
 
 /// A terminated client connection.
 pub(crate) type ServerTlsStream = tokio_rustls::server::TlsStream<TcpStream>;
@@ -39,13 +55,28 @@ pub(crate) enum HandshakeFailure {
 }
 
 impl HandshakeFailure {
-    fn context(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
-            HandshakeFailure::Timeout => "TLS handshake: timeout",
-            HandshakeFailure::Protocol => "TLS handshake: protocol",
-            HandshakeFailure::NoCert => "TLS handshake: no-certificate",
-            HandshakeFailure::Closed => "TLS handshake: closed",
-            HandshakeFailure::ClientCert => "TLS handshake: client certificate",
+            HandshakeFailure::Timeout => "timeout",
+            HandshakeFailure::Protocol => "protocol",
+            HandshakeFailure::NoCert => "no-certificate",
+            HandshakeFailure::Closed => "closed",
+            HandshakeFailure::ClientCert => "client certificate",
+        }
+    }
+
+    /// Counts the failure and makes its error (`stage`: where, for the message).
+    fn failed(self, stats: &WorkerStats, stage: &str, source: Option<io::Error>) -> Error {
+        self.counter(stats).add(1);
+        // A client hanging up mid-handshake is routine (debug); the rest is logged at warn.
+        let kind = match self {
+            HandshakeFailure::Closed => ErrorKind::PeerClosed,
+            _ => ErrorKind::Tls,
+        };
+        let e = Error::new(kind, Side::Front, format!("{stage}: {}", self.as_str()));
+        match source {
+            Some(s) => e.with_source(s),
+            None => e,
         }
     }
 
@@ -73,8 +104,16 @@ impl HandshakeFailure {
     }
 }
 
-/// Holds `tls_handshakes_active` up for the life of one handshake.
+/// Holds a gauge (`tls_handshakes_active`, `tls_hello_waiting`) up for the life of one
+/// handshake or wait.
 struct Active<'a>(&'a Counter);
+
+impl<'a> Active<'a> {
+    fn up(counter: &'a Counter) -> Self {
+        counter.add(1);
+        Active(counter)
+    }
+}
 
 impl Drop for Active<'_> {
     fn drop(&mut self) {
@@ -82,31 +121,70 @@ impl Drop for Active<'_> {
     }
 }
 
-/// Runs the server side of a TLS handshake on `stream`.
+/// A connection whose whole ClientHello has arrived, with its source's place: what
+/// [`accept`] takes.
+pub(crate) struct HelloReceived<'a> {
+    _place: SourcePlace<'a>,
+}
+
+/// Waits (by `timeouts.client_hello`, without a handshake slot) until a whole ClientHello
+/// is queued on `stream`, the connection holding a place of its source `client`.
+///
+/// Refused at once (counted in `tls_source_refused`) when the source already has
+/// `global.max_handshakes_per_source` connections before the end of their handshake. A
+/// wait that fails is counted as a failed handshake (timeout, closed, protocol).
+pub(crate) async fn client_hello<'a>(
+    ctx: &'a WorkerCtx,
+    stream: &TcpStream,
+    client: IpAddr,
+) -> Result<HelloReceived<'a>, Error> {
+    let stats = &ctx.stats;
+    let Some(place) = ctx.shared.pending_tls.enter(client) else {
+        stats.tls_source_refused.add(1);
+        return Err(Error::new(
+            ErrorKind::Limited,
+            Side::Front,
+            "TLS: the source has global.max_handshakes_per_source connections before their handshake",
+        ));
+    };
+    let deadline = Instant::now() + ctx.shared.config.timeouts.client_hello;
+    let waited = {
+        let _waiting = Active::up(&stats.tls_hello_waiting);
+        passthrough::wait_client_hello(stream, deadline).await
+    };
+    let e = match waited {
+        Ok(_) => return Ok(HelloReceived { _place: place }),
+        Err(e) => e,
+    };
+    let (reason, source) = match e {
+        InspectError::TimedOut => (HandshakeFailure::Timeout, None),
+        InspectError::Truncated => (HandshakeFailure::Closed, None),
+        InspectError::Io(io) if crate::error::is_peer_reset(&io) => (HandshakeFailure::Closed, Some(io)),
+        InspectError::Io(io) => (HandshakeFailure::Protocol, Some(io)),
+        InspectError::Hello(h) => (
+            HandshakeFailure::Protocol,
+            Some(io::Error::new(io::ErrorKind::InvalidData, h)),
+        ),
+    };
+    Err(reason.failed(stats, "TLS ClientHello", source))
+}
+
+/// Runs the server side of a TLS handshake on `stream`, whose ClientHello has arrived
+/// (`hello`, from [`client_hello`]: its source's place is given back when this returns).
 ///
 /// Waits for a `max_handshakes` slot first (the wait counts against the handshake
 /// deadline), so a flood of handshakes queues instead of eating every core.
 pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
     ctx: &WorkerCtx,
     tls: &FrontendTls,
+    hello: HelloReceived<'_>,
     stream: IO,
 ) -> Result<tokio_rustls::server::TlsStream<IO>, Error> {
+    let _hello = hello;
     let stats = &ctx.stats;
     let limit = ctx.shared.config.timeouts.tls_handshake;
     let deadline = Instant::now() + limit;
-    let fail = |reason: HandshakeFailure, source: Option<io::Error>| {
-        reason.counter(stats).add(1);
-        // A client hanging up mid-handshake is routine (debug); the rest is logged at warn.
-        let kind = match reason {
-            HandshakeFailure::Closed => ErrorKind::PeerClosed,
-            _ => ErrorKind::Tls,
-        };
-        let e = Error::new(kind, Side::Front, reason.context());
-        match source {
-            Some(s) => e.with_source(s),
-            None => e,
-        }
-    };
+    let fail = |reason: HandshakeFailure, source| reason.failed(stats, "TLS handshake", source);
     let _permit = match Arc::clone(&ctx.shared.handshakes).try_acquire_owned() {
         Ok(p) => p,
         Err(_) => {
@@ -117,8 +195,7 @@ pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
             }
         }
     };
-    stats.tls_handshakes_active.add(1);
-    let _active = Active(&stats.tls_handshakes_active);
+    let _active = Active::up(&stats.tls_handshakes_active);
     let handshake = async {
         match &tls.acme_challenge {
             // While a name of a frontend answering tls-alpn-01 is under validation, the

@@ -111,7 +111,9 @@ fn serve_tls<'a>(
         let client = client
             .into_registered()
             .map_err(|e| Error::io(Side::Front, "register", e))?;
-        let client = crate::tls::terminate::accept(ctx, tls, client).await?;
+        // No handshake slot until a whole ClientHello is here (tls::terminate).
+        let hello = crate::tls::terminate::client_hello(ctx, &client, peer.ip()).await?;
+        let client = crate::tls::terminate::accept(ctx, tls, hello, client).await?;
         ctx.handshake_done();
         let conn = client.get_ref().1;
         crate::ctx::origin::note_tls(conn);

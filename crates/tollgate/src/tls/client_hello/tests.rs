@@ -460,3 +460,31 @@ fn matcher_routes_a_parsed_hello() {
     let info = parse_full(&rustls_hello(&DEFAULT_OPTS));
     assert_eq!(info.sni().and_then(|sni| m.lookup(sni)), Some(5));
 }
+
+#[test]
+fn framing_only_says_where_the_hello_ends() {
+    let single = rustls_hello(&HelloOpts {
+        post_quantum: true,
+        ..DEFAULT_OPTS
+    });
+    let msg = handshake_message(&single);
+    let many = reframe(msg, &[1, 3, 100, msg.len() - 1]);
+    for buf in [&single[..], &many[..]] {
+        for n in 0..buf.len() {
+            assert_eq!(client_hello_len(&buf[..n], DEFAULT_MAX_LEN), Ok(None), "prefix {n}");
+        }
+        // Bytes after the hello (the client's next flight) are not part of it.
+        let mut more = buf.to_vec();
+        more.extend_from_slice(&[0x14, 0x03, 0x03, 0x00, 0x01, 0x01]);
+        assert_eq!(client_hello_len(&more, DEFAULT_MAX_LEN), Ok(Some(buf.len())));
+    }
+    // The framing refuses what parsing would, without waiting for the rest.
+    assert_eq!(
+        client_hello_len(b"GET / HTTP/1.1\r\n", DEFAULT_MAX_LEN),
+        Err(HelloError::NotTls)
+    );
+    assert_eq!(
+        client_hello_len(&[0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0xff, 0xff], DEFAULT_MAX_LEN),
+        Err(HelloError::TooLarge)
+    );
+}
