@@ -96,6 +96,22 @@ fn cases() -> Vec<(&'static str, String, u16)> {
             format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: foo, chunked\r\n\r\n0\r\n\r\n"),
             501,
         ),
+        // Empty list elements (HAProxy: 400): refused, never forwarded as sent.
+        (
+            "te empty element first",
+            format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: , chunked\r\n\r\n0\r\n\r\n"),
+            400,
+        ),
+        (
+            "te two empty elements first",
+            format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: ,,chunked\r\n\r\n0\r\n\r\n"),
+            400,
+        ),
+        (
+            "te empty elements last",
+            format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: chunked, ,\r\n\r\n0\r\n\r\n"),
+            400,
+        ),
         (
             "te chunked with a parameter",
             format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: chunked; q=1\r\n\r\n0\r\n\r\n"),

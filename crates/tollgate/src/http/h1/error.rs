@@ -66,7 +66,7 @@ pub enum ErrorKind {
     /// Both Transfer-Encoding and Content-Length.
     TransferEncodingWithContentLength,
     /// Transfer-Encoding whose final coding is not `chunked` (known or not), `chunked` twice,
-    /// `chunked` with parameters, or empty.
+    /// `chunked` with parameters, empty, or with an empty list element (`, chunked`).
     BadTransferEncoding,
     /// A transfer coding we do not know before a final `chunked`, or any coding before it on
     /// a request (501 on a request).

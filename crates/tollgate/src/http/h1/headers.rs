@@ -276,8 +276,12 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
             HeaderKind::TransferEncoding => {
                 has_te = true;
                 for el in list_elements(value) {
+                    // RFC 9110 §5.6.1 asks recipients to skip empty elements, but a server
+                    // behind us that counts them, or takes the first or last one, frames
+                    // the body otherwise; and we forward the field as received. HAProxy
+                    // refuses them too.
                     if el.is_empty() {
-                        continue;
+                        return Err(ErrorKind::BadTransferEncoding);
                     }
                     let mut parts = el.split(|&b| b == b';');
                     let name = trim_ows(parts.next().unwrap_or_default());

@@ -107,7 +107,7 @@ fn transfer_encoding_rules() {
     for f in [
         "Transfer-Encoding: chunked\r\n",
         "Transfer-Encoding: Chunked\r\n",
-        "Transfer-Encoding: , chunked\r\n",
+        "Transfer-Encoding: chunked \r\n",
     ] {
         assert_eq!(req_ok(&with_headers(f)).body, BodyFraming::Chunked, "{f}");
     }
@@ -149,6 +149,17 @@ fn transfer_encoding_rules() {
         ),
         ("Transfer-Encoding:\r\n", ErrorKind::BadTransferEncoding, 400),
         ("Transfer-Encoding: ,\r\n", ErrorKind::BadTransferEncoding, 400),
+        // Empty list elements: a peer that counts elements, or takes the first or the last,
+        // reads another framing (HAProxy refuses them too).
+        ("Transfer-Encoding: , chunked\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: ,,chunked\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: chunked, ,\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: chunked,\r\n", ErrorKind::BadTransferEncoding, 400),
+        (
+            "Transfer-Encoding: gzip, , chunked\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
         (
             "Transfer-Encoding: foo, chunked\r\n",
             ErrorKind::UnknownTransferCoding,
@@ -556,6 +567,10 @@ fn response_errors_are_502() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            ErrorKind::BadTransferEncoding,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: , chunked\r\n\r\n",
             ErrorKind::BadTransferEncoding,
         ),
         (
