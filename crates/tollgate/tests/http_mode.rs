@@ -254,7 +254,11 @@ address = "{}"
         ("GET /c/1 HTTP/1.1\r\nHost: z\r\n\r\n", "from-c"),
         ("GET /cc HTTP/1.1\r\nHost: z\r\n\r\n", "from-a"),
         ("GET / HTTP/1.1\r\nHost: z\r\nX-Tenant: blue\r\n\r\n", "from-b"),
-        ("GET http://WWW.B.TEST/c/ HTTP/1.1\r\nHost: other\r\n\r\n", "from-b"),
+        // The absolute-form authority routes (Host must agree: a default port is no port).
+        (
+            "GET http://WWW.B.TEST/c/ HTTP/1.1\r\nHost: www.b.test:80\r\n\r\n",
+            "from-b",
+        ),
         ("GET /healthz HTTP/1.1\r\nHost: z\r\n\r\n", "alive\n"),
     ];
     for (req, want) in cases {

@@ -325,7 +325,7 @@ fn target_forms() {
     ];
     for (line, form) in cases {
         let mut buf = line.to_vec();
-        buf.extend_from_slice(b"\r\nHost: h\r\n\r\n");
+        buf.extend_from_slice(b"\r\nHost: example.com\r\n\r\n");
         match form {
             Some(f) => assert_eq!(req_ok(&buf).target_form, *f),
             None => assert_eq!(
@@ -379,6 +379,58 @@ fn host_rules() {
     assert_eq!((e.kind(), e.status()), (ErrorKind::DuplicateHost, 400));
     let h = req_ok(b"GET / HTTP/1.0\r\n\r\n");
     assert!(h.host.is_none() && h.version == Version::Http10);
+    // RFC 9112 3.2: an invalid Host is a 400.
+    for host in [
+        "a b",
+        "evil.example/x?",
+        "a@b.example",
+        "x:notaport",
+        "x:65536",
+        ":80",
+        "[::1",
+        "a,b\"",
+    ] {
+        let e = req_err(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert_eq!((e.kind(), e.status()), (ErrorKind::BadHost, 400), "{host}");
+        let e = req_err(format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert_eq!(e.kind(), ErrorKind::BadHost, "1.0: {host}");
+    }
+    for host in ["", "a.example:8080", "[::1]:443", "127.0.0.1", "a:"] {
+        req_ok(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    }
+    // Absolute form: the authority must be valid and agree with Host (default port = none).
+    for (line, host) in [
+        ("GET http://public.example/x HTTP/1.1", "public.example"),
+        ("GET http://Public.Example/x HTTP/1.1", "public.example:80"),
+        ("GET https://public.example:443/x HTTP/1.1", "public.example"),
+        ("GET http://public.example:8080 HTTP/1.1", "public.example:8080"),
+        ("GET http://[::1]:8080/ HTTP/1.1", "[::1]:8080"),
+    ] {
+        req_ok(format!("{line}\r\nHost: {host}\r\n\r\n").as_bytes());
+    }
+    req_ok(b"GET http://public.example/x HTTP/1.0\r\n\r\n");
+    for (line, host) in [
+        ("GET http://public.example/x HTTP/1.1", "admin.example"),
+        ("GET http://public.example/x HTTP/1.1", "public.example:8080"),
+        ("GET https://public.example/x HTTP/1.1", "public.example:80"),
+        ("GET http://public.example:81/x HTTP/1.1", "public.example"),
+    ] {
+        let e = req_err(format!("{line}\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert_eq!(
+            (e.kind(), e.status()),
+            (ErrorKind::HostMismatch, 400),
+            "{line} / {host}"
+        );
+    }
+    for line in [
+        "GET http://user@public.example/x HTTP/1.1",
+        "GET http://public.example:x/ HTTP/1.1",
+        "GET http://public.example:99999/ HTTP/1.1",
+        "CONNECT a@b:443 HTTP/1.1",
+    ] {
+        let e = req_err(format!("{line}\r\nHost: public.example\r\n\r\n").as_bytes());
+        assert_eq!(e.kind(), ErrorKind::BadTarget, "{line}");
+    }
 }
 
 #[test]
