@@ -65,8 +65,10 @@
 //! Response framing (RFC 9112 6.3): none for HEAD, 1xx, 204, 304 and 2xx-to-CONNECT (`tunnel`);
 //! else chunked, Content-Length, or close-delimited.
 //!
-//! Not done here (caller's job): a chunked response to an HTTP/1.0 client must be de-chunked or
-//! the client closed-delimited by the proxy; absolute-form targets override Host (RFC 9112 3.2.2).
+//! Not done here (caller's job): a chunked response to an HTTP/1.0 client must be de-chunked
+//! ([`BodyTracker::decode`]) and close-delimited by the proxy, without its Transfer-Encoding
+//! ([`HeadEdits::no_transfer_encoding`]). An absolute-form target and Host never disagree
+//! once parsed (see the table), so forwarding either names the same host.
 
 pub mod body;
 pub mod error;

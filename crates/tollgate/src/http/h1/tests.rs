@@ -1006,6 +1006,50 @@ Connection: keep-alive\r\n\r\n"
     );
 }
 
+/// curl `--http2` on cleartext offers `Upgrade: h2c` with `HTTP2-Settings`: not an upgrade
+/// the proxy passes on. The request goes as plain HTTP/1.1; other protocols still upgrade.
+#[test]
+fn an_h2c_offer_is_dropped() {
+    let buf = b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\nX-End: 2\r\n\r\n";
+    assert!(!req_ok(buf).upgrade);
+    assert_eq!(
+        out_req(buf, &HeadEdits::default()),
+        "GET /x HTTP/1.1\r\nHost: h\r\nX-End: 2\r\n\r\n"
+    );
+    // Not named by Connection: dropped all the same.
+    let buf = b"GET /x HTTP/1.1\r\nHost: h\r\nHTTP2-Settings: AAMA\r\n\r\n";
+    assert_eq!(
+        out_req(buf, &HeadEdits::default()),
+        "GET /x HTTP/1.1\r\nHost: h\r\n\r\n"
+    );
+    let upgrade = HeadEdits {
+        connection: ConnectionOut::Upgrade,
+        ..HeadEdits::default()
+    };
+    for (offer, kept) in [
+        ("websocket, h2c", "websocket"),
+        ("H2C, foo/2, bar", "foo/2, bar"),
+        ("websocket", "websocket"),
+    ] {
+        let buf = format!("GET /x HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: {offer}\r\n\r\n");
+        assert!(req_ok(buf.as_bytes()).upgrade, "{offer}");
+        let want = format!("GET /x HTTP/1.1\r\nHost: h\r\nUpgrade: {kept}\r\nConnection: upgrade\r\n\r\n");
+        assert_eq!(out_req(buf.as_bytes(), &upgrade), want, "{offer}");
+    }
+    // Two fields, one of them only `h2c`: that one goes.
+    let buf = b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: h2c\r\nUpgrade: websocket\r\n\r\n";
+    assert!(req_ok(buf).upgrade);
+    assert_eq!(
+        out_req(buf, &upgrade),
+        "GET /x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+    );
+    for offer in ["h2c", "h2c, h2c", " h2c ,"] {
+        let buf = format!("GET /x HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: {offer}\r\n\r\n");
+        assert!(!req_ok(buf.as_bytes()).upgrade, "{offer}");
+    }
+}
+
 #[test]
 fn forwarding_fields() {
     let buf = b"GET /x HTTP/1.0\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-Proto: ftp\r\n\
