@@ -90,7 +90,10 @@ pub(super) async fn forward<'a, C: ClientStream>(
             outcome = dispatch(s, backend, req, conn, &sent) => outcome,
             () = ctx.killed(&live, epoch, kills.as_mut()) => {
                 let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
-                Outcome::Failed(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+                // The exchange is dropped: its record says how far it got (`KH` before the
+                // response head, not `KT`).
+                let killed = Error::new(ErrorKind::Killed, Side::Internal, why).during(s.rec.exchange_phase());
+                Outcome::Failed(killed.at(backend, Some(live.id)))
             }
         };
         s.rec.bytes_to_server += sent.get();
