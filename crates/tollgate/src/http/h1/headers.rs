@@ -63,8 +63,8 @@ pub enum HeaderKind {
     ProxyConnection,
     Te,
     Upgrade,
-    /// `HTTP2-Settings` (RFC 9113 §3.2 removed the h2c upgrade it goes with; always
-    /// connection-specific).
+    /// `HTTP2-Settings` (RFC 9113 §3.1 deprecates it with the h2c upgrade it goes with;
+    /// always connection-specific).
     Http2Settings,
     Expect,
     XForwardedFor,
