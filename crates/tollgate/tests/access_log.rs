@@ -382,6 +382,53 @@ fn sigusr1_reopens_the_file_in_master_mode() {
     assert!(old.contains("\"/before\""));
 }
 
+/// `shutdown sessions` while a request waits for its response head: the line says so
+/// (`KH`), not "killed while relaying" (`KT`), which is for a tunnel.
+#[test]
+fn a_kill_before_the_response_head_is_logged_in_that_phase() {
+    use master_support::{Master, TempDir, global};
+    use std::sync::Mutex;
+    use std::sync::mpsc;
+    let (arrived, heads) = mpsc::channel::<()>();
+    let (release, hold) = mpsc::channel::<()>();
+    let (arrived, hold) = (Mutex::new(arrived), Mutex::new(hold));
+    let origin = http_origin(move |r| {
+        if r.target == "/held" {
+            arrived.lock().unwrap().send(()).unwrap();
+            // Until the test is done with it (bounded: the test's own limits are shorter).
+            let _ = hold.lock().unwrap().recv_timeout(Duration::from_secs(10));
+        }
+        ok("ok")
+    });
+    let dir = TempDir::new("accesslog-kill");
+    let log = dir.0.join("access.log");
+    let config = format!(
+        "{}{}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        global(&dir.0, ""),
+        log_table(&log, "json"),
+        origin.addr
+    );
+    let master = Master::start(dir, &config, &[]);
+    let mut c = TcpStream::connect(master.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /held HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    heads
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the request reached the origin");
+    master.ctl_ok(&["shutdown", "sessions", "server", "be/o"]);
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    let _ = release.send(());
+    let v = &json_lines(&log, 1)[0];
+    assert_eq!(v["path"], "/held", "{v}");
+    assert_eq!(v["termination_code"], "KH", "{v}");
+    assert_eq!(
+        v["termination"], "killed by an operator while waiting for the response head",
+        "{v}"
+    );
+}
+
 #[test]
 fn https_lines_carry_the_tls_version_and_sni_curl() {
     if Command::new("curl").arg("--version").output().is_err() {

@@ -115,6 +115,20 @@ fn matrix() -> Vec<Case> {
         case("CR LF in :method", replace(":method", b"GET /a HTTP/1.1\r\n\r\nGET")),
         case("CONNECT", replace(":method", b"CONNECT")),
         case("userinfo in :authority", replace(":authority", b"user@example.com")),
+        // The HTTP/1 Host grammar (`http::host`), issue 27 item 2.
+        case(
+            "port not a number in :authority",
+            replace(":authority", b"example.com:notaport"),
+        ),
+        case(
+            "port above 65535 in :authority",
+            replace(":authority", b"example.com:65536"),
+        ),
+        case("path in host", {
+            let mut v = without(":authority");
+            v.push(f("host", "evil.example/x?"));
+            v
+        }),
         case(":scheme not http(s)", replace(":scheme", b"ftp")),
         case("whitespace around a value", get_with(&[("x-a", " padded")])),
         case("bad content-length", {

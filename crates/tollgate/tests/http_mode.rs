@@ -86,6 +86,64 @@ fn http10_client_gets_a_response_it_can_frame() {
     assert!(out.ends_with("old"), "{out}");
 }
 
+/// Sends `request` on a fresh connection and reads until the proxy closes it (a bounded
+/// wait: a read timeout is a failure, since the connection must close).
+fn exchange_to_close(proxy: &Proxy, request: &[u8]) -> String {
+    let (mut c, mut r) = connect(proxy);
+    c.write_all(request).unwrap();
+    let mut out = Vec::new();
+    r.read_to_end(&mut out)
+        .expect("the proxy closes the connection after the response");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A server that chunks anyway, whatever the request's version (RFC 9112 §6.1 forbids it
+/// towards an HTTP/1.0 client): the HTTP/1.0 client gets the content close-delimited, without
+/// Transfer-Encoding, even when it asked for keep-alive; an HTTP/1.1 client still gets chunks.
+#[test]
+fn a_chunked_response_reaches_an_http10_client_dechunked() {
+    const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n\
+5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n";
+    let origin = http_origin(|r| match r.target.as_str() {
+        "/coded" => {
+            Reply::Bytes(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n".to_vec())
+        }
+        _ => Reply::Bytes(CHUNKED.to_vec()),
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    for request in [
+        &b"GET / HTTP/1.0\r\n\r\n"[..],
+        b"GET / HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n\r\n",
+    ] {
+        let out = exchange_to_close(&proxy, request);
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        let lower = head.to_ascii_lowercase();
+        assert!(head.starts_with("HTTP/1.1 200 "), "{out}");
+        assert!(!lower.contains("transfer-encoding"), "{out}");
+        assert!(!lower.contains("content-length"), "{out}");
+        assert!(
+            lower.contains("\r\nconnection: close") && lower.contains("\r\nx-a: 1"),
+            "{out}"
+        );
+        assert_eq!(body, "hello world", "the content only: no size lines, no trailers");
+    }
+    // A coding the client cannot be told of: 502, nothing of the body.
+    let out = exchange_to_close(&proxy, b"GET /coded HTTP/1.0\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 502 "), "{out}");
+    // HTTP/1.1: chunked as before, and the connection stays.
+    let (mut c, mut r) = connect(&proxy);
+    for _ in 0..2 {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let (status, fields, body) = read_response(&mut r).expect("response");
+        assert_eq!((status, body), (200, b"hello world".to_vec()));
+        assert!(
+            fields
+                .iter()
+                .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v == "chunked")
+        );
+    }
+}
+
 #[test]
 fn head_204_304_carry_no_body() {
     let origin = http_origin(|r| match r.target.as_str() {
@@ -254,7 +312,11 @@ address = "{}"
         ("GET /c/1 HTTP/1.1\r\nHost: z\r\n\r\n", "from-c"),
         ("GET /cc HTTP/1.1\r\nHost: z\r\n\r\n", "from-a"),
         ("GET / HTTP/1.1\r\nHost: z\r\nX-Tenant: blue\r\n\r\n", "from-b"),
-        ("GET http://WWW.B.TEST/c/ HTTP/1.1\r\nHost: other\r\n\r\n", "from-b"),
+        // The absolute-form authority routes (Host must agree: a default port is no port).
+        (
+            "GET http://WWW.B.TEST/c/ HTTP/1.1\r\nHost: www.b.test:80\r\n\r\n",
+            "from-b",
+        ),
         ("GET /healthz HTTP/1.1\r\nHost: z\r\n\r\n", "alive\n"),
     ];
     for (req, want) in cases {
@@ -324,6 +386,61 @@ fn websocket_upgrade_tunnels_both_ways_only_after_101() {
         r.read_exact(&mut back).unwrap();
         assert_eq!(back, msg);
     }
+}
+
+/// `curl --http2` on a cleartext HTTP/1 frontend offers `Upgrade: h2c` with `HTTP2-Settings`:
+/// the offer is dropped and the request served as HTTP/1.1 (what curl expects), so a server
+/// never sees an h2c upgrade without its settings. A WebSocket upgrade offered beside h2c
+/// still upgrades.
+#[test]
+fn an_h2c_upgrade_offer_is_served_as_http11() {
+    const H2C_101: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n";
+    const WS_101: &[u8] = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+    let origin = http_origin(|r| match r.header("upgrade") {
+        Some(u) if u.contains("h2c") => Reply::Tunnel(H2C_101.to_vec()),
+        Some("websocket") => Reply::Tunnel(WS_101.to_vec()),
+        _ => ok(&format!("plain {}", r.header("http2-settings").unwrap_or("-"))),
+    });
+    let proxy = Proxy::start(&http_config("", origin.addr));
+    let h2c_offer = "GET /x HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+    let (mut c, mut r) = connect(&proxy);
+    for _ in 0..2 {
+        c.write_all(h2c_offer.as_bytes()).unwrap();
+        let (status, _, body) = read_response(&mut r).expect("response");
+        assert_eq!((status, String::from_utf8_lossy(&body).as_ref()), (200, "plain -"));
+    }
+    if std::process::Command::new("curl").arg("--version").output().is_ok() {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--http2", "-w", "\n%{http_version}"])
+            .arg(format!("http://{}/curl", proxy.addr))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "plain -\n1.1", "{out:?}");
+    } else {
+        eprintln!("curl part skipped: curl is not installed");
+    }
+    for req in origin.requests() {
+        assert_eq!(req.header("upgrade"), None, "{req:?}");
+        assert_eq!(req.header("http2-settings"), None, "{req:?}");
+        assert!(
+            !req.header("connection")
+                .unwrap_or("")
+                .to_ascii_lowercase()
+                .contains("upgrade"),
+            "{req:?}"
+        );
+    }
+    // h2c beside websocket: the websocket upgrade goes through, bytes flow both ways.
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: h2c, websocket\r\nConnection: Upgrade\r\n\r\n")
+        .unwrap();
+    let (status, _, _) = read_response(&mut r).unwrap();
+    assert_eq!(status, 101);
+    c.write_all(b"frame").unwrap();
+    let mut back = [0u8; 5];
+    r.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"frame");
 }
 
 #[test]

@@ -96,6 +96,22 @@ fn cases() -> Vec<(&'static str, String, u16)> {
             format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: foo, chunked\r\n\r\n0\r\n\r\n"),
             501,
         ),
+        // Empty list elements (HAProxy: 400): refused, never forwarded as sent.
+        (
+            "te empty element first",
+            format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: , chunked\r\n\r\n0\r\n\r\n"),
+            400,
+        ),
+        (
+            "te two empty elements first",
+            format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: ,,chunked\r\n\r\n0\r\n\r\n"),
+            400,
+        ),
+        (
+            "te empty elements last",
+            format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: chunked, ,\r\n\r\n0\r\n\r\n"),
+            400,
+        ),
         (
             "te chunked with a parameter",
             format!("POST / HTTP/1.1\r\n{h}Transfer-Encoding: chunked; q=1\r\n\r\n0\r\n\r\n"),
@@ -421,4 +437,125 @@ fn upgrade_on_a_request_with_a_body_is_dropped() {
         );
         assert_eq!(r.body, b"hello");
     }
+}
+
+/// RFC 9112 §3.2: an invalid Host is a 400. None of these reaches a server (which might
+/// trust it) or a redirect (which would echo it into `Location`); a valid one is forwarded
+/// as sent.
+#[test]
+fn an_invalid_host_is_refused_before_any_server_or_redirect() {
+    let origin = http_origin(|r| ok(r.header("host").unwrap_or("-")));
+    let proxy = Proxy::start(&format!(
+        "{}\n[[frontend.route]]\npath_prefix = \"/r\"\nredirect = {{ to = \"https://{{host}}:27443{{path}}\" }}\n",
+        http_config("", origin.addr)
+    ));
+    for host in ["a b", "evil.example/x?", "a@b.example", "x:notaport", "x:65536", ":80"] {
+        for target in ["/x", "/r/y"] {
+            for version in ["1.1", "1.0"] {
+                let out = raw_exchange(
+                    proxy.addr,
+                    format!("GET {target} HTTP/{version}\r\nHost: {host}\r\n\r\n{SMUGGLED}").as_bytes(),
+                );
+                assert!(out.starts_with("HTTP/1.1 400 "), "{host:?} {target}: {out}");
+                assert!(!out.to_ascii_lowercase().contains("location:"), "{host:?}: {out}");
+                assert_eq!(out.matches("HTTP/1.1 ").count(), 1, "{host:?}: {out}");
+            }
+        }
+    }
+    assert_eq!(
+        origin.conns.load(Ordering::SeqCst),
+        0,
+        "a refused Host reached a server"
+    );
+    // A normal client: served, its Host forwarded as sent, and redirected with it.
+    for host in ["t.example:8080", "[::1]:8443", "127.0.0.1"] {
+        let out = raw_exchange(
+            proxy.addr,
+            format!("GET /x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert!(out.starts_with("HTTP/1.1 200 ") && out.ends_with(host), "{host}: {out}");
+    }
+    let out = raw_exchange(
+        proxy.addr,
+        b"GET /r/y HTTP/1.1\r\nHost: T.example:8080\r\nConnection: close\r\n\r\n",
+    );
+    assert!(out.contains("\r\nLocation: https://T.example:27443/r/y\r\n"), "{out}");
+}
+
+/// RFC 9112 §3.2.2: the absolute-form target's authority names the host. A Host that names
+/// another one is refused (as HAProxy does): routes see the target's host, a server might
+/// trust Host, so forwarding both would let `host = "admin.example"` + `deny` be bypassed.
+#[test]
+fn an_absolute_target_and_a_different_host_are_refused() {
+    let origin = http_origin(|r| ok(&format!("{} {}", r.target, r.header("host").unwrap_or("-"))));
+    let proxy = Proxy::start(&format!(
+        "{}\n[[frontend.route]]\nhost = \"admin.example\"\ndeny = {{}}\n",
+        http_config("", origin.addr)
+    ));
+    for (target, host) in [
+        ("http://public.example/x", "admin.example"),
+        ("http://public.example/x", "public.example:8080"),
+        ("https://public.example/x", "public.example:80"),
+        ("http://admin.example/x", "public.example"),
+        ("http://u@public.example/x", "public.example"),
+    ] {
+        let out = raw_exchange(
+            proxy.addr,
+            format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n{SMUGGLED}").as_bytes(),
+        );
+        assert!(out.starts_with("HTTP/1.1 400 "), "{target} / {host}: {out}");
+        assert_eq!(out.matches("HTTP/1.1 ").count(), 1, "{out}");
+    }
+    assert_eq!(
+        origin.conns.load(Ordering::SeqCst),
+        0,
+        "a conflicting request reached a server"
+    );
+    // Agreeing: served (case and a default port do not matter), the route still applies.
+    let out = raw_exchange(
+        proxy.addr,
+        b"GET http://Public.Example/x HTTP/1.1\r\nHost: public.example:80\r\nConnection: close\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+    assert!(out.ends_with("http://Public.Example/x public.example:80"), "{out}");
+    let out = raw_exchange(
+        proxy.addr,
+        b"GET http://admin.example/x HTTP/1.1\r\nHost: admin.example\r\nConnection: close\r\n\r\n",
+    );
+    assert!(out.starts_with("HTTP/1.1 403 "), "{out}");
+    // HTTP/1.0 without Host: the target names the host.
+    let out = raw_exchange(proxy.addr, b"GET http://public.example/y HTTP/1.0\r\n\r\n");
+    assert!(
+        out.starts_with("HTTP/1.1 200 ") && out.ends_with("http://public.example/y -"),
+        "{out}"
+    );
+}
+
+/// An HTTP/1.0 request may name no host: a redirect then names the address the client
+/// reached (RFC 7230 §5.5), never `https://:27443/x`.
+#[test]
+fn a_redirect_for_a_request_without_host_names_the_address_reached() {
+    let origin = http_origin(|_| ok("served"));
+    let proxy = Proxy::start(&format!(
+        "{}\n[[frontend.route]]\npath_prefix = \"/r\"\nredirect = {{ to = \"https://{{host}}:27443{{path}}\" }}\n\
+         [[frontend.route]]\npath_prefix = \"/a\"\nredirect = {{ to = \"http://{{authority}}/b\" }}\n",
+        http_config("", origin.addr)
+    ));
+    let port = proxy.addr.port();
+    for request in ["GET /r/x HTTP/1.0\r\n\r\n", "GET /r/x HTTP/1.0\r\nHost:\r\n\r\n"] {
+        let out = raw_exchange(proxy.addr, request.as_bytes());
+        assert!(out.starts_with("HTTP/1.1 302 "), "{request:?}: {out}");
+        assert!(
+            out.contains("\r\nLocation: https://127.0.0.1:27443/r/x\r\n"),
+            "{request:?}: {out}"
+        );
+    }
+    let out = raw_exchange(proxy.addr, b"GET /a HTTP/1.0\r\n\r\n");
+    assert!(
+        out.contains(&format!("\r\nLocation: http://127.0.0.1:{port}/b\r\n")),
+        "{out}"
+    );
+    // With a Host, the Host.
+    let out = raw_exchange(proxy.addr, b"GET /r/x HTTP/1.0\r\nHost: www.example\r\n\r\n");
+    assert!(out.contains("\r\nLocation: https://www.example:27443/r/x\r\n"), "{out}");
 }

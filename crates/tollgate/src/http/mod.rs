@@ -8,11 +8,14 @@
 //! - [`h2`]: a sans-io HTTP/2 server connection (frames, HPACK, streams, flow control, flood
 //!   budgets): bytes in, events and bytes out. Not yet serving clients (`proxy/h2front` still
 //!   uses the `h2` crate).
+//! - [`host`]: what a `Host` / `:authority` value may hold, and when two name the same
+//!   place (both codecs' callers use it).
 //! - `status`: reason phrases for the statuses tollgate writes itself.
 
 pub mod cookie;
 pub mod h1;
 pub mod h2;
+pub mod host;
 pub mod path_regex;
 pub mod rewrite;
 pub(crate) mod status;

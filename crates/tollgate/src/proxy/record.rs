@@ -108,6 +108,17 @@ impl StreamRecord {
         }
     }
 
+    /// Where an exchange with a server stands, for an error that interrupts it from outside
+    /// (an operator's kill): no response head yet, the response going out, or a tunnel.
+    pub(crate) fn exchange_phase(&self) -> crate::error::Phase {
+        use crate::error::Phase;
+        match (self.timing.response, self.status) {
+            (None, _) => Phase::Headers,
+            (Some(_), 101) => Phase::Tunnel,
+            (Some(_), _) => Phase::Data,
+        }
+    }
+
     /// The stream ended now.
     pub(crate) fn close(&mut self) {
         self.timing.end = self.timing.now();

@@ -77,6 +77,15 @@ impl LazySocket {
         }
     }
 
+    /// The address the client connected to (`None` if the socket cannot say).
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match &self.state {
+            State::Direct(s) => s.local_addr().ok(),
+            State::Registered(s) => s.local_addr().ok(),
+            State::Broken => None,
+        }
+    }
+
     /// Half-closes after the last write, sending what `MSG_MORE` held back with the FIN.
     pub(crate) fn shutdown_write(&self) {
         // Everything is written; a failure here only means the client is already gone.

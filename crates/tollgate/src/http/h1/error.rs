@@ -59,6 +59,11 @@ pub enum ErrorKind {
     MissingHost,
     /// More than one Host header.
     DuplicateHost,
+    /// A Host value that is not `uri-host [":" port]` (RFC 9112 §3.2): a space, a path,
+    /// userinfo, a port that is not a number up to 65535.
+    BadHost,
+    /// Host names another host or port than the absolute-form target's authority.
+    HostMismatch,
     /// Content-Length not a plain decimal u64.
     BadContentLength,
     /// Several different Content-Length values.
@@ -66,7 +71,7 @@ pub enum ErrorKind {
     /// Both Transfer-Encoding and Content-Length.
     TransferEncodingWithContentLength,
     /// Transfer-Encoding whose final coding is not `chunked` (known or not), `chunked` twice,
-    /// `chunked` with parameters, or empty.
+    /// `chunked` with parameters, empty, or with an empty list element (`, chunked`).
     BadTransferEncoding,
     /// A transfer coding we do not know before a final `chunked`, or any coding before it on
     /// a request (501 on a request).
@@ -112,6 +117,8 @@ impl ErrorKind {
             BadLineEnding => "bad line ending",
             MissingHost => "missing host",
             DuplicateHost => "duplicate host",
+            BadHost => "bad host",
+            HostMismatch => "host disagrees with the target's authority",
             BadContentLength => "bad content-length",
             ConflictingContentLength => "conflicting content-length",
             TransferEncodingWithContentLength => "transfer-encoding with content-length",

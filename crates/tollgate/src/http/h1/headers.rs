@@ -63,6 +63,9 @@ pub enum HeaderKind {
     ProxyConnection,
     Te,
     Upgrade,
+    /// `HTTP2-Settings` (RFC 9113 §3.1 deprecates it with the h2c upgrade it goes with;
+    /// always connection-specific).
+    Http2Settings,
     Expect,
     XForwardedFor,
     XForwardedProto,
@@ -82,6 +85,7 @@ impl HeaderKind {
             9 => (b"forwarded", HeaderKind::Forwarded),
             10 if name.first().is_some_and(|b| b | 0x20 == b'k') => (b"keep-alive", HeaderKind::KeepAlive),
             10 => (b"connection", HeaderKind::Connection),
+            14 if name.first().is_some_and(|b| b | 0x20 == b'h') => (b"http2-settings", HeaderKind::Http2Settings),
             14 => (b"content-length", HeaderKind::ContentLength),
             15 => (b"x-forwarded-for", HeaderKind::XForwardedFor),
             16 => (b"proxy-connection", HeaderKind::ProxyConnection),
@@ -107,6 +111,7 @@ impl HeaderKind {
                 | HeaderKind::ProxyConnection
                 | HeaderKind::Te
                 | HeaderKind::Upgrade
+                | HeaderKind::Http2Settings
         )
     }
 }
@@ -212,6 +217,12 @@ pub fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(trim_ows)
 }
 
+/// The `h2c` token of an `Upgrade` list (a protocol name, compared without case).
+#[inline]
+pub fn is_h2c(protocol: &[u8]) -> bool {
+    protocol.eq_ignore_ascii_case(b"h2c")
+}
+
 /// Transfer codings we know. Anything else before a final `chunked` is "unknown" (501 on a
 /// request).
 fn is_known_coding(name: &[u8]) -> bool {
@@ -239,7 +250,9 @@ pub struct Analysis {
     pub conn_keep_alive: bool,
     /// `Connection: upgrade`.
     pub conn_upgrade: bool,
-    /// An `Upgrade` field is present.
+    /// An `Upgrade` field names a protocol other than `h2c` (an h2c offer is not an upgrade
+    /// a proxy passes on: RFC 9113 §3.1 deprecated it, and the server would get it without
+    /// its `HTTP2-Settings`; the request is served as HTTP/1.1, as curl expects).
     pub has_upgrade: bool,
     /// `Expect: 100-continue`.
     pub expect_continue: bool,
@@ -276,8 +289,12 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
             HeaderKind::TransferEncoding => {
                 has_te = true;
                 for el in list_elements(value) {
+                    // RFC 9110 §5.6.1 asks recipients to skip empty elements, but a server
+                    // behind us that counts them, or takes the first or last one, frames
+                    // the body otherwise; and we forward the field as received. HAProxy
+                    // refuses them too.
                     if el.is_empty() {
-                        continue;
+                        return Err(ErrorKind::BadTransferEncoding);
                     }
                     let mut parts = el.split(|&b| b == b';');
                     let name = trim_ows(parts.next().unwrap_or_default());
@@ -318,7 +335,9 @@ pub fn analyze(buf: &[u8], entries: &mut [HeaderEntry]) -> Result<Analysis, Erro
                     }
                 }
             }
-            HeaderKind::Upgrade => a.has_upgrade = true,
+            HeaderKind::Upgrade => {
+                a.has_upgrade |= list_elements(value).any(|p| !p.is_empty() && !is_h2c(p));
+            }
             HeaderKind::Expect if value.eq_ignore_ascii_case(b"100-continue") => a.expect_continue = true,
             _ => {}
         }
@@ -456,6 +475,9 @@ mod tests {
         assert_eq!(HeaderKind::of(b"TRANSFER-ENCODING"), HeaderKind::TransferEncoding);
         assert_eq!(HeaderKind::of(b"X-Other"), HeaderKind::Other);
         assert!(HeaderKind::of(b"TE").is_hop_by_hop());
+        assert_eq!(HeaderKind::of(b"HTTP2-Settings"), HeaderKind::Http2Settings);
+        assert_eq!(HeaderKind::of(b"http2-settingz"), HeaderKind::Other);
+        assert!(HeaderKind::of(b"http2-settings").is_hop_by_hop());
     }
 
     /// Over every token byte at every position of the names it is used with, `is_named`

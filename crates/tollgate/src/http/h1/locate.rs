@@ -27,6 +27,7 @@ pub fn offending_byte(buf: &[u8], err: &H1Error) -> usize {
             bare_cr(head).or_else(|| header_lines(head).find(|(_, l)| !l.contains(&b':')).map(|(s, _)| s))
         }
         ErrorKind::DuplicateHost => named(head, b"host").nth(1).map(|(s, _)| s),
+        ErrorKind::BadHost | ErrorKind::HostMismatch => named(head, b"host").next().map(|(s, _)| s),
         ErrorKind::ConflictingContentLength => conflicting_length(head),
         ErrorKind::BadContentLength => named(head, b"content-length")
             .find(|(_, v)| !trimmed(v).iter().all(u8::is_ascii_digit) || trimmed(v).is_empty())

@@ -42,15 +42,18 @@
 //! | NUL, CR, LF, other CTL (except HTAB) or DEL in a value | 400 |
 //! | CR not followed by LF in the head (bare LF line endings are accepted in heads: we re-serialise with CRLF) | 400 |
 //! | HTTP/1.1 without Host; several Host fields | 400 |
+//! | Host not `uri-host [":" port]` (`a b`, `h/x`, `u@h`, `h:x`, port > 65535; [`crate::http::host`]) | 400 |
+//! | absolute-form target whose authority is invalid (userinfo, bad port), or names another host/port than Host (default ports equal no port; HAProxy refuses the conflict too) | 400 |
 //! | Content-Length not 1*DIGIT (sign, empty, non-digit, u64 overflow) | 400 |
 //! | several *different* Content-Length values (identical repeats, `5, 5` or two fields, are accepted as one) | 400 |
 //! | Transfer-Encoding with Content-Length (we reject rather than let TE win) | 400 (502 response) |
-//! | Transfer-Encoding final coding not `chunked` (`gzip`, `identity`, `xchunked`: RFC 9112 6.3), `chunked` twice, empty TE | 400 |
+//! | Transfer-Encoding final coding not `chunked` (`gzip`, `identity`, `xchunked`: RFC 9112 6.3), `chunked` twice, empty TE, an empty list element (`, chunked`, `chunked, ,`: HAProxy refuses them too) | 400 |
 //! | `chunked` with parameters (`chunked; q=1`: RFC 9112 7 defines none) | 400 |
 //! | Transfer-Encoding with any coding before a final `chunked` on a request (`gzip, chunked`; HAProxy: 422); in a response, an unknown one (not gzip/deflate/compress/x-*) | 501 / 502 |
 //! | A trailer field named Transfer-Encoding, Content-Length or Host (RFC 9110 6.5.1) | 400 / 502 |
 //! | Transfer-Encoding on an HTTP/1.0 message | accepted (chunked), `close_after_response` / no keep-alive |
 //! | `Upgrade` + `Connection: upgrade` on a request with a body | upgrade dropped (`upgrade` false, `Upgrade` not forwarded), as HAProxy |
+//! | `Upgrade: h2c` (curl `--http2` on cleartext) | the `h2c` offer dropped, with `HTTP2-Settings`: the request is served as HTTP/1.1 (other protocols in the list still upgrade) |
 //! | chunk size not hex / missing / above [`body::MAX_CHUNK_SIZE`] (2^52 - 1, HAProxy's bound) | 400 |
 //! | chunk-size line with CTL bytes in extensions, or longer than [`body::MAX_CHUNK_LINE`] | 400 |
 //! | whitespace between chunk size and `;`/CRLF, chunk extensions | accepted, dropped when re-framed |
@@ -62,8 +65,10 @@
 //! Response framing (RFC 9112 6.3): none for HEAD, 1xx, 204, 304 and 2xx-to-CONNECT (`tunnel`);
 //! else chunked, Content-Length, or close-delimited.
 //!
-//! Not done here (caller's job): a chunked response to an HTTP/1.0 client must be de-chunked or
-//! the client closed-delimited by the proxy; absolute-form targets override Host (RFC 9112 3.2.2).
+//! Not done here (caller's job): a chunked response to an HTTP/1.0 client must be de-chunked
+//! ([`BodyTracker::decode`]) and close-delimited by the proxy, without its Transfer-Encoding
+//! ([`HeadEdits::no_transfer_encoding`]). An absolute-form target and Host never disagree
+//! once parsed (see the table), so forwarding either names the same host.
 
 pub mod body;
 pub mod error;

@@ -154,7 +154,10 @@ fn parse(buf: &[u8], limits: &Limits, scratch: &mut HeadScratch) -> Result<Optio
             return Err(k);
         }
     };
-    let semantic = derive(version, &a);
+    let semantic = derive(version, &a).and_then(|framing| {
+        check_host(a.host.map(|h| h.of(buf)), target.of(buf), target_form)?;
+        Ok(framing)
+    });
     let (body, close_after_response) = match semantic {
         Ok(v) => v,
         Err(k) => {
@@ -211,6 +214,36 @@ fn derive(version: Version, a: &headers::Analysis) -> Result<(BodyFraming, bool)
         Some(n) => (BodyFraming::ContentLength(n), false),
         None => (BodyFraming::None, false),
     })
+}
+
+/// RFC 9112 §3.2: a Host that is not `uri-host [":" port]` is a 400; an absolute-form
+/// target's authority must be one too (no userinfo: RFC 9110 §4.2.4) and, when Host is
+/// there, name the same host and port (RFC 9112 §3.2.2 lets the target win; a server behind
+/// us may trust Host instead, so a disagreement is refused rather than resolved, as HAProxy
+/// does). A CONNECT target (authority-form) must be a valid authority.
+fn check_host(host: Option<&[u8]>, target: &[u8], form: TargetForm) -> Result<(), ErrorKind> {
+    if let Some(h) = host
+        && !crate::http::host::is_valid(h)
+    {
+        return Err(ErrorKind::BadHost);
+    }
+    match form {
+        TargetForm::Absolute => {
+            let (authority, _) = crate::http::rewrite::split_target(target);
+            let authority = authority.unwrap_or_default();
+            if authority.is_empty() || !crate::http::host::is_valid(authority) {
+                return Err(ErrorKind::BadTarget);
+            }
+            let scheme = target.split(|&b| b == b':').next().unwrap_or_default();
+            let default_port = crate::http::host::default_port(scheme);
+            match host {
+                Some(h) if !crate::http::host::same(authority, h, default_port) => Err(ErrorKind::HostMismatch),
+                _ => Ok(()),
+            }
+        }
+        TargetForm::Authority if !crate::http::host::is_valid(target) => Err(ErrorKind::BadTarget),
+        _ => Ok(()),
+    }
 }
 
 /// Validate the request line byte by byte, stopping at the first fault; `Ok` if the bytes seen

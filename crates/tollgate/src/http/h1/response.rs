@@ -34,6 +34,9 @@ pub struct ResponseHead {
     pub switching_protocols: bool,
     /// 2xx to a CONNECT: after the head, the connection is a tunnel.
     pub tunnel: bool,
+    /// A transfer coding (`gzip`, ...) comes before the final `chunked`: de-chunked, the body
+    /// is still coded, which only an HTTP/1.1 recipient can be told.
+    pub transfer_coded: bool,
     pub(crate) headers: Vec<HeaderEntry>,
 }
 
@@ -137,6 +140,7 @@ fn parse(
         informational,
         switching_protocols,
         tunnel,
+        transfer_coded: a.chunked && a.coded,
         headers: entries,
     }))
 }

@@ -107,7 +107,7 @@ fn transfer_encoding_rules() {
     for f in [
         "Transfer-Encoding: chunked\r\n",
         "Transfer-Encoding: Chunked\r\n",
-        "Transfer-Encoding: , chunked\r\n",
+        "Transfer-Encoding: chunked \r\n",
     ] {
         assert_eq!(req_ok(&with_headers(f)).body, BodyFraming::Chunked, "{f}");
     }
@@ -149,6 +149,17 @@ fn transfer_encoding_rules() {
         ),
         ("Transfer-Encoding:\r\n", ErrorKind::BadTransferEncoding, 400),
         ("Transfer-Encoding: ,\r\n", ErrorKind::BadTransferEncoding, 400),
+        // Empty list elements: a peer that counts elements, or takes the first or the last,
+        // reads another framing (HAProxy refuses them too).
+        ("Transfer-Encoding: , chunked\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: ,,chunked\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: chunked, ,\r\n", ErrorKind::BadTransferEncoding, 400),
+        ("Transfer-Encoding: chunked,\r\n", ErrorKind::BadTransferEncoding, 400),
+        (
+            "Transfer-Encoding: gzip, , chunked\r\n",
+            ErrorKind::BadTransferEncoding,
+            400,
+        ),
         (
             "Transfer-Encoding: foo, chunked\r\n",
             ErrorKind::UnknownTransferCoding,
@@ -314,7 +325,7 @@ fn target_forms() {
     ];
     for (line, form) in cases {
         let mut buf = line.to_vec();
-        buf.extend_from_slice(b"\r\nHost: h\r\n\r\n");
+        buf.extend_from_slice(b"\r\nHost: example.com\r\n\r\n");
         match form {
             Some(f) => assert_eq!(req_ok(&buf).target_form, *f),
             None => assert_eq!(
@@ -368,6 +379,58 @@ fn host_rules() {
     assert_eq!((e.kind(), e.status()), (ErrorKind::DuplicateHost, 400));
     let h = req_ok(b"GET / HTTP/1.0\r\n\r\n");
     assert!(h.host.is_none() && h.version == Version::Http10);
+    // RFC 9112 3.2: an invalid Host is a 400.
+    for host in [
+        "a b",
+        "evil.example/x?",
+        "a@b.example",
+        "x:notaport",
+        "x:65536",
+        ":80",
+        "[::1",
+        "a,b\"",
+    ] {
+        let e = req_err(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert_eq!((e.kind(), e.status()), (ErrorKind::BadHost, 400), "{host}");
+        let e = req_err(format!("GET / HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert_eq!(e.kind(), ErrorKind::BadHost, "1.0: {host}");
+    }
+    for host in ["", "a.example:8080", "[::1]:443", "127.0.0.1", "a:"] {
+        req_ok(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    }
+    // Absolute form: the authority must be valid and agree with Host (default port = none).
+    for (line, host) in [
+        ("GET http://public.example/x HTTP/1.1", "public.example"),
+        ("GET http://Public.Example/x HTTP/1.1", "public.example:80"),
+        ("GET https://public.example:443/x HTTP/1.1", "public.example"),
+        ("GET http://public.example:8080 HTTP/1.1", "public.example:8080"),
+        ("GET http://[::1]:8080/ HTTP/1.1", "[::1]:8080"),
+    ] {
+        req_ok(format!("{line}\r\nHost: {host}\r\n\r\n").as_bytes());
+    }
+    req_ok(b"GET http://public.example/x HTTP/1.0\r\n\r\n");
+    for (line, host) in [
+        ("GET http://public.example/x HTTP/1.1", "admin.example"),
+        ("GET http://public.example/x HTTP/1.1", "public.example:8080"),
+        ("GET https://public.example/x HTTP/1.1", "public.example:80"),
+        ("GET http://public.example:81/x HTTP/1.1", "public.example"),
+    ] {
+        let e = req_err(format!("{line}\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert_eq!(
+            (e.kind(), e.status()),
+            (ErrorKind::HostMismatch, 400),
+            "{line} / {host}"
+        );
+    }
+    for line in [
+        "GET http://user@public.example/x HTTP/1.1",
+        "GET http://public.example:x/ HTTP/1.1",
+        "GET http://public.example:99999/ HTTP/1.1",
+        "CONNECT a@b:443 HTTP/1.1",
+    ] {
+        let e = req_err(format!("{line}\r\nHost: public.example\r\n\r\n").as_bytes());
+        assert_eq!(e.kind(), ErrorKind::BadTarget, "{line}");
+    }
 }
 
 #[test]
@@ -556,6 +619,10 @@ fn response_errors_are_502() {
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            ErrorKind::BadTransferEncoding,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: , chunked\r\n\r\n",
             ErrorKind::BadTransferEncoding,
         ),
         (
@@ -937,6 +1004,50 @@ Proxy-Authorization: Basic x\r\nContent-Length: 0\r\nX-End: 2\r\n\r\n";
         "GET /x HTTP/1.1\r\nHost: h\r\nProxy-Authorization: Basic x\r\nContent-Length: 0\r\nX-End: 2\r\n\
 Connection: keep-alive\r\n\r\n"
     );
+}
+
+/// curl `--http2` on cleartext offers `Upgrade: h2c` with `HTTP2-Settings`: not an upgrade
+/// the proxy passes on. The request goes as plain HTTP/1.1; other protocols still upgrade.
+#[test]
+fn an_h2c_offer_is_dropped() {
+    let buf = b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\nX-End: 2\r\n\r\n";
+    assert!(!req_ok(buf).upgrade);
+    assert_eq!(
+        out_req(buf, &HeadEdits::default()),
+        "GET /x HTTP/1.1\r\nHost: h\r\nX-End: 2\r\n\r\n"
+    );
+    // Not named by Connection: dropped all the same.
+    let buf = b"GET /x HTTP/1.1\r\nHost: h\r\nHTTP2-Settings: AAMA\r\n\r\n";
+    assert_eq!(
+        out_req(buf, &HeadEdits::default()),
+        "GET /x HTTP/1.1\r\nHost: h\r\n\r\n"
+    );
+    let upgrade = HeadEdits {
+        connection: ConnectionOut::Upgrade,
+        ..HeadEdits::default()
+    };
+    for (offer, kept) in [
+        ("websocket, h2c", "websocket"),
+        ("H2C, foo/2, bar", "foo/2, bar"),
+        ("websocket", "websocket"),
+    ] {
+        let buf = format!("GET /x HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: {offer}\r\n\r\n");
+        assert!(req_ok(buf.as_bytes()).upgrade, "{offer}");
+        let want = format!("GET /x HTTP/1.1\r\nHost: h\r\nUpgrade: {kept}\r\nConnection: upgrade\r\n\r\n");
+        assert_eq!(out_req(buf.as_bytes(), &upgrade), want, "{offer}");
+    }
+    // Two fields, one of them only `h2c`: that one goes.
+    let buf = b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: h2c\r\nUpgrade: websocket\r\n\r\n";
+    assert!(req_ok(buf).upgrade);
+    assert_eq!(
+        out_req(buf, &upgrade),
+        "GET /x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+    );
+    for offer in ["h2c", "h2c, h2c", " h2c ,"] {
+        let buf = format!("GET /x HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: {offer}\r\n\r\n");
+        assert!(!req_ok(buf.as_bytes()).upgrade, "{offer}");
+    }
 }
 
 #[test]

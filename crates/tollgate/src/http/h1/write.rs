@@ -6,11 +6,13 @@
 //! `http::path_regex`).
 //!
 //! Invariants: hop-by-hop fields (`Connection` and every field it names, `Keep-Alive`, `TE`,
-//! `Proxy-Connection`, and `Upgrade` unless the message is an upgrade forwarded with
-//! [`ConnectionOut::Upgrade`]) are never forwarded; `Host`, `Content-Length` and
+//! `Proxy-Connection`, `HTTP2-Settings`, and `Upgrade` unless the message is an upgrade
+//! forwarded with [`ConnectionOut::Upgrade`], and then without an `h2c` offer) are never
+//! forwarded; `Host`, `Content-Length` and
 //! `Transfer-Encoding` are always forwarded as received (the body keeps the framing they
 //! announce: a chunked body is only re-framed canonically, see [`super::body`]) — except that
-//! a route's `set_host` replaces `Host`. A route's header rules (`HeadEdits::rewrite`) apply
+//! a route's `set_host` replaces `Host`, and a response to an HTTP/1.0 client loses its
+//! `Transfer-Encoding` ([`HeadEdits::no_transfer_encoding`]: its body goes de-chunked). A route's header rules (`HeadEdits::rewrite`) apply
 //! to the received fields (config load refuses hop-by-hop and framing names in them); the
 //! proxy's own fields (forwarding, sticky cookie, `Connection`) are written after them.
 //! `Proxy-Authorization`/`Proxy-Authenticate` are kept: whether they are meant for us is the
@@ -71,6 +73,10 @@ pub struct HeadEdits<'a> {
     /// Write the request line as HTTP/1.0 (for an HTTP/1.0 client, so the server answers in
     /// a framing that client understands: never chunked).
     pub http10: bool,
+    /// A response for an HTTP/1.0 client: its `Transfer-Encoding` fields are not written
+    /// (RFC 9112 §6.1; a chunked body then goes de-chunked and close-delimited, see
+    /// `BodyTracker::decode`). Responses only.
+    pub no_transfer_encoding: bool,
     /// A cookie the proxy owns (sticky sessions): removed from a request's `Cookie` fields
     /// (the others kept byte for byte; a field left empty is dropped), and a response's
     /// `Set-Cookie` fields that set it are dropped.
@@ -143,7 +149,8 @@ pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out
 }
 
 /// Write the status line (as HTTP/1.1) and the forwarded header fields to `out`. Only
-/// `connection`, `cookie` and `append` apply to responses; the forwarding fields are ignored.
+/// `connection`, `no_transfer_encoding`, `cookie`, `append` and the route's response rules
+/// apply to responses; the forwarding fields are ignored.
 pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_status(head.status, out);
@@ -152,6 +159,7 @@ pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, o
     out.extend_from_slice(b"\r\n");
     let edits = HeadEdits {
         connection: edits.connection,
+        no_transfer_encoding: edits.no_transfer_encoding,
         cookie: edits.cookie,
         append: edits.append,
         rewrite: edits.rewrite,
@@ -226,12 +234,17 @@ fn write_fields_with(
 ) {
     let keep_upgrade = is_upgrade && edits.connection == ConnectionOut::Upgrade;
     for e in entries {
+        if keep_upgrade && e.kind == HeaderKind::Upgrade {
+            push_upgrade_without_h2c(e.name.of(buf), e.value.of(buf), out);
+            continue;
+        }
         let skip = match e.kind {
             HeaderKind::Upgrade => !keep_upgrade,
             HeaderKind::XForwardedFor => edits.x_forwarded_for.is_some(),
             HeaderKind::XForwardedProto => edits.x_forwarded_proto.is_some(),
             HeaderKind::Forwarded => edits.forwarded.is_some(),
             HeaderKind::Host => route.set_host,
+            HeaderKind::TransferEncoding => edits.no_transfer_encoding,
             _ => e.is_hop_by_hop(),
         };
         if skip || route.drops(e.name.of(buf)) || edits.strips(e.name.of(buf)) {
@@ -333,6 +346,32 @@ fn push_field_without_cookie(name: &[u8], value: &[u8], cookie: &[u8], out: &mut
         }
     } else if !(name.eq_ignore_ascii_case(b"set-cookie") && cookie::sets(value, cookie)) {
         push_field(name, value, out);
+    }
+}
+
+/// An upgrade's `Upgrade` field without its `h2c` offer (see `Analysis::has_upgrade`): as
+/// received when it names no `h2c`, else the other protocols, or nothing if none is left.
+fn push_upgrade_without_h2c(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    use super::headers::{is_h2c, list_elements};
+    if !list_elements(value).any(is_h2c) {
+        push_field(name, value, out);
+        return;
+    }
+    let mark = out.len();
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    let mut first = true;
+    for p in list_elements(value).filter(|p| !p.is_empty() && !is_h2c(p)) {
+        if !first {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(p);
+        first = false;
+    }
+    if first {
+        out.truncate(mark);
+    } else {
+        out.extend_from_slice(b"\r\n");
     }
 }
 

@@ -11,7 +11,6 @@
 //! authority, no byte that could end a line or a field (CR, LF, NUL) anywhere, no field that
 //! would change HTTP/1 framing or connection handling.
 
-use crate::http::h1::request::is_target_byte;
 use crate::http::h2::RequestHead;
 
 /// Why a request was refused (answered with 400, never forwarded).
@@ -42,8 +41,8 @@ pub(crate) fn request(head: &RequestHead, end_stream: bool) -> Result<Checked, R
     Ok(Checked { content_length })
 }
 
-/// One authority: `:authority` (the codec checked its bytes, and that a `host` beside it is
-/// equal), or else one `host` with the bytes an HTTP/1 authority allows.
+/// One authority: `:authority` (the codec checked that a `host` beside it is equal), or else
+/// one `host`, either a valid `uri-host [":" port]` as an HTTP/1 Host must be.
 fn authority(head: &RequestHead) -> Result<(), Refusal> {
     let mut hosts = head.fields().get_all(b"host");
     let host = hosts.next();
@@ -55,7 +54,8 @@ fn authority(head: &RequestHead) -> Result<(), Refusal> {
         (None, Some(h)) => h,
         (None, None) => return Err(Refusal("no :authority and no host")),
     };
-    if chosen.is_empty() || chosen.contains(&b'@') || !chosen.iter().all(|&b| is_target_byte(b)) {
+    // The grammar HTTP/1 Host is held to (`http::host`): no userinfo, path, space or bad port.
+    if chosen.is_empty() || !crate::http::host::is_valid(chosen) {
         return Err(Refusal("bad authority"));
     }
     Ok(())
@@ -133,6 +133,10 @@ mod tests {
             ("GET", "http", "", &[("host", "u@h")], true, "bad authority"),
             ("GET", "http", "", &[("host", "a b")], true, "bad authority"),
             ("GET", "http", "", &[("host", "h#")], true, "bad authority"),
+            ("GET", "http", "", &[("host", "x:notaport")], true, "bad authority"),
+            ("GET", "http", "", &[("host", "h/x?")], true, "bad authority"),
+            ("GET", "http", "x:notaport", &[], true, "bad authority"),
+            ("GET", "http", "h:65536", &[], true, "bad authority"),
             (
                 "POST",
                 "http",

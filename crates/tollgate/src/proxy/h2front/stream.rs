@@ -391,7 +391,8 @@ impl Stream<'_> {
                 outcome = self.dispatch(backend, req, asked, conn, body, &sent) => outcome,
                 () = ctx.killed(&live, epoch, kills.as_mut()) => {
                     let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
-                    Err(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+                    let killed = Error::new(ErrorKind::Killed, Side::Internal, why).during(self.rec.exchange_phase());
+                    Err(killed.at(backend, Some(live.id)))
                 }
             };
             self.rec.bytes_to_server += sent.get();

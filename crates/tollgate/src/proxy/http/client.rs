@@ -42,6 +42,9 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
         (None, None)
     }
 
+    /// The address the client connected to (used only when a request names no host).
+    fn local_addr(&self) -> Option<std::net::SocketAddr>;
+
     /// The DER of the certificate the client's handshake presented and the frontend's
     /// verifier accepted (plain sockets, and TLS without one: none).
     fn peer_leaf(&self) -> Option<&[u8]> {
@@ -94,6 +97,10 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         self.get_ref().tls_seen()
     }
 
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.get_ref().local_addr()
+    }
+
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
         self.get_mut().wait_for_data(front, pool).await
     }
@@ -123,6 +130,10 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
 impl ClientStream for TcpStream {
     const PROTO: Proto = Proto::Http;
 
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        TcpStream::local_addr(self).ok()
+    }
+
     async fn wait_for_data(&mut self, _front: &mut Inbound, _pool: &Rc<BufferPool>) -> io::Result<bool> {
         self.readable().await.map(|()| false)
     }
@@ -140,6 +151,10 @@ impl ClientStream for TcpStream {
 
 impl ClientStream for LazySocket {
     const PROTO: Proto = Proto::Http;
+
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        LazySocket::local_addr(self)
+    }
 
     fn read_now(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<Option<bool>> {
         match self.direct() {
@@ -176,6 +191,10 @@ impl ClientStream for LazySocket {
 
 impl ClientStream for ServerTlsStream {
     const PROTO: Proto = Proto::Https;
+
+    fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.get_ref().0.local_addr().ok()
+    }
 
     fn peer_leaf(&self) -> Option<&[u8]> {
         let certs = self.get_ref().1.peer_certificates()?;

@@ -6,7 +6,9 @@
 //! response head (interim 1xx forwarded), send the response head and body to the client,
 //! then return the server connection to the pool only if its response was read to its end
 //! and the server keeps it open. Bodies go out re-framed (`BodyTracker::reframe`): each peer
-//! reads exactly the framing the proxy decided.
+//! reads exactly the framing the proxy decided. A chunked response to an HTTP/1.0 client
+//! (which the server should not have sent: the request went up as HTTP/1.0) goes de-chunked,
+//! without Transfer-Encoding, and the client connection closes after it (RFC 9112 §6.1).
 //!
 //! Retry rule: a request that failed on a *reused* connection before any response byte
 //! arrived is sent once more on a fresh connection if its head never fully left (nothing
@@ -88,7 +90,10 @@ pub(super) async fn forward<'a, C: ClientStream>(
             outcome = dispatch(s, backend, req, conn, &sent) => outcome,
             () = ctx.killed(&live, epoch, kills.as_mut()) => {
                 let why = format!("server {}/{} put in maintenance with --kill", live.backend_name, live.name);
-                Outcome::Failed(Error::new(ErrorKind::Killed, Side::Internal, why).at(backend, Some(live.id)))
+                // The exchange is dropped: its record says how far it got (`KH` before the
+                // response head, not `KT`).
+                let killed = Error::new(ErrorKind::Killed, Side::Internal, why).during(s.rec.exchange_phase());
+                Outcome::Failed(killed.at(backend, Some(live.id)))
             }
         };
         s.rec.bytes_to_server += sent.get();
@@ -229,7 +234,19 @@ async fn exchange<C: ClientStream>(
     s.rec.status = response.status;
 
     let switching = response.switching_protocols && req.upgrade;
+    // RFC 9112 §6.1: no chunked body (no Transfer-Encoding at all) for an HTTP/1.0 client.
+    // Its request went up as HTTP/1.0, but a server may chunk anyway: the body then goes
+    // de-chunked and close-delimited. A coding before `chunked` would stay on the body, and
+    // such a client cannot be told: that response is a server fault.
+    let http10 = req.version == Version::Http10;
+    let dechunk = http10 && response.body == BodyFraming::Chunked;
+    if dechunk && response.transfer_coded {
+        response.reclaim(&mut s.scratch);
+        let why = "transfer-coded response for an HTTP/1.0 client";
+        return Outcome::Failed(at(Error::new(ErrorKind::BadResponse, Side::Back, why)));
+    }
     let keep_client = !switching
+        && !dechunk
         && !body_skipped
         && req.keep_alive
         && response.body != BodyFraming::CloseDelimited
@@ -251,6 +268,7 @@ async fn exchange<C: ClientStream>(
     let mut write_head = |append: &[u8]| {
         let edits = HeadEdits {
             connection,
+            no_transfer_encoding: http10,
             cookie: sticky.map(|t| t.cookie()),
             append,
             rewrite,
@@ -289,6 +307,7 @@ async fn exchange<C: ClientStream>(
             &ctx.buffers,
             front_holds,
             !keep_client,
+            dechunk,
             &progress,
         )),
         &progress,
@@ -519,6 +538,7 @@ pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, req: &
             &ctx.buffers,
             false,
             false,
+            false,
             &progress,
         )),
         &progress,
@@ -604,6 +624,8 @@ async fn transfer<T, F: Future<Output = Result<T, BodyError>>>(
 /// write when the body start is small.
 /// Leaves any bytes after the body (a pipelined request) in `inbound`. With `hold_last`,
 /// the final coalesced bytes stay in `prefix` for the caller to write (see `write_last`).
+/// With `decode`, a chunked body goes as its content only (`BodyTracker::decode`), for a
+/// peer that reads it close-delimited.
 /// Counting is the writer's business (`Counted`): this counts nothing.
 #[allow(clippy::too_many_arguments)]
 async fn forward_body<R, W>(
@@ -615,6 +637,7 @@ async fn forward_body<R, W>(
     pool: &Rc<BufferPool>,
     second: bool,
     hold_last: bool,
+    decode: bool,
     progress: &Progress,
 ) -> Result<(), BodyError>
 where
@@ -624,7 +647,12 @@ where
     loop {
         if !inbound.is_empty() && !tracker.is_done() {
             // Re-framed in place: the peer reads the framing the tracker decided.
-            let r = tracker.reframe(inbound.data_mut()).map_err(BodyError::Framing)?;
+            let r = if decode {
+                tracker.decode(inbound.data_mut())
+            } else {
+                tracker.reframe(inbound.data_mut())
+            };
+            let r = r.map_err(BodyError::Framing)?;
             let (lead, chunk) = (r.lead(), inbound.data().get(..r.out).unwrap_or_default());
             if !prefix.is_empty() && prefix.len() + lead.len() + chunk.len() <= COALESCE {
                 prefix.extend_from_slice(lead);

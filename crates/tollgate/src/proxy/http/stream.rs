@@ -440,7 +440,18 @@ impl<'a, C: ClientStream> Session<'a, C> {
             Decision::Redirect(redirect) => {
                 let keep = req.keep_alive && !self.ctx.is_stopping();
                 let buf = self.front.data();
-                let vars = RequestVars::of(C::PROTO.as_str(), head.target.of(buf), head.host.map(|h| h.of(buf)));
+                let mut vars = RequestVars::of(C::PROTO.as_str(), head.target.of(buf), head.host.map(|h| h.of(buf)));
+                // An HTTP/1.0 request may name no host (no or an empty Host, origin-form
+                // target): the host is then the address the client reached (RFC 7230 §5.5),
+                // so that `https://{host}/` never becomes `https:///`.
+                let mut own = [0u8; LOCAL_AUTHORITY_MAX];
+                if vars.authority.is_empty()
+                    && let Some(local) = crate::ctx::origin::current()
+                        .map(|o| o.local)
+                        .or_else(|| self.client.local_addr())
+                {
+                    vars.authority = local_authority(local, C::PROTO, &mut own);
+                }
                 if !redirect_response(redirect, &vars, keep, &mut self.out) {
                     head.reclaim(&mut self.scratch);
                     self.ctx.stats.http_rewrite_skipped.add(1);
@@ -719,6 +730,28 @@ fn redirect_response(
     }
     out.extend_from_slice(b"\r\n");
     true
+}
+
+/// Room for `[v6 address]:port`.
+const LOCAL_AUTHORITY_MAX: usize = 64;
+
+/// `addr` as an authority (`[..]` around IPv6), without the port when it is the scheme's
+/// default.
+fn local_authority(addr: SocketAddr, proto: h1::Proto, out: &mut [u8; LOCAL_AUTHORITY_MAX]) -> &[u8] {
+    use std::io::Write;
+    let default_port = match proto {
+        h1::Proto::Http => 80,
+        h1::Proto::Https => 443,
+    };
+    let mut w = out.as_mut_slice();
+    let written = match (addr.ip(), addr.port()) {
+        (std::net::IpAddr::V4(ip), p) if p == default_port => write!(w, "{ip}"),
+        (std::net::IpAddr::V6(ip), p) if p == default_port => write!(w, "[{ip}]"),
+        (std::net::IpAddr::V4(ip), p) => write!(w, "{ip}:{p}"),
+        (std::net::IpAddr::V6(ip), p) => write!(w, "[{ip}]:{p}"),
+    };
+    let left = if written.is_ok() { w.len() } else { LOCAL_AUTHORITY_MAX };
+    out.get(..LOCAL_AUTHORITY_MAX - left).unwrap_or_default()
 }
 
 fn reason(status: u16) -> &'static str {
