@@ -73,6 +73,19 @@ impl HandshakeFailure {
             HandshakeFailure::Closed => ErrorKind::PeerClosed,
             _ => ErrorKind::Tls,
         };
+        // A TLS error is said in words (rustls prints some of its own in Rust's debug form,
+        // `Other(OtherError(UnsupportedCertVersion))`); other I/O errors stay the cause.
+        let tls = source
+            .as_ref()
+            .and_then(|s| s.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        if let Some(tls) = tls {
+            return Error::new(
+                kind,
+                Side::Front,
+                format!("{stage}: {}: {}", self.as_str(), describe(tls)),
+            );
+        }
         let e = Error::new(kind, Side::Front, format!("{stage}: {}", self.as_str()));
         match source {
             Some(s) => e.with_source(s),
@@ -101,6 +114,45 @@ impl HandshakeFailure {
             HandshakeFailure::Closed => &stats.tls_fail_closed,
             HandshakeFailure::ClientCert => &stats.tls_fail_client_cert,
         }
+    }
+}
+
+/// A handshake error as an operator reads it: what was wrong with the client's certificate
+/// in words, never a Rust debug form.
+pub(crate) fn describe(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    match e {
+        rustls::Error::NoCertificatesPresented => "the client presented no certificate".into(),
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::Expired | C::ExpiredContext { .. } => "the client certificate has expired".into(),
+            C::NotValidYet | C::NotValidYetContext { .. } => "the client certificate is not valid yet".into(),
+            C::Revoked => "the client certificate is revoked".into(),
+            C::UnknownIssuer => "the client certificate is not signed by a trusted CA".into(),
+            C::BadSignature => "the client certificate's signature does not verify".into(),
+            C::BadEncoding => "the client certificate is not valid DER".into(),
+            C::UnknownRevocationStatus => "the client certificate's revocation status is unknown".into(),
+            C::ExpiredRevocationList | C::ExpiredRevocationListContext { .. } => {
+                "the revocation list for the client certificate has expired".into()
+            }
+            C::UnhandledCriticalExtension => "the client certificate has an unsupported critical extension".into(),
+            C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
+                "the client certificate is not for client authentication".into()
+            }
+            // webpki's own reasons reach us only as text; the common ones in words.
+            C::Other(other) => {
+                let text = format!("{other:?}");
+                if text.contains("UnsupportedCertVersion") {
+                    "the client certificate is X.509 v1; only v3 is accepted".into()
+                } else if text.contains("CaUsedAsEndEntity") {
+                    "the client certificate is a CA certificate, not an end-entity one".into()
+                } else {
+                    format!("the client certificate is refused: {other}")
+                }
+            }
+            other => format!("the client certificate is refused: {other}"),
+        },
+        rustls::Error::AlertReceived(alert) => format!("the client sent the alert {alert:?}"),
+        other => other.to_string(),
     }
 }
 
@@ -267,5 +319,56 @@ fn count_negotiated(stats: &WorkerStats, conn: &rustls::ServerConnection) {
     });
     for counter in [group, version, suite].into_iter().flatten() {
         counter.add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::describe;
+
+    /// What webpki puts in `CertificateError::Other`: a Debug name.
+    #[derive(Debug)]
+    enum Webpki {
+        UnsupportedCertVersion,
+        CaUsedAsEndEntity,
+    }
+
+    impl std::fmt::Display for Webpki {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{self:?}")
+        }
+    }
+
+    impl std::error::Error for Webpki {}
+
+    fn other(e: Webpki) -> rustls::Error {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(Arc::new(e))))
+    }
+
+    #[test]
+    fn client_certificate_errors_are_said_in_words() {
+        assert_eq!(
+            describe(&other(Webpki::UnsupportedCertVersion)),
+            "the client certificate is X.509 v1; only v3 is accepted"
+        );
+        assert_eq!(
+            describe(&other(Webpki::CaUsedAsEndEntity)),
+            "the client certificate is a CA certificate, not an end-entity one"
+        );
+        assert_eq!(
+            describe(&rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            )),
+            "the client certificate is not signed by a trusted CA"
+        );
+        assert_eq!(
+            describe(&rustls::Error::NoCertificatesPresented),
+            "the client presented no certificate"
+        );
+        for e in [other(Webpki::UnsupportedCertVersion), other(Webpki::CaUsedAsEndEntity)] {
+            assert!(!describe(&e).contains("Other("), "{}", describe(&e));
+        }
     }
 }
