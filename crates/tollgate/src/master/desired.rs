@@ -83,9 +83,33 @@ fn carry(change: &ServerChange, old: &Config, new: &Config) -> Result<ServerChan
             ..change.clone()
         }),
         _ if after.is_none() => Err("server removed by the file".into()),
-        _ if before == after => Ok(change.clone()),
+        _ if before == after => Ok(beyond_the_file(change, find(new, b, s))),
         _ => Err(format!("the file changes {b}/{s}")),
     }
+}
+
+/// `change` less what the file already says (a weight or address equal to the file's, a
+/// `ready` state, which every file server starts in): a reload neither keeps nor reports
+/// a change that changes nothing.
+fn beyond_the_file(change: &ServerChange, file: Option<&Server>) -> ServerChange {
+    let mut left = change.clone();
+    if let Some(f) = file {
+        if left.weight == Some(f.weight) {
+            left.weight = None;
+        }
+        if left.address == Some(f.address) {
+            left.address = None;
+        }
+    }
+    if left.state == Some(AdminState::Ready) {
+        left.state = None;
+    }
+    left
+}
+
+/// A change that leaves the server as the file made it.
+fn changes_nothing(c: &ServerChange) -> bool {
+    c.state.is_none() && c.weight.is_none() && c.address.is_none() && c.add.is_none() && !c.delete
 }
 
 impl Desired {
@@ -197,6 +221,7 @@ impl Desired {
         let mut kept = BTreeMap::new();
         for (key, change) in std::mem::take(&mut self.changes) {
             match carry(&change, old, new) {
+                Ok(carried) if changes_nothing(&carried) => {}
                 Ok(carried) => {
                     report.kept.push(carried.describe());
                     kept.insert(key, carried);
@@ -289,7 +314,16 @@ impl Desired {
             .iter()
             .filter(|((b, s), _)| {
                 let after = find(new, b, s).map(check_definition);
-                after.is_some() && find(current, b, s).map(check_definition) == after
+                let file_server = after.is_some() && find(current, b, s).map(check_definition) == after;
+                // A server added at run time, kept by the reload (no file server of its
+                // name), in a backend still checked: its health goes on too.
+                let runtime_server = after.is_none()
+                    && new.backend(b).is_some_and(|bk| bk.health.is_some())
+                    && self
+                        .changes
+                        .get(&(b.clone(), s.clone()))
+                        .is_some_and(|c| c.add.is_some() && !c.delete);
+                file_server || runtime_server
             })
             .map(|(_, r)| r.clone())
             .collect()
@@ -298,7 +332,11 @@ impl Desired {
     /// What `reconcile` would keep, without changing anything (for the new generation's
     /// config message, sent before it is known to start).
     pub(crate) fn preview(&self, old: &Config, new: &Config) -> Vec<ServerChange> {
-        self.changes.values().filter_map(|c| carry(c, old, new).ok()).collect()
+        self.changes
+            .values()
+            .filter_map(|c| carry(c, old, new).ok())
+            .filter(|c| !changes_nothing(c))
+            .collect()
     }
 }
 
@@ -394,6 +432,21 @@ mod tests {
         assert_eq!(d.changes(), [change("a", Some(AdminState::Drain), Some(7))]);
     }
 
+    /// A runtime change equal to what the file says (`set server app/a weight 1` with
+    /// `weight = 1` in the file, `state ready`) is neither kept nor reported by a reload.
+    #[test]
+    fn a_change_equal_to_the_file_is_not_reported_as_kept() {
+        let c = config(1, true);
+        let mut d = Desired::default();
+        d.record(&change("a", Some(AdminState::Ready), Some(1)));
+        d.record(&change("b", None, Some(4)));
+        assert_eq!(d.preview(&c, &c).len(), 1);
+        let report = d.reconcile(&c, &c);
+        assert_eq!(report.kept, ["app/b weight=4"]);
+        assert!(report.overridden.is_empty(), "{report:?}");
+        assert_eq!(d.changes(), [change("b", None, Some(4))]);
+    }
+
     #[test]
     fn a_disabled_frontend_stays_disabled_while_the_file_keeps_it() {
         let c = config(1, true);
@@ -439,5 +492,45 @@ mod tests {
         let moved = crate::config::parse(text, "t.toml").unwrap();
         let carried: Vec<String> = d.health_for(&new, &moved).into_iter().map(|r| r.server).collect();
         assert_eq!(carried, ["b"]);
+    }
+
+    /// A server added at run time keeps its health across a reload that keeps it (it went
+    /// back to `unknown`), and loses it once the backend is no longer checked.
+    #[test]
+    fn a_runtime_server_keeps_its_health_across_a_reload() {
+        use crate::command::AddServerArgs;
+        use crate::live::server::OperState;
+        let checked = |health: bool| {
+            let h = if health {
+                "[backend.health]\ntype = \"tcp\"\n"
+            } else {
+                ""
+            };
+            let text = format!(
+                "[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"app\"\n\
+                 [[backend]]\nname = \"app\"\n{h}\
+                 [[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:1\"\n"
+            );
+            crate::config::parse(&text, "t.toml").unwrap()
+        };
+        let c = checked(true);
+        let mut d = Desired::default();
+        let args = AddServerArgs {
+            address: "127.0.0.1:7".into(),
+            check: true,
+            enabled: true,
+            ..Default::default()
+        };
+        let add = d.new_server(&c, "app", "n", &args).unwrap();
+        d.record(&add);
+        d.record_health(HealthReport {
+            backend: "app".into(),
+            server: "n".into(),
+            oper: OperState::Up,
+            agent_percent: 100,
+        });
+        let carried: Vec<String> = d.health_for(&c, &c).into_iter().map(|r| r.server).collect();
+        assert_eq!(carried, ["n"]);
+        assert!(d.health_for(&c, &checked(false)).is_empty());
     }
 }
