@@ -696,3 +696,22 @@ fn check_without_config_reads_the_file_run_would() {
         assert!(stderr.contains("no config file to check"), "{stderr}");
     }
 }
+
+/// `--kill` goes with `maint` only: said before the master is asked, as a usage error (64,
+/// as documented), whatever the socket.
+#[test]
+fn kill_without_maint_is_a_usage_error() {
+    let (code, _, err) = tollgate(&[
+        "ctl",
+        "--socket",
+        "/nonexistent/tollgate.sock",
+        "set",
+        "server",
+        "app/a",
+        "state",
+        "ready",
+        "--kill",
+    ]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--kill goes with state maint"), "{err}");
+}

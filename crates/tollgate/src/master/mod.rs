@@ -579,6 +579,12 @@ impl Master {
                         tracing::info!(generation = id, pid = g.pid, status = %show(&status), "stopped generation exited")
                     }
                     _ if self.exiting => {}
+                    // Refused its config or failed before READY: the start or reload that
+                    // waited for it has said why; this is no crash.
+                    GenState::Starting => tracing::info!(
+                        generation = id, pid = g.pid, status = %show(&status),
+                        "the worker of a generation that did not start exited"
+                    ),
                     _ => tracing::warn!(
                         generation = id, pid = g.pid, status = %show(&status), ?lived,
                         "worker died unexpectedly"
