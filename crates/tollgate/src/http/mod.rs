@@ -8,11 +8,14 @@
 //! - [`h2`]: a sans-io HTTP/2 server connection (frames, HPACK, streams, flow control, flood
 //!   budgets): bytes in, events and bytes out. Not yet serving clients (`proxy/h2front` still
 //!   uses the `h2` crate).
+//! - [`normalize`]: paths and hosts as routes match them (RFC 3986 §6.2.2: dot segments,
+//!   duplicate slashes, percent-encoded unreserved bytes; a host's case and trailing dot).
 //! - `status`: reason phrases for the statuses tollgate writes itself.
 
 pub mod cookie;
 pub mod h1;
 pub mod h2;
+pub mod normalize;
 pub mod path_regex;
 pub mod rewrite;
 pub(crate) mod status;

@@ -21,6 +21,7 @@
 //! unwritten output is under `http2.max_send_buffer`), and a stream whose window stays shut for `timeouts.client` is
 //! reset and its buffers freed (zero-window stall).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -35,11 +36,12 @@ use tokio::time::Instant;
 use super::check::{Checked, Refusal};
 use super::to_h1::{self, BodyOut, Dechunk, Forwarding};
 use super::to_h2;
-use crate::config::model::{Frontend, Overrides, RequestLimits};
+use crate::config::model::{ForwardTarget, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, HeaderKind, Limits, MessageHead, Method, Proto};
 use crate::http::h2::Reason;
+use crate::http::normalize;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};
@@ -153,6 +155,8 @@ pub(crate) async fn serve(
     if let Err(e) = s.run(checked, &mut parts, body).await {
         s.fail(&e);
     }
+    // The response's heads count as bytes to the client, as an HTTP/1 response's do.
+    rec.bytes_to_client += respond.head_bytes();
     conn.give_back_header_map(std::mem::take(&mut parts.headers));
     rec.close();
     let seen = Seen {
@@ -297,6 +301,15 @@ impl Stream<'_> {
                 let prefer = self.sticky_server(backend, parts);
                 let keys = (self.hash_key(backend, parts), prefer);
                 self.rewrite = rewrite;
+                // The server gets the path the route matched (`forward_target`), as does a
+                // route's path rewrite; a buffer only when the path was not normal already.
+                let forward_normalized = self.fe.forward_target == ForwardTarget::Normalized;
+                let normalized = (forward_normalized || rewrite.is_some_and(|r| r.path.is_some()))
+                    .then(|| match normalize::target(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes()) {
+                        Cow::Owned(t) => Some(t),
+                        Cow::Borrowed(_) => None,
+                    })
+                    .flatten();
                 // The client's own identity fields never reach a server, as on the h1 path.
                 if let Some(auth) = self.fe.tls.as_ref().and_then(|t| t.client_auth.as_ref()) {
                     for name in &auth.headers.names {
@@ -304,10 +317,16 @@ impl Stream<'_> {
                     }
                 }
                 if let Some(rewrite) = rewrite {
-                    let skipped = super::rewrite::request(parts, rewrite, self.conn.proto.as_str());
+                    let skipped = super::rewrite::request(parts, rewrite, self.conn.proto.as_str(), normalized.as_deref());
                     if skipped > 0 {
                         self.conn.ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
                     }
+                }
+                if let Some(target) = normalized
+                    && forward_normalized
+                    && !rewrite.is_some_and(Rewrite::changes_target)
+                {
+                    set_target(&mut parts.uri, target).map_err(|r| refused(400, r))?;
                 }
                 for (name, value) in &self.conn.cert_fields {
                     parts.headers.append(name.clone(), value.clone());
@@ -436,6 +455,12 @@ impl Stream<'_> {
         body: &mut RecvStream,
         sent: &Counter,
     ) -> Result<(), Error> {
+        // DATA that came while the server was being chosen and connected may have had the
+        // codec reset the stream (against `content-length`): its head then goes nowhere.
+        if let Some(code) = body.reset_code() {
+            let why = format!("client stream reset before its head was sent ({})", code.as_str());
+            return Err(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Request));
+        }
         let (stream, conn) = conn.take_stream();
         match stream {
             Back::H1(stream) => self.exchange(backend, req, conn.with(stream), body, sent).await,
@@ -721,6 +746,15 @@ impl BodyBudget {
             None => Err(refused(413, "request body over max_body_size")),
         }
     }
+}
+
+/// `uri` with `target` as its path and query (scheme and authority kept).
+fn set_target(uri: &mut http::Uri, target: Vec<u8>) -> Result<(), &'static str> {
+    let mut parts = std::mem::take(uri).into_parts();
+    parts.path_and_query =
+        Some(http::uri::PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| "normalised path")?);
+    *uri = http::Uri::from_parts(parts).map_err(|_| "normalised path")?;
+    Ok(())
 }
 
 fn refused(status: u16, why: &'static str) -> Error {

@@ -16,6 +16,8 @@ fn flood_settings(limit: u32) -> Settings {
         max_empty_data: limit,
         max_priority: limit,
         max_window_updates: limit,
+        max_oversized_heads: limit,
+        max_header_list_size: 1024,
         ..Settings::default()
     }
 }
@@ -58,6 +60,11 @@ fn each_flood_trips_past_its_limit() {
         (
             Flood::ServerResets,
             Box::new(|n| headers(2 * n + 1, &with(&[("connection", "x")]), true)),
+            0,
+        ),
+        (
+            Flood::OversizedHeads,
+            Box::new(|n| headers(2 * n + 1, &with(&[("x-big", "x".repeat(2000).leak())]), true)),
             0,
         ),
     ];

@@ -786,3 +786,57 @@ proptest::proptest! {
         proptest::prop_assert_eq!(run(&pieces), whole);
     }
 }
+
+/// A head and DATA that contradicts its `content-length` in one read: the request is
+/// withdrawn before the app sees it (no server gets its head), only the reset is told. In
+/// two reads the app saw the head first and hears the reset after.
+#[test]
+fn a_body_refused_in_the_heads_read_withdraws_the_request() {
+    let cases: [(&str, Vec<u8>); 3] = [
+        (
+            "content-length 0 and DATA",
+            cat(&[headers(1, &post("0"), false), data(1, b"abc", true)]),
+        ),
+        (
+            "content-length 10 and 3 bytes",
+            cat(&[headers(1, &post("10"), false), data(1, b"abc", true)]),
+        ),
+        (
+            "client reset in the same read",
+            cat(&[
+                headers(1, &post("3"), false),
+                data(1, b"ab", false),
+                raw(kind::RST_STREAM, 0, 1, &[0, 0, 0, 8]),
+            ]),
+        ),
+    ];
+    for (name, bytes) in cases {
+        let mut c = Client::ready(Settings::default());
+        c.send(&bytes).unwrap();
+        let ev = c.events();
+        assert!(
+            matches!(ev.as_slice(), [Event::Reset { id: StreamId(1), .. }]),
+            "{name}: {ev:?}"
+        );
+        // The withdrawn DATA's window is not lost: the connection has all of it back.
+        assert_eq!(c.conn.open_streams(), 0, "{name}");
+    }
+    let mut c = Client::ready(Settings::default());
+    c.send(&headers(1, &post("0"), false)).unwrap();
+    c.send(&data(1, b"abc", true)).unwrap();
+    let ev = c.events();
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [
+                Event::Request { id: StreamId(1), .. },
+                Event::Reset {
+                    id: StreamId(1),
+                    why: Some(_),
+                    ..
+                }
+            ]
+        ),
+        "{ev:?}"
+    );
+}
