@@ -218,6 +218,11 @@ impl Stream<'_> {
     ) -> Result<(), Error> {
         let end_stream = body.is_end_stream();
         let checked = checked.map_err(|r| refused(400, r.0))?;
+        // What came in the head's read is judged before anything else, as on the HTTP/1 path:
+        // DATA that contradicted `content-length` (the codec reset the stream, RFC 9113
+        // §8.1.1), or the client's own RST_STREAM (rapid reset), and the request is dropped
+        // before it is routed: no server ever sees it, none is connected for it.
+        reset_before_head(&body)?;
         let conn = route::ConnFacts {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),
@@ -457,10 +462,7 @@ impl Stream<'_> {
     ) -> Result<(), Error> {
         // DATA that came while the server was being chosen and connected may have had the
         // codec reset the stream (against `content-length`): its head then goes nowhere.
-        if let Some(code) = body.reset_code() {
-            let why = format!("client stream reset before its head was sent ({})", code.as_str());
-            return Err(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Request));
-        }
+        reset_before_head(body)?;
         let (stream, conn) = conn.take_stream();
         match stream {
             Back::H1(stream) => self.exchange(backend, req, conn.with(stream), body, sent).await,
@@ -744,6 +746,18 @@ impl BodyBudget {
                 Ok(())
             }
             None => Err(refused(413, "request body over max_body_size")),
+        }
+    }
+}
+
+/// `Err` once the stream was reset (by the client, or by the codec for what it sent): its
+/// head must not be sent to a server.
+fn reset_before_head(body: &RecvStream) -> Result<(), Error> {
+    match body.reset_code() {
+        None => Ok(()),
+        Some(code) => {
+            let why = format!("stream reset before its head was forwarded ({})", code.as_str());
+            Err(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Request))
         }
     }
 }

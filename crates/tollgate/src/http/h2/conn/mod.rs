@@ -300,12 +300,8 @@ impl ServerConn {
     }
 
     /// A stream error the codec answers itself: RST_STREAM, `Event::Reset`, counted.
-    /// Events of the stream still queued are withdrawn: a request refused for bytes that
-    /// came in the same read as its head (DATA against `content-length`) never reaches the
-    /// app, so no server ever sees it (RFC 9113 §8.1.1), as on the HTTP/1 path.
     fn stream_error(&mut self, id: u32, code: Reason, why: &'static str, now: Instant) -> Result<(), ConnError> {
         self.drop_stream(id);
-        self.withdraw_events(id);
         self.recent_resets.add(id);
         frame::write_rst_stream(&mut self.out, id, code);
         self.events.push_back(Event::Reset {
@@ -316,30 +312,6 @@ impl ServerConn {
         self.budgets
             .count(&self.s, now, Flood::ServerResets)
             .map_err(flood_error)
-    }
-
-    /// Drops the queued events of stream `id` (the app has not seen them; its DATA bytes
-    /// were counted as held and `drop_stream` gave them back), recycling a queued head.
-    fn withdraw_events(&mut self, id: u32) {
-        let sid = StreamId(id);
-        let mut i = 0;
-        // Bounded: the events queued by one read.
-        while i < self.events.len() {
-            let ours = match self.events.get(i) {
-                Some(Event::Request { id, .. } | Event::HeadTooLarge { id, .. }) => *id == sid,
-                Some(Event::Data { id, .. } | Event::Trailers { id, .. }) => *id == sid,
-                _ => false,
-            };
-            if !ours {
-                i += 1;
-                continue;
-            }
-            match self.events.remove(i) {
-                Some(Event::Request { head, .. }) => self.recycle(head),
-                Some(Event::Trailers { fields, .. }) => self.recycle_fields(fields),
-                _ => {}
-            }
-        }
     }
 
     /// Forgets a stream; what the app still held of its DATA goes back to the connection.
@@ -475,8 +447,6 @@ impl ServerConn {
                 }
                 if self.streams.get(stream).is_some() {
                     self.drop_stream(stream);
-                    // Opened and reset in one read (rapid reset): the app never starts it.
-                    self.withdraw_events(stream);
                     self.events.push_back(Event::Reset {
                         id: StreamId(stream),
                         code,
