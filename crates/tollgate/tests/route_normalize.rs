@@ -149,3 +149,24 @@ fn requests_no_rule_refuses_are_routed_with_the_target_forward_target_says() {
     assert_eq!(ask_h1(proxy.addr, "WWW.example.", "/"), 200);
     assert_eq!(o.requests().last().unwrap().header("host"), Some("WWW.example."));
 }
+
+/// A `[[frontend.limit]]` keyed on the path counts every spelling of one path as one key.
+#[test]
+fn a_path_keyed_limit_counts_every_spelling_as_one() {
+    let o = origin();
+    let proxy = Proxy::start(&format!(
+        "[global]\nworkers = 1\n\
+         [[frontend]]\nname = \"lim\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\ndefault_backend = \"be\"\n\
+         [[frontend.limit]]\nname = \"per-path\"\nkey = \"path\"\nrate = \"2/m\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        o.addr
+    ));
+    assert_eq!(ask_h1(proxy.addr, "www.example", "/login"), 200);
+    assert_eq!(ask_h2(proxy.addr, "www.example", "//login"), 200);
+    for spelling in ["/./login", "/x/../login", "/%6cogin", "//login"] {
+        assert_eq!(ask_h1(proxy.addr, "www.example", spelling), 429, "HTTP/1 {spelling}");
+        assert_eq!(ask_h2(proxy.addr, "www.example", spelling), 429, "HTTP/2 {spelling}");
+    }
+    // Another path has its own count.
+    assert_eq!(ask_h1(proxy.addr, "www.example", "/other"), 200);
+}

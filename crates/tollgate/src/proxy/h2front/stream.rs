@@ -243,6 +243,7 @@ impl Stream<'_> {
                 source: self.conn.peer.ip(),
                 sni: self.conn.sni.as_deref(),
                 parts,
+                path: normalize::path(parts.uri.path().as_bytes()),
             };
             if let Err(over) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(over).await;

@@ -158,6 +158,11 @@ fn authority_of(target: &[u8]) -> &[u8] {
     rest.get(..end).unwrap_or_default()
 }
 
+/// The request's path without its query, as sent.
+pub(super) fn request_path_only<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {
+    RequestView::split_target(request_path(head, buf)).0
+}
+
 pub(super) fn request_path<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {
     let target = head.target.of(buf);
     if head.target_form != TargetForm::Absolute {

@@ -395,6 +395,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 sni: self.client.tls_seen().1,
                 head: &head,
                 buf: self.front.data(),
+                path: normalize::path(route::request_path_only(&head, self.front.data())),
             };
             if let Err(refused) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(head, &req, refused).await;
