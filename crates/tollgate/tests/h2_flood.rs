@@ -227,7 +227,10 @@ fn oversized_heads_are_cut_after_their_budget() {
     for i in 0..20u32 {
         bad.send(&oversized_head(2 * i + 1));
         let outcome = bad.outcome(2 * i + 1, Duration::from_secs(5));
-        assert!(matches!(outcome, Outcome::Head(_)), "head {i} answered (431): {outcome:?}");
+        assert!(
+            matches!(outcome, Outcome::Head(_)),
+            "head {i} answered (431): {outcome:?}"
+        );
         if i == 10 {
             // Meanwhile, another connection is served.
             let mut good = Conn::open(proxy.addr, &[]);

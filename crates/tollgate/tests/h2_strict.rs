@@ -252,7 +252,11 @@ fn a_body_contradicting_content_length_in_the_heads_read_never_reaches_the_serve
             }
             let cl = head
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
                 .and_then(|v| v.parse::<usize>().ok())
                 .unwrap_or(0);
             log.lock().unwrap().push(head);

@@ -178,7 +178,10 @@ fn counters_match_the_traffic_sent() {
     assert_eq!(sum(&s, "tollgate_http_requests_total", &[]), 14.0);
     // A counter already named `..._total` gets no second suffix (issue 27, item 18).
     assert_eq!(sum(&s, "tollgate_sessions_total", &[]), 12.0);
-    assert!(!s.iter().any(|x| x.metric.ends_with("_total_total")), "a doubled _total suffix");
+    assert!(
+        !s.iter().any(|x| x.metric.ends_with("_total_total")),
+        "a doubled _total suffix"
+    );
     assert!(sum(&s, "tollgate_budget_limit", &[("budget", "maxconn")]) > 0.0);
     assert_eq!(sum(&s, "tollgate_budget_in_use", &[("budget", "handshakes")]), 0.0);
     assert_eq!(sum(&s, "tollgate_tls_handshakes_total", &[("outcome", "full")]), 0.0);

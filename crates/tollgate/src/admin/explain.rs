@@ -804,12 +804,21 @@ address = "127.0.0.1:9013"
         assert_eq!(e.route, Some(1), "{e}");
         assert_eq!(e.normalized_path.as_deref(), Some("/admin/p"));
         assert_eq!(e.normalized_host, None);
-        assert_eq!(e.route_reason, "every condition holds (on the normalised path /admin/p)");
-        assert!(e.to_string().contains("routes read the path as /admin/p (normalised)"), "{e}");
+        assert_eq!(
+            e.route_reason,
+            "every condition holds (on the normalised path /admin/p)"
+        );
+        assert!(
+            e.to_string().contains("routes read the path as /admin/p (normalised)"),
+            "{e}"
+        );
         let e = explain(&c, &query("http://WWW.example.:8080/")).unwrap();
         assert_eq!(e.route, Some(0), "{e}");
         assert_eq!(e.normalized_host.as_deref(), Some("www.example"));
-        assert_eq!(e.route_reason, "every condition holds (on the normalised host www.example)");
+        assert_eq!(
+            e.route_reason,
+            "every condition holds (on the normalised host www.example)"
+        );
         // A normal request says nothing more.
         let e = explain(&c, &query("http://www.example:8080/admin")).unwrap();
         assert_eq!((e.normalized_path, e.normalized_host), (None, None));

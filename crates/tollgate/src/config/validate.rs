@@ -1583,7 +1583,11 @@ impl Validator<'_> {
             ("max_empty_data", &h.max_empty_data, &mut out.max_empty_data),
             ("max_priority", &h.max_priority, &mut out.max_priority),
             ("max_window_updates", &h.max_window_updates, &mut out.max_window_updates),
-            ("max_oversized_heads", &h.max_oversized_heads, &mut out.max_oversized_heads),
+            (
+                "max_oversized_heads",
+                &h.max_oversized_heads,
+                &mut out.max_oversized_heads,
+            ),
         ];
         for (key, value, slot) in counts {
             let Some(v) = value else { continue };

@@ -311,9 +311,11 @@ impl Stream<'_> {
                 // route's path rewrite; a buffer only when the path was not normal already.
                 let forward_normalized = self.fe.forward_target == ForwardTarget::Normalized;
                 let normalized = (forward_normalized || rewrite.is_some_and(|r| r.path.is_some()))
-                    .then(|| match normalize::target(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes()) {
-                        Cow::Owned(t) => Some(t),
-                        Cow::Borrowed(_) => None,
+                    .then(|| {
+                        match normalize::target(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes()) {
+                            Cow::Owned(t) => Some(t),
+                            Cow::Borrowed(_) => None,
+                        }
                     })
                     .flatten();
                 // The client's own identity fields never reach a server, as on the h1 path.
@@ -323,7 +325,8 @@ impl Stream<'_> {
                     }
                 }
                 if let Some(rewrite) = rewrite {
-                    let skipped = super::rewrite::request(parts, rewrite, self.conn.proto.as_str(), normalized.as_deref());
+                    let skipped =
+                        super::rewrite::request(parts, rewrite, self.conn.proto.as_str(), normalized.as_deref());
                     if skipped > 0 {
                         self.conn.ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
                     }

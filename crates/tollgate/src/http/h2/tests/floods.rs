@@ -185,11 +185,16 @@ fn nothing_is_sent_after_the_goaway() {
     let ev = c.events();
     assert_eq!(ev.len(), 3, "{ev:?}");
     for e in ev {
-        let Event::HeadTooLarge { id, .. } = e else { panic!("{e:?}") };
+        let Event::HeadTooLarge { id, .. } = e else {
+            panic!("{e:?}")
+        };
         assert_eq!(c.conn.send_headers(id, 431, std::iter::empty(), true), Err(StreamGone));
         c.conn.reset(id, Reason::CANCEL);
     }
     let f = c.frames();
     assert_eq!(f.len(), 1, "{f:?}");
-    assert_eq!((f[0].kind, code_of(&f[0].payload)), (kind::GOAWAY, Reason::ENHANCE_YOUR_CALM));
+    assert_eq!(
+        (f[0].kind, code_of(&f[0].payload)),
+        (kind::GOAWAY, Reason::ENHANCE_YOUR_CALM)
+    );
 }
