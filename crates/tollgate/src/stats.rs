@@ -272,7 +272,8 @@ worker_stats! {
     /// HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM, by the `[http2]` limit they
     /// passed: client resets (rapid reset), resets tollgate was made to send (MadeYouReset),
     /// PING, SETTINGS, empty DATA, PRIORITY, WINDOW_UPDATE floods, and header blocks over
-    /// their byte or frame bound (CONTINUATION flood).
+    /// their byte or frame bound (CONTINUATION flood), request heads over
+    /// `max_header_list_size` (each answered 431 until the limit).
     h2_flood_client_resets,
     h2_flood_server_resets,
     h2_flood_pings,
@@ -281,6 +282,7 @@ worker_stats! {
     h2_flood_priority,
     h2_flood_window_updates,
     h2_flood_header_block,
+    h2_flood_oversized_heads,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -25,6 +25,7 @@ fn proxy(origin: SocketAddr) -> Proxy {
     Proxy::start(&format!(
         "[global]\nworkers = 1\n[timeouts]\nclient = \"1s\"\n[http2]\nmax_pings = 50\nmax_settings = 50\nmax_empty_data = 50\n\
          max_priority = 200\nmax_window_updates = 1000\nmax_client_resets = 100\nmax_server_resets = 50\nmax_header_block_frames = 16\n\
+         max_header_list_size = \"4KiB\"\nmax_oversized_heads = 20\n\
          [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\ndefault_backend = \"be\"\n\
          [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n"
     ))
@@ -68,9 +69,17 @@ fn flood_bytes(kind: &str) -> Vec<u8> {
             fields.push((b"connection".to_vec(), b"close".to_vec()));
             out.extend(headers_frame(2 * i + 1, &fields, true));
         }),
+        "oversized-heads" => (0..1000u32).for_each(|i| out.extend(oversized_head(2 * i + 1))),
         _ => unreachable!(),
     }
     out
+}
+
+/// A GET whose head is over the proxy's `max_header_list_size` (4 KiB): answered 431.
+fn oversized_head(stream: u32) -> Vec<u8> {
+    let mut fields = raw::get("example.com", "/big");
+    fields.push((b"x-big".to_vec(), vec![b'a'; 10_000]));
+    headers_frame(stream, &fields, true)
 }
 
 /// HTTP/1.1 keep-alive GETs on one connection; each request's latency.
@@ -137,6 +146,7 @@ fn every_flood_gets_enhance_your_calm_and_others_stay_fast() {
         "rapid-reset",
         "continuation",
         "server-resets",
+        "oversized-heads",
     ];
     let stop = Arc::new(AtomicBool::new(false));
     let addr = proxy.addr;
@@ -165,6 +175,7 @@ fn every_flood_gets_enhance_your_calm_and_others_stay_fast() {
         ("rapid-reset", stats.h2_flood_client_resets),
         ("continuation", stats.h2_flood_header_block),
         ("server-resets", stats.h2_flood_server_resets),
+        ("oversized-heads", stats.h2_flood_oversized_heads),
     ];
     for (kind, n) in counted {
         assert_eq!(n, 1, "{kind}: {stats:?}");
@@ -201,6 +212,46 @@ fn hpack_bomb_is_refused_before_it_is_expanded() {
     let mut conn = Conn::open(proxy.addr, &[]);
     conn.send(&headers_frame(1, &raw::get("x", "/size/10"), true));
     assert_eq!(conn.outcome(1, Duration::from_secs(5)), Outcome::Head(0x88));
+}
+
+/// Issue 27, item 12: request heads over `max_header_list_size`, repeated on one connection,
+/// are answered 431 up to `max_oversized_heads` (20 here), then the connection gets GOAWAY
+/// ENHANCE_YOUR_CALM and is closed, and `h2_flood_oversized_heads` moves; an HTTP/2 client
+/// on another connection is served meanwhile. (Sent one at a time: heads read together
+/// with the one past the budget get no 431, the connection being dead by then.)
+#[test]
+fn oversized_heads_are_cut_after_their_budget() {
+    let o = origin::start();
+    let proxy = proxy(o.addr);
+    let mut bad = Conn::open(proxy.addr, &[]);
+    for i in 0..20u32 {
+        bad.send(&oversized_head(2 * i + 1));
+        let outcome = bad.outcome(2 * i + 1, Duration::from_secs(5));
+        assert!(
+            matches!(outcome, Outcome::Head(_)),
+            "head {i} answered (431): {outcome:?}"
+        );
+        if i == 10 {
+            // Meanwhile, another connection is served.
+            let mut good = Conn::open(proxy.addr, &[]);
+            good.send(&headers_frame(1, &raw::get("example.com", "/size/10"), true));
+            assert_eq!(good.outcome(1, Duration::from_secs(5)), Outcome::Head(0x88));
+        }
+    }
+    assert_eq!(proxy.running().stats().h2_flood_oversized_heads, 0);
+    // The 21st within the window: GOAWAY ENHANCE_YOUR_CALM, then the close.
+    bad.send(&oversized_head(41));
+    assert_eq!(bad.goaway(Duration::from_secs(5)), Some(ENHANCE_YOUR_CALM));
+    assert!(bad.next(Duration::from_secs(5)).is_none(), "closed after the GOAWAY");
+    assert_eq!(proxy.running().stats().h2_flood_oversized_heads, 1);
+    assert!(
+        o.seen().iter().all(|s| s.target != "/big"),
+        "an oversized head reached the origin"
+    );
+    // And others are still served after.
+    let mut good = Conn::open(proxy.addr, &[]);
+    good.send(&headers_frame(1, &raw::get("example.com", "/size/10"), true));
+    assert_eq!(good.outcome(1, Duration::from_secs(5)), Outcome::Head(0x88));
 }
 
 #[test]

@@ -234,3 +234,91 @@ fn graceful_goaway_ends_even_without_the_ping_answer() {
     assert_eq!(goaways, vec![0x7fff_ffff, 1], "GOAWAY(max), then GOAWAY(last stream)");
     assert!(closed, "closed within 5 s");
 }
+
+/// Issue 27, item 11: HEADERS and a DATA frame that contradicts their `content-length`, in
+/// one write (so in one read of the proxy), are refused with RST_STREAM PROTOCOL_ERROR and
+/// the server is never contacted — neither a complete POST (`content-length: 0` plus
+/// bytes) nor a head whose body never comes whole. A valid POST then reaches it (the check
+/// is not vacuous).
+#[test]
+fn a_body_contradicting_content_length_in_the_heads_read_never_reaches_the_server() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::{Arc, Mutex};
+    let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = heads.clone();
+    // Records each request head (and reads its body) and answers 200.
+    let o = common::origin(move |s| {
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // Bounded: one request per round, ends when the proxy closes or the read times out.
+        loop {
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                head.push_str(&line);
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let cl = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            log.lock().unwrap().push(head);
+            let mut body = vec![0u8; cl];
+            if r.read_exact(&mut body).is_err() {
+                return;
+            }
+            if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_err() {
+                return;
+            }
+        }
+    });
+    let config = format!(
+        "[global]\nworkers = 1\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\ndefault_backend = \"be\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        o.addr
+    );
+    let proxy = Proxy::start(&config);
+    let cases: [(&str, &str, &[u8]); 3] = [
+        ("content-length 0 plus DATA", "0", b"abc"),
+        ("content-length larger than the DATA", "10", b"abc"),
+        ("content-length smaller than the DATA", "2", b"abcdef"),
+    ];
+    for (name, cl, body) in cases {
+        let mut conn = Conn::open(proxy.addr, &[]);
+        let mut bytes = headers_frame(1, &post(cl), false);
+        bytes.extend(frame(DATA, END_STREAM, 1, body));
+        assert!(conn.send(&bytes), "{name}: sent in one write");
+        assert_eq!(
+            conn.outcome(1, Duration::from_secs(5)),
+            raw::Outcome::Reset(1),
+            "{name}: RST_STREAM PROTOCOL_ERROR"
+        );
+    }
+    // Long enough for a stream started anyway to have connected and sent its head.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        o.total.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the server was contacted: {:?}",
+        heads.lock().unwrap()
+    );
+    let mut conn = Conn::open(proxy.addr, &[]);
+    let mut bytes = headers_frame(1, &post("3"), false);
+    bytes.extend(frame(DATA, END_STREAM, 1, b"abc"));
+    conn.send(&bytes);
+    assert_eq!(conn.outcome(1, Duration::from_secs(5)), raw::Outcome::Head(0x88));
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 1, "{heads:?}");
+    assert!(heads[0].starts_with("POST /up HTTP/1.1\r\n"), "{heads:?}");
+}

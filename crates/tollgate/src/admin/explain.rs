@@ -143,6 +143,12 @@ pub struct Explanation {
     pub frontend_reason: String,
     pub mode: String,
     pub skipped: Vec<Skipped>,
+    /// The path (and query) and host as routes read them (`http::normalize`), when they
+    /// differ from the request's: routes matched these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalized_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub normalized_host: Option<String>,
     /// The route that matched (index), or `None` for the default backend / refusal.
     pub route: Option<usize>,
     pub route_reason: String,
@@ -190,6 +196,8 @@ fn explain_with(config: &Config, query: &Query, live: &[ServerView]) -> Result<E
         frontend_reason,
         mode: fe.mode.as_str().to_string(),
         skipped: Vec::new(),
+        normalized_path: None,
+        normalized_host: None,
         route: None,
         route_reason: String::new(),
         target: Target::Refused { reason: String::new() },
@@ -293,11 +301,17 @@ impl Headers for QueryHeaders<'_> {
 /// HTTP routing: the proxy's own route table picks the route; each earlier route is
 /// named with the first of its conditions the request misses (the proxy's own check).
 fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> Option<usize> {
-    // The URL's authority is the request's host (absolute form wins over Host), else Host.
-    let host_header = header_of(query, "host")
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n).to_ascii_lowercase());
-    let host = url.host.clone().or(host_header);
+    // The URL's authority is the request's host (absolute form wins over Host), else Host;
+    // routes read it as the proxy does (`http::normalize::host`).
+    let mut host_buf = [0u8; 256];
+    let written = url.host.as_deref().map(str::as_bytes).or(header_of(query, "host"));
+    let host = written.and_then(|h| crate::http::normalize::host(h, &mut host_buf));
+    // Said when it lost its trailing dot (case and port are never worth saying).
+    if let Some(h) = host
+        && written.is_some_and(|w| crate::http::normalize::without_port(w).ends_with(b"."))
+    {
+        out.normalized_host = Some(h.to_string());
+    }
     let scheme = match url.scheme.as_deref() {
         Some("https") => Scheme::Https,
         Some(_) => Scheme::Http,
@@ -311,11 +325,15 @@ fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) ->
         (None, Scheme::Http) => None,
     };
     let (path, query_string) = RequestView::split_target(url.path.as_bytes());
+    let path = crate::http::normalize::path(path);
+    if let std::borrow::Cow::Owned(p) = &path {
+        out.normalized_path = Some(String::from_utf8_lossy(p).into_owned());
+    }
     let headers = QueryHeaders(query);
     let view = RequestView {
         method: query.method.as_bytes(),
-        host: host.as_deref(),
-        path,
+        host,
+        path: &path,
         query: query_string,
         scheme,
         source: query.source,
@@ -334,7 +352,19 @@ fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) ->
     }
     if let Some((i, r)) = matched.and_then(|i| fe.routes.get(i).map(|r| (i, r))) {
         out.route = Some(i);
-        out.route_reason = "every condition holds".to_string();
+        out.route_reason = match (&out.normalized_path, &out.normalized_host) {
+            (None, None) => "every condition holds".to_string(),
+            (p, h) => {
+                let mut on = Vec::new();
+                if let Some(p) = p {
+                    on.push(format!("the normalised path {p}"));
+                }
+                if let Some(h) = h {
+                    on.push(format!("the normalised host {h}"));
+                }
+                format!("every condition holds (on {})", on.join(" and "))
+            }
+        };
         return match &r.action {
             RouteAction::Backend(b, _) => Some(*b),
             RouteAction::Return(answer) => {
@@ -661,6 +691,12 @@ impl fmt::Display for Explanation {
             "frontend {} ({}): {}",
             self.frontend, self.mode, self.frontend_reason
         )?;
+        if let Some(p) = &self.normalized_path {
+            writeln!(f, "routes read the path as {p} (normalised)")?;
+        }
+        if let Some(h) = &self.normalized_host {
+            writeln!(f, "routes read the host as {h} (normalised)")?;
+        }
         for s in &self.skipped {
             writeln!(f, "route[{}] skipped: {}", s.route, s.reason)?;
         }
@@ -811,6 +847,35 @@ address = "127.0.0.1:9013"
         let v6 = parse_url("[::1]:8080/p").unwrap();
         assert_eq!((v6.host.as_deref(), v6.port), (Some("[::1]"), Some(8080)));
         assert_eq!(parse_url("/only/path").unwrap().host, None);
+    }
+
+    /// Routes match the normalised path and host, and the explanation says so.
+    #[test]
+    fn a_bypass_spelling_matches_on_the_normalised_path_and_host() {
+        let c = config(HTTP);
+        let e = explain(&c, &query("http://other.example:8080/x/..//%61dmin/%2e/p")).unwrap();
+        assert_eq!(e.route, Some(1), "{e}");
+        assert_eq!(e.normalized_path.as_deref(), Some("/admin/p"));
+        assert_eq!(e.normalized_host, None);
+        assert_eq!(
+            e.route_reason,
+            "every condition holds (on the normalised path /admin/p)"
+        );
+        assert!(
+            e.to_string().contains("routes read the path as /admin/p (normalised)"),
+            "{e}"
+        );
+        let e = explain(&c, &query("http://WWW.example.:8080/")).unwrap();
+        assert_eq!(e.route, Some(0), "{e}");
+        assert_eq!(e.normalized_host.as_deref(), Some("www.example"));
+        assert_eq!(
+            e.route_reason,
+            "every condition holds (on the normalised host www.example)"
+        );
+        // A normal request says nothing more.
+        let e = explain(&c, &query("http://www.example:8080/admin")).unwrap();
+        assert_eq!((e.normalized_path, e.normalized_host), (None, None));
+        assert_eq!(e.route_reason, "every condition holds");
     }
 
     #[test]

@@ -354,11 +354,11 @@ fn process(out: &mut Out, gens: &Gens<'_>) {
     }
     for name in names {
         let gauge = GAUGES.contains(&name);
-        // A counter already named `…_total` (`sessions_total`) is not suffixed twice.
-        let metric = if gauge || name.ends_with("_total") {
+        // A counter whose name already ends in `_total` (`sessions_total`) gets no second one.
+        let metric = if gauge {
             format!("tollgate_{name}")
         } else {
-            format!("tollgate_{name}_total")
+            format!("tollgate_{}_total", name.strip_suffix("_total").unwrap_or(name))
         };
         let help = format!("Process counter `{name}`, summed over worker threads (docs/architecture.md).");
         out.family(&metric, if gauge { "gauge" } else { "counter" }, &help);

@@ -188,6 +188,17 @@ pub enum ForwardedName {
     None,
 }
 
+/// `forward_target`: the request target a server gets (routes always match it normalised).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForwardTargetName {
+    /// The path as routes matched it (`http::normalize`), the query as sent.
+    #[default]
+    Normalized,
+    /// The target as the client sent it.
+    Original,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeName {
@@ -215,6 +226,8 @@ pub(crate) struct FrontendSection {
     pub default_backend: Option<Spanned<String>>,
     /// HTTP mode: which forwarding header to add.
     pub forwarded: Option<Spanned<ForwardedName>>,
+    /// HTTP mode: forward the normalised target or the one the client sent.
+    pub forward_target: Option<Spanned<ForwardTargetName>>,
     /// Ordered rules; the first that matches decides, else `default_backend`.
     #[serde(default)]
     pub route: Vec<RouteSection>,
@@ -639,4 +652,5 @@ pub(crate) struct Http2Section {
     pub max_empty_data: Option<Spanned<u32>>,
     pub max_priority: Option<Spanned<u32>>,
     pub max_window_updates: Option<Spanned<u32>>,
+    pub max_oversized_heads: Option<Spanned<u32>>,
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::file::ForwardTargetName as ForwardTarget;
 pub use super::file::ForwardedName as Forwarded;
 use super::sni::SniMatcher;
 use crate::http::h2;
@@ -405,6 +406,8 @@ pub struct Frontend {
     /// Where traffic no route matched goes; `None` = refused (503 in HTTP, closed in TCP).
     pub default_backend: Option<usize>,
     pub forwarded: Forwarded,
+    /// The target a server gets: normalised (as routes matched it) or as sent.
+    pub forward_target: ForwardTarget,
     /// The routes in order, compiled for matching (`config::route`); derefs to `[Route]`.
     pub routes: super::route::RouteTable,
     /// TCP mode: SNI pattern -> index in `routes`, built when any route has `sni`. Its
@@ -793,6 +796,8 @@ pub struct Http2 {
     pub max_empty_data: u32,
     pub max_priority: u32,
     pub max_window_updates: u32,
+    /// Request heads over `max_header_list_size` (answered 431).
+    pub max_oversized_heads: u32,
 }
 
 impl Default for Http2 {
@@ -814,6 +819,7 @@ impl Default for Http2 {
             max_empty_data: 100,
             max_priority: 1000,
             max_window_updates: 10000,
+            max_oversized_heads: 20,
         }
     }
 }
@@ -839,6 +845,7 @@ impl From<&Http2> for h2::Settings {
             max_empty_data: h.max_empty_data,
             max_priority: h.max_priority,
             max_window_updates: h.max_window_updates,
+            max_oversized_heads: h.max_oversized_heads,
         }
     }
 }

@@ -407,6 +407,10 @@ fn http2_section_and_h2c_are_checked() {
     assert!(e.message.contains("max_streams"), "{e}");
     let e = first_error(&base("", "tcp"));
     assert_eq!(e.key, "frontend[0].h2c", "{e}");
+    let c = parse(&base("[http2]\nmax_oversized_heads = 3", "http"), "t.toml").unwrap();
+    assert_eq!(c.http2.max_oversized_heads, 3);
+    let e = first_error(&base("[http2]\nmax_oversized_heads = 0", "http"));
+    assert_eq!(e.key, "http2.max_oversized_heads", "{e}");
 }
 
 #[test]
@@ -421,6 +425,14 @@ fn keys_a_mode_ignores_are_refused() {
             ),
             15,
             "frontend[0].forwarded",
+        ),
+        (
+            GOOD.replace(
+                "default_backend = \"app\"",
+                "default_backend = \"app\"\nforward_target = \"original\"",
+            ),
+            15,
+            "frontend[0].forward_target",
         ),
         (
             HTTP_ROUTES.replace(

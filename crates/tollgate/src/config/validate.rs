@@ -807,6 +807,7 @@ impl<'a> Validator<'a> {
                 maxconn: f.maxconn.unwrap_or(0),
                 default_backend,
                 forwarded: f.forwarded.as_ref().map_or(Forwarded::XForwardedFor, |v| *v.get_ref()),
+                forward_target: f.forward_target.as_ref().map(|v| *v.get_ref()).unwrap_or_default(),
                 routes,
                 sni_routes,
                 reject_unknown_sni,
@@ -1270,7 +1271,10 @@ impl<'a> Validator<'a> {
                 f.tls.as_ref().and_then(|t| t.ktls.as_ref()).map(Spanned::span),
             ),
         ];
-        let http_only = [("forwarded", f.forwarded.as_ref().map(Spanned::span))];
+        let http_only = [
+            ("forwarded", f.forwarded.as_ref().map(Spanned::span)),
+            ("forward_target", f.forward_target.as_ref().map(Spanned::span)),
+        ];
         let (refused, needs): (&[_], _) = match mode {
             ModeName::Http => (&tcp_only, "tcp"),
             ModeName::Tcp => (&http_only, "http"),
@@ -1599,6 +1603,11 @@ impl Validator<'_> {
             ("max_empty_data", &h.max_empty_data, &mut out.max_empty_data),
             ("max_priority", &h.max_priority, &mut out.max_priority),
             ("max_window_updates", &h.max_window_updates, &mut out.max_window_updates),
+            (
+                "max_oversized_heads",
+                &h.max_oversized_heads,
+                &mut out.max_oversized_heads,
+            ),
         ];
         for (key, value, slot) in counts {
             let Some(v) = value else { continue };

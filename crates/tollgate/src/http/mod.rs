@@ -10,12 +10,15 @@
 //!   uses the `h2` crate).
 //! - [`host`]: what a `Host` / `:authority` value may hold, and when two name the same
 //!   place (both codecs' callers use it).
+//! - [`normalize`]: paths and hosts as routes match them (RFC 3986 §6.2.2: dot segments,
+//!   duplicate slashes, percent-encoded unreserved bytes; a host's case and trailing dot).
 //! - `status`: reason phrases for the statuses tollgate writes itself.
 
 pub mod cookie;
 pub mod h1;
 pub mod h2;
 pub mod host;
+pub mod normalize;
 pub mod path_regex;
 pub mod rewrite;
 pub(crate) mod status;

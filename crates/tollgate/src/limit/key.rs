@@ -3,7 +3,8 @@
 //! allocates: lookups take `&[u8]`.
 //!
 //! Encodings: a source address is its 4 (IPv4, also an IPv4-mapped IPv6 address) or 16
-//! bytes; an SNI is lowercased; header values and paths are the bytes as sent. Every key
+//! bytes; an SNI is lowercased; header values are the bytes as sent, paths as routes read
+//! them (normalised by the caller, `http::normalize`). Every key
 //! is cut to `config::limit::MAX_KEY_LEN` bytes.
 
 use std::net::IpAddr;

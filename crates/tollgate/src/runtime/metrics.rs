@@ -243,5 +243,10 @@ fn h2_budgets(shared: &Shared, c: &Snapshot) -> Vec<BudgetMetrics> {
             h.max_window_updates,
             Some(c.h2_flood_window_updates),
         ),
+        limit(
+            "h2_oversized_heads",
+            h.max_oversized_heads,
+            Some(c.h2_flood_oversized_heads),
+        ),
     ]
 }

@@ -91,6 +91,10 @@ pub struct HeadEdits<'a> {
     pub rewrite: Option<&'a Rewrite>,
     /// The client's scheme, for the route's templates (`{scheme}`); `None` reads as `http`.
     pub scheme: Option<Proto>,
+    /// A request target written in place of the received one (its path normalised:
+    /// `http::normalize::target`); the route's path rewrite reads it too, its templates
+    /// the received one.
+    pub target: Option<&'a [u8]>,
 }
 
 impl HeadEdits<'_> {
@@ -106,7 +110,8 @@ impl HeadEdits<'_> {
 pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out: &mut Vec<u8>) -> u32 {
     out.extend_from_slice(head.method_span.of(buf));
     out.push(b' ');
-    let target = head.target.of(buf);
+    let received = head.target.of(buf);
+    let target = edits.target.unwrap_or(received);
     match edits.rewrite {
         Some(r) if r.changes_target() => {
             let (authority, path_and_query) = split_target(target);
@@ -133,7 +138,8 @@ pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out
         return 0;
     };
     let host = head.host.map(|h| h.of(buf));
-    let vars = RequestVars::of(edits.scheme.unwrap_or(Proto::Http).as_str(), target, host);
+    // Templates read the request as the client sent it.
+    let vars = RequestVars::of(edits.scheme.unwrap_or(Proto::Http).as_str(), received, host);
     let mut skipped = 0;
     let route = Route {
         rules: Some(&rewrite.request_headers),

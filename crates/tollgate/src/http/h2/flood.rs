@@ -25,6 +25,9 @@ pub enum Flood {
     /// A header block past `max_header_block_size` or `max_header_block_frames`
     /// (CONTINUATION flood, CVE-2024-27316 family).
     HeaderBlock,
+    /// Request heads over `max_header_list_size` (each HPACK-decoded in full, then answered
+    /// 431): repeated, a cheap way to burn the proxy's CPU.
+    OversizedHeads,
 }
 
 impl Flood {
@@ -38,6 +41,7 @@ impl Flood {
             Flood::Priority => "PRIORITY flood",
             Flood::WindowUpdates => "WINDOW_UPDATE flood",
             Flood::HeaderBlock => "header block too large (CONTINUATION flood)",
+            Flood::OversizedHeads => "request heads over max_header_list_size",
         }
     }
 }
@@ -51,6 +55,7 @@ struct Counts {
     empty_data: u32,
     priority: u32,
     window_updates: u32,
+    oversized_heads: u32,
 }
 
 #[derive(Debug)]
@@ -89,6 +94,7 @@ impl Budgets {
             Flood::EmptyData => (&mut c.empty_data, s.max_empty_data),
             Flood::Priority => (&mut c.priority, s.max_priority),
             Flood::WindowUpdates => (&mut c.window_updates, s.max_window_updates),
+            Flood::OversizedHeads => (&mut c.oversized_heads, s.max_oversized_heads),
             Flood::HeaderBlock => return Ok(()),
         };
         *n = n.saturating_add(1);

@@ -54,8 +54,9 @@
 //!
 //! # Flood budgets
 //! Per connection within `flood_window` (see [`Flood`]): client RST_STREAM, resets the codec
-//! sent, PING, SETTINGS, empty DATA without END_STREAM, PRIORITY, WINDOW_UPDATE, and each
-//! header block's bytes and frames, counted before its bytes are buffered. Passing one is a
+//! sent, PING, SETTINGS, empty DATA without END_STREAM, PRIORITY, WINDOW_UPDATE, request heads
+//! over `max_header_list_size` (each answered 431 until then), and each header block's bytes
+//! and frames, counted before its bytes are buffered. Passing one is a
 //! connection error ENHANCE_YOUR_CALM. PING and SETTINGS acks are bounded too: past
 //! [`conn::MAX_PENDING_ACKS`] bytes of them queued while the output was never written out
 //! whole, the client is not reading (ENHANCE_YOUR_CALM).
@@ -97,6 +98,7 @@ pub struct Settings {
     pub max_empty_data: u32,
     pub max_priority: u32,
     pub max_window_updates: u32,
+    pub max_oversized_heads: u32,
 }
 
 /// A connection error: GOAWAY(`code`) is queued; write the output and close.

@@ -42,6 +42,8 @@ pub(super) struct H2Facts<'r> {
     pub(super) source: std::net::IpAddr,
     pub(super) sni: Option<&'r str>,
     pub(super) parts: &'r Parts,
+    /// The path as routes read it (`http::normalize`): one spelling, one key.
+    pub(super) path: std::borrow::Cow<'r, [u8]>,
 }
 
 impl crate::limit::Facts for H2Facts<'_> {
@@ -58,6 +60,6 @@ impl crate::limit::Facts for H2Facts<'_> {
     }
 
     fn path(&self) -> Option<&[u8]> {
-        Some(self.parts.uri.path().as_bytes())
+        Some(&self.path)
     }
 }

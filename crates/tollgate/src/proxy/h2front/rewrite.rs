@@ -9,8 +9,9 @@ use http::uri::{PathAndQuery, Uri};
 use crate::http::rewrite::{RequestVars, Rewrite};
 
 /// Applies `rewrite` to `parts`; returns how many fields were left out (a rendered value
-/// that could not be a field value), for the caller to count.
-pub(super) fn request(parts: &mut Parts, rewrite: &Rewrite, scheme: &str) -> u32 {
+/// that could not be a field value), for the caller to count. `normalized`: the path and
+/// query the path rewrite starts from instead of the received ones (`http::normalize`).
+pub(super) fn request(parts: &mut Parts, rewrite: &Rewrite, scheme: &str, normalized: Option<&[u8]>) -> u32 {
     // The variables read the request as the client sent it.
     let uri = parts.uri.clone();
     let host = parts.headers.get(http::header::HOST).cloned();
@@ -23,7 +24,7 @@ pub(super) fn request(parts: &mut Parts, rewrite: &Rewrite, scheme: &str) -> u32
     let mut skipped = rewrite.request_headers.apply_to_map(&mut parts.headers, &vars);
     if rewrite.changes_target() {
         let mut target = Vec::with_capacity(path_and_query.len() + 16);
-        rewrite.write_target(path_and_query, &mut target);
+        rewrite.write_target(normalized.unwrap_or(path_and_query), &mut target);
         let mut uri_parts = uri.into_parts();
         match PathAndQuery::try_from(target) {
             Ok(p) => uri_parts.path_and_query = Some(p),
@@ -80,7 +81,7 @@ mod tests {
             .body(())
             .unwrap();
         let (mut parts, ()) = req.into_parts();
-        assert_eq!(request(&mut parts, &rewrite, "https"), 0);
+        assert_eq!(request(&mut parts, &rewrite, "https", None), 0);
         assert_eq!(parts.uri.to_string(), "https://internal.example/a%2Fb?x=%20&y");
         assert!(parts.headers.get("x-drop").is_none());
         assert_eq!(
@@ -95,7 +96,7 @@ mod tests {
             .body(())
             .unwrap();
         let (mut parts, ()) = req.into_parts();
-        assert_eq!(request(&mut parts, &rewrite, "http"), 0);
+        assert_eq!(request(&mut parts, &rewrite, "http", None), 0);
         assert_eq!(parts.uri.to_string(), "/x?y");
         assert_eq!(parts.headers.get("host").unwrap(), "internal.example");
         assert_eq!(parts.headers.get("x-orig").unwrap(), "http://public.example/api/x?y");

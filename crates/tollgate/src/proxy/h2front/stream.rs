@@ -21,6 +21,7 @@
 //! unwritten output is under `http2.max_send_buffer`), and a stream whose window stays shut for `timeouts.client` is
 //! reset and its buffers freed (zero-window stall).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -35,11 +36,12 @@ use tokio::time::Instant;
 use super::check::{Checked, Refusal};
 use super::to_h1::{self, BodyOut, Dechunk, Forwarding};
 use super::to_h2;
-use crate::config::model::{Frontend, Overrides, RequestLimits};
+use crate::config::model::{ForwardTarget, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, HeaderKind, Limits, MessageHead, Method, Proto};
 use crate::http::h2::Reason;
+use crate::http::normalize;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};
@@ -153,6 +155,8 @@ pub(crate) async fn serve(
     if let Err(e) = s.run(checked, &mut parts, body).await {
         s.fail(&e);
     }
+    // The response's heads count as bytes to the client, as an HTTP/1 response's do.
+    rec.bytes_to_client += respond.head_bytes();
     conn.give_back_header_map(std::mem::take(&mut parts.headers));
     rec.close();
     let seen = Seen {
@@ -214,6 +218,11 @@ impl Stream<'_> {
     ) -> Result<(), Error> {
         let end_stream = body.is_end_stream();
         let checked = checked.map_err(|r| refused(400, r.0))?;
+        // What came in the head's read is judged before anything else, as on the HTTP/1 path:
+        // DATA that contradicted `content-length` (the codec reset the stream, RFC 9113
+        // §8.1.1), or the client's own RST_STREAM (rapid reset), and the request is dropped
+        // before it is routed: no server ever sees it, none is connected for it.
+        reset_before_head(&body)?;
         let conn = route::ConnFacts {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),
@@ -234,6 +243,7 @@ impl Stream<'_> {
                 source: self.conn.peer.ip(),
                 sni: self.conn.sni.as_deref(),
                 parts,
+                path: normalize::path(parts.uri.path().as_bytes()),
             };
             if let Err(over) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(over).await;
@@ -297,6 +307,17 @@ impl Stream<'_> {
                 let prefer = self.sticky_server(backend, parts);
                 let keys = (self.hash_key(backend, parts), prefer);
                 self.rewrite = rewrite;
+                // The server gets the path the route matched (`forward_target`), as does a
+                // route's path rewrite; a buffer only when the path was not normal already.
+                let forward_normalized = self.fe.forward_target == ForwardTarget::Normalized;
+                let normalized = (forward_normalized || rewrite.is_some_and(|r| r.path.is_some()))
+                    .then(|| {
+                        match normalize::target(parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes()) {
+                            Cow::Owned(t) => Some(t),
+                            Cow::Borrowed(_) => None,
+                        }
+                    })
+                    .flatten();
                 // The client's own identity fields never reach a server, as on the h1 path.
                 if let Some(auth) = self.fe.tls.as_ref().and_then(|t| t.client_auth.as_ref()) {
                     for name in &auth.headers.names {
@@ -304,10 +325,17 @@ impl Stream<'_> {
                     }
                 }
                 if let Some(rewrite) = rewrite {
-                    let skipped = super::rewrite::request(parts, rewrite, self.conn.proto.as_str());
+                    let skipped =
+                        super::rewrite::request(parts, rewrite, self.conn.proto.as_str(), normalized.as_deref());
                     if skipped > 0 {
                         self.conn.ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
                     }
+                }
+                if let Some(target) = normalized
+                    && forward_normalized
+                    && !rewrite.is_some_and(Rewrite::changes_target)
+                {
+                    set_target(&mut parts.uri, target).map_err(|r| refused(400, r))?;
                 }
                 for (name, value) in &self.conn.cert_fields {
                     parts.headers.append(name.clone(), value.clone());
@@ -437,6 +465,9 @@ impl Stream<'_> {
         body: &mut RecvStream,
         sent: &Counter,
     ) -> Result<(), Error> {
+        // DATA that came while the server was being chosen and connected may have had the
+        // codec reset the stream (against `content-length`): its head then goes nowhere.
+        reset_before_head(body)?;
         let (stream, conn) = conn.take_stream();
         match stream {
             Back::H1(stream) => self.exchange(backend, req, conn.with(stream), body, sent).await,
@@ -722,6 +753,27 @@ impl BodyBudget {
             None => Err(refused(413, "request body over max_body_size")),
         }
     }
+}
+
+/// `Err` once the stream was reset (by the client, or by the codec for what it sent): its
+/// head must not be sent to a server.
+fn reset_before_head(body: &RecvStream) -> Result<(), Error> {
+    match body.reset_code() {
+        None => Ok(()),
+        Some(code) => {
+            let why = format!("stream reset before its head was forwarded ({})", code.as_str());
+            Err(Error::new(ErrorKind::PeerClosed, Side::Front, why).during(Phase::Request))
+        }
+    }
+}
+
+/// `uri` with `target` as its path and query (scheme and authority kept).
+fn set_target(uri: &mut http::Uri, target: Vec<u8>) -> Result<(), &'static str> {
+    let mut parts = std::mem::take(uri).into_parts();
+    parts.path_and_query =
+        Some(http::uri::PathAndQuery::from_maybe_shared(Bytes::from(target)).map_err(|_| "normalised path")?);
+    *uri = http::Uri::from_parts(parts).map_err(|_| "normalised path")?;
+    Ok(())
 }
 
 fn refused(status: u16, why: &'static str) -> Error {

@@ -55,6 +55,8 @@ pub(super) struct H1Facts<'r> {
     pub(super) sni: Option<&'r str>,
     pub(super) head: &'r RequestHead,
     pub(super) buf: &'r [u8],
+    /// The path as routes read it (`http::normalize`): one spelling, one key.
+    pub(super) path: std::borrow::Cow<'r, [u8]>,
 }
 
 impl crate::limit::Facts for H1Facts<'_> {
@@ -72,8 +74,7 @@ impl crate::limit::Facts for H1Facts<'_> {
     }
 
     fn path(&self) -> Option<&[u8]> {
-        let target = super::route::request_path(self.head, self.buf);
-        target.split(|&b| b == b'?').next()
+        Some(&self.path)
     }
 }
 

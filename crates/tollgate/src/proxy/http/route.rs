@@ -2,12 +2,18 @@
 //! hold (`config::route::RouteTable`, compiled at load), else its default backend. This
 //! file builds the request view routes look at from an HTTP/1 head or an HTTP/2 request,
 //! on the stack, then maps the matched route through `action`.
+//!
+//! Routes see the path and host normalised (`http::normalize`: dot segments, duplicate
+//! slashes, encoded unreserved bytes; the host's case, port and trailing dot), whatever the
+//! frontend forwards (`forward_target`), so that `//admin` or `admin.example.` cannot slip
+//! past a rule written for `/admin` and `admin.example`. A path already normal is borrowed.
 
 use std::net::IpAddr;
 
 use crate::config::model::{Answer, Frontend, Overrides, Redirect, Route, RouteAction};
 use crate::config::route::{Headers, RequestView, Scheme};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
+use crate::http::normalize;
 use crate::http::rewrite::Rewrite;
 
 /// What answers a request: a backend (with the route's rewrites, if any), or the proxy.
@@ -62,11 +68,12 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn:
     let mut host_buf = [0u8; 256];
     let mut sni_buf = [0u8; 256];
     let (path, query) = RequestView::split_target(request_path(head, buf));
+    let path = normalize::path(path);
     let headers = H1Headers { head, buf };
     let view = RequestView {
         method: head.method_span.of(buf),
         host: request_host(head, buf, &mut host_buf),
-        path,
+        path: &path,
         query,
         scheme: conn.scheme,
         source: conn.source,
@@ -95,10 +102,11 @@ pub(crate) fn decide_h2<'a>(
     let mut host_buf = [0u8; 256];
     let mut sni_buf = [0u8; 256];
     let headers = H2Headers(&parts.headers);
+    let path = normalize::path(parts.uri.path().as_bytes());
     let view = RequestView {
         method: parts.method.as_str().as_bytes(),
         host: normalize_host(raw, &mut host_buf),
-        path: parts.uri.path().as_bytes(),
+        path: &path,
         query: parts.uri.query().map(str::as_bytes),
         scheme: conn.scheme,
         source: conn.source,
@@ -134,17 +142,10 @@ fn request_host<'b>(head: &RequestHead, buf: &[u8], out: &'b mut [u8; 256]) -> O
     normalize_host(raw, out)
 }
 
-/// An authority as routes match it: lowercase, without port.
+/// An authority (or a server name) as routes match it: lowercase, without port, one
+/// trailing dot dropped.
 pub(crate) fn normalize_host<'b>(raw: &[u8], out: &'b mut [u8; 256]) -> Option<&'b str> {
-    let without_port = match raw.iter().rposition(|&b| b == b':') {
-        Some(i) if !raw.starts_with(b"[") || raw.get(i.saturating_sub(1)) == Some(&b']') => raw.get(..i)?,
-        _ => raw,
-    };
-    let dst = out.get_mut(..without_port.len())?;
-    for (d, s) in dst.iter_mut().zip(without_port) {
-        *d = s.to_ascii_lowercase();
-    }
-    std::str::from_utf8(dst).ok()
+    normalize::host(raw, out)
 }
 
 fn authority_of(target: &[u8]) -> &[u8] {
@@ -155,6 +156,11 @@ fn authority_of(target: &[u8]) -> &[u8] {
         .unwrap_or_default();
     let end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
     rest.get(..end).unwrap_or_default()
+}
+
+/// The request's path without its query, as sent.
+pub(super) fn request_path_only<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {
+    RequestView::split_target(request_path(head, buf)).0
 }
 
 pub(super) fn request_path<'b>(head: &RequestHead, buf: &'b [u8]) -> &'b [u8] {

@@ -2,6 +2,7 @@
 //! each request head, answering what the proxy answers itself, handing the rest to
 //! `exchange`. Owns the client socket, its inbound bytes and the head scratch space.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -14,7 +15,7 @@ use tokio::time::Instant;
 use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::route::{self, Decision};
-use crate::config::model::{Forwarded, Frontend, Overrides, RequestLimits};
+use crate::config::model::{ForwardTarget, Forwarded, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::ctx::errors::{Direction, Refused};
 use crate::ctx::sessions::{self, SessionState};
@@ -22,6 +23,7 @@ use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
+use crate::http::normalize;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::record::StreamRecord;
@@ -393,6 +395,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 sni: self.client.tls_seen().1,
                 head: &head,
                 buf: self.front.data(),
+                path: normalize::path(route::request_path_only(&head, self.front.data())),
             };
             if let Err(refused) = set.check(&facts, crate::limit::bits(counted_by), &mut held) {
                 return self.limited(head, &req, refused).await;
@@ -476,6 +479,16 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 self.out.clear();
                 let ctx = self.ctx;
                 let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
+                // The server gets the target the route matched (`forward_target`), as does a
+                // route's path rewrite (it was matched there); a buffer only when the path
+                // was not normal already.
+                let normalized = (self.fe.forward_target == ForwardTarget::Normalized
+                    || rewrite.is_some_and(|r| r.path.is_some()))
+                .then(|| match normalize::target(head.target.of(self.front.data())) {
+                    Cow::Owned(t) => Some(t),
+                    Cow::Borrowed(_) => None,
+                })
+                .flatten();
                 let edits = HeadEdits {
                     // The proxy's cookie is its own business: the server never sees it.
                     cookie: sticky.map(|t| t.cookie()),
@@ -483,6 +496,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     scheme: Some(C::PROTO),
                     strip: self.cert_names,
                     append: &self.cert_lines,
+                    target: normalized.as_deref(),
                     ..self.request_edits(&req)
                 };
                 let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);

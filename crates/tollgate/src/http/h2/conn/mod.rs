@@ -654,6 +654,10 @@ impl ServerConn {
             }
             Err(HeadFault::TooLarge) => {
                 self.recycle(head);
+                // Decoding it cost as much as a served head: counted, as the floods are.
+                self.budgets
+                    .count(&self.s, now, Flood::OversizedHeads)
+                    .map_err(flood_error)?;
                 self.open_stream(id, end_stream, None);
                 self.events.push_back(Event::HeadTooLarge { id: sid, end_stream });
                 Ok(())

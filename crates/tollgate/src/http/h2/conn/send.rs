@@ -29,7 +29,12 @@ impl ServerConn {
         self.release_conn(n);
     }
 
+    /// An open stream of a live connection: after a connection error nothing follows the
+    /// GOAWAY (not even answers to the events read before it).
     fn sendable(&self, id: StreamId) -> Result<&Stream, StreamGone> {
+        if self.dead.is_some() {
+            return Err(StreamGone);
+        }
         self.streams.get(id.0).filter(|st| st.local_open).ok_or(StreamGone)
     }
 
@@ -132,7 +137,7 @@ impl ServerConn {
 
     /// RST_STREAM from the app (not counted as a server reset).
     pub fn reset(&mut self, id: StreamId, code: Reason) {
-        if self.streams.get(id.0).is_some() {
+        if self.streams.get(id.0).is_some() && self.dead.is_none() {
             self.drop_stream(id.0);
             self.recent_resets.add(id.0);
             frame::write_rst_stream(&mut self.out, id.0, code);

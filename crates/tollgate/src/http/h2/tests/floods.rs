@@ -16,6 +16,8 @@ fn flood_settings(limit: u32) -> Settings {
         max_empty_data: limit,
         max_priority: limit,
         max_window_updates: limit,
+        max_oversized_heads: limit,
+        max_header_list_size: 1024,
         ..Settings::default()
     }
 }
@@ -58,6 +60,11 @@ fn each_flood_trips_past_its_limit() {
         (
             Flood::ServerResets,
             Box::new(|n| headers(2 * n + 1, &with(&[("connection", "x")]), true)),
+            0,
+        ),
+        (
+            Flood::OversizedHeads,
+            Box::new(|n| headers(2 * n + 1, &with(&[("x-big", "x".repeat(2000).leak())]), true)),
             0,
         ),
     ];
@@ -162,4 +169,32 @@ fn unread_output_stops_acks() {
     };
     assert_eq!((e.code, e.flood), (Reason::ENHANCE_YOUR_CALM, Some(Flood::Pings)));
     assert!(c.conn.output().len() <= conn::MAX_PENDING_ACKS + 64);
+}
+
+/// Heads read together with the one past the budget: the connection is dead, so their
+/// answers never follow the GOAWAY.
+#[test]
+fn nothing_is_sent_after_the_goaway() {
+    let mut c = Client::ready(flood_settings(3));
+    let big: &'static str = "x".repeat(2000).leak();
+    let bytes: Vec<u8> = (0..4u32)
+        .flat_map(|n| headers(2 * n + 1, &with(&[("x-big", big)]), true))
+        .collect();
+    let e = c.send(&bytes).unwrap_err();
+    assert_eq!(e.flood, Some(Flood::OversizedHeads));
+    let ev = c.events();
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    for e in ev {
+        let Event::HeadTooLarge { id, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(c.conn.send_headers(id, 431, std::iter::empty(), true), Err(StreamGone));
+        c.conn.reset(id, Reason::CANCEL);
+    }
+    let f = c.frames();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(
+        (f[0].kind, code_of(&f[0].payload)),
+        (kind::GOAWAY, Reason::ENHANCE_YOUR_CALM)
+    );
 }

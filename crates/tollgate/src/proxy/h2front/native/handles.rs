@@ -61,6 +61,9 @@ struct Entry {
     pending_trailers: Option<HeaderMap>,
     /// What the sender asked for (`reserve_capacity`).
     reserved: usize,
+    /// Bytes of the response's HEADERS frames (interim, final, trailers) as encoded: the
+    /// stream's share of `bytes_to_client` besides its DATA payload.
+    head_bytes: u64,
     /// One waker per stream: every stream future is one task's child, so whatever it
     /// waits on (body, window, reset) it is woken the same way.
     waker: Option<Waker>,
@@ -83,6 +86,7 @@ impl Entry {
             pending_end: false,
             pending_trailers: None,
             reserved: 0,
+            head_bytes: 0,
             waker: None,
             handles: 0,
         }
@@ -306,7 +310,9 @@ fn flush_pending(conn: &mut ServerConn, e: &mut Entry) {
         e.pending.pop_front();
     }
     if let Some(t) = e.pending_trailers.take() {
+        let before = conn.output().len();
         let _ = conn.send_trailers(e.id, fields(&t));
+        e.head_bytes += (conn.output().len() - before) as u64;
         e.send_closed = true;
     }
 }
@@ -384,6 +390,16 @@ impl RecvStream {
         table
             .at(self.h.slot, self.h.id)
             .is_none_or(|e| e.recv_ended && e.recv.is_empty() && e.trailers.is_none())
+    }
+
+    /// Why the stream was reset, once it was (by the client, or by the codec for what the
+    /// client sent), or closed (`CANCEL`).
+    pub(crate) fn reset_code(&self) -> Option<Reason> {
+        let mut table = self.h.shared.table.borrow_mut();
+        match table.at(self.h.slot, self.h.id) {
+            Some(e) => e.reset,
+            None => Some(Reason::CANCEL),
+        }
     }
 
     /// The next piece of the body; `None` at its end.
@@ -469,8 +485,10 @@ impl SendResponse {
             if e.head_sent {
                 return Err(StreamError::Closed);
             }
+            let before = conn.output().len();
             conn.send_headers(e.id, status, fields, end)
                 .map_err(|_| StreamError::Closed)?;
+            e.head_bytes += (conn.output().len() - before) as u64;
             e.head_sent = true;
             e.send_closed = end;
             e.handles += 1;
@@ -494,9 +512,19 @@ impl SendResponse {
             if e.head_sent || e.reset.is_some() {
                 return Err(StreamError::Closed);
             }
+            let before = conn.output().len();
             conn.send_headers(e.id, head.status().as_u16(), fields(head.headers()), false)
-                .map_err(|_| StreamError::Closed)
+                .map_err(|_| StreamError::Closed)?;
+            e.head_bytes += (conn.output().len() - before) as u64;
+            Ok(())
         })
+    }
+
+    /// Bytes of the HEADERS frames this stream's response sent so far (interim and final
+    /// heads, trailers), as encoded.
+    pub(crate) fn head_bytes(&self) -> u64 {
+        let mut table = self.h.shared.table.borrow_mut();
+        table.at(self.h.slot, self.h.id).map_or(0, |e| e.head_bytes)
     }
 
     pub(crate) fn send_reset(&mut self, code: Reason) {
@@ -632,8 +660,11 @@ impl SendStream {
             }
             e.send_closed = true;
             if e.pending.is_empty() {
+                let before = conn.output().len();
                 conn.send_trailers(e.id, fields(&trailers))
-                    .map_err(|_| StreamError::Closed)
+                    .map_err(|_| StreamError::Closed)?;
+                e.head_bytes += (conn.output().len() - before) as u64;
+                Ok(())
             } else {
                 e.pending_trailers = Some(trailers);
                 e.pending_end = true;

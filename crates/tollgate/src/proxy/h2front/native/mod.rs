@@ -424,6 +424,7 @@ fn count_flood(ctx: &WorkerCtx, flood: Flood) {
         Flood::Priority => &s.h2_flood_priority,
         Flood::WindowUpdates => &s.h2_flood_window_updates,
         Flood::HeaderBlock => &s.h2_flood_header_block,
+        Flood::OversizedHeads => &s.h2_flood_oversized_heads,
     };
     counter.add(1);
 }
