@@ -301,8 +301,8 @@ impl Headers for QueryHeaders<'_> {
 /// HTTP routing: the proxy's own route table picks the route; each earlier route is
 /// named with the first of its conditions the request misses (the proxy's own check).
 fn http_route(fe: &Frontend, query: &Query, url: &Url, out: &mut Explanation) -> Option<usize> {
-    // The URL's authority is the request's host (the proxy refuses an absolute form and a Host that differ), else Host;
-    // routes read it as the proxy does (`http::normalize::host`).
+    // The URL's authority is the request's host (the proxy refuses an absolute form and a
+    // Host that differ), else Host; routes read it as the proxy does (`http::normalize::host`).
     let mut host_buf = [0u8; 256];
     let written = url.host.as_deref().map(str::as_bytes).or(header_of(query, "host"));
     let host = written.and_then(|h| crate::http::normalize::host(h, &mut host_buf));
