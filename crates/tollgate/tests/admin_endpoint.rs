@@ -66,7 +66,12 @@ fn idle_connections_never_keep_a_scraper_from_metrics() {
         let began = Instant::now();
         let status = status_within(admin, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n", limit);
         slowest = slowest.max(began.elapsed());
-        assert_eq!(status, 200, "scrape {i} with idle connections open (took {:?})", began.elapsed());
+        assert_eq!(
+            status,
+            200,
+            "scrape {i} with idle connections open (took {:?})",
+            began.elapsed()
+        );
     }
     assert!(slowest < limit, "slowest scrape {slowest:?}");
     // Idle connections were closed to make room (a closed one reads EOF or a reset).
@@ -91,10 +96,7 @@ fn a_stats_action_cannot_forge_a_log_line() {
     let admin = admin_addr(&master);
     let forged = "2030-01-01T00:00:00.000000Z  INFO tollgate::master::control: control: command \
                   uid=Some(0) id=1 command=\"reload\"";
-    let encoded: String = format!("be\n{forged}")
-        .bytes()
-        .map(|b| format!("%{b:02X}"))
-        .collect();
+    let encoded: String = format!("be\n{forged}").bytes().map(|b| format!("%{b:02X}")).collect();
     for query in [
         format!("backend={encoded}&server=a&state=drain"),
         format!("backend=be&server={encoded}&state=drain"),

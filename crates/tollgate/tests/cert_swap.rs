@@ -450,10 +450,8 @@ fn set_cert_never_makes_the_master_open_what_the_caller_names() {
     let good = ca.leaf(&["a.example"], "good", false);
     write_pair(&good, &cert, &key);
     // Operators in a group may run `ctl` (here: anyone, so an unprivileged uid can).
-    let text = config(&dir.0, origin.addr, "", &cert, &key).replace(
-        "[global]\n",
-        "[global]\ncontrol_socket_mode = \"0666\"\n",
-    );
+    let text = config(&dir.0, origin.addr, "", &cert, &key)
+        .replace("[global]\n", "[global]\ncontrol_socket_mode = \"0666\"\n");
     let master = Master::start(dir, &text, &[]);
     let good_fp = fingerprint(&good.der);
     let path = |name: &str| master.dir.0.join(name);

@@ -276,11 +276,36 @@ fn check_refuses_devices_fifos_and_oversized_files_at_once() {
     };
     type Prepare = Box<dyn FnOnce(&std::path::Path)>;
     let cases: Vec<(&str, String, Prepare, &str)> = vec![
-        ("cert /dev/zero", tls("/dev/zero", "/dev/zero"), Box::new(|_| {}), "not a regular file (a device)"),
-        ("cert FIFO", tls("fifo.pem", "fifo.pem"), Box::new(fifo), "not a regular file (a FIFO)"),
-        ("cert too big", tls("big.pem", "big.pem"), Box::new(big), "larger than the 1048576-byte limit"),
-        ("body_file /dev/zero", body("/dev/zero"), Box::new(|_| {}), "not a regular file (a device)"),
-        ("body_file FIFO", body("fifo.pem"), Box::new(fifo), "not a regular file (a FIFO)"),
+        (
+            "cert /dev/zero",
+            tls("/dev/zero", "/dev/zero"),
+            Box::new(|_| {}),
+            "not a regular file (a device)",
+        ),
+        (
+            "cert FIFO",
+            tls("fifo.pem", "fifo.pem"),
+            Box::new(fifo),
+            "not a regular file (a FIFO)",
+        ),
+        (
+            "cert too big",
+            tls("big.pem", "big.pem"),
+            Box::new(big),
+            "larger than the 1048576-byte limit",
+        ),
+        (
+            "body_file /dev/zero",
+            body("/dev/zero"),
+            Box::new(|_| {}),
+            "not a regular file (a device)",
+        ),
+        (
+            "body_file FIFO",
+            body("fifo.pem"),
+            Box::new(fifo),
+            "not a regular file (a FIFO)",
+        ),
     ];
     for (what, text, prepare, words) in cases {
         let began = Instant::now();
@@ -288,7 +313,11 @@ fn check_refuses_devices_fifos_and_oversized_files_at_once() {
             .unwrap_or_else(|| panic!("{what}: check still running after 10 s"));
         assert_eq!(code, 2, "{what}: {err}");
         assert!(err.contains(words), "{what}: {words:?} not in {err}");
-        assert!(began.elapsed() < Duration::from_secs(5), "{what}: took {:?}", began.elapsed());
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{what}: took {:?}",
+            began.elapsed()
+        );
     }
     // The config file itself.
     let out = Command::new(BIN)

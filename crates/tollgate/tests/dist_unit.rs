@@ -61,6 +61,9 @@ fn every_documented_place_tollgate_writes_is_writable_under_the_unit() {
     // The workers (as `[global] user`) write the log and the state: the directories are theirs.
     let chown = values(&unit, "ExecStartPre").join(" ");
     for dir in ["/var/log/tollgate", "/var/lib/tollgate"] {
-        assert!(chown.contains("chown") && chown.contains(dir), "{dir} is not given to the workers' user");
+        assert!(
+            chown.contains("chown") && chown.contains(dir),
+            "{dir} is not given to the workers' user"
+        );
     }
 }

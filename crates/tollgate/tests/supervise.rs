@@ -236,8 +236,14 @@ fn the_control_socket_never_replaces_a_file_or_follows_a_link() {
     std::fs::write(&target, "keep me").unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
     for (what, make) in [
-        ("a regular file", Box::new(|p: &std::path::Path| std::fs::write(p, "keep me").unwrap()) as Box<dyn Fn(&std::path::Path)>),
-        ("a symlink", Box::new(|p: &std::path::Path| std::os::unix::fs::symlink(&target, p).unwrap())),
+        (
+            "a regular file",
+            Box::new(|p: &std::path::Path| std::fs::write(p, "keep me").unwrap()) as Box<dyn Fn(&std::path::Path)>,
+        ),
+        (
+            "a symlink",
+            Box::new(|p: &std::path::Path| std::os::unix::fs::symlink(&target, p).unwrap()),
+        ),
     ] {
         let dir = TempDir::new("sup-ctlpath");
         let config = tcp_config(
@@ -250,7 +256,10 @@ fn the_control_socket_never_replaces_a_file_or_follows_a_link() {
         let line = master
             .wait_log(|l| l.contains("no control socket"), Duration::from_secs(5))
             .unwrap_or_else(|| panic!("{what}: no warning"));
-        assert!(line.contains(what) && line.contains("only a stale control socket is replaced"), "{line}");
+        assert!(
+            line.contains(what) && line.contains("only a stale control socket is replaced"),
+            "{line}"
+        );
         let kind = std::fs::symlink_metadata(&socket).unwrap().file_type();
         assert!(kind.is_file() || kind.is_symlink(), "{what} was replaced");
         assert_eq!(std::fs::read_to_string(&socket).unwrap(), "keep me", "{what}");

@@ -356,9 +356,12 @@ async fn session(mut stream: TcpStream, endpoint: &Endpoint, proved: impl FnOnce
         stream.write_all(response.body.as_bytes()).await?;
         stream.shutdown().await
     };
-    tokio::time::timeout(WRITE_TIMEOUT, write)
-        .await
-        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the client took no answer")))
+    tokio::time::timeout(WRITE_TIMEOUT, write).await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client took no answer",
+        ))
+    })
 }
 
 /// What each path serves.
@@ -483,7 +486,10 @@ mod tests {
         let before = conns.open.len();
         conns.admit(a).unwrap();
         assert_eq!(conns.open.len(), before, "one closed, one taken");
-        assert!(!conns.open.iter().any(|c| c.id == first.0), "the oldest idle one was closed");
+        assert!(
+            !conns.open.iter().any(|c| c.id == first.0),
+            "the oldest idle one was closed"
+        );
         // Full of proven connections but one idle: the idle one makes room.
         conns.open.clear();
         for i in 0..MAX_CONNECTIONS {

@@ -401,7 +401,11 @@ impl super::validate::Validator<'_> {
                 let path = self.path(ca.get_ref());
                 use rustls::pki_types::pem::PemObject;
                 let pem = super::bounded::read_bounded(&path, super::bounded::MAX_PEM);
-                match pem.map(|pem| rustls::pki_types::CertificateDer::pem_slice_iter(&pem).next().map(|c| c.map(|_| ()))) {
+                match pem.map(|pem| {
+                    rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+                        .next()
+                        .map(|c| c.map(|_| ()))
+                }) {
                     Ok(Some(Ok(_))) => Some(path),
                     Ok(_) => {
                         let msg = format!("{}: no PEM certificate in the file", path.display());

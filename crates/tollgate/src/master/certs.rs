@@ -53,7 +53,8 @@ pub(crate) fn prepare(config: &Config, sent: &Sent<'_>) -> Result<CertInstall, S
         (Some(path), Some(pem), _) => (PathBuf::from(path), pem.0.clone()),
         (None, None, Some(f)) => {
             let bytes = read_file(&f.key, MAX_PEM)?;
-            let pem = String::from_utf8(bytes).map_err(|_| format!("{}: not a PEM file (not text)", f.key.display()))?;
+            let pem =
+                String::from_utf8(bytes).map_err(|_| format!("{}: not a PEM file (not text)", f.key.display()))?;
             (f.key.clone(), pem)
         }
         (None, None, None) => (named.clone(), sent.cert_pem.0.clone()),

@@ -90,7 +90,12 @@ fn not_a_socket(path: &Path, kind: &std::fs::FileType) -> io::Error {
 fn set_access(path: &Path, access: SocketAccess) -> io::Result<()> {
     use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
     use std::os::fd::AsRawFd;
-    let fd = rustix::fs::openat(CWD, path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let fd = rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
     let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
     if kind != FileType::Socket {
         return Err(io::Error::other(format!(
