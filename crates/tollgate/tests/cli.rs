@@ -260,7 +260,7 @@ fn check_refuses_devices_fifos_and_oversized_files_at_once() {
     let fifo = |dir: &std::path::Path| {
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &dir.join("fifo.pem"),
+            dir.join("fifo.pem"),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o600),
             0,
