@@ -209,8 +209,9 @@ pub(crate) async fn action(endpoint: &Endpoint, asked: &Asked) -> Response {
         backend, server, state, ..
     } = &command
     {
-        // Validated names (`set_state`), and still escaped: no client byte reaches a log raw.
-        tracing::info!(via = "admin http", user = ?user, command = command.name(), server = ?format!("{backend}/{server}"), state = state.as_str(), "control: command");
+        // Validated names (`set_state`), and still escaped: no client byte reaches a log raw
+        // (`user` is the configured one, checked at load to hold no control character).
+        tracing::info!(via = "admin http", user = %user, command = command.name(), server = ?format!("{backend}/{server}"), state = state.as_str(), "control: command");
     }
     match endpoint.run(command).await {
         Ok(Answer::Text { text }) => Response::text("200 OK", text + "\n"),
