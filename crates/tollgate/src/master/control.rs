@@ -226,7 +226,8 @@ pub fn client_path(explicit: Option<PathBuf>, config: Option<&Path>) -> PathBuf 
         return p;
     }
     let from_config = config.and_then(|c| {
-        let text = std::fs::read_to_string(c).ok()?;
+        let bytes = crate::config::bounded::read_bounded(c, crate::config::bounded::MAX_CONFIG).ok()?;
+        let text = String::from_utf8(bytes).ok()?;
         let table = text.parse::<toml::Table>().ok()?;
         let path = PathBuf::from(table.get("global")?.get("control_socket")?.as_str()?);
         Some(match c.parent() {
