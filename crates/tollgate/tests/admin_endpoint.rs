@@ -87,6 +87,18 @@ fn idle_connections_never_keep_a_scraper_from_metrics() {
         })
         .count();
     assert!(closed > 0, "no idle connection was closed");
+    // And counted.
+    let mut c = TcpStream::connect(admin).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    let counted: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tollgate_admin_idle_closed_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("tollgate_admin_idle_closed_total in the scrape");
+    assert!(counted >= closed as u64, "counted {counted}, saw {closed} closed");
 }
 
 #[test]

@@ -84,6 +84,8 @@ pub struct Endpoint {
     pub(crate) commands: Arc<dyn Commands>,
     /// `None`: the stats page is open and read-only.
     pub(crate) auth: Option<Credentials>,
+    /// Connections closed before their head to make room (`tollgate_admin_idle_closed_total`).
+    idle_closed: std::sync::atomic::AtomicU64,
 }
 
 impl Endpoint {
@@ -91,6 +93,7 @@ impl Endpoint {
         Endpoint {
             commands,
             auth: auth.map(Credentials::new),
+            idle_closed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -283,7 +286,10 @@ pub async fn serve(listener: TcpListener, endpoint: Arc<Endpoint>) {
                 done = started => if let Err(e) = done {
                     tracing::debug!(error = %e, "admin endpoint: connection failed");
                 },
-                () = close.notified() => tracing::debug!(%peer, "admin endpoint: idle connection closed to make room"),
+                () = close.notified() => {
+                    endpoint.idle_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%peer, "admin endpoint: idle connection closed to make room");
+                }
             }
             slots.lock().remove(id);
             slots.freed.notify_one();
@@ -401,10 +407,19 @@ async fn respond(endpoint: &Endpoint, asked: &Asked) -> Response {
 
 async fn metrics(endpoint: &Endpoint) -> Response {
     match endpoint.run(Command::Metrics).await {
-        Ok(Answer::Metrics(report)) => Response {
-            content_type: CONTENT_TYPE,
-            ..Response::text("200 OK", super::prometheus::render(&report))
-        },
+        Ok(Answer::Metrics(report)) => {
+            let mut text = super::prometheus::render(&report);
+            // The endpoint's own counter: it lives here, not in a worker or the master.
+            let closed = endpoint.idle_closed.load(std::sync::atomic::Ordering::Relaxed);
+            text.push_str(&format!(
+                "# HELP tollgate_admin_idle_closed_total Admin endpoint connections closed before sending a request head, to make room (at most {MAX_CONNECTIONS} at once, {MAX_IDLE_PER_SOURCE} idle per address).\n\
+                 # TYPE tollgate_admin_idle_closed_total counter\ntollgate_admin_idle_closed_total {closed}\n"
+            ));
+            Response {
+                content_type: CONTENT_TYPE,
+                ..Response::text("200 OK", text)
+            }
+        }
         Ok(_) => Response::text("503 Service Unavailable", "scrape failed: unexpected answer\n"),
         Err(Failed::Refused(e) | Failed::Unavailable(e)) => {
             Response::text("503 Service Unavailable", format!("scrape failed: {e}\n"))
