@@ -20,7 +20,8 @@
 //! oldest such idle one (of that address, else of any) is closed to make room, so idle
 //! sockets can never shut the endpoint during an incident — a real scraper, whose head
 //! follows its connect, always gets in. The loop stops accepting only while every slot
-//! holds a connection that sent its head (each done within the timeouts above).
+//! holds a connection that sent its head (each done within the timeouts above). Each close
+//! is counted (`tollgate_admin_idle_closed_total`, appended to the endpoint's own scrape).
 
 use std::borrow::Cow;
 use std::future::Future;
