@@ -272,7 +272,8 @@ enum CtlSet {
     /// Swap a frontend's certificate without a reload: `set cert web /etc/tls/a.pem`. It
     /// replaces the certificate configured from that file (or the one serving the same
     /// names, or is added); new handshakes get it at once, open connections keep theirs. A
-    /// later reload reads the configured files again: write the new files first.
+    /// later reload reads the configured files again: write the new files first. The files
+    /// are read here, with your rights, and their contents sent to the master.
     Cert {
         frontend: String,
         /// PEM chain, leaf first.

@@ -393,3 +393,134 @@ fn the_file_watch_swaps_a_rewritten_pair_and_refuses_a_bad_one() {
         .expect("the watch swapped the completed pair in");
     assert_eq!(served(master.addr, &ca), fingerprint(&third.der));
 }
+
+/// `tollgate ctl --socket SOCKET ARGS…` as `uid` (root: the test's own), bounded by
+/// `limit`: (exit code, stdout + stderr), or `None` if it had not finished by then.
+fn ctl_within(master: &Master, uid: Option<u32>, args: &[&str], limit: Duration) -> Option<(i32, String)> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(master_support::BIN);
+    cmd.args(["ctl", "--socket"])
+        .arg(&master.socket)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return Some((status.code().unwrap_or(-1), text));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// One request frame on the control socket, bounded by `limit`: the reply's JSON text.
+fn raw_request(socket: &Path, command: serde_json::Value, limit: Duration) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(limit)).unwrap();
+    let body = serde_json::to_vec(&serde_json::json!({ "v": 1, "id": 7, "command": command })).unwrap();
+    s.write_all(&(body.len() as u32).to_le_bytes()).ok()?;
+    s.write_all(&body).ok()?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut reply = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut reply).ok()?;
+    Some(String::from_utf8(reply).unwrap())
+}
+
+#[test]
+fn set_cert_never_makes_the_master_open_what_the_caller_names() {
+    let ca = Ca::new("named CA");
+    let origin = origin(echo);
+    let dir = TempDir::new("cert-named");
+    let (cert, key) = (dir.0.join("a.crt"), dir.0.join("a.key"));
+    let good = ca.leaf(&["a.example"], "good", false);
+    write_pair(&good, &cert, &key);
+    // Operators in a group may run `ctl` (here: anyone, so an unprivileged uid can).
+    let text = config(&dir.0, origin.addr, "", &cert, &key)
+        .replace("[global]\n", "[global]\ncontrol_socket_mode = \"0666\"\n");
+    let master = Master::start(dir, &text, &[]);
+    let good_fp = fingerprint(&good.der);
+    let path = |name: &str| master.dir.0.join(name);
+
+    // A FIFO named as the certificate, the key, or (by a client of its own) as the path
+    // that goes with PEM contents: refused at once, and the master never waits on it.
+    let fifo = path("cert.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+    let other = ca.leaf(&["a.example"], "other", false);
+    let (c2, k2) = (path("b.crt"), path("b.key"));
+    write_pair(&other, &c2, &k2);
+    let limit = Duration::from_secs(5);
+    for args in [
+        vec!["set", "cert", "fe", fifo.to_str().unwrap()],
+        vec!["set", "cert", "fe", c2.to_str().unwrap(), fifo.to_str().unwrap()],
+    ] {
+        let (code, out) = ctl_within(&master, None, &args, limit).expect("ctl came back");
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert!(out.contains("not a regular file (a FIFO)"), "{args:?}: {out}");
+    }
+    let both = format!("{}{}", other.cert_pem, other.key_pem);
+    let reply = raw_request(
+        &master.socket,
+        serde_json::json!({"type": "set_cert", "frontend": "fe", "cert": fifo.to_str().unwrap(), "cert_pem": both}),
+        limit,
+    )
+    .expect("the master answered a set cert naming a FIFO");
+    assert!(reply.contains("a.example"), "{reply}");
+    assert_eq!(served(master.addr, &ca), fingerprint(&other.der));
+    // The master's loop still runs: it answers, and restarts a worker that dies.
+    let (code, out) = ctl_within(&master, None, &["show", "servers"], limit).expect("show servers answered");
+    assert_eq!(code, 0, "{out}");
+    let (_, pid, _) = master.wait_single_generation(Duration::from_secs(5));
+    let from = master.log_len();
+    master.signal(pid, rustix::process::Signal::KILL);
+    master
+        .wait_log_from(from, |l| l.contains("worker ready"), Duration::from_secs(10))
+        .expect("the killed worker was restarted");
+    master.ctl_ok(&["set", "cert", "fe", cert.to_str().unwrap()]);
+    assert_eq!(served(master.addr, &ca), good_fp);
+
+    // A caller without root's rights names a key in a root-only directory: the files are
+    // read with the caller's rights, so it is not served, and a file there that exists and
+    // one that does not get the same answer.
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: the unprivileged-caller half is skipped");
+        return;
+    }
+    let secret = path("secret");
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(secret.join("b.key"), &other.key_pem).unwrap();
+    let nobody = 65534;
+    let mut answers = Vec::new();
+    for name in ["b.key", "missing.key"] {
+        let named = secret.join(name);
+        let args = ["set", "cert", "fe", c2.to_str().unwrap(), named.to_str().unwrap()];
+        let (code, out) = ctl_within(&master, Some(nobody), &args, limit).expect("ctl came back");
+        assert_ne!(code, 0, "the root-only key was served to uid {nobody}: {out}");
+        answers.push(out.replace(named.to_str().unwrap(), "KEY"));
+    }
+    assert_eq!(answers[0], answers[1], "what exists in a root-only directory shows");
+    assert!(!answers[0].contains("No such file"), "{}", answers[0]);
+    assert_eq!(served(master.addr, &ca), good_fp);
+}

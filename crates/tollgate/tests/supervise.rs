@@ -223,3 +223,48 @@ fn the_control_socket_is_owner_only_by_default_and_takes_its_configured_mode() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("global.control_socket_mode"), "{err}");
 }
+
+/// Only a stale socket at the control socket's path is replaced: a regular file, or a
+/// symlink (to a file, or to a live socket elsewhere), is refused with a warning and left
+/// as it was, and the master serves (reloading on SIGHUP).
+#[test]
+fn the_control_socket_never_replaces_a_file_or_follows_a_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let origin = origin(echo);
+    let outside = TempDir::new("sup-ctlpath-outside");
+    let target = outside.0.join("precious");
+    std::fs::write(&target, "keep me").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (what, make) in [
+        (
+            "a regular file",
+            Box::new(|p: &std::path::Path| std::fs::write(p, "keep me").unwrap()) as Box<dyn Fn(&std::path::Path)>,
+        ),
+        (
+            "a symlink",
+            Box::new(|p: &std::path::Path| std::os::unix::fs::symlink(&target, p).unwrap()),
+        ),
+    ] {
+        let dir = TempDir::new("sup-ctlpath");
+        let config = tcp_config(
+            &global(&dir.0, "control_socket_mode = \"0666\""),
+            &[("o", origin.addr, 1)],
+        );
+        let socket = dir.0.join("ctl.sock");
+        make(&socket);
+        let master = Master::start(dir, &config, &[]);
+        let line = master
+            .wait_log(|l| l.contains("no control socket"), Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{what}: no warning"));
+        assert!(
+            line.contains(what) && line.contains("only a stale control socket is replaced"),
+            "{line}"
+        );
+        let kind = std::fs::symlink_metadata(&socket).unwrap().file_type();
+        assert!(kind.is_file() || kind.is_symlink(), "{what} was replaced");
+        assert_eq!(std::fs::read_to_string(&socket).unwrap(), "keep me", "{what}");
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{what}: the link's target changed mode");
+        exchange(master.addr, b"still serving").unwrap();
+    }
+}

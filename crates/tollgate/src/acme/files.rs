@@ -42,7 +42,7 @@ pub(super) async fn account(state_dir: &Path, order: &AcmeOrder) -> Result<Accou
         None => Account::builder().map_err(|e| format!("HTTP client: {e}")),
     };
     let path = account_path(state_dir, &order.directory);
-    match std::fs::read(&path) {
+    match crate::config::bounded::read_bounded(&path, crate::config::bounded::MAX_STATE) {
         Ok(json) => {
             let credentials: AccountCredentials =
                 serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -51,7 +51,7 @@ pub(super) async fn account(state_dir: &Path, order: &AcmeOrder) -> Result<Accou
                 .await
                 .map_err(|e| super::describe("restoring the account", &e));
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.not_found() => {}
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
     let contact: Vec<&str> = order.contact.iter().map(String::as_str).collect();

@@ -1,6 +1,8 @@
 //! `tollgate ctl`: arguments → `Command`, `Reply` → text. Sans-io; `main` does the socket.
 
-use crate::command::{AddServerArgs, Answer, Command, Outcome, Reply};
+use std::path::Path;
+
+use crate::command::{AddServerArgs, Answer, Command, Outcome, Pem, Reply};
 use crate::live::server::{AdminState, ServerView};
 
 /// `BACKEND/SERVER` → its two names.
@@ -89,17 +91,39 @@ pub fn del_server(server: &str) -> Result<Command, String> {
     Ok(Command::DelServer { backend, server })
 }
 
-/// `set cert FRONTEND CERT [KEY]`: the paths made absolute here (the master runs elsewhere).
-pub fn set_cert(frontend: &str, cert: &std::path::Path, key: Option<&std::path::Path>) -> Result<Command, String> {
-    let absolute = |p: &std::path::Path| {
-        std::path::absolute(p)
-            .map(|p| p.display().to_string())
-            .map_err(|e| format!("{}: {e}", p.display()))
+/// `set cert FRONTEND CERT [KEY]`: the files read here, with the caller's own rights
+/// (bounded, regular files only: `config::bounded`), and their contents sent; the master
+/// never opens a path a caller names (it runs as root and could read what the caller
+/// cannot). The paths go along canonical, as names: the master matches `cert` against the
+/// configured certificates (whose configured key it uses when KEY is not given).
+pub fn set_cert(frontend: &str, cert: &Path, key: Option<&Path>) -> Result<Command, String> {
+    use crate::config::bounded::{MAX_OCSP, MAX_PEM, read_bounded, read_file};
+    let text = |path: &Path| -> Result<(String, Pem), String> {
+        let bytes = read_file(path, MAX_PEM)?;
+        let pem = String::from_utf8(bytes).map_err(|_| format!("{}: not a PEM file (not text)", path.display()))?;
+        // Read: the path resolves, so canonicalizing it tells the caller nothing new.
+        let name = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        Ok((name.display().to_string(), Pem(pem)))
+    };
+    let (cert_name, cert_pem) = text(cert)?;
+    let (key, key_pem) = match key.map(text).transpose()? {
+        Some((name, pem)) => (Some(name), Some(pem)),
+        None => (None, None),
+    };
+    let mut ocsp_path = cert.as_os_str().to_owned();
+    ocsp_path.push(".ocsp");
+    let ocsp_hex = match read_bounded(Path::new(&ocsp_path), MAX_OCSP) {
+        Ok(der) => Some(crate::config::cert_store::hex(&der)),
+        Err(e) if e.not_found() => None,
+        Err(e) => return Err(format!("cannot read {}: {e}", Path::new(&ocsp_path).display())),
     };
     Ok(Command::SetCert {
         frontend: frontend.to_string(),
-        cert: absolute(cert)?,
-        key: key.map(absolute).transpose()?,
+        cert: cert_name,
+        cert_pem,
+        key,
+        key_pem,
+        ocsp_hex,
     })
 }
 

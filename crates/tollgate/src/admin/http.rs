@@ -10,20 +10,29 @@
 //! cannot name the master); without a master, the serving process answers `metrics` from
 //! its own threads' cells and refuses changes. The endpoint never touches a worker thread.
 //!
-//! Bounds: a request head of at most 8 KiB that must arrive within 5 s (a body is never
-//! read); at most `MAX_CONNECTIONS` connections at once (more wait in the kernel backlog);
-//! a command answers within `COMMAND_TIMEOUT` or the client gets a 503.
+//! Bounds: a request head of at most 8 KiB that must arrive within `HEAD_TIMEOUT` (a body is
+//! never read); a command answers within `COMMAND_TIMEOUT` or the client gets a 503; the
+//! answer must be taken within `WRITE_TIMEOUT`.
+//!
+//! Connections (`Conns`): at most `MAX_CONNECTIONS` at once, and at most
+//! `MAX_IDLE_PER_SOURCE` from one address that have not sent their head yet. A connection
+//! that has sent nothing has proved nothing: when a new one would pass either bound, the
+//! oldest such idle one (of that address, else of any) is closed to make room, so idle
+//! sockets can never shut the endpoint during an incident — a real scraper, whose head
+//! follows its connect, always gets in. The loop stops accepting only while every slot
+//! holds a connection that sent its head (each done within the timeouts above). Each close
+//! is counted (`tollgate_admin_idle_closed_total`, appended to the endpoint's own scrape).
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
 use super::stats::{self, Credentials};
 use crate::command::{Answer, Command, GenerationMetrics, MetricsReport};
@@ -33,10 +42,16 @@ use crate::http::h1::{HeadScratch, Limits, MessageHead, Method, parse_request_he
 use crate::runtime::Shared;
 
 const MAX_HEAD: usize = 8 * 1024;
-const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a connection may take to send its head (a scraper sends it with its connect).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest a command (a scrape, a state change) may take before the client gets a 503.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_CONNECTIONS: usize = 16;
+/// Longest the client may take to read the answer.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections at once.
+pub(crate) const MAX_CONNECTIONS: usize = 16;
+/// Connections from one address that have not sent their head yet.
+pub(crate) const MAX_IDLE_PER_SOURCE: usize = 4;
 
 /// The Prometheus text format's content type.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -70,6 +85,8 @@ pub struct Endpoint {
     pub(crate) commands: Arc<dyn Commands>,
     /// `None`: the stats page is open and read-only.
     pub(crate) auth: Option<Credentials>,
+    /// Connections closed before their head to make room (`tollgate_admin_idle_closed_total`).
+    idle_closed: std::sync::atomic::AtomicU64,
 }
 
 impl Endpoint {
@@ -77,6 +94,7 @@ impl Endpoint {
         Endpoint {
             commands,
             auth: auth.map(Credentials::new),
+            idle_closed: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -151,27 +169,131 @@ pub async fn serve_process(listener: std::net::TcpListener, shared: Arc<Shared>)
     serve(listener, Arc::new(endpoint)).await;
 }
 
+/// One open connection, in accept order.
+struct Conn {
+    id: u64,
+    source: IpAddr,
+    /// No head yet: it may be closed to make room.
+    idle: bool,
+    close: Arc<Notify>,
+}
+
+/// The endpoint's open connections (see the module doc); shared by the accept loop and the
+/// sessions, which remove themselves when done.
+#[derive(Default)]
+struct Conns {
+    next_id: u64,
+    open: Vec<Conn>,
+}
+
+impl Conns {
+    /// Whether a new connection can be taken: a free slot, or an idle one to close.
+    fn room(&self) -> bool {
+        self.open.len() < MAX_CONNECTIONS || self.open.iter().any(|c| c.idle)
+    }
+
+    /// Closes the oldest idle connection (of `source`, if given); whether there was one.
+    fn close_oldest_idle(&mut self, source: Option<IpAddr>) -> bool {
+        let Some(i) = self
+            .open
+            .iter()
+            .position(|c| c.idle && source.is_none_or(|s| s == c.source))
+        else {
+            return false;
+        };
+        let c = self.open.remove(i);
+        c.close.notify_one();
+        true
+    }
+
+    /// Takes a connection from `source`, closing idle ones to make room; `None`: no room
+    /// (every slot holds a connection that sent its head).
+    fn admit(&mut self, source: IpAddr) -> Option<(u64, Arc<Notify>)> {
+        let idle_here = self.open.iter().filter(|c| c.idle && c.source == source).count();
+        if idle_here >= MAX_IDLE_PER_SOURCE {
+            self.close_oldest_idle(Some(source));
+        }
+        if self.open.len() >= MAX_CONNECTIONS && !self.close_oldest_idle(None) {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let close = Arc::new(Notify::new());
+        self.open.push(Conn {
+            id,
+            source,
+            idle: true,
+            close: Arc::clone(&close),
+        });
+        Some((id, close))
+    }
+
+    fn busy(&mut self, id: u64) {
+        if let Some(c) = self.open.iter_mut().find(|c| c.id == id) {
+            c.idle = false;
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.open.retain(|c| c.id != id);
+    }
+}
+
+/// The registry and the signal that a slot came free.
+struct Slots {
+    conns: Mutex<Conns>,
+    freed: Notify,
+}
+
+impl Slots {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
+        // Nothing panics while holding it; a poisoned lock still holds a consistent list.
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Serves `listener` forever.
 pub async fn serve(listener: TcpListener, endpoint: Arc<Endpoint>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Arc::new(Slots {
+        conns: Mutex::new(Conns::default()),
+        freed: Notify::new(),
+    });
     loop {
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        // Stop accepting only while every slot holds a connection that sent its head.
+        loop {
+            let freed = slots.freed.notified();
+            if slots.lock().room() {
+                break;
+            }
+            freed.await;
+        }
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::debug!(error = %e, "admin endpoint: accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
+        // `None`: the idle ones turned busy since `room` (the new one is closed).
+        let Some((id, close)) = slots.lock().admit(peer.ip()) else {
+            continue;
+        };
         let endpoint = Arc::clone(&endpoint);
+        let slots = Arc::clone(&slots);
         tokio::spawn(async move {
-            if let Err(e) = session(stream, &endpoint).await {
-                tracing::debug!(error = %e, "admin endpoint: connection failed");
+            let started = session(stream, &endpoint, || slots.lock().busy(id));
+            tokio::select! {
+                done = started => if let Err(e) = done {
+                    tracing::debug!(error = %e, "admin endpoint: connection failed");
+                },
+                () = close.notified() => {
+                    endpoint.idle_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%peer, "admin endpoint: idle connection closed to make room");
+                }
             }
-            drop(permit);
+            slots.lock().remove(id);
+            slots.freed.notify_one();
         });
     }
 }
@@ -217,11 +339,14 @@ impl Response {
     }
 }
 
-async fn session(mut stream: TcpStream, endpoint: &Endpoint) -> std::io::Result<()> {
+/// One connection: its head, then the answer. `proved` is called once the head is in
+/// (from then on the connection is not closed to make room).
+async fn session(mut stream: TcpStream, endpoint: &Endpoint, proved: impl FnOnce()) -> std::io::Result<()> {
     let asked = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
         Ok(asked) => asked?,
         Err(_) => return Ok(()),
     };
+    proved();
     let response = match asked {
         Some(asked) => respond(endpoint, &asked).await,
         None => Response::text("400 Bad Request", "bad request\n"),
@@ -233,9 +358,17 @@ async fn session(mut stream: TcpStream, endpoint: &Endpoint) -> std::io::Result<
         response.body.len(),
         response.headers,
     );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(response.body.as_bytes()).await?;
-    stream.shutdown().await
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(response.body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    tokio::time::timeout(WRITE_TIMEOUT, write).await.unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the client took no answer",
+        ))
+    })
 }
 
 /// What each path serves.
@@ -275,10 +408,19 @@ async fn respond(endpoint: &Endpoint, asked: &Asked) -> Response {
 
 async fn metrics(endpoint: &Endpoint) -> Response {
     match endpoint.run(Command::Metrics).await {
-        Ok(Answer::Metrics(report)) => Response {
-            content_type: CONTENT_TYPE,
-            ..Response::text("200 OK", super::prometheus::render(&report))
-        },
+        Ok(Answer::Metrics(report)) => {
+            let mut text = super::prometheus::render(&report);
+            // The endpoint's own counter: it lives here, not in a worker or the master.
+            let closed = endpoint.idle_closed.load(std::sync::atomic::Ordering::Relaxed);
+            text.push_str(&format!(
+                "# HELP tollgate_admin_idle_closed_total Admin endpoint connections closed before sending a request head, to make room (at most {MAX_CONNECTIONS} at once, {MAX_IDLE_PER_SOURCE} idle per address).\n\
+                 # TYPE tollgate_admin_idle_closed_total counter\ntollgate_admin_idle_closed_total {closed}\n"
+            ));
+            Response {
+                content_type: CONTENT_TYPE,
+                ..Response::text("200 OK", text)
+            }
+        }
         Ok(_) => Response::text("503 Service Unavailable", "scrape failed: unexpected answer\n"),
         Err(Failed::Refused(e) | Failed::Unavailable(e)) => {
             Response::text("503 Service Unavailable", format!("scrape failed: {e}\n"))
@@ -330,6 +472,7 @@ async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<Asked>> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
 
     #[test]
@@ -345,5 +488,42 @@ mod tests {
         assert_eq!(route(get, "/stats/server"), Route::WrongMethod("Allow: POST\r\n"));
         assert_eq!(route(get, "/metricsx"), Route::NotFound);
         assert_eq!(route(get, "/stats/"), Route::NotFound);
+    }
+
+    #[test]
+    fn idle_connections_make_room_and_proven_ones_keep_theirs() {
+        let mut conns = Conns::default();
+        let (a, b): (IpAddr, IpAddr) = ("127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap());
+        // One address never holds more than its share of idle slots: its oldest goes.
+        let first = conns.admit(a).unwrap();
+        for _ in 1..MAX_IDLE_PER_SOURCE {
+            conns.admit(a).unwrap();
+        }
+        let before = conns.open.len();
+        conns.admit(a).unwrap();
+        assert_eq!(conns.open.len(), before, "one closed, one taken");
+        assert!(
+            !conns.open.iter().any(|c| c.id == first.0),
+            "the oldest idle one was closed"
+        );
+        // Full of proven connections but one idle: the idle one makes room.
+        conns.open.clear();
+        for i in 0..MAX_CONNECTIONS {
+            let source = IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]);
+            let (id, _) = conns.admit(source).unwrap();
+            if i != 3 {
+                conns.busy(id);
+            }
+        }
+        let idle = conns.open.get(3).map(|c| c.id).unwrap();
+        assert!(conns.room());
+        conns.admit(b).unwrap();
+        assert!(!conns.open.iter().any(|c| c.id == idle));
+        // Every slot proven: no room, and a new one is not taken.
+        let last = conns.open.last().map(|c| c.id).unwrap();
+        conns.busy(last);
+        assert!(!conns.room());
+        assert!(conns.admit(b).is_none());
+        assert_eq!(conns.open.len(), MAX_CONNECTIONS);
     }
 }

@@ -209,7 +209,9 @@ pub(crate) async fn action(endpoint: &Endpoint, asked: &Asked) -> Response {
         backend, server, state, ..
     } = &command
     {
-        tracing::info!(via = "admin http", user = %user, command = command.name(), server = %format!("{backend}/{server}"), state = state.as_str(), "control: command");
+        // Validated names (`set_state`), and still escaped: no client byte reaches a log raw
+        // (`user` is the configured one, checked at load to hold no control character).
+        tracing::info!(via = "admin http", user = %user, command = command.name(), server = ?format!("{backend}/{server}"), state = state.as_str(), "control: command");
     }
     match endpoint.run(command).await {
         Ok(Answer::Text { text }) => Response::text("200 OK", text + "\n"),
@@ -257,7 +259,14 @@ fn set_state(query: &str) -> Result<Command, String> {
         need(server, "server")?,
         need(state, "state")?,
     );
-    let state = AdminState::parse(&state).ok_or_else(|| format!("unknown state `{state}` (ready, drain, maint)"))?;
+    for (key, name) in [("backend", &backend), ("server", &server)] {
+        if !crate::config::is_name(name) {
+            return Err(format!(
+                "`{key}`: a name uses only letters, digits, `-`, `_`, `.` (got {name:?})"
+            ));
+        }
+    }
+    let state = AdminState::parse(&state).ok_or_else(|| format!("unknown state {state:?} (ready, drain, maint)"))?;
     Ok(Command::SetServerState {
         backend,
         server,

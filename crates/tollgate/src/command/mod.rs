@@ -75,15 +75,26 @@ pub enum Command {
     DelServer { backend: String, server: String },
     /// `show stat|sessions|errors|budgets|certs`, answered by every live generation.
     Show { query: show::Query },
-    /// Serve the certificate in `cert` (a PEM chain, leaf first) with the key in `key` (the
-    /// configured key of that certificate, else `cert` itself) on `frontend`, from the next
-    /// handshake on: it replaces the certificate configured from `cert`, or the one serving
-    /// the same names, or is added. Paths are absolute (`ctl` resolves them).
+    /// Serve the certificate `cert_pem` (a PEM chain, leaf first) with the key `key_pem`
+    /// (absent: the configured key of the certificate configured from `cert`, else
+    /// `cert_pem` itself) on `frontend`, from the next handshake on: it replaces the
+    /// certificate configured from `cert`, or the one serving the same names, or is added.
+    ///
+    /// The contents travel, not the paths: `ctl` reads the files with the caller's own
+    /// rights (as HAProxy's `set ssl cert` takes the PEM over its socket), and the master
+    /// never opens a path a caller names. `cert` and `key` (canonical, as `ctl` resolved
+    /// them) only name the files: `cert` is matched against the configured paths.
     SetCert {
         frontend: String,
         cert: String,
+        cert_pem: Pem,
         #[serde(default)]
         key: Option<String>,
+        #[serde(default)]
+        key_pem: Option<Pem>,
+        /// The DER OCSP response found next to the certificate (`CERT.ocsp`), hex.
+        #[serde(default)]
+        ocsp_hex: Option<String>,
     },
     /// A stick table's entries and counters, from the serving generation.
     ShowTable { limit: String },
@@ -95,7 +106,19 @@ pub enum Command {
     },
 }
 
-/// A certificate the master read and checked for `ctl set cert`, as every worker process
+/// PEM text on its way (`set cert`): it may hold a private key, so its `Debug` shows only
+/// its length.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Pem(pub String);
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pem({} bytes)", self.0.len())
+    }
+}
+
+/// A certificate the master checked for `ctl set cert`, as every worker process
 /// installs it (and a restarted one re-installs it: see `master::desired`). Its `Debug`
 /// leaves the private key out.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -400,7 +400,12 @@ impl super::validate::Validator<'_> {
             let directory_ca = a.directory_ca.as_ref().and_then(|ca| {
                 let path = self.path(ca.get_ref());
                 use rustls::pki_types::pem::PemObject;
-                match rustls::pki_types::CertificateDer::pem_file_iter(&path).map(|mut certs| certs.next()) {
+                let pem = super::bounded::read_bounded(&path, super::bounded::MAX_PEM);
+                match pem.map(|pem| {
+                    rustls::pki_types::CertificateDer::pem_slice_iter(&pem)
+                        .next()
+                        .map(|c| c.map(|_| ()))
+                }) {
                     Ok(Some(Ok(_))) => Some(path),
                     Ok(_) => {
                         let msg = format!("{}: no PEM certificate in the file", path.display());

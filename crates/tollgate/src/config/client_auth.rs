@@ -163,7 +163,7 @@ impl Validator<'_> {
 
 /// Every CRL in a file: PEM blocks, else the whole file as one DER CRL.
 fn read_crls(path: &std::path::Path) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = super::bounded::read_file(path, super::bounded::MAX_CRL)?;
     let pem: Vec<_> = CertificateRevocationListDer::pem_slice_iter(&bytes)
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: bad PEM: {e}", path.display()))?;

@@ -18,6 +18,7 @@
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
 pub mod acme;
+pub(crate) mod bounded;
 pub mod cert_store;
 mod client_auth;
 pub(crate) mod file;
@@ -50,6 +51,12 @@ pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watch
 /// here so that loading a config needs nothing above it (a test in `balance` keeps the two
 /// lists equal).
 pub(crate) const BALANCE_ALGORITHMS: &[&str] = &["roundrobin", "leastconn", "random", "first", "hash"];
+
+/// Whether `name` is a frontend, backend or server name as the config takes them: non-empty,
+/// letters, digits, `-`, `_`, `.` only (so a name is safe to log and to put in a path).
+pub fn is_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
+}
 
 /// `backend.balance` when the key is absent.
 pub(crate) const DEFAULT_BALANCE: &str = "roundrobin";
@@ -110,15 +117,17 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// they run exactly what was checked even if the file changes meanwhile).
 pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigErrors> {
     let shown = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|e| {
+    let unreadable = |why: String| {
         ConfigErrors(vec![ConfigError {
             path: shown.clone(),
             line: 0,
             column: 0,
             key: String::new(),
-            message: format!("cannot read {shown}: {}", crate::error::os_message(&e)),
+            message: format!("cannot read {shown}: {why}"),
         }])
-    })?;
+    };
+    let bytes = bounded::read_bounded(path, bounded::MAX_CONFIG).map_err(|e| unreadable(e.to_string()))?;
+    let src = String::from_utf8(bytes).map_err(|_| unreadable("not UTF-8 text".into()))?;
     let mut config = parse(&src, &shown)?;
     config.source = Some(PathBuf::from(path));
     Ok((config, src))
@@ -136,13 +145,16 @@ pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
             ids::IdTable::default().assign(&mut config);
             Ok(config)
         }
-        None => Err(ConfigErrors(
-            validator
-                .errors
-                .iter()
-                .map(|(span, key, msg)| ConfigError::at(shown_path, src, span.clone(), key, msg))
-                .collect(),
-        )),
+        None => {
+            let lines = validate::Lines::new(src);
+            Err(ConfigErrors(
+                validator
+                    .errors
+                    .iter()
+                    .map(|(span, key, msg)| ConfigError::at_line(shown_path, &lines, span.clone(), key, msg))
+                    .collect(),
+            ))
+        }
     }
 }
 

@@ -272,26 +272,9 @@ impl Validator<'_> {
 
     fn body_file(&mut self, file: &Spanned<String>, key: &str) -> Option<Box<[u8]>> {
         let path = self.path(file.get_ref());
-        let read = std::fs::metadata(&path).and_then(|m| {
-            if m.len() > MAX_BODY_FILE {
-                Err(std::io::Error::other(format!(
-                    "is {} bytes, over the {MAX_BODY_FILE}-byte limit",
-                    m.len()
-                )))
-            } else {
-                std::fs::read(&path)
-            }
-        });
-        match read {
-            Ok(bytes) if bytes.len() as u64 <= MAX_BODY_FILE => Some(bytes.into_boxed_slice()),
-            Ok(_) => {
-                self.err(
-                    file.span(),
-                    key.into(),
-                    format!("`{}` grew past the limit", path.display()),
-                );
-                None
-            }
+        // Bounded by what is read, not by the size the file reports (0 for a device).
+        match super::bounded::read_bounded(&path, MAX_BODY_FILE) {
+            Ok(bytes) => Some(bytes.into_boxed_slice()),
             Err(e) => {
                 self.err(
                     file.span(),

@@ -41,7 +41,7 @@ pub(crate) fn load_cert(cert_path: &Path, key_path: &Path, provider: &CryptoProv
 }
 
 pub(crate) fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    super::bounded::read_file(path, super::bounded::MAX_PEM)
 }
 
 /// `load_cert` on PEM text already read (`ctl set cert`: the master reads the files, each
@@ -76,9 +76,9 @@ pub(crate) fn cert_from_pem(
 /// response is good for it now (`config::ocsp`); otherwise as it was, with a warning when
 /// the file is there but unusable (a stale staple must not stop a restart).
 pub(crate) fn with_staple_file(cert: LoadedCert, ocsp_path: &Path) -> LoadedCert {
-    let response = match std::fs::read(ocsp_path) {
+    let response = match super::bounded::read_bounded(ocsp_path, super::bounded::MAX_OCSP) {
         Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return cert,
+        Err(e) if e.not_found() => return cert,
         Err(e) => {
             tracing::warn!("{}: not stapled: {e}", ocsp_path.display());
             return cert;

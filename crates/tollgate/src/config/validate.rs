@@ -29,6 +29,15 @@ struct FrontendAcme {
     self_signed: Option<certs::LoadedCert>,
 }
 
+/// `global.workers` at most: a thread each. A fixed bound (not a multiple of the CPUs) so
+/// `check` judges a file the same on every machine; more than any machine's cores.
+const MAX_WORKERS: usize = 1024;
+
+/// `http2.max_concurrent_streams` at most: a connection's stream table is scanned per
+/// frame (`http::h2::stream`); browsers open at most 100, HAProxy and nginx default to
+/// 100 and 128.
+const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
 /// ALPN protocols an http-mode frontend may offer: HTTP/2 (`proxy::h2front`) and HTTP/1.
 const HTTP_ALPN: [&str; 3] = ["h2", "http/1.1", "http/1.0"];
 
@@ -168,6 +177,14 @@ impl<'a> Validator<'a> {
         let workers = match &g.workers {
             Some(w) if *w.get_ref() == 0 => {
                 self.err(w.span(), "global.workers".into(), "must be at least 1".into());
+                1
+            }
+            Some(w) if *w.get_ref() > MAX_WORKERS => {
+                self.err(
+                    w.span(),
+                    "global.workers".into(),
+                    format!("must be at most {MAX_WORKERS} (one thread each; no machine gains from more)"),
+                );
                 1
             }
             Some(w) => *w.get_ref(),
@@ -1487,7 +1504,13 @@ fn parse_nameserver(text: &str) -> Option<SocketAddr> {
 
 impl ConfigError {
     pub(super) fn at(path: &str, src: &str, span: Range<usize>, key: &str, message: &str) -> ConfigError {
-        let (line, column) = line_col(src, span.start);
+        ConfigError::at_line(path, &Lines::new(src), span, key, message)
+    }
+
+    /// `at` with the file's line index built once for all its errors (positioning each
+    /// error by scanning the file from its start made many errors quadratic).
+    pub(super) fn at_line(path: &str, lines: &Lines<'_>, span: Range<usize>, key: &str, message: &str) -> ConfigError {
+        let (line, column) = lines.line_col(span.start);
         ConfigError {
             path: path.to_string(),
             line,
@@ -1498,13 +1521,29 @@ impl ConfigError {
     }
 }
 
-fn line_col(src: &str, offset: usize) -> (usize, usize) {
-    let before = src.get(..offset).unwrap_or(src);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rfind('\n').map_or(before.chars().count(), |nl| {
-        before.get(nl + 1..).map_or(0, |s| s.chars().count())
-    }) + 1;
-    (line, column)
+/// Where each line of a file starts: an offset's line by binary search, its column by
+/// counting the characters of that line only.
+pub(super) struct Lines<'a> {
+    src: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> Lines<'a> {
+    pub(super) fn new(src: &'a str) -> Self {
+        let starts = std::iter::once(0)
+            .chain(src.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        Lines { src, starts }
+    }
+
+    /// 1-based line and column (in characters) of byte `offset` (past the end: the end).
+    pub(super) fn line_col(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.src.len());
+        let line = self.starts.partition_point(|&s| s <= offset).max(1);
+        let start = self.starts.get(line - 1).copied().unwrap_or(0);
+        let column = self.src.get(start..offset).map_or(0, |s| s.chars().count()) + 1;
+        (line, column)
+    }
 }
 
 /// `user:password`: both non-empty, printable ASCII or UTF-8 without control characters
@@ -1613,6 +1652,12 @@ impl Validator<'_> {
             let Some(v) = value else { continue };
             if *v.get_ref() == 0 {
                 self.err(v.span(), format!("http2.{key}"), "must be greater than 0".into());
+            } else if key == "max_concurrent_streams" && *v.get_ref() > MAX_CONCURRENT_STREAMS {
+                self.err(
+                    v.span(),
+                    format!("http2.{key}"),
+                    format!("must be at most {MAX_CONCURRENT_STREAMS} (a connection's streams are scanned per frame)"),
+                );
             } else {
                 *slot = *v.get_ref();
             }

@@ -302,8 +302,23 @@ impl Master {
                     }
                 }
             }
-            Command::SetCert { frontend, cert, key } => {
-                let install = match super::certs::prepare(&self.config, &frontend, &cert, key.as_deref()) {
+            Command::SetCert {
+                frontend,
+                cert,
+                cert_pem,
+                key,
+                key_pem,
+                ocsp_hex,
+            } => {
+                let sent = super::certs::Sent {
+                    frontend: &frontend,
+                    cert: &cert,
+                    cert_pem: &cert_pem,
+                    key: key.as_deref(),
+                    key_pem: key_pem.as_ref(),
+                    ocsp_hex: ocsp_hex.as_deref(),
+                };
+                let install = match super::certs::prepare(&self.config, &sent) {
                     Ok(i) => i,
                     Err(msg) => {
                         let _ = reply.send(Reply::error(id, msg));
@@ -311,7 +326,9 @@ impl Master {
                     }
                 };
                 let what = format!("frontend {frontend}: certificate {}", install.cert_path);
-                tracing::info!("runtime change: {what}");
+                // The path is the caller's text: escaped (`{:?}`), as every caller-supplied
+                // value that reaches a log.
+                tracing::info!(frontend = %frontend, cert = ?install.cert_path, "runtime change: certificate set");
                 self.desired.record_cert(install.clone());
                 let generations: Vec<u64> = self
                     .gens

@@ -35,25 +35,82 @@ pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Binds the control socket, replacing a stale one (a socket file nobody answers on), and
 /// gives the file `access`'s mode and group. Until the mode is set the file has the
 /// process umask's (with the usual 022, only the owner may connect already).
+///
+/// Only a stale socket is ever replaced: anything else at the path (a regular file, a
+/// symlink, a directory) is refused, never deleted. The mode and group are set on the
+/// socket file itself, never through a symlink: the path is opened `O_PATH | O_NOFOLLOW`,
+/// checked to be a socket, and changed through that descriptor.
 pub fn bind(path: &Path, access: SocketAccess) -> io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{} is in use by another master", path.display()),
-            ));
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{} is in use by another master", path.display()),
+                ));
+            }
+            std::fs::remove_file(path)?;
         }
-        std::fs::remove_file(path)?;
+        Ok(m) => return Err(not_a_socket(path, &m.file_type())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     let listener = UnixListener::bind(path)?;
-    if let Some(gid) = access.gid {
-        std::os::unix::fs::chown(path, None, Some(gid))?;
-    }
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(access.mode))?;
+    set_access(path, access)?;
     Ok(listener)
+}
+
+fn not_a_socket(path: &Path, kind: &std::fs::FileType) -> io::Error {
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_symlink() {
+        "a symlink"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_file() {
+        "a regular file"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else {
+        "not a socket"
+    };
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "{} exists and is {what}: only a stale control socket is replaced (remove it, or set another control_socket)",
+            path.display()
+        ),
+    )
+}
+
+/// The group and mode of the socket file at `path`, set without following a link.
+fn set_access(path: &Path, access: SocketAccess) -> io::Result<()> {
+    use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
+    use std::os::fd::AsRawFd;
+    let fd = rustix::fs::openat(
+        CWD,
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+    if kind != FileType::Socket {
+        return Err(io::Error::other(format!(
+            "{} was replaced while binding it: not setting its mode",
+            path.display()
+        )));
+    }
+    if let Some(gid) = access.gid {
+        rustix::fs::chownat(&fd, "", None, Some(rustix::fs::Gid::from_raw(gid)), AtFlags::EMPTY_PATH)?;
+    }
+    // No fchmod on an O_PATH descriptor: its /proc link reaches the same inode, whatever
+    // the path now names.
+    let by_fd = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(access.mode))?;
+    Ok(())
 }
 
 /// Accepts control connections and forwards their requests to the master loop.
@@ -95,7 +152,8 @@ async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSe
     let request = match request {
         Ok(r) => r,
         Err(e) => {
-            tracing::info!(uid = ?caller, error = %e, "control: refused a request");
+            // The error may quote the caller's bytes (a serde message): escaped.
+            tracing::info!(uid = ?caller, error = ?e.to_string(), "control: refused a request");
             codec::write_async(&mut stream, &Reply::error(0, e.to_string())).await?;
             return linger(stream).await;
         }
@@ -168,7 +226,8 @@ pub fn client_path(explicit: Option<PathBuf>, config: Option<&Path>) -> PathBuf 
         return p;
     }
     let from_config = config.and_then(|c| {
-        let text = std::fs::read_to_string(c).ok()?;
+        let bytes = crate::config::bounded::read_bounded(c, crate::config::bounded::MAX_CONFIG).ok()?;
+        let text = String::from_utf8(bytes).ok()?;
         let table = text.parse::<toml::Table>().ok()?;
         let path = PathBuf::from(table.get("global")?.get("control_socket")?.as_str()?);
         Some(match c.parent() {

@@ -232,7 +232,7 @@ impl Desired {
         self.changes = kept;
         for c in std::mem::take(&mut self.certs) {
             report.overridden.push(format!(
-                "certificate {} on frontend {} (a reload reads the configured certificate files)",
+                "certificate {:?} on frontend {} (a reload reads the configured certificate files)",
                 c.cert_path, c.frontend
             ));
         }

@@ -104,7 +104,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     }
     for cert in &certs {
         if let Err(e) = running.set_cert(cert) {
-            tracing::warn!("certificate set at run time not re-installed ({}): {e}", cert.cert_path);
+            tracing::warn!(cert = ?cert.cert_path, "certificate set at run time not re-installed: {e}");
         }
     }
     codec::write(&mut chan, &ToMaster::Ready).map_err(internal("say ready"))?;

@@ -31,7 +31,8 @@ pub(crate) fn set_cert(shared: &Shared, c: &CertInstall) -> Result<String, Strin
         text.push_str("; ");
         text.push_str(&note);
     }
-    tracing::info!("certificate swapped in on frontend {}: {text}", c.frontend);
+    // The names come from a certificate a caller sent (a CN may hold any byte): escaped.
+    tracing::info!(frontend = %c.frontend, names = ?text, "certificate swapped in");
     Ok(text)
 }
 

@@ -5,7 +5,7 @@
 //! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
 //! what is in flight), hard stop (drop everything), join.
 
-mod certs;
+pub(crate) mod certs;
 pub(crate) mod inbox;
 pub mod limits;
 pub(crate) mod metrics;

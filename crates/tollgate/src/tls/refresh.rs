@@ -170,7 +170,7 @@ fn watch(slot: &mut Slot) {
 fn reload_files(store: &CertStore, files: &CertFiles) -> Result<String, String> {
     let cert_pem = crate::config::tls::read(&files.cert)?;
     let key_pem = crate::config::tls::read(&files.key)?;
-    let ocsp = std::fs::read(files.ocsp_path()).ok();
+    let ocsp = crate::config::bounded::read_bounded(&files.ocsp_path(), crate::config::bounded::MAX_OCSP).ok();
     let (loaded, note) = crate::config::tls::runtime_cert(&cert_pem, &key_pem, ocsp, &files.cert, &files.key)?;
     let source = CertSource::File {
         cert: files.cert.clone(),
