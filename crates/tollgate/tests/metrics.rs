@@ -232,6 +232,11 @@ fn counters_match_the_traffic_sent() {
         400
     );
     assert_eq!(http(admin, "\x01\x02 nonsense\r\n\r\n").0, 400);
+    // HEAD: a monitor's probe gets GET's status and headers, no body.
+    assert_eq!(
+        http(admin, "HEAD /metrics HTTP/1.1\r\nHost: t\r\n\r\n"),
+        (200, String::new())
+    );
     // And it still answers.
     assert!(!scrape(admin).is_empty());
 }

@@ -347,6 +347,7 @@ async fn session(mut stream: TcpStream, endpoint: &Endpoint, proved: impl FnOnce
         Err(_) => return Ok(()),
     };
     proved();
+    let head_only = asked.as_ref().is_some_and(|a| a.method == Some(Method::Head));
     let response = match asked {
         Some(asked) => respond(endpoint, &asked).await,
         None => Response::text("400 Bad Request", "bad request\n"),
@@ -360,7 +361,9 @@ async fn session(mut stream: TcpStream, endpoint: &Endpoint, proved: impl FnOnce
     );
     let write = async {
         stream.write_all(head.as_bytes()).await?;
-        stream.write_all(response.body.as_bytes()).await?;
+        if !head_only {
+            stream.write_all(response.body.as_bytes()).await?;
+        }
         stream.shutdown().await
     };
     tokio::time::timeout(WRITE_TIMEOUT, write).await.unwrap_or_else(|_| {
@@ -383,12 +386,13 @@ enum Route {
 }
 
 fn route(method: Option<Method>, path: &str) -> Route {
-    let get = method == Some(Method::Get);
+    // HEAD is GET without the body (RFC 9110 §9.3.2): a monitor's liveness probe.
+    let get = matches!(method, Some(Method::Get | Method::Head));
     match path {
         "/metrics" if get => Route::Metrics,
         "/" | "/stats" if get => Route::Page,
         "/stats.json" if get => Route::Json,
-        "/metrics" | "/" | "/stats" | "/stats.json" => Route::WrongMethod("Allow: GET\r\n"),
+        "/metrics" | "/" | "/stats" | "/stats.json" => Route::WrongMethod("Allow: GET, HEAD\r\n"),
         "/stats/server" if method == Some(Method::Post) => Route::Action,
         "/stats/server" => Route::WrongMethod("Allow: POST\r\n"),
         _ => Route::NotFound,
@@ -480,7 +484,9 @@ mod tests {
         let get = Some(Method::Get);
         let post = Some(Method::Post);
         assert_eq!(route(get, "/metrics"), Route::Metrics);
-        assert_eq!(route(post, "/metrics"), Route::WrongMethod("Allow: GET\r\n"));
+        assert_eq!(route(post, "/metrics"), Route::WrongMethod("Allow: GET, HEAD\r\n"));
+        assert_eq!(route(Some(Method::Head), "/metrics"), Route::Metrics);
+        assert_eq!(route(Some(Method::Head), "/stats"), Route::Page);
         assert_eq!(route(get, "/"), Route::Page);
         assert_eq!(route(get, "/stats"), Route::Page);
         assert_eq!(route(get, "/stats.json"), Route::Json);

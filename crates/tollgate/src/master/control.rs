@@ -153,12 +153,12 @@ async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSe
         Ok(r) => r,
         Err(e) => {
             // The error may quote the caller's bytes (a serde message): escaped.
-            tracing::info!(uid = ?caller, error = ?e.to_string(), "control: refused a request");
+            tracing::info!(uid = %uid_text(caller), error = ?e.to_string(), "control: refused a request");
             codec::write_async(&mut stream, &Reply::error(0, e.to_string())).await?;
             return linger(stream).await;
         }
     };
-    tracing::info!(uid = ?caller, id = request.id, command = request.command.name(), "control: command");
+    tracing::info!(uid = %uid_text(caller), id = request.id, command = request.command.name(), "control: command");
     let (tx, rx) = oneshot::channel();
     let id = request.id;
     let forwarded = requests.send(Request {
@@ -176,6 +176,11 @@ async fn session(mut stream: tokio::net::UnixStream, requests: mpsc::UnboundedSe
 /// After refusing a request whose bytes were not all read: closing with unread input would
 /// reset the connection and could destroy the answer before the client reads it. Half-close,
 /// then discard what the client still sends (bounded in bytes and time).
+/// The caller's uid for a log line: `0`, or `unknown` when the kernel said nothing.
+fn uid_text(caller: Option<u32>) -> String {
+    caller.map_or_else(|| "unknown".to_string(), |uid| uid.to_string())
+}
+
 async fn linger(mut stream: tokio::net::UnixStream) -> io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     stream.shutdown().await?;
