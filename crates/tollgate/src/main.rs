@@ -485,6 +485,9 @@ fn explain(args: ExplainArgs) -> ExitCode {
 fn check(path: &Path) -> ExitCode {
     match config::load(path) {
         Ok(c) => {
+            for warning in c.warnings() {
+                eprintln!("{}: warning: {warning}", path.display());
+            }
             println!("{}: ok: {}", path.display(), c.summary());
             ExitCode::SUCCESS
         }

@@ -881,3 +881,37 @@ fn kill_without_maint_is_a_usage_error() {
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("--kill goes with state maint"), "{err}");
 }
+
+/// An expired certificate loads (an operator may be about to swap one in), but `check`
+/// says so, and so does every start and reload (in the log).
+#[test]
+fn check_warns_about_an_expired_certificate() {
+    let dir = TempDir::new("cli-expired");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["old.example".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.0.join("old.crt"), dir.0.join("old.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let config = dir.0.join("t.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:18443\"]\ndefault_backend = \"be\"\n\
+             [frontend.tls]\n[[frontend.tls.cert]]\ncert = \"{}\"\nkey = \"{}\"\n\
+             [[backend]]\nname = \"be\"\n[[backend.server]]\nname = \"a\"\naddress = \"127.0.0.1:9001\"\n",
+            cert_path.display(),
+            key_path.display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = tollgate(&["check", "--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(": ok:"), "{out}");
+    assert!(
+        err.contains("warning: frontend web: the certificate") && err.contains("for old.example expired"),
+        "{err}"
+    );
+}

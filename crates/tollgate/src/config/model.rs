@@ -752,6 +752,38 @@ impl Config {
     }
 
     /// One line for `tollgate check` and the startup log.
+    /// What `check`, a start and a reload warn about without refusing the file: a
+    /// certificate that has expired or is not valid yet (every client would refuse it, but
+    /// the operator may be about to swap it in with `ctl set cert`).
+    pub fn warnings(&self) -> Vec<String> {
+        use super::cert_store::CertSource;
+        let now = super::cert_store::unix_now();
+        let mut out = Vec::new();
+        for f in &self.frontends {
+            let Some(tls) = &f.tls else { continue };
+            for e in tls.certs.entries() {
+                let what = match &e.source {
+                    CertSource::File { cert, .. } => format!("{:?}", cert.display().to_string()),
+                    other => format!("({})", other.as_str()),
+                };
+                let names = e.names.join(", ");
+                if e.facts.not_after <= now {
+                    let days = (now - e.facts.not_after) / 86_400;
+                    out.push(format!(
+                        "frontend {}: the certificate {what} for {names} expired {days} day(s) ago: clients will refuse it",
+                        f.name
+                    ));
+                } else if e.facts.not_before > now + 60 {
+                    out.push(format!(
+                        "frontend {}: the certificate {what} for {names} is not valid yet: clients will refuse it",
+                        f.name
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     pub fn summary(&self) -> String {
         let servers: usize = self.backends.iter().map(|b| b.servers.len()).sum();
         format!(

@@ -144,6 +144,9 @@ fn internal(context: &'static str) -> impl FnOnce(std::io::Error) -> Error {
 /// `FILE:LINE:COL: message` lines.
 fn load(path: &Path, ids: &mut IdTable) -> Result<(Config, String), String> {
     let (mut config, text) = crate::config::load_with_text(path).map_err(|e| e.to_string())?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     ids.assign(&mut config);
     Ok((config, text))
 }
@@ -155,6 +158,9 @@ fn load(path: &Path, ids: &mut IdTable) -> Result<(Config, String), String> {
 pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundSocket>) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(internal("locate own binary"))?;
     privileges::warn_if_root(&config.global);
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     // The master's id table: the first config's ids, kept for its whole life.
     let mut desired = Desired::default();
     let mut config = config;
