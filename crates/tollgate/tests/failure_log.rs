@@ -214,7 +214,9 @@ fn tls_handshake_failures_are_warned_but_hang_ups_are_not() {
             "WARN",
             "frontend=tls",
             "backend=- server=-",
-            "cause=TLS handshake: protocol",
+            // Plain bytes are refused while waiting for the ClientHello, before any
+            // handshake slot is taken.
+            "cause=TLS ClientHello: protocol",
         ] {
             assert!(line.contains(want), "{want:?} missing in {line}");
         }

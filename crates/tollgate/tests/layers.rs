@@ -184,12 +184,13 @@ fn crate_refs(code: &str) -> BTreeSet<String> {
     refs
 }
 
-/// The top-level module a file under `src/` belongs to (`None` for lib.rs and main.rs).
+/// The top-level module a file under `src/` belongs to (`None` for lib.rs, and for main.rs
+/// and the binary's own modules: the binary is a crate of its own, above every layer).
 fn module_of(src: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src).unwrap();
     let first = rel.components().next()?.as_os_str().to_str()?;
     match first {
-        "lib.rs" | "main.rs" => None,
+        "lib.rs" | "main.rs" | "manpage.rs" => None,
         f => Some(f.strip_suffix(".rs").unwrap_or(f).to_string()),
     }
 }

@@ -26,6 +26,7 @@ pub(crate) mod errors;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;
 pub(crate) mod origin;
+pub(crate) mod pending_tls;
 pub(crate) mod pool;
 pub(crate) mod sessions;
 pub(crate) mod stat;
@@ -64,7 +65,7 @@ pub struct Shared {
     pub(crate) handshakes: Arc<tokio::sync::Semaphore>,
     /// `global.max_handshakes_per_source`: TLS connections before the end of their
     /// handshake, by source, process-wide.
-    pub(crate) pending_tls: crate::tls::pending::PendingBySource,
+    pub(crate) pending_tls: pending_tls::PendingBySource,
     /// The process's access log (`None`: `log.access = "off"`).
     pub(crate) access_log: Option<Arc<crate::accesslog::AccessLog>>,
     /// Per-frontend counters and per-backend timing histograms, by worker id.

@@ -150,7 +150,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         budgets: AcceptBudgets::new(&config, config.global.effective_maxconn(limits::nofile_limit())),
         stats: (0..workers).map(|_| Arc::new(WorkerStats::default())).collect(),
         handshakes: Arc::new(tokio::sync::Semaphore::new(config.global.max_handshakes as usize)),
-        pending_tls: crate::tls::pending::PendingBySource::new(config.global.max_handshakes_per_source),
+        pending_tls: crate::ctx::pending_tls::PendingBySource::new(config.global.max_handshakes_per_source),
         access_log: crate::accesslog::AccessLog::start(&config.log, workers)?,
         metrics: (0..workers)
             .map(|_| crate::metrics::ThreadCells::new(config.frontends.len(), config.backends.len()))

@@ -6,7 +6,6 @@
 //!   TCP and HTTP mode call.
 //! - `passthrough`: peeking a ClientHello without consuming it and routing on its SNI (and
 //!   waiting for a whole one before a terminated handshake takes its slot).
-//! - `pending`: TLS connections not yet through their handshake, counted by source.
 //! - `backend`: TLS to a server.
 //! - `client_cert`: a verified client certificate's subject and fingerprint, for servers.
 //! - [`ktls`]: the once-per-process kernel TLS probe and the handover to kernel TLS.
@@ -21,6 +20,5 @@ pub(crate) mod client_cert;
 pub mod client_hello;
 pub mod ktls;
 pub(crate) mod passthrough;
-pub(crate) mod pending;
 pub(crate) mod refresh;
 pub(crate) mod terminate;

@@ -31,10 +31,10 @@ use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 use crate::config::acme::{ACME_TLS_ALPN, offers_acme_tls};
 use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
+use crate::ctx::pending_tls::SourcePlace;
 use crate::error::{Error, ErrorKind, Side};
 use crate::stats::{Counter, WorkerStats};
 use crate::tls::passthrough::{self, InspectError};
-use crate::tls::pending::SourcePlace;
 
 /// A terminated client connection.
 pub(crate) type ServerTlsStream = tokio_rustls::server::TlsStream<TcpStream>;
