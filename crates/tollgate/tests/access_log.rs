@@ -343,19 +343,23 @@ fn a_blocked_sink_never_stalls_traffic_and_counts_drops() {
     );
 }
 
+/// A master-mode config: one HTTP frontend logging JSON lines to `log`, one server.
+fn master_config(dir: &std::path::Path, log: &std::path::Path, server: std::net::SocketAddr) -> String {
+    format!(
+        "{}{}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{server}\"\n",
+        master_support::global(dir, ""),
+        log_table(log, "json"),
+    )
+}
+
 #[test]
 fn sigusr1_reopens_the_file_in_master_mode() {
-    use master_support::{Master, TempDir, global};
+    use master_support::{Master, TempDir};
     let origin = http_origin(|_| ok("ok"));
     let dir = TempDir::new("accesslog");
     let log = dir.0.join("access.log");
-    let config = format!(
-        "{}{}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
-         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
-        global(&dir.0, ""),
-        log_table(&log, "json"),
-        origin.addr
-    );
+    let config = master_config(&dir.0, &log, origin.addr);
     let master = Master::start(dir, &config, &[]);
     let get = |path: &str| {
         let reply = raw_exchange(
@@ -386,7 +390,7 @@ fn sigusr1_reopens_the_file_in_master_mode() {
 /// (`KH`), not "killed while relaying" (`KT`), which is for a tunnel.
 #[test]
 fn a_kill_before_the_response_head_is_logged_in_that_phase() {
-    use master_support::{Master, TempDir, global};
+    use master_support::{Master, TempDir};
     use std::sync::Mutex;
     use std::sync::mpsc;
     let (arrived, heads) = mpsc::channel::<()>();
@@ -402,13 +406,7 @@ fn a_kill_before_the_response_head_is_logged_in_that_phase() {
     });
     let dir = TempDir::new("accesslog-kill");
     let log = dir.0.join("access.log");
-    let config = format!(
-        "{}{}\n[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
-         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
-        global(&dir.0, ""),
-        log_table(&log, "json"),
-        origin.addr
-    );
+    let config = master_config(&dir.0, &log, origin.addr);
     let master = Master::start(dir, &config, &[]);
     let mut c = TcpStream::connect(master.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
