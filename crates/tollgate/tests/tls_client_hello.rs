@@ -32,15 +32,21 @@ struct Setup {
     plain: SocketAddr,
 }
 
-/// Three frontends in one process onto one HTTP origin, `max_handshakes = 2`.
+/// Three frontends in one process onto one HTTP origin, `max_handshakes = 2` by default.
 fn setup(extra_global: &str, timeouts: &str) -> Setup {
     let origin = http_origin(|_| ok("served"));
     let dir = TempDir::new();
     let ca = Ca::new("hello-ca");
     let leaf = ca.leaf(&["a.example"], "a", false).write(&dir, "a");
     let cert = cert_entry(&leaf, true);
+    // `max_handshakes = 2` unless the test sets its own.
+    let slots = if extra_global.lines().any(|l| l.starts_with("max_handshakes =")) {
+        ""
+    } else {
+        "max_handshakes = 2\n"
+    };
     let config = format!(
-        "[global]\nworkers = 2\nmax_handshakes = 2\n{extra_global}\n[timeouts]\ntls_handshake = \"2s\"\n{timeouts}\n\
+        "[global]\nworkers = 2\n{slots}{extra_global}\n[timeouts]\ntls_handshake = \"2s\"\n{timeouts}\n\
          [[frontend]]\nname = \"tls_tcp\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"tcp\"\n[frontend.tls]\n{cert}\n\
          [[frontend]]\nname = \"https\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"http\"\n\
          [frontend.tls]\nalpn = [\"http/1.1\"]\n{cert}\n\
@@ -200,6 +206,26 @@ fn the_client_hello_wait_has_its_own_deadline() {
     s.proxy.wait_idle(Duration::from_secs(5));
     assert_eq!(counter(&s.proxy, "tls_fail_timeout"), 2);
     assert_eq!(counter(&s.proxy, "tls_hello_waiting"), 0);
+}
+
+/// The per-source bound is a share under pressure: while the process is not short (fewer
+/// connections before their handshake than `max_handshakes`), one source past its bound is
+/// served like any other (a load generator, a NAT).
+#[test]
+fn one_busy_source_is_served_while_nothing_is_short() {
+    let s = setup(
+        "max_handshakes_per_source = 2\nmax_handshakes = 50",
+        "client_hello = \"30s\"",
+    );
+    let rt = runtime();
+    let _held = rt.block_on(hold("127.0.0.6", &[s.tls_tcp, s.https], 2, b""));
+    wait_for("4 connections waiting for their ClientHello", || {
+        counter(&s.proxy, "tls_hello_waiting") == 4
+    });
+    for _ in 0..3 {
+        assert!(rt.block_on(tls_get(&s.ca, "127.0.0.6", s.tls_tcp)).is_ok());
+    }
+    assert_eq!(counter(&s.proxy, "tls_source_refused"), 0);
 }
 
 #[test]

@@ -2,11 +2,17 @@
 //! (`global.max_handshakes_per_source`).
 //!
 //! Owns: one count per source of the TLS connections (termination) that are waiting for
-//! their ClientHello or handshaking. A connection takes its place at accept, before a byte is
-//! read, and gives it back when its handshake ends, either way (the [`SourcePlace`] guard).
-//! So one source can neither fill the process with idle connections waiting for a
-//! ClientHello nor hold more than its share of `max_handshakes` slots with hellos it never
-//! follows up.
+//! their ClientHello or handshaking, and their total. A connection takes its place at
+//! accept, before a byte is read, and gives it back when its handshake ends, either way
+//! (the [`SourcePlace`] guard).
+//!
+//! The bound is a fair share under pressure, not a cap on a busy client: a source past it
+//! is refused only while the process is short — at accept, once as many connections are
+//! before their handshake as there are handshake slots (`max_handshakes`); at the slot,
+//! when none is free (the caller asks [`SourcePlace::over`]). A load generator or a NAT
+//! opening more than the bound from one address at once is served as long as nothing is
+//! short; a source holding ClientHellos it never follows up cannot hold more than its share
+//! of the slots others wait for.
 //!
 //! A source is an IPv4 address, or an IPv6 /64 (one host's share of a network: an attacker
 //! given a /64 has 2^64 addresses); an IPv4-mapped IPv6 address counts as its IPv4 address.
@@ -42,44 +48,63 @@ impl Source {
 #[derive(Debug)]
 pub(crate) struct PendingBySource {
     limit: u32,
-    counts: Mutex<HashMap<Source, u32, foldhash::fast::RandomState>>,
+    state: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    by_source: HashMap<Source, u32, foldhash::fast::RandomState>,
+    total: u32,
 }
 
 impl PendingBySource {
     pub(crate) fn new(limit: u32) -> Self {
         PendingBySource {
             limit,
-            counts: Mutex::new(HashMap::default()),
+            state: Mutex::new(Counts::default()),
         }
     }
 
-    /// A place for a new connection from `ip`, or `None` if its source holds `limit` already.
-    pub(crate) fn enter(&self, ip: IpAddr) -> Option<SourcePlace<'_>> {
+    /// A place for a new connection from `ip`; `None` if its source holds `limit` already
+    /// while `short_at` connections or more are before their handshake (the slots).
+    pub(crate) fn enter(&self, ip: IpAddr, short_at: u32) -> Option<SourcePlace<'_>> {
         let source = Source::of(ip);
-        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = counts.entry(source).or_insert(0);
-        if *count >= self.limit {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Counts { by_source, total } = &mut *state;
+        let count = by_source.entry(source).or_insert(0);
+        let over = *count >= self.limit;
+        if over && *total >= short_at {
+            if *count == 0 {
+                by_source.remove(&source);
+            }
             return None;
         }
         *count += 1;
-        Some(SourcePlace { table: self, source })
+        *total += 1;
+        Some(SourcePlace {
+            table: self,
+            source,
+            over,
+        })
     }
 
     /// Sources with at least one connection before the end of its handshake.
     #[cfg(test)]
     fn sources(&self) -> usize {
-        self.counts
+        self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_source
             .len()
     }
 
     fn leave(&self, source: Source) {
-        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&source) {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.total = state.total.saturating_sub(1);
+        if let Some(count) = state.by_source.get_mut(&source) {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                counts.remove(&source);
+                state.by_source.remove(&source);
             }
         }
     }
@@ -90,6 +115,15 @@ impl PendingBySource {
 pub(crate) struct SourcePlace<'a> {
     table: &'a PendingBySource,
     source: Source,
+    over: bool,
+}
+
+impl SourcePlace<'_> {
+    /// Its source already held its bound when it came: refused rather than queued when no
+    /// handshake slot is free.
+    pub(crate) fn over(&self) -> bool {
+        self.over
+    }
 }
 
 impl Drop for SourcePlace<'_> {
@@ -103,27 +137,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_source_holds_at_most_limit_and_gets_places_back() {
+    fn a_source_past_its_bound_is_refused_only_when_the_process_is_short() {
         let t = PendingBySource::new(2);
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        let a = t.enter(ip).unwrap();
-        let b = t.enter(ip).unwrap();
-        assert!(t.enter(ip).is_none());
-        // Another source is not affected.
-        let other = t.enter("192.0.2.2".parse().unwrap()).unwrap();
-        drop(a);
-        let c = t.enter(ip).unwrap();
-        drop((b, c, other));
+        // Plenty of slots (short at 10): past its bound, a source is still let in, marked.
+        let a = t.enter(ip, 10).unwrap();
+        let b = t.enter(ip, 10).unwrap();
+        assert!(!a.over() && !b.over());
+        let c = t.enter(ip, 10).unwrap();
+        assert!(c.over());
+        // Short (3 before their handshake, short at 3): refused; another source is not.
+        assert!(t.enter(ip, 3).is_none());
+        let other = t.enter("192.0.2.2".parse().unwrap(), 3).unwrap();
+        assert!(!other.over());
+        drop((a, c));
+        let d = t.enter(ip, 3).unwrap();
+        assert!(!d.over());
+        drop((b, d, other));
         assert_eq!(t.sources(), 0, "an entry goes at zero");
+        assert_eq!(t.state.lock().unwrap().total, 0);
     }
 
     #[test]
     fn ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() {
         let t = PendingBySource::new(1);
-        let _a = t.enter("2001:db8:1:2::1".parse().unwrap()).unwrap();
-        assert!(t.enter("2001:db8:1:2:ffff::9".parse().unwrap()).is_none());
-        let _b = t.enter("2001:db8:1:3::1".parse().unwrap()).unwrap();
-        let _c = t.enter("192.0.2.7".parse().unwrap()).unwrap();
-        assert!(t.enter("::ffff:192.0.2.7".parse().unwrap()).is_none());
+        let _a = t.enter("2001:db8:1:2::1".parse().unwrap(), 0).unwrap();
+        assert!(t.enter("2001:db8:1:2:ffff::9".parse().unwrap(), 0).is_none());
+        let _b = t.enter("2001:db8:1:3::1".parse().unwrap(), 0).unwrap();
+        let _c = t.enter("192.0.2.7".parse().unwrap(), 0).unwrap();
+        assert!(t.enter("::ffff:192.0.2.7".parse().unwrap(), 0).is_none());
+        assert_eq!(t.sources(), 3, "a refused source leaves no entry");
     }
 }

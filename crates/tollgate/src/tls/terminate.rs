@@ -176,14 +176,15 @@ impl Drop for Active<'_> {
 /// A connection whose whole ClientHello has arrived, with its source's place: what
 /// [`accept`] takes.
 pub(crate) struct HelloReceived<'a> {
-    _place: SourcePlace<'a>,
+    place: SourcePlace<'a>,
 }
 
 /// Waits (by `timeouts.client_hello`, without a handshake slot) until a whole ClientHello
 /// is queued on `stream`, the connection holding a place of its source `client`.
 ///
 /// Refused at once (counted in `tls_source_refused`) when the source already has
-/// `global.max_handshakes_per_source` connections before the end of their handshake. A
+/// `global.max_handshakes_per_source` connections before the end of their handshake while
+/// the process has `max_handshakes` of them or more (see `ctx::pending_tls`). A
 /// wait that fails is counted as a failed handshake (timeout, closed, protocol).
 pub(crate) async fn client_hello<'a>(
     ctx: &'a WorkerCtx,
@@ -191,7 +192,8 @@ pub(crate) async fn client_hello<'a>(
     client: IpAddr,
 ) -> Result<HelloReceived<'a>, Error> {
     let stats = &ctx.stats;
-    let Some(place) = ctx.shared.pending_tls.enter(client) else {
+    let slots = ctx.shared.config.global.max_handshakes;
+    let Some(place) = ctx.shared.pending_tls.enter(client, slots) else {
         stats.tls_source_refused.add(1);
         return Err(Error::new(
             ErrorKind::Limited,
@@ -205,7 +207,7 @@ pub(crate) async fn client_hello<'a>(
         passthrough::wait_client_hello(stream, deadline).await
     };
     let e = match waited {
-        Ok(_) => return Ok(HelloReceived { _place: place }),
+        Ok(_) => return Ok(HelloReceived { place }),
         Err(e) => e,
     };
     let (reason, source) = match e {
@@ -232,13 +234,22 @@ pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
     hello: HelloReceived<'_>,
     stream: IO,
 ) -> Result<tokio_rustls::server::TlsStream<IO>, Error> {
-    let _hello = hello;
     let stats = &ctx.stats;
     let limit = ctx.shared.config.timeouts.tls_handshake;
     let deadline = Instant::now() + limit;
     let fail = |reason: HandshakeFailure, source| reason.failed(stats, "TLS handshake", source);
     let _permit = match Arc::clone(&ctx.shared.handshakes).try_acquire_owned() {
         Ok(p) => p,
+        // No slot free: a source past its bound is refused rather than queued before
+        // sources within theirs.
+        Err(_) if hello.place.over() => {
+            stats.tls_source_refused.add(1);
+            return Err(Error::new(
+                ErrorKind::Limited,
+                Side::Front,
+                "TLS: no handshake slot free, and the source is past global.max_handshakes_per_source",
+            ));
+        }
         Err(_) => {
             stats.tls_handshake_waits.add(1);
             match tokio::time::timeout_at(deadline, Arc::clone(&ctx.shared.handshakes).acquire_owned()).await {
