@@ -18,6 +18,14 @@ pub fn register_listener(listener: TcpListener) -> io::Result<AsyncFd<TcpListene
     unsafe { AsyncFd::register(listener) }.map_err(io::Error::from)
 }
 
+/// Registers `fd` (an epoll instance, say) for read readiness with the current runtime's
+/// reactor. Must be called inside a tokio runtime.
+pub fn register_readable(fd: std::os::fd::OwnedFd) -> io::Result<AsyncFd<std::os::fd::OwnedFd>> {
+    // SAFETY: `OwnedFd` owns its descriptor: it stays open and `as_raw_fd` returns the same
+    // descriptor until the `OwnedFd` (moved into the AsyncFd) is dropped or taken back.
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.map_err(io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

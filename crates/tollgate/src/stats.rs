@@ -115,6 +115,14 @@ worker_stats! {
     /// Sessions open now (counted out when the session's task ends or is dropped). Unlike
     /// the maxconn budget, an accept loop's permit held while it waits in accept() is not here.
     sessions_active,
+    /// Idle HTTP/1 client connections held in the worker's park now, outside any task
+    /// (`global.park_idle_after`); they are in `sessions_active` too.
+    sessions_parked,
+    /// Times a connection was parked, handed back to a session (a request, a close, a first
+    /// request's deadline), and closed in the park when its keep-alive time ran out.
+    park_entered,
+    park_resumed,
+    park_expired,
     /// Connections this worker accepted on its own SO_REUSEPORT socket and handed to a less
     /// loaded worker (`connection_rebalance`); counted by the worker that accepted them.
     connections_rebalanced,

@@ -18,6 +18,7 @@ use crate::metrics::{BUCKETS_US, HistogramSnapshot};
 /// Process counters that are gauges (the rest of `stats` count up).
 const GAUGES: &[&str] = &[
     "sessions_active",
+    "sessions_parked",
     "buffers_in_use",
     "buffer_waiters",
     "tls_handshakes_active",

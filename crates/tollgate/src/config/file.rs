@@ -110,6 +110,8 @@ pub(crate) struct GlobalSection {
     pub control_socket_group: Option<Spanned<String>>,
     /// Where ACME keeps the account key and the certificates it obtained.
     pub state_dir: Option<Spanned<String>>,
+    /// An idle HTTP/1 client connection moves to the worker's park after this long.
+    pub park_idle_after: Option<Spanned<DurationValue>>,
 }
 
 /// `[log]`: access logs (docs/logging.md).

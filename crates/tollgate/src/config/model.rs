@@ -114,7 +114,15 @@ pub struct Global {
     pub connection_rebalance: bool,
     /// Who may use the control socket: its file's permission bits and group.
     pub control_access: SocketAccess,
+    /// A plain HTTP/1 client connection that waits this long for its first or next request
+    /// leaves its task for the worker's park (`ctx::park`): it then holds its socket and a
+    /// slab entry, no task, no reactor registration, no buffer.
+    pub park_idle_after: Duration,
 }
+
+/// `global.park_idle_after`'s default: long past a busy client's next request, short
+/// against the seconds a browser's idle connection waits.
+pub const DEFAULT_PARK_IDLE_AFTER: Duration = Duration::from_secs(1);
 
 /// The control socket file's permissions (connecting needs write permission on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -262,6 +262,10 @@ impl<'a> Validator<'a> {
             allow_root: g.allow_root.unwrap_or(false),
             connection_rebalance: g.connection_rebalance.unwrap_or(true),
             control_access: self.control_access(g),
+            park_idle_after: g
+                .park_idle_after
+                .as_ref()
+                .map_or(super::model::DEFAULT_PARK_IDLE_AFTER, |d| d.get_ref().0),
         }
     }
 

@@ -13,6 +13,8 @@
 //! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
 //! - [`loglimit`]: the warn-line budget (sans-io).
 //! - [`origin`]: a session's client and TLS facts, for a server's PROXY protocol header.
+//! - [`park`]: idle HTTP/1 client connections held outside any task (no future, no
+//!   reactor registration, no buffer), watched by one epoll instance per thread.
 //! - [`sessions`], [`errors`], [`stat`]: what `show sessions`, `show errors` and `show
 //!   stat` read: the thread's live connections, its last malformed messages, its cells.
 //! - `Shared::limits`: each frontend's stick tables (`limit`), one `Arc` per limit that every
@@ -26,6 +28,7 @@ pub(crate) mod errors;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;
 pub(crate) mod origin;
+pub(crate) mod park;
 pub(crate) mod pending_tls;
 pub(crate) mod pool;
 pub(crate) mod sessions;

@@ -173,7 +173,20 @@ impl SessionTable {
         if let Some(s) = slots.get_mut(slot) {
             *s = Some(Rc::clone(&entry));
         }
-        Registered { table: self, entry }
+        Registered {
+            table: self,
+            entry,
+            detached: false,
+        }
+    }
+
+    /// A parked connection's entry, registered all along, back under a guard.
+    pub(crate) fn reattach(&self, entry: Rc<SessionEntry>) -> Registered<'_> {
+        Registered {
+            table: self,
+            entry,
+            detached: false,
+        }
     }
 
     fn close(&self, entry: &Rc<SessionEntry>) {
@@ -229,16 +242,28 @@ fn view_of(e: &SessionEntry, worker: u32, names: &dyn Names, now: Instant) -> Se
 pub(crate) struct Registered<'a> {
     table: &'a SessionTable,
     entry: Rc<SessionEntry>,
+    /// Handed to the park: the connection stays in the registry (`reattach`).
+    detached: bool,
 }
 
 impl Registered<'_> {
     pub(crate) fn entry(&self) -> Rc<SessionEntry> {
         Rc::clone(&self.entry)
     }
+
+    /// The entry, left in the registry for a parked connection (`SessionTable::reattach`
+    /// puts it back under a guard).
+    pub(crate) fn detach(mut self) -> Rc<SessionEntry> {
+        self.detached = true;
+        Rc::clone(&self.entry)
+    }
 }
 
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
+        if self.detached {
+            return;
+        }
         self.table.close(&self.entry);
         let mut spare = self.table.spare.borrow_mut();
         // Reused only when no one else holds it (the task-local is gone by now).

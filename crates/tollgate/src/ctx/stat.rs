@@ -68,6 +68,21 @@ impl<'a> OpenSession<'a> {
     }
 }
 
+impl<'a> OpenSession<'a> {
+    /// Leaves the connection counted (a parked connection is still open): `resumed`
+    /// makes the guard again. True if a cell counts it.
+    pub(crate) fn detach(self) -> bool {
+        let counted = self.0.is_some();
+        std::mem::forget(self);
+        counted
+    }
+
+    /// The guard of a connection counted when it opened (and left counted by `detach`).
+    pub(crate) fn resumed(cell: Option<&'a FrontendStatCell>) -> Self {
+        OpenSession(cell)
+    }
+}
+
 impl Drop for OpenSession<'_> {
     fn drop(&mut self) {
         if let Some(c) = self.0 {

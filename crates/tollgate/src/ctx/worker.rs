@@ -51,6 +51,8 @@ pub(crate) struct WorkerCtx {
     pub sessions: super::sessions::SessionTable,
     /// This thread's last malformed requests and responses (`show errors`).
     pub errors: RefCell<super::errors::ErrorRing>,
+    /// This thread's idle HTTP/1 client connections, held outside any task.
+    pub park: super::park::Park,
 }
 
 impl WorkerCtx {
@@ -80,6 +82,7 @@ impl WorkerCtx {
             .map(|(spec, live)| LocalBackend::new(spec, Arc::clone(live), id))
             .collect();
         let http_pool = ServerPool::new(&shared.config);
+        let park = super::park::Park::new(Arc::clone(&stats));
         let access_log = shared
             .access_log
             .as_ref()
@@ -101,6 +104,7 @@ impl WorkerCtx {
             access_log,
             sessions: Default::default(),
             errors: Default::default(),
+            park,
         })
     }
 
@@ -266,6 +270,12 @@ pub(crate) struct ActiveSession<'a>(&'a WorkerCtx);
 impl<'a> ActiveSession<'a> {
     pub(crate) fn new(ctx: &'a WorkerCtx) -> Self {
         ActiveSession(ctx)
+    }
+
+    /// Leaves the session counted (a parked connection is still open); `new` makes the
+    /// guard again when it is resumed.
+    pub(crate) fn detach(self) {
+        std::mem::forget(self);
     }
 }
 

@@ -31,8 +31,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::budget::ConnPermits;
 use crate::config::Config;
 use crate::ctx::WorkerCtx;
+use crate::ctx::park::{IdleConn, Parked, SessionGuards};
 use crate::ctx::sessions::{self, Opened, SessionState};
-use crate::ctx::worker::ActiveSession;
 use crate::relay::lazy::LazySocket;
 
 /// One bound listening socket.
@@ -203,24 +203,72 @@ pub(crate) fn spawn_session(
         ctx.stats.sessions_total.add(1);
     }
     ctx.stats.sessions_active.add(1);
-    let progress = Arc::clone(&ctx.progress);
-    let ctx = Rc::clone(ctx);
-    let fut = async move {
-        // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
-        let _active = ActiveSession::new(&ctx);
-        let opened = opened(&ctx, frontend, peer);
-        let _open = counted_now.then(|| ctx.open_session(frontend, opened.at));
-        // In the thread's registry (`show sessions`) for the session's whole life.
-        let registered = ctx.sessions.open(opened);
-        let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
-        sessions::scope(registered.entry(), serve).await;
-        drop(registered);
-        drop(permits);
+    let session_ctx = Rc::clone(ctx);
+    spawn_counted(
+        ctx,
+        async move {
+            let ctx = session_ctx;
+            // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
+            let guards = SessionGuards::open(&ctx, opened(&ctx, frontend, peer), counted_now, permits);
+            let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
+            // In the thread's registry (`show sessions`) for the session's whole life.
+            let idle = sessions::scope(guards.entry(), serve).await;
+            park_or_close(&ctx, idle, guards);
+        },
+    );
+}
+
+/// Serves a connection the park handed back (a request came, the client closed, or a
+/// first request's wait ran out) where its session left off, in a new task.
+pub(crate) fn resume_session(ctx: &Rc<WorkerCtx>, parked: Parked) {
+    let session_ctx = Rc::clone(ctx);
+    spawn_counted(
+        ctx,
+        async move {
+            let ctx = session_ctx;
+            let guards = parked.guards.resume(&ctx);
+            let serve = crate::proxy::resume(&ctx, parked.conn);
+            let idle = sessions::scope(guards.entry(), serve).await;
+            park_or_close(&ctx, idle, guards);
+        },
+    );
+}
+
+/// A session's task ends: with an idle connection to keep, it goes to the park (or on
+/// in a new task if the park cannot take it); else the guards count it out.
+fn park_or_close(ctx: &Rc<WorkerCtx>, idle: Option<IdleConn>, guards: SessionGuards<'_>) {
+    let Some(conn) = idle else {
+        return;
     };
-    // Each poll that returns is progress for the watchdog: a thread busy with many
-    // sessions is not stuck, however long its run queue.
-    let fut = crate::stats::counting_polls(progress, fut);
+    let parked = Parked {
+        guards: guards.park(conn.open_counted),
+        conn,
+    };
+    if let Err(mut parked) = ctx.park.park(parked) {
+        parked.conn.may_park = false;
+        resume_session(ctx, parked);
+    }
+}
+
+/// Spawns a session's task on this thread. Each poll that returns is progress for the
+/// watchdog: a thread busy with many sessions is not stuck, however long its run queue.
+fn spawn_counted(ctx: &WorkerCtx, fut: impl Future<Output = ()> + 'static) {
+    let fut = crate::stats::counting_polls(Arc::clone(&ctx.progress), fut);
     tokio::task::spawn_local(fut);
+}
+
+/// Watches this thread's parked connections until the worker stops (`ctx::park`).
+pub(crate) async fn run_park(ctx: Rc<WorkerCtx>) {
+    ctx.park
+        .run(
+            ctx.stopping(),
+            |parked| resume_session(&ctx, parked),
+            |parked| {
+                drop(parked.conn);
+                parked.guards.close(&ctx);
+            },
+        )
+        .await;
 }
 
 /// Whether the frontend's `allow` / `deny` lists let a connection from `client` in; counts

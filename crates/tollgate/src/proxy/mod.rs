@@ -20,17 +20,25 @@ use std::rc::Rc;
 
 use crate::config::{Config, Mode};
 use crate::ctx::WorkerCtx;
+use crate::ctx::park::IdleConn;
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
-/// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`).
-pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, mut stream: LazySocket, peer: SocketAddr) {
-    let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
-        return;
-    };
+/// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`). An
+/// idle HTTP/1 connection the session hands back (`Some`) is for the park (`ctx::park`).
+pub(crate) async fn serve(
+    ctx: &Rc<WorkerCtx>,
+    frontend: usize,
+    mut stream: LazySocket,
+    peer: SocketAddr,
+) -> Option<IdleConn> {
+    let fe = ctx.shared.config.frontends.get(frontend)?;
     let origin = match accept_proxy::start(ctx, fe, &mut stream, peer).await {
         Ok(origin) => origin,
-        Err(e) => return log_end(ctx, &fe.name, peer, &e),
+        Err(e) => {
+            log_end(ctx, &fe.name, peer, &e);
+            return None;
+        }
     };
     let (peer, result) = match origin {
         Some(origin) => {
@@ -40,22 +48,50 @@ pub(crate) async fn serve(ctx: &Rc<WorkerCtx>, frontend: usize, mut stream: Lazy
             if fe.accept_proxy.is_some() && !(fe.access.is_open() || fe.access.admits(client.ip())) {
                 ctx.count_denied(frontend);
                 tracing::debug!(frontend = %fe.name, %client, "connection refused by the frontend's allow/deny lists");
-                return;
+                return None;
             }
             crate::ctx::sessions::note(|e| e.set_client(client));
             // Admitted: from here it is a session (`spawn_session` left the counting of an
             // `accept_proxy` connection to us).
-            let _open = fe.accept_proxy.is_some().then(|| {
+            let open = fe.accept_proxy.is_some().then(|| {
                 ctx.stats.sessions_total.add(1);
                 ctx.open_session(frontend, std::time::Instant::now())
             });
-            let served = crate::ctx::origin::scope(origin, serve_mode(ctx, fe, frontend, stream, client));
-            (client, served.await)
+            let served = crate::ctx::origin::scope(origin, serve_mode(ctx, fe, frontend, stream, client)).await;
+            // Parked, the connection stays counted: the park keeps that count.
+            let served = served.map(|idle| {
+                idle.map(|mut idle| {
+                    idle.open_counted = open.is_some_and(crate::ctx::stat::OpenSession::detach);
+                    idle
+                })
+            });
+            (client, served)
         }
         None => (peer, serve_mode(ctx, fe, frontend, stream, peer).await),
     };
-    if let Err(e) = result {
-        log_end(ctx, &fe.name, peer, &e);
+    match result {
+        Ok(idle) => idle,
+        Err(e) => {
+            log_end(ctx, &fe.name, peer, &e);
+            None
+        }
+    }
+}
+
+/// Serves on a connection the park handed back, where its session left off.
+pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Option<IdleConn> {
+    let fe = ctx.shared.config.frontends.get(conn.frontend)?;
+    let peer = conn.peer;
+    let result = match conn.origin.clone() {
+        Some(origin) => crate::ctx::origin::scope(origin, http::resume(ctx, conn)).await,
+        None => http::resume(ctx, conn).await,
+    };
+    match result {
+        Ok(idle) => idle,
+        Err(e) => {
+            log_end(ctx, &fe.name, peer, &e);
+            None
+        }
     }
 }
 
@@ -66,26 +102,38 @@ async fn serve_mode(
     frontend: usize,
     stream: LazySocket,
     peer: SocketAddr,
-) -> Result<(), Error> {
+) -> Result<Option<IdleConn>, Error> {
     match fe.mode {
-        // A relay waits on both sides at once from the start: register right away.
-        Mode::Tcp => {
-            // A TCP session is one stream: one record. (HTTP mode records each request.)
-            let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
-            let mut tls = record::TlsSeen::default();
-            let result = match stream.into_registered() {
-                Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
-                Err(e) => Err(Error::io(Side::Front, "register", e)),
-            };
-            if let Err(e) = &result {
-                rec.fail(e);
-            }
-            rec.close();
-            record::sink(ctx, &rec, tls.seen());
-            result
-        }
+        Mode::Tcp => serve_tcp(ctx, frontend, stream, peer).await.map(|()| None),
         Mode::Http => http::serve(ctx, frontend, stream, peer).await,
     }
+}
+
+/// A TCP session, boxed: an HTTP session's future does not carry a relay's state size
+/// (nor the reverse). A plain function, as a box made inline in an async fn still leaves
+/// the unboxed size in that fn's state.
+fn serve_tcp<'a>(
+    ctx: &'a Rc<WorkerCtx>,
+    frontend: usize,
+    stream: LazySocket,
+    peer: SocketAddr,
+) -> std::pin::Pin<Box<impl Future<Output = Result<(), Error>> + 'a>> {
+    Box::pin(async move {
+        // A relay waits on both sides at once from the start: register right away.
+        // A TCP session is one stream: one record. (HTTP mode records each request.)
+        let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
+        let mut tls = record::TlsSeen::default();
+        let result = match stream.into_registered() {
+            Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
+            Err(e) => Err(Error::io(Side::Front, "register", e)),
+        };
+        if let Err(e) = &result {
+            rec.fail(e);
+        }
+        rec.close();
+        record::sink(ctx, &rec, tls.seen());
+        result
+    })
 }
 
 /// Routine endings (peer hang-ups, idle timeouts) at debug; failures tollgate met or made at

@@ -69,6 +69,15 @@ impl LazySocket {
         }
     }
 
+    /// The socket out of the reactor (if it joined it), non-blocking as it came.
+    pub(crate) fn into_std(self) -> Option<std::net::TcpStream> {
+        match self.state {
+            State::Direct(s) => Some(s),
+            State::Registered(s) => s.into_std().ok(),
+            State::Broken => None,
+        }
+    }
+
     pub(crate) fn into_registered(mut self) -> io::Result<TcpStream> {
         self.registered()?;
         match self.state {

@@ -119,6 +119,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
             });
         }
         let inbox = tokio::task::spawn_local(super::inbox::run(Rc::clone(&ctx), plan.inbox));
+        tokio::task::spawn_local(crate::listener::run_park(Rc::clone(&ctx)));
         ctx.stopping().await;
         // Handoffs sent before every accept loop stopped must still become sessions here.
         ctx.drain(|| {

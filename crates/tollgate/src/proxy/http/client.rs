@@ -25,6 +25,18 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// The scheme the client used, for `X-Forwarded-Proto` / `Forwarded: proto=`.
     const PROTO: Proto;
 
+    /// An idle connection on it can wait in the park (`ctx::park`): a plain socket, whose
+    /// state is all in the kernel. A TLS stream's is not.
+    const PARKS: bool = false;
+
+    /// The socket, out of the reactor, for the park (`None` if it cannot leave it).
+    fn into_parked(self) -> Option<std::net::TcpStream>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// Reads what the client already sent, without waiting: `Some(closed)` when bytes (or
     /// EOF) were there, `None` when the caller must wait. Only a socket not yet registered
     /// with the reactor tries; the others say `None`.
@@ -88,6 +100,11 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
 /// The session's client: every byte written to it, by any path, is in `bytes_to_client`.
 impl<C: ClientStream> ClientStream for Counted<'_, C> {
     const PROTO: Proto = C::PROTO;
+    const PARKS: bool = C::PARKS;
+
+    fn into_parked(self) -> Option<std::net::TcpStream> {
+        self.into_inner().into_parked()
+    }
 
     fn read_now(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<Option<bool>> {
         self.get_mut().read_now(front, pool)
@@ -129,6 +146,12 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
 
 impl ClientStream for TcpStream {
     const PROTO: Proto = Proto::Http;
+    const PARKS: bool = true;
+
+    fn into_parked(self) -> Option<std::net::TcpStream> {
+        // Deregistered from the reactor; stays non-blocking.
+        self.into_std().ok()
+    }
 
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
         TcpStream::local_addr(self).ok()
@@ -151,6 +174,11 @@ impl ClientStream for TcpStream {
 
 impl ClientStream for LazySocket {
     const PROTO: Proto = Proto::Http;
+    const PARKS: bool = true;
+
+    fn into_parked(self) -> Option<std::net::TcpStream> {
+        self.into_std()
+    }
 
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
         LazySocket::local_addr(self)
@@ -209,7 +237,18 @@ impl ClientStream for ServerTlsStream {
         )
     }
 
+    /// Waits for the socket first, holding no buffer (an idle TLS connection holds its
+    /// TLS state only), unless the TLS layer already holds plaintext or a close; then reads.
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
+        let (socket, conn) = self.get_mut();
+        let pending = match conn.process_new_packets() {
+            Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
+            // The read reports it.
+            Err(_) => true,
+        };
+        if !pending {
+            socket.readable().await?;
+        }
         front.read_from(self, pool, false).await.map(|n| n == 0)
     }
 

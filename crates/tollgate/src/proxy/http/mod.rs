@@ -26,23 +26,30 @@ use std::rc::Rc;
 
 use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
+use crate::ctx::park::IdleConn;
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
+/// An idle connection handed back (`Some`) is for the park: `resume` serves it on.
 pub(crate) async fn serve(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,
     client: LazySocket,
     peer: SocketAddr,
-) -> Result<(), Error> {
+) -> Result<Option<IdleConn>, Error> {
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
     match tls {
-        Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await,
+        Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await.map(|()| None),
         None if ctx.shared.config.frontends.get(frontend).is_some_and(|f| f.h2c) => {
             serve_h2c(ctx, frontend, client, peer).await
         }
         None => run(stream::Session::new(ctx, frontend, client, peer)).await,
     }
+}
+
+/// Serves on a connection the park handed back, where its session left off.
+pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Result<Option<IdleConn>, Error> {
+    run(stream::Session::resumed(ctx, conn)).await
 }
 
 /// An `h2c` frontend: HTTP/2 when the connection opens with its preface, else HTTP/1 as
@@ -52,7 +59,7 @@ fn serve_h2c<'a>(
     frontend: usize,
     client: LazySocket,
     peer: SocketAddr,
-) -> Pin<Box<impl Future<Output = Result<(), Error>> + 'a>> {
+) -> Pin<Box<impl Future<Output = Result<Option<IdleConn>, Error>> + 'a>> {
     Box::pin(async move {
         let client = client
             .into_registered()
@@ -61,7 +68,7 @@ fn serve_h2c<'a>(
             return run(stream::Session::new(ctx, frontend, client, peer)).await;
         }
         let info = h2_info(ctx, frontend, peer, crate::http::h1::Proto::Http, None, None, None);
-        crate::proxy::h2front::serve(ctx, info, client).await
+        crate::proxy::h2front::serve(ctx, info, client).await.map(|()| None)
     })
 }
 
@@ -130,13 +137,13 @@ fn serve_tls<'a>(
             );
             return crate::proxy::h2front::serve(ctx, info, client).await;
         }
-        run(stream::Session::new(ctx, frontend, client, peer)).await
+        run(stream::Session::new(ctx, frontend, client, peer)).await.map(|_| ())
     })
 }
 
-async fn run<C: client::ClientStream>(session: Option<stream::Session<'_, C>>) -> Result<(), Error> {
+async fn run<C: client::ClientStream>(session: Option<stream::Session<'_, C>>) -> Result<Option<IdleConn>, Error> {
     match session {
         Some(session) => session.run().await,
-        None => Ok(()),
+        None => Ok(None),
     }
 }

@@ -17,6 +17,7 @@ use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{ForwardTarget, Forwarded, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
+use crate::ctx::park::IdleConn;
 use crate::ctx::errors::{Direction, Refused};
 use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
@@ -85,6 +86,9 @@ impl RequestInfo {
 
 enum HeadOutcome {
     Head(RequestHead),
+    /// Nothing came within `park_idle_after`: the connection waits in the park until this
+    /// deadline (`ctx::park`).
+    Park(Instant),
     /// The client closed, or stayed idle past its keep-alive timeout: close quietly.
     Closed,
     /// Answer (the error's status) and close.
@@ -121,6 +125,24 @@ pub(super) struct Session<'a, C> {
     /// lines written in their place, rendered at the connection's start.
     cert_names: &'a [Box<str>],
     cert_lines: Vec<u8>,
+    /// The connection may go to the park while it waits for a request.
+    may_park: bool,
+    /// The end of the first wait of a session resumed from the park (its deadline there).
+    resume_deadline: Option<Instant>,
+}
+
+impl<'a> Session<'a, crate::relay::lazy::LazySocket> {
+    /// A session for a connection the park handed back, where the parked one left off.
+    pub(super) fn resumed(ctx: &'a Rc<WorkerCtx>, conn: IdleConn) -> Option<Self> {
+        let client = crate::relay::lazy::LazySocket::new(conn.socket);
+        let mut session = Session::new(ctx, conn.frontend, client, conn.peer)?;
+        session.served = conn.served;
+        session.accepted = conn.accepted;
+        session.stream_began = conn.stream_began;
+        session.may_park = conn.may_park;
+        session.resume_deadline = Some(conn.deadline);
+        Some(session)
+    }
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
@@ -155,6 +177,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
             client_cert,
             cert_names,
             cert_lines,
+            may_park: C::PARKS,
+            resume_deadline: None,
         })
     }
 
@@ -167,7 +191,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
     }
 
-    pub(super) async fn run(mut self) -> Result<(), Error> {
+    /// The loop of request streams; an idle connection handed back (`Some`) is for the park.
+    pub(super) async fn run(mut self) -> Result<Option<IdleConn>, Error> {
         // One registration with the thread's kill notifications for the whole session.
         let ctx = self.ctx;
         let kills = ctx.kills.notified();
@@ -177,11 +202,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
             let head = match self.read_head().await {
                 Ok(HeadOutcome::Head(head)) => head,
                 // Nothing was asked: no stream to record.
-                Ok(HeadOutcome::Closed) => return Ok(()),
+                Ok(HeadOutcome::Closed) => return Ok(None),
+                Ok(HeadOutcome::Park(deadline)) => return Ok(self.into_idle(deadline)),
                 Ok(HeadOutcome::Refuse(e)) => {
                     let refused = self.fail(&e).await;
                     self.end_stream();
-                    return refused;
+                    return refused.map(|()| None);
                 }
                 Err(e) => {
                     self.rec.fail(&e);
@@ -192,16 +218,36 @@ impl<'a, C: ClientStream> Session<'a, C> {
             self.rec.timing.head = Some(self.rec.timing.now());
             self.capture_line(&head);
             self.served += 1;
-            let served = self.serve_request(head, kills.as_mut()).await;
+            let served = serve_boxed(&mut self, head, kills.as_mut()).await;
             if let Err(e) = &served {
                 self.rec.fail(e);
             }
             self.end_stream();
             if !served? {
-                return Ok(());
+                return Ok(None);
             }
             self.front.release_if_empty();
         }
+    }
+
+    /// What the park keeps of this session (the socket and where the session is), the
+    /// rest freed. `None` if the socket cannot leave the reactor (then it is closed).
+    fn into_idle(self, deadline: Instant) -> Option<IdleConn> {
+        let frontend = self.frontend;
+        let (peer, served, accepted, stream_began) = (self.peer, self.served, self.accepted, self.stream_began);
+        let socket = self.client.into_inner().into_parked()?;
+        Some(IdleConn {
+            socket,
+            frontend,
+            peer,
+            origin: crate::ctx::origin::current(),
+            open_counted: false,
+            may_park: true,
+            served,
+            accepted,
+            stream_began,
+            deadline,
+        })
     }
 
     fn begin_stream(&mut self) {
@@ -264,17 +310,20 @@ impl<'a, C: ClientStream> Session<'a, C> {
             }
         }
         if self.front.is_empty() {
-            let wait = if first {
-                timeouts.http_request.saturating_sub(self.accepted.elapsed())
-            } else {
-                timeouts.http_keep_alive
-            };
-            match tokio::time::timeout(wait, self.client.wait_for_data(&mut self.front, &self.ctx.buffers)).await {
-                Err(_) if first => return Ok(HeadOutcome::Refuse(request_timeout())),
-                Err(_) => return Ok(HeadOutcome::Closed),
-                Ok(Err(e)) => return Err(Error::io(Side::Front, "wait for request", e)),
-                Ok(Ok(true)) => return Ok(HeadOutcome::Closed),
-                Ok(Ok(false)) => {}
+            let expires = self.resume_deadline.take().unwrap_or_else(|| {
+                if first {
+                    self.accepted + timeouts.http_request
+                } else {
+                    Instant::now() + timeouts.http_keep_alive
+                }
+            });
+            match self.wait_for_request(expires).await {
+                Waited::TimedOut if first => return Ok(HeadOutcome::Refuse(request_timeout())),
+                Waited::TimedOut => return Ok(HeadOutcome::Closed),
+                Waited::Park => return Ok(HeadOutcome::Park(expires)),
+                Waited::Failed(e) => return Err(Error::io(Side::Front, "wait for request", e)),
+                Waited::Closed => return Ok(HeadOutcome::Closed),
+                Waited::Data => {}
             }
         }
         sessions::set_state(SessionState::ReadingRequest);
@@ -299,6 +348,39 @@ impl<'a, C: ClientStream> Session<'a, C> {
             }
             if let Some(outcome) = self.judge_head(&limits) {
                 return Ok(outcome);
+            }
+        }
+    }
+
+    /// Waits for the first byte of a request until `expires`; after `global.park_idle_after`
+    /// of nothing, a connection that may park says so instead (one timer either way).
+    async fn wait_for_request(&mut self, expires: Instant) -> Waited {
+        let park_after = self.ctx.shared.config.global.park_idle_after;
+        let mut park_at = (self.may_park && !self.ctx.is_stopping())
+            .then(|| Instant::now() + park_after)
+            .filter(|at| *at < expires);
+        let timer = tokio::time::sleep_until(park_at.unwrap_or(expires));
+        tokio::pin!(timer);
+        let wait = self.client.wait_for_data(&mut self.front, &self.ctx.buffers);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                biased;
+                waited = &mut wait => return match waited {
+                    Ok(true) => Waited::Closed,
+                    Ok(false) => Waited::Data,
+                    Err(e) => Waited::Failed(e),
+                },
+                () = &mut timer => {
+                    if park_at.take().is_none() {
+                        return Waited::TimedOut;
+                    }
+                    if !self.ctx.is_stopping() {
+                        return Waited::Park;
+                    }
+                    // Stopping: no park, wait on as a session does at a stop.
+                    timer.as_mut().reset(expires);
+                }
             }
         }
     }
@@ -658,6 +740,28 @@ impl<C> Session<'_, C> {
             );
         }
     }
+}
+
+/// One request's exchange, boxed: a connection's own future then holds only what waiting
+/// for and reading a head needs (an idle or slow client costs that much), and the
+/// exchange's state (server connection, body pumps, the response) exists only while it
+/// runs. A plain function, as a box made inline in an async fn still leaves the unboxed
+/// size in that fn's state.
+fn serve_boxed<'s, 'a, C: ClientStream>(
+    session: &'s mut Session<'a, C>,
+    head: RequestHead,
+    kills: Pin<&'s mut Notified<'a>>,
+) -> Pin<Box<impl Future<Output = Result<bool, Error>> + 's>> {
+    Box::pin(session.serve_request(head, kills))
+}
+
+/// How a wait for a request's first byte ended.
+enum Waited {
+    Data,
+    Closed,
+    TimedOut,
+    Park,
+    Failed(std::io::Error),
 }
 
 fn request_timeout() -> Error {

@@ -1,0 +1,139 @@
+//! Heap bytes an idle client connection holds, counted by the allocator: a figure that a busy
+//! machine does not move (bytes, not time), so a change that makes idle connections fatter
+//! fails here before anyone benchmarks it.
+//!
+//! Each test starts the proxy in this process, opens a first batch of connections (so that
+//! slabs, pools and per-thread spares have grown to a power of two), then as many more as
+//! double them, and divides the growth of the process's live heap bytes by that number.
+//! The client side allocates nothing per connection (std sockets in a vector made big
+//! enough beforehand) and the origin answers from a fixed buffer on one pooled connection,
+//! so what grows is the proxy's. Each waits for its condition through the proxy's own
+//! counters (bounded), never for a fixed time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::Proxy;
+use tollgate_sys::alloc_count::{CountingAlloc, live_bytes};
+
+#[global_allocator]
+static ALLOCATOR: CountingAlloc = CountingAlloc;
+
+/// Budgets, heap bytes per idle connection (what the layouts asked for; the allocator's
+/// rounding and the kernel's socket memory are not in it).
+const PARKED_HTTP_BUDGET: i64 = 512;
+
+/// Connections of the first batch, then of the measured one (the total is a power of two,
+/// so a slab that doubles grows by exactly the measured batch's share).
+const FIRST: usize = 256;
+const MEASURED: usize = 768;
+
+/// An origin that answers every request on a connection with the same 2-byte response,
+/// reading into a fixed buffer (nothing allocated per request).
+fn origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut pending = 0usize;
+                loop {
+                    let Ok(n) = conn.read(&mut buf[pending..]) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    pending += n;
+                    // One response per complete head (the proxy sends bodiless GETs).
+                    while let Some(end) = buf[..pending].windows(4).position(|w| w == b"\r\n\r\n") {
+                        if conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                            return;
+                        }
+                        buf.copy_within(end + 4..pending, 0);
+                        pending -= end + 4;
+                    }
+                    if pending == buf.len() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// One keep-alive request on a new connection; the connection stays open, idle.
+fn request(proxy: SocketAddr) -> TcpStream {
+    let mut c = TcpStream::connect(proxy).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: idle.test\r\n\r\n").unwrap();
+    let mut got = [0u8; 256];
+    let mut n = 0;
+    while !got[..n].ends_with(b"ok") {
+        let r = c.read(&mut got[n..]).unwrap();
+        assert!(r > 0, "proxy closed the connection: {:?}", String::from_utf8_lossy(&got[..n]));
+        n += r;
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&got[..n]));
+    c
+}
+
+/// Waits (bounded) until `done` holds for the proxy's counters.
+fn wait_for(proxy: &Proxy, what: &str, done: impl Fn(&tollgate::stats::Snapshot) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = proxy.running().stats();
+        if done(&stats) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {stats:?}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn config(origin: SocketAddr) -> String {
+    common::http_config(
+        "[global]\nworkers = 1\nmaxconn = 4096\npark_idle_after = \"20ms\"\n[timeouts]\nhttp_keep_alive = \"60s\"\n",
+        origin,
+    )
+}
+
+#[test]
+fn an_idle_keep_alive_connection_holds_only_its_parked_entry() {
+    let origin = origin();
+    let proxy = Proxy::start(&config(origin));
+    let mut clients = Vec::with_capacity(FIRST + MEASURED);
+    for _ in 0..FIRST {
+        clients.push(request(proxy.addr));
+    }
+    wait_for(&proxy, "first batch parked", |s| s.sessions_parked == FIRST as u64);
+    let before = live_bytes();
+    for _ in 0..MEASURED {
+        clients.push(request(proxy.addr));
+    }
+    wait_for(&proxy, "every connection parked", |s| {
+        s.sessions_parked == (FIRST + MEASURED) as u64
+    });
+    let per_conn = (live_bytes() - before) / MEASURED as i64;
+    eprintln!("heap bytes per parked idle HTTP/1.1 connection: {per_conn}");
+    assert!(
+        per_conn <= PARKED_HTTP_BUDGET,
+        "an idle connection holds {per_conn} heap bytes (budget {PARKED_HTTP_BUDGET})"
+    );
+    // Still served: a parked connection goes back to a session at its next request.
+    let mut c = clients.pop().unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: idle.test\r\n\r\n").unwrap();
+    let mut got = [0u8; 256];
+    let mut n = 0;
+    while !got[..n].ends_with(b"ok") {
+        let r = c.read(&mut got[n..]).unwrap();
+        assert!(r > 0, "closed after parking");
+        n += r;
+    }
+    wait_for(&proxy, "resumed", |s| s.park_resumed >= 1);
+}
