@@ -161,6 +161,10 @@ worker_stats! {
     buffer_waiters,
     /// HTTP requests received: complete heads, including those then refused (413, no route).
     http_requests,
+    /// HTTP/1 request heads that did not arrive in one read and waited for the rest (a
+    /// slow client or a slowloris attempt); while they wait their bytes so far are on a
+    /// shelf of their size, no buffer is held.
+    http_heads_waited,
     /// Error responses tollgate made itself (400/408/413/431..., 502/503/504), whether or
     /// not the client was still there to read them; `return` routes are not errors.
     http_proxy_4xx,

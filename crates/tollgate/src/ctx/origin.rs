@@ -93,9 +93,10 @@ impl Origin {
     }
 }
 
-/// Runs `fut` (the session) with `origin` as its origin.
-pub(crate) async fn scope<F: Future>(origin: Rc<Origin>, fut: F) -> F::Output {
-    ORIGIN.scope(origin, fut).await
+/// Runs `fut` (the session) with `origin` as its origin. Not an async fn: one would hold
+/// `fut` twice (as its argument and inside the scope), a session's whole size more.
+pub(crate) fn scope<F: Future>(origin: Rc<Origin>, fut: F) -> impl Future<Output = F::Output> {
+    ORIGIN.scope(origin, fut)
 }
 
 /// The current session's origin, if it keeps one.

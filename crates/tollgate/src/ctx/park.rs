@@ -350,7 +350,9 @@ impl Park {
             }
         }
         self.closed.set(true);
-        let keys: Vec<u32> = (0..self.slots.borrow().len()).filter_map(|k| u32::try_from(k).ok()).collect();
+        let keys: Vec<u32> = (0..self.slots.borrow().len())
+            .filter_map(|k| u32::try_from(k).ok())
+            .collect();
         for key in keys {
             if let Some(p) = self.take(key) {
                 resume(p);

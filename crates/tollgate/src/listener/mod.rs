@@ -204,34 +204,28 @@ pub(crate) fn spawn_session(
     }
     ctx.stats.sessions_active.add(1);
     let session_ctx = Rc::clone(ctx);
-    spawn_counted(
-        ctx,
-        async move {
-            let ctx = session_ctx;
-            // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
-            let guards = SessionGuards::open(&ctx, opened(&ctx, frontend, peer), counted_now, permits);
-            let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
-            // In the thread's registry (`show sessions`) for the session's whole life.
-            let idle = sessions::scope(guards.entry(), serve).await;
-            park_or_close(&ctx, idle, guards);
-        },
-    );
+    spawn_counted(ctx, async move {
+        let ctx = session_ctx;
+        // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
+        let guards = SessionGuards::open(&ctx, opened(&ctx, frontend, peer), counted_now, permits);
+        let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
+        // In the thread's registry (`show sessions`) for the session's whole life.
+        let idle = sessions::scope(guards.entry(), serve).await;
+        park_or_close(&ctx, idle, guards);
+    });
 }
 
 /// Serves a connection the park handed back (a request came, the client closed, or a
 /// first request's wait ran out) where its session left off, in a new task.
 pub(crate) fn resume_session(ctx: &Rc<WorkerCtx>, parked: Parked) {
     let session_ctx = Rc::clone(ctx);
-    spawn_counted(
-        ctx,
-        async move {
-            let ctx = session_ctx;
-            let guards = parked.guards.resume(&ctx);
-            let serve = crate::proxy::resume(&ctx, parked.conn);
-            let idle = sessions::scope(guards.entry(), serve).await;
-            park_or_close(&ctx, idle, guards);
-        },
-    );
+    spawn_counted(ctx, async move {
+        let ctx = session_ctx;
+        let guards = parked.guards.resume(&ctx);
+        let serve = crate::proxy::resume(&ctx, parked.conn);
+        let idle = sessions::scope(guards.entry(), serve).await;
+        park_or_close(&ctx, idle, guards);
+    });
 }
 
 /// A session's task ends: with an idle connection to keep, it goes to the park (or on

@@ -49,6 +49,11 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// (its readiness is not the plaintext's). `Ok(true)` = the client closed.
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool>;
 
+    /// Waits until a read would find something (bytes, a close, an error) without reading
+    /// it, so the wait holds no buffer. A TLS stream: the socket, unless its TLS layer
+    /// already holds plaintext or a close.
+    async fn wait_readable(&mut self) -> io::Result<()>;
+
     /// The TLS version and SNI the client's handshake settled on (plain sockets: none).
     fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
         (None, None)
@@ -122,6 +127,10 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         self.get_mut().wait_for_data(front, pool).await
     }
 
+    async fn wait_readable(&mut self) -> io::Result<()> {
+        self.get_mut().wait_readable().await
+    }
+
     /// The relay counts the tunnelled bytes itself.
     async fn tunnel<S: Endpoint>(
         &mut self,
@@ -161,6 +170,10 @@ impl ClientStream for TcpStream {
         self.readable().await.map(|()| false)
     }
 
+    async fn wait_readable(&mut self) -> io::Result<()> {
+        self.readable().await
+    }
+
     async fn tunnel<S: Endpoint>(
         &mut self,
         ctx: &WorkerCtx,
@@ -193,6 +206,10 @@ impl ClientStream for LazySocket {
 
     async fn wait_for_data(&mut self, _front: &mut Inbound, _pool: &Rc<BufferPool>) -> io::Result<bool> {
         self.registered()?.readable().await.map(|()| false)
+    }
+
+    async fn wait_readable(&mut self) -> io::Result<()> {
+        self.registered()?.readable().await
     }
 
     async fn tunnel<S: Endpoint>(
@@ -238,18 +255,20 @@ impl ClientStream for ServerTlsStream {
     }
 
     /// Waits for the socket first, holding no buffer (an idle TLS connection holds its
-    /// TLS state only), unless the TLS layer already holds plaintext or a close; then reads.
+    /// TLS state only), then reads.
     async fn wait_for_data(&mut self, front: &mut Inbound, pool: &Rc<BufferPool>) -> io::Result<bool> {
+        self.wait_readable().await?;
+        front.read_from(self, pool, false).await.map(|n| n == 0)
+    }
+
+    async fn wait_readable(&mut self) -> io::Result<()> {
         let (socket, conn) = self.get_mut();
         let pending = match conn.process_new_packets() {
             Ok(state) => state.plaintext_bytes_to_read() > 0 || state.peer_has_closed(),
             // The read reports it.
             Err(_) => true,
         };
-        if !pending {
-            socket.readable().await?;
-        }
-        front.read_from(self, pool, false).await.map(|n| n == 0)
+        if pending { Ok(()) } else { socket.readable().await }
     }
 
     async fn tunnel<S: Endpoint>(

@@ -3,7 +3,10 @@
 //! The storage is a pooled buffer taken only while bytes are pending (an idle keep-alive
 //! connection holds none). `data()` is what has been read and not consumed; heads are parsed
 //! in place from it, bodies are forwarded from it. It never grows: a head that does not fit
-//! is refused (431), a body is forwarded in buffer-sized pieces.
+//! is refused (431), a body is forwarded in buffer-sized pieces. While a head arrives slowly,
+//! its bytes wait on a *shelf* of their own size and the pooled buffer goes back (`shelve`):
+//! a client that sent half a head holds those bytes, not a whole buffer; the next read takes
+//! a buffer again and puts them back in front.
 
 use std::io::{self, Read};
 use std::pin::Pin;
@@ -41,24 +44,56 @@ pub(crate) fn response_head_read(read: io::Result<usize>, received: &mut bool) -
 #[derive(Default)]
 pub(crate) struct Inbound {
     buf: Option<PooledBuffer>,
+    /// The pending bytes while no buffer is held (`shelve`); empty otherwise.
+    shelf: Box<[u8]>,
     start: usize,
     end: usize,
 }
 
 impl Inbound {
+    fn bytes(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => b,
+            None => &self.shelf,
+        }
+    }
+
     pub(crate) fn data(&self) -> &[u8] {
-        self.buf
-            .as_ref()
-            .and_then(|b| b.get(self.start..self.end))
-            .unwrap_or_default()
+        self.bytes().get(self.start..self.end).unwrap_or_default()
     }
 
     /// The pending bytes, for a body to be re-framed in place before it is forwarded.
     pub(crate) fn data_mut(&mut self) -> &mut [u8] {
-        self.buf
-            .as_mut()
-            .and_then(|b| b.get_mut(self.start..self.end))
-            .unwrap_or_default()
+        let (start, end) = (self.start, self.end);
+        let bytes: &mut [u8] = match &mut self.buf {
+            Some(b) => b,
+            None => &mut self.shelf,
+        };
+        bytes.get_mut(start..end).unwrap_or_default()
+    }
+
+    /// Moves the pending bytes onto a shelf of their size and gives the buffer back, for a
+    /// wait of unknown length (the rest of a head).
+    pub(crate) fn shelve(&mut self) {
+        if self.buf.is_none() {
+            return;
+        }
+        self.shelf = self.data().into();
+        self.buf = None;
+        self.start = 0;
+        self.end = self.shelf.len();
+    }
+
+    /// Holds `buf` from now on, with what was shelved at its front.
+    fn hold(&mut self, mut buf: PooledBuffer) {
+        let shelved = std::mem::take(&mut self.shelf);
+        let pending = shelved.get(self.start..self.end).unwrap_or_default();
+        if let Some(front) = buf.get_mut(..pending.len()) {
+            front.copy_from_slice(pending);
+        }
+        self.start = 0;
+        self.end = pending.len();
+        self.buf = Some(buf);
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -88,6 +123,7 @@ impl Inbound {
     pub(crate) fn release_if_empty(&mut self) {
         if self.is_empty() {
             self.buf = None;
+            self.shelf = Box::default();
         }
     }
 
@@ -100,7 +136,10 @@ impl Inbound {
         pool: &Rc<BufferPool>,
     ) -> io::Result<Option<usize>> {
         if self.buf.is_none() {
-            self.buf = pool.try_get(false);
+            match pool.try_get(false) {
+                Some(b) => self.hold(b),
+                None => return Ok(None),
+            }
         }
         let Some(space) = self.buf.as_mut().and_then(|b| b.get_mut(self.end..)) else {
             return Ok(None);
@@ -129,7 +168,8 @@ impl Inbound {
         second: bool,
     ) -> io::Result<usize> {
         if self.buf.is_none() {
-            self.buf = Some(pool.get(second).await);
+            let b = pool.get(second).await;
+            self.hold(b);
         }
         let space = self.space()?;
         let n = io.read(space).await?;
@@ -148,7 +188,8 @@ impl Inbound {
         second: bool,
     ) -> Poll<io::Result<usize>> {
         if self.buf.is_none() {
-            self.buf = Some(ready!(pool.poll_get(cx, parked, second)));
+            let b = ready!(pool.poll_get(cx, parked, second));
+            self.hold(b);
         }
         let mut space = ReadBuf::new(self.space()?);
         ready!(Pin::new(io).poll_read(cx, &mut space))?;

@@ -43,13 +43,19 @@ pub(crate) async fn serve(
         None if ctx.shared.config.frontends.get(frontend).is_some_and(|f| f.h2c) => {
             serve_h2c(ctx, frontend, client, peer).await
         }
-        None => run(stream::Session::new(ctx, frontend, client, peer)).await,
+        None => match stream::Session::new(ctx, frontend, client, peer) {
+            Some(session) => session.run().await,
+            None => Ok(None),
+        },
     }
 }
 
 /// Serves on a connection the park handed back, where its session left off.
 pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Result<Option<IdleConn>, Error> {
-    run(stream::Session::resumed(ctx, conn)).await
+    match stream::Session::resumed(ctx, conn) {
+        Some(session) => session.run().await,
+        None => Ok(None),
+    }
 }
 
 /// An `h2c` frontend: HTTP/2 when the connection opens with its preface, else HTTP/1 as

@@ -17,8 +17,8 @@ use super::inbound::Inbound;
 use super::route::{self, Decision};
 use crate::config::model::{ForwardTarget, Forwarded, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
-use crate::ctx::park::IdleConn;
 use crate::ctx::errors::{Direction, Refused};
+use crate::ctx::park::IdleConn;
 use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
@@ -164,8 +164,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
             client: Counted::new(client, &ctx.stats.bytes_to_client),
             peer,
             front: Inbound::default(),
-            scratch: HeadScratch::new(),
-            out: Vec::with_capacity(1024),
+            // Both grow at the first head that needs them and stay for the connection's
+            // next requests; a connection waiting for its first head holds neither.
+            scratch: HeadScratch::default(),
+            out: Vec::new(),
             served: 0,
             accepted,
             frontend,
@@ -332,13 +334,21 @@ impl<'a, C: ClientStream> Session<'a, C> {
         if let Some(outcome) = self.judge_head(&limits) {
             return Ok(outcome);
         }
+        self.ctx.stats.http_heads_waited.add(1);
         let start = if first { self.accepted } else { Instant::now() };
         let deadline = tokio::time::sleep_until(start + timeouts.http_request);
         tokio::pin!(deadline);
         loop {
+            // The rest may take long (a slow client, an attacker's trickle): the bytes so far
+            // wait on a shelf of their size, the pooled buffer goes back until more came.
+            self.front.shelve();
+            let more = async {
+                self.client.wait_readable().await?;
+                self.front.read_from(&mut self.client, &self.ctx.buffers, false).await
+            };
             let read = tokio::select! {
                 biased;
-                r = self.front.read_from(&mut self.client, &self.ctx.buffers, false) => r,
+                r = more => r,
                 _ = &mut deadline => return Ok(HeadOutcome::Refuse(request_timeout())),
             };
             match read {
