@@ -190,7 +190,9 @@ impl Park {
     }
 
     /// Parks `parked`; gives it back if the park is closed (the worker stops) or the
-    /// kernel refused the socket, so the caller serves it on.
+    /// kernel refused the socket, so the caller serves it on. (Given back by value, not
+    /// boxed: the refusal is rare and a box would be an allocation per park.)
+    #[allow(clippy::result_large_err)]
     pub(crate) fn park(&self, parked: Parked) -> Result<(), Parked> {
         if self.closed.get() {
             return Err(parked);
