@@ -220,7 +220,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             self.rec.timing.head = Some(self.rec.timing.now());
             self.capture_line(&head);
             self.served += 1;
-            let served = serve_boxed(&mut self, head, kills.as_mut()).await;
+            let served = self.serve_request(head, kills.as_mut()).await;
             if let Err(e) = &served {
                 self.rec.fail(e);
             }
@@ -750,19 +750,6 @@ impl<C> Session<'_, C> {
             );
         }
     }
-}
-
-/// One request's exchange, boxed: a connection's own future then holds only what waiting
-/// for and reading a head needs (an idle or slow client costs that much), and the
-/// exchange's state (server connection, body pumps, the response) exists only while it
-/// runs. A plain function, as a box made inline in an async fn still leaves the unboxed
-/// size in that fn's state.
-fn serve_boxed<'s, 'a, C: ClientStream>(
-    session: &'s mut Session<'a, C>,
-    head: RequestHead,
-    kills: Pin<&'s mut Notified<'a>>,
-) -> Pin<Box<impl Future<Output = Result<bool, Error>> + 's>> {
-    Box::pin(session.serve_request(head, kills))
 }
 
 /// How a wait for a request's first byte ended.
