@@ -16,7 +16,6 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
-use std::time::{Duration, Instant};
 
 use common::Proxy;
 use tollgate_sys::alloc_count::{CountingAlloc, live_bytes};
@@ -102,19 +101,6 @@ fn request(proxy: SocketAddr) -> TcpStream {
     c
 }
 
-/// Waits (bounded) until `done` holds for the proxy's counters.
-fn wait_for(proxy: &Proxy, what: &str, done: impl Fn(&tollgate::stats::Snapshot) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let stats = proxy.running().stats();
-        if done(&stats) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: {stats:?}");
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
 fn config(origin: SocketAddr) -> String {
     common::http::http_config(
         "[global]\nworkers = 1\nmaxconn = 4096\npark_idle_after = \"20ms\"\n[timeouts]\nhttp_keep_alive = \"60s\"\nhttp_request = \"60s\"\n",
@@ -130,12 +116,12 @@ fn an_idle_keep_alive_connection_holds_only_its_parked_entry() {
     for _ in 0..FIRST {
         clients.push(request(proxy.addr));
     }
-    wait_for(&proxy, "first batch parked", |s| s.sessions_parked == FIRST as u64);
+    proxy.wait_for("first batch parked", |s| s.sessions_parked == FIRST as u64);
     let before = live_bytes();
     for _ in 0..MEASURED {
         clients.push(request(proxy.addr));
     }
-    wait_for(&proxy, "every connection parked", |s| {
+    proxy.wait_for("every connection parked", |s| {
         s.sessions_parked == (FIRST + MEASURED) as u64
     });
     let per_conn = (live_bytes() - before) / MEASURED as i64;
@@ -154,7 +140,7 @@ fn an_idle_keep_alive_connection_holds_only_its_parked_entry() {
         assert!(r > 0, "closed after parking");
         n += r;
     }
-    wait_for(&proxy, "resumed", |s| s.park_resumed >= 1);
+    proxy.wait_for("resumed", |s| s.park_resumed >= 1);
 }
 
 #[test]
@@ -171,14 +157,14 @@ fn a_client_half_way_through_its_head_holds_what_it_sent_and_no_buffer() {
     for _ in 0..FIRST {
         clients.push(half(proxy.addr));
     }
-    wait_for(&proxy, "first batch waiting mid-head", |s| {
+    proxy.wait_for("first batch waiting mid-head", |s| {
         s.http_heads_waited == FIRST as u64 && s.buffers_in_use == 0
     });
     let before = live_bytes();
     for _ in 0..MEASURED {
         clients.push(half(proxy.addr));
     }
-    wait_for(&proxy, "every connection waiting mid-head", |s| {
+    proxy.wait_for("every connection waiting mid-head", |s| {
         s.http_heads_waited == (FIRST + MEASURED) as u64 && s.buffers_in_use == 0
     });
     let per_conn = (live_bytes() - before) / MEASURED as i64;

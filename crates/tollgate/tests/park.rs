@@ -7,8 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Proxy;
 use common::http::{http_config, http_origin, ok};
@@ -17,18 +16,6 @@ fn start() -> (Proxy, common::http::HttpOrigin) {
     let origin = http_origin(|_| ok("ok"));
     let global = "[global]\nworkers = 1\npark_idle_after = \"20ms\"\n[timeouts]\nhttp_request = \"400ms\"\nhttp_keep_alive = \"400ms\"\n";
     (Proxy::start(&http_config(global, origin.addr)), origin)
-}
-
-fn wait_for(proxy: &Proxy, what: &str, done: impl Fn(&tollgate::stats::Snapshot) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = proxy.running().stats();
-        if done(&stats) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: {stats:?}");
-        thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// Reads until `n` responses ending in `ok` arrived (or the connection closed).
@@ -51,15 +38,13 @@ fn a_parked_connection_serves_its_next_requests_pipelined_or_not() {
     let mut c = TcpStream::connect(proxy.addr).unwrap();
     c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
     assert!(read_responses(&mut c, 1).starts_with("HTTP/1.1 200"));
-    wait_for(&proxy, "parked after its response", |s| s.sessions_parked == 1);
+    proxy.wait_for("parked after its response", |s| s.sessions_parked == 1);
     // Two requests in one write: both answered, in order, by the resumed session.
     c.write_all(b"GET /2 HTTP/1.1\r\nHost: a\r\n\r\nGET /3 HTTP/1.1\r\nHost: a\r\n\r\n")
         .unwrap();
     let text = read_responses(&mut c, 2);
     assert_eq!(text.matches("HTTP/1.1 200").count(), 2, "{text}");
-    wait_for(&proxy, "parked again", |s| {
-        s.sessions_parked == 1 && s.park_resumed >= 1
-    });
+    proxy.wait_for("parked again", |s| s.sessions_parked == 1 && s.park_resumed >= 1);
     let stats = proxy.running().stats();
     assert_eq!(stats.sessions_active, 1, "{stats:?}");
     assert!(stats.park_entered >= 2, "{stats:?}");
@@ -69,10 +54,10 @@ fn a_parked_connection_serves_its_next_requests_pipelined_or_not() {
 fn a_silent_connection_is_parked_then_answered_408_at_its_request_deadline() {
     let (proxy, _origin) = start();
     let mut c = TcpStream::connect(proxy.addr).unwrap();
-    wait_for(&proxy, "parked before its first byte", |s| s.sessions_parked == 1);
+    proxy.wait_for("parked before its first byte", |s| s.sessions_parked == 1);
     let text = read_responses(&mut c, 1);
     assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
-    wait_for(&proxy, "closed", |s| s.sessions_active == 0 && s.sessions_parked == 0);
+    proxy.wait_for("closed", |s| s.sessions_active == 0 && s.sessions_parked == 0);
 }
 
 #[test]
@@ -81,11 +66,11 @@ fn a_parked_keep_alive_connection_closes_quietly_at_its_deadline() {
     let mut c = TcpStream::connect(proxy.addr).unwrap();
     c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
     assert!(read_responses(&mut c, 1).starts_with("HTTP/1.1 200"));
-    wait_for(&proxy, "parked", |s| s.sessions_parked == 1);
+    proxy.wait_for("parked", |s| s.sessions_parked == 1);
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 64];
     assert_eq!(c.read(&mut buf).unwrap(), 0, "expected a quiet close, no bytes");
-    wait_for(&proxy, "counted out", |s| {
+    proxy.wait_for("counted out", |s| {
         s.sessions_active == 0 && s.sessions_parked == 0 && s.park_expired == 1
     });
 }
@@ -96,11 +81,9 @@ fn a_client_that_closes_while_parked_is_counted_out() {
     let mut c = TcpStream::connect(proxy.addr).unwrap();
     c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
     assert!(read_responses(&mut c, 1).starts_with("HTTP/1.1 200"));
-    wait_for(&proxy, "parked", |s| s.sessions_parked == 1);
+    proxy.wait_for("parked", |s| s.sessions_parked == 1);
     drop(c);
-    wait_for(&proxy, "counted out", |s| {
-        s.sessions_active == 0 && s.sessions_parked == 0
-    });
+    proxy.wait_for("counted out", |s| s.sessions_active == 0 && s.sessions_parked == 0);
     // A normal client is served meanwhile and after.
     let mut d = TcpStream::connect(proxy.addr).unwrap();
     d.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();

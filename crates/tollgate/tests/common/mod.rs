@@ -35,6 +35,19 @@ impl Proxy {
         self.running.as_ref().expect("running")
     }
 
+    /// Waits (bounded, 20 s) until `done` holds for the proxy's counters; fails saying `what`.
+    pub fn wait_for(&self, what: &str, done: impl Fn(&tollgate::stats::Snapshot) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let stats = self.running().stats();
+            if done(&stats) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {stats:?}");
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Waits (bounded) until no client connection is open in the proxy.
     pub fn wait_idle(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
