@@ -6,6 +6,12 @@
 //! allocating. Relays take a buffer only while data is in flight and return it as soon as
 //! it is drained, so idle connections hold none.
 //!
+//! Memory handed back: a pool that never shrank would hold a flood's peak for the process's
+//! life. Once a period (`trim`, one per second from the worker), half of the buffers that lay
+//! free the whole period (the free list's low-water mark) are freed, so after a burst the
+//! pool decays to what the load still uses within seconds, and a steady load, whose buffers
+//! are all taken within the period, keeps every one and allocates nothing.
+//!
 //! Deadlock freedom: a connection holds at most two buffers (one per direction), and one
 //! holding none may take its first only if that leaves a buffer free. So `free buffers +
 //! connections holding two ≥ 1` always holds: either a buffer is free for a connection that
@@ -22,12 +28,17 @@ use std::task::{Context, Poll, Waker};
 
 use crate::stats::WorkerStats;
 
+/// How often a worker trims its pool (`BufferPool::trim`).
+pub(crate) const TRIM_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub(crate) struct BufferPool {
     size: usize,
     /// Most buffers this worker may have allocated at once.
     limit: usize,
     allocated: Cell<usize>,
     free: RefCell<Vec<Box<[u8]>>>,
+    /// The fewest buffers `free` held since the last `trim`: those lay unused all along.
+    low_water: Cell<usize>,
     waiters: RefCell<Vec<Waker>>,
     stats: Arc<WorkerStats>,
 }
@@ -42,6 +53,7 @@ impl BufferPool {
             limit,
             allocated: Cell::new(0),
             free: RefCell::new(Vec::new()),
+            low_water: Cell::new(0),
             waiters: RefCell::new(Vec::new()),
             stats,
         })
@@ -59,7 +71,13 @@ impl BufferPool {
         if self.available() <= reserve {
             return None;
         }
-        let data = match self.free.borrow_mut().pop() {
+        let popped = {
+            let mut free = self.free.borrow_mut();
+            let b = free.pop();
+            self.low_water.set(self.low_water.get().min(free.len()));
+            b
+        };
+        let data = match popped {
             Some(b) => b,
             None if self.allocated.get() < self.limit => {
                 self.allocated.set(self.allocated.get() + 1);
@@ -117,6 +135,39 @@ impl BufferPool {
         let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
         for w in waiters {
             w.wake();
+        }
+    }
+
+    /// Frees half (rounded up) of the buffers that lay free since the last call, and starts
+    /// the next period; returns how many it freed. Called once a period by `trim_every`.
+    pub(crate) fn trim(&self) -> usize {
+        let mut free = self.free.borrow_mut();
+        let unused = self.low_water.get().min(free.len());
+        let release = unused.div_ceil(2);
+        let keep = free.len() - release;
+        free.truncate(keep);
+        let floor = free.len().max(8);
+        if free.capacity() > 2 * floor {
+            free.shrink_to(floor);
+        }
+        self.low_water.set(free.len());
+        drop(free);
+        if release > 0 {
+            self.allocated.set(self.allocated.get() - release);
+            self.stats.buffers_allocated.set(self.allocated.get() as u64);
+            self.stats.buffers_released.add(release as u64);
+        }
+        release
+    }
+
+    /// Trims the pool once a `period` until the worker's runtime ends.
+    pub(crate) async fn trim_every(self: Rc<Self>, period: std::time::Duration) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            self.trim();
         }
     }
 
@@ -204,6 +255,33 @@ mod tests {
         assert_eq!(stats.buffer_waits.get(), 1);
         drop(b);
         assert_eq!(stats.buffers_in_use.get(), 0);
+    }
+
+    /// A burst's buffers go back by halves once they lie unused a whole period; buffers a
+    /// steady load takes within every period stay.
+    #[test]
+    fn trim_frees_what_lay_unused_and_keeps_what_is_used() {
+        let stats = Arc::new(WorkerStats::default());
+        let pool = BufferPool::new(64, 64 * 100, Arc::clone(&stats));
+        let burst: Vec<_> = (0..16).map(|i| pool.try_get(i > 0).expect("budget")).collect();
+        drop(burst);
+        assert_eq!(pool.trim(), 0, "the period of the burst: they were in use");
+        // Steady: eight taken and returned within each period.
+        let steady: Vec<_> = (0..8).map(|i| pool.try_get(i > 0).expect("free")).collect();
+        drop(steady);
+        assert_eq!(pool.trim(), 4, "half of the 8 that lay unused go");
+        let steady: Vec<_> = (0..12).map(|i| pool.try_get(i > 0).expect("free")).collect();
+        drop(steady);
+        assert_eq!(pool.trim(), 0, "all 12 were taken this period");
+        let freed: Vec<usize> = (0..6).map(|_| pool.trim()).collect();
+        assert_eq!(freed, [6, 3, 2, 1, 0, 0]);
+        assert_eq!(stats.buffers_allocated.get(), 0);
+        assert_eq!(stats.buffers_released.get(), 16);
+        assert_eq!(stats.buffers_in_use.get(), 0);
+        // It allocates again on demand.
+        let again = pool.try_get(false).expect("budget");
+        assert_eq!(again.len(), 64);
+        assert_eq!(stats.buffers_allocated.get(), 1);
     }
 
     /// A wait cancelled by the caller (a timeout around a read) leaves `buffer_waiters`.

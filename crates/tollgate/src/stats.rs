@@ -153,8 +153,10 @@ worker_stats! {
     /// Transfers stopped because nothing moved for the idle timeout: TCP relays and
     /// tunnels (`min(client, server)`), HTTP bodies (`timeouts.client` / `timeouts.server`).
     idle_timeouts,
-    /// Copy buffers allocated by this worker (never more than its budget share).
+    /// Copy buffers allocated by this worker now (never more than its budget share), and
+    /// those its pool freed again after lying unused (`buffer::BufferPool::trim`).
     buffers_allocated,
+    buffers_released,
     buffers_in_use,
     /// Times a connection had to wait for a buffer, and how many wait now.
     buffer_waits,

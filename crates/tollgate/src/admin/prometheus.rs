@@ -19,6 +19,7 @@ use crate::metrics::{BUCKETS_US, HistogramSnapshot};
 const GAUGES: &[&str] = &[
     "sessions_active",
     "sessions_parked",
+    "buffers_allocated",
     "buffers_in_use",
     "buffer_waiters",
     "tls_handshakes_active",

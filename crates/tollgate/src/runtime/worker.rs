@@ -66,6 +66,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
     rt.block_on(async move {
         let ctx = WorkerCtx::new(plan.id, shared, phase, Arc::clone(&progress));
         tokio::task::spawn_local(Rc::clone(&ctx).flush_suppressed());
+        tokio::task::spawn_local(Rc::clone(&ctx.buffers).trim_every(crate::buffer::TRIM_PERIOD));
         if let Some(log) = &ctx.access_log {
             tokio::task::spawn_local(Rc::clone(log).flush_every());
         }
