@@ -1,6 +1,8 @@
 //! The park (`global.park_idle_after`): an idle HTTP/1 connection leaves its task and comes
-//! back where it left off — its next requests served (pipelined ones too), a first request's
-//! deadline answered 408, a keep-alive deadline closing it quietly, the counters back to zero.
+//! back where it left off — its next requests served (pipelined ones too), a head begun
+//! before the park finished after it, a first request's or a begun head's deadline answered
+//! 408 (a trickle across parks earns no new one), a keep-alive deadline closing it quietly,
+//! the counters back to zero.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
@@ -88,4 +90,88 @@ fn a_client_that_closes_while_parked_is_counted_out() {
     let mut d = TcpStream::connect(proxy.addr).unwrap();
     d.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
     assert!(read_responses(&mut d, 1).starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn a_head_begun_before_the_park_is_finished_after_it() {
+    let (proxy, _origin) = start();
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    c.write_all(b"GET /slow HTTP/1.1\r\nHost: a\r\nUser-Agent: ha").unwrap();
+    proxy.wait_for("parked mid-head", |s| s.sessions_parked == 1 && s.buffers_in_use == 0);
+    c.write_all(b"lf\r\n\r\n").unwrap();
+    let text = read_responses(&mut c, 1);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+    let stats = proxy.running().stats();
+    assert_eq!(stats.park_resumed, 1, "{stats:?}");
+    assert_eq!(
+        stats.http_heads_waited, 1,
+        "one head waited for, counted once: {stats:?}"
+    );
+}
+
+#[test]
+fn a_head_trickled_across_parks_keeps_its_deadline() {
+    // http_request is 400 ms; the client sends a byte of its head every 60 ms (each gap
+    // long enough to park it) for up to 4 s. Were a resume to start the deadline again,
+    // the head would never time out while the trickle lasts.
+    let (proxy, _origin) = start();
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\nX-Trickle: ").unwrap();
+    let began = std::time::Instant::now();
+    let mut w = c.try_clone().unwrap();
+    let trickle = std::thread::spawn(move || {
+        for _ in 0..66 {
+            if w.write_all(b"x").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(60));
+        }
+    });
+    let text = read_responses(&mut c, 1);
+    let took = began.elapsed();
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
+    assert!(took < Duration::from_secs(2), "408 only after {took:?}");
+    let stats = proxy.running().stats();
+    assert!(stats.park_resumed >= 2, "the trickle went through the park: {stats:?}");
+    drop(c);
+    trickle.join().unwrap();
+    proxy.wait_for("closed", |s| s.sessions_active == 0 && s.sessions_parked == 0);
+}
+
+#[test]
+fn a_begun_head_parked_is_answered_408_at_its_deadline() {
+    let (proxy, _origin) = start();
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap();
+    proxy.wait_for("parked mid-head", |s| s.sessions_parked == 1);
+    let text = read_responses(&mut c, 1);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
+    proxy.wait_for("closed", |s| s.sessions_active == 0 && s.sessions_parked == 0);
+    assert_eq!(proxy.running().stats().park_expired, 0, "answered, not closed quietly");
+}
+
+#[test]
+fn a_connection_parked_before_its_first_request_then_gets_the_keep_alive_time() {
+    // The first request's deadline (300 ms) is the park's while it waits; once a request
+    // came, the next wait is http_keep_alive's (5 s), not what is left of the first one.
+    let origin = http_origin(|_| ok("ok"));
+    let global = "[global]\nworkers = 1\npark_idle_after = \"20ms\"\n[timeouts]\nhttp_request = \"300ms\"\nhttp_keep_alive = \"5s\"\n";
+    let proxy = Proxy::start(&http_config(global, origin.addr));
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    let accepted = std::time::Instant::now();
+    proxy.wait_for("parked before its first byte", |s| s.sessions_parked == 1);
+    c.write_all(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    assert!(read_responses(&mut c, 1).starts_with("HTTP/1.1 200"));
+    proxy.wait_for("parked after its response", |s| {
+        s.sessions_parked == 1 && s.park_entered == 2
+    });
+    // Past the first request's deadline (no signal exists for a close that must not come).
+    std::thread::sleep(Duration::from_millis(700).saturating_sub(accepted.elapsed()));
+    c.write_all(b"GET /2 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    let text = read_responses(&mut c, 1);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "closed at the first request's deadline: {text:?}"
+    );
+    assert_eq!(proxy.running().stats().park_expired, 0);
 }

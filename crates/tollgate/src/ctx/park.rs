@@ -1,15 +1,17 @@
 //! The park: idle client connections held outside any task.
 //!
-//! A plain HTTP/1 client connection that waits for its next request (or its first) longer
-//! than `global.park_idle_after` leaves its session task: the task ends, its future, its
-//! reactor registration, its head scratch and response buffer are freed, and what is left
-//! ([`IdleConn`] and [`ParkedGuards`], about 200 bytes in a slab) waits here. One epoll
-//! instance of the park's own, registered with the worker's reactor as one descriptor,
-//! watches every parked socket; one heap orders their deadlines. When a socket becomes
-//! readable (a request, a close, an error) or a first request's deadline passes, the park
-//! hands the connection back (`run`'s `resume`), which starts a new session task for it
-//! where the old one left off. A keep-alive deadline that passes closes the connection
-//! here, quietly, as the session would have.
+//! A plain HTTP/1 client connection that waits longer than `global.park_idle_after` for its
+//! next request, its first, or the rest of a head it began, leaves its session task: the
+//! task ends, its future, its reactor registration, its head scratch and response buffer are
+//! freed, and what is left ([`IdleConn`] and [`ParkedGuards`], about 200 bytes in a slab,
+//! plus a begun head's bytes on their right-sized shelf) waits here. One epoll instance of
+//! the park's own, registered with the worker's reactor as one descriptor, watches every
+//! parked socket; one heap orders their deadlines. When a socket becomes readable (a
+//! request, a close, an error) or the deadline of a first request or of a begun head passes,
+//! the park hands the connection back (`run`'s `resume`), which starts a new session task
+//! for it where the old one left off (its session answers 408 at such a deadline). A
+//! keep-alive deadline that passes closes the connection here, quietly, as the session
+//! would have.
 //!
 //! Why not a task per idle connection: a tokio task and a reactor registration are 128-byte
 //! aligned cells of a few hundred bytes each, before any state; a million idle keep-alive
@@ -49,6 +51,9 @@ use crate::stats::WorkerStats;
 /// Events taken from the park's epoll per system call.
 const EVENTS_PER_WAIT: usize = 256;
 
+/// A park whose slab grew to this many entries frees it once the last one left.
+const SHRINK_EMPTY_AT: usize = 1024;
+
 /// What a session needs to go on with an idle connection where it left off.
 pub(crate) struct IdleConn {
     pub socket: std::net::TcpStream,
@@ -63,12 +68,24 @@ pub(crate) struct IdleConn {
     pub may_park: bool,
     /// Requests served on the connection so far (0: waiting for its first).
     pub served: u64,
+    /// The bytes of a head begun and not finished (a slow client, the overload case),
+    /// right-sized; empty for a connection between requests.
+    pub shelf: Box<[u8]>,
     pub accepted: Instant,
     /// When the next stream (request) began: the end of the last response, or the accept.
     pub stream_began: Instant,
-    /// When the wait ends: `http_request` after the accept for a first request,
-    /// `http_keep_alive` after the last response for a later one.
+    /// When the wait ends: `http_request` after the accept for a first request (or after
+    /// the first byte of a later one begun on the shelf), `http_keep_alive` after the last
+    /// response for a later one.
     pub deadline: Instant,
+}
+
+impl IdleConn {
+    /// Its session answers at the deadline (408: a request was due, or begun), rather
+    /// than the park closing it quietly (a keep-alive wait between requests).
+    fn answers_at_deadline(&self) -> bool {
+        self.served == 0 || !self.shelf.is_empty()
+    }
 }
 
 /// The counted things a session holds for its whole life, without a borrow of the worker:
@@ -240,10 +257,20 @@ impl Park {
         Ok(())
     }
 
-    /// Takes the connection under `key` out of the park (and out of its epoll set).
+    /// Takes the connection under `key` out of the park (and out of its epoll set). The
+    /// last one out of a park that had grown (a flood) gives the slab's memory back.
     fn take(&self, key: u32) -> Option<Parked> {
-        let parked = self.slots.borrow_mut().get_mut(key as usize)?.parked.take()?;
-        self.free.borrow_mut().push(key);
+        let mut slots = self.slots.borrow_mut();
+        let parked = slots.get_mut(key as usize)?.parked.take()?;
+        let mut free = self.free.borrow_mut();
+        free.push(key);
+        if free.len() == slots.len() && slots.len() >= SHRINK_EMPTY_AT {
+            // Every heap entry names a slot that left: none can match once keys restart.
+            *slots = Vec::new();
+            *free = Vec::new();
+            *self.deadlines.borrow_mut() = BinaryHeap::new();
+        }
+        drop((slots, free));
         if let Some(e) = self.epoll.borrow().as_ref() {
             // Fails only if the socket is gone, which it is not (we own it).
             let _ = epoll::delete(e.get_ref(), &parked.conn.socket);
@@ -339,8 +366,8 @@ impl Park {
                 }
                 () = until(deadline) => {
                     for p in self.expired(Instant::now()) {
-                        if p.conn.served == 0 {
-                            // A first request's wait: its session answers 408.
+                        if p.conn.answers_at_deadline() {
+                            // A first request's wait, or a head begun: its session answers 408.
                             resume(p);
                         } else {
                             self.stats.park_expired.add(1);

@@ -84,6 +84,24 @@ impl Inbound {
         self.end = self.shelf.len();
     }
 
+    /// Pending bytes that waited elsewhere (a head begun before the park), on their shelf.
+    pub(crate) fn shelved(shelf: Box<[u8]>) -> Self {
+        Inbound {
+            end: shelf.len(),
+            shelf,
+            ..Inbound::default()
+        }
+    }
+
+    /// The pending bytes on their shelf (none: an empty one, no allocation), for the park.
+    pub(crate) fn into_shelf(mut self) -> Box<[u8]> {
+        self.shelve();
+        if self.start == 0 && self.end == self.shelf.len() {
+            return self.shelf;
+        }
+        self.data().into()
+    }
+
     /// Holds `buf` from now on, with what was shelved at its front.
     fn hold(&mut self, mut buf: PooledBuffer) {
         let shelved = std::mem::take(&mut self.shelf);

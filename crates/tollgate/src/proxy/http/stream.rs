@@ -141,6 +141,7 @@ impl<'a> Session<'a, crate::relay::lazy::LazySocket> {
         session.stream_began = conn.stream_began;
         session.may_park = conn.may_park;
         session.resume_deadline = Some(conn.deadline);
+        session.front = Inbound::shelved(conn.shelf);
         Some(session)
     }
 }
@@ -237,9 +238,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
     fn into_idle(self, deadline: Instant) -> Option<IdleConn> {
         let frontend = self.frontend;
         let (peer, served, accepted, stream_began) = (self.peer, self.served, self.accepted, self.stream_began);
+        let shelf = self.front.into_shelf();
         let socket = self.client.into_inner().into_parked()?;
         Some(IdleConn {
             socket,
+            shelf,
             frontend,
             peer,
             origin: crate::ctx::origin::current(),
@@ -303,6 +306,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
     async fn read_head(&mut self) -> Result<HeadOutcome, Error> {
         let timeouts = self.ctx.shared.config.timeouts;
         let first = self.served == 0;
+        // A session resumed from the park goes on with the deadline it had there: a head's
+        // if it began one (bytes on the shelf), else its wait's. Taken here either way, so
+        // that no later wait of the session inherits it.
+        let resumed = self.resume_deadline.take();
+        let begun = resumed.filter(|_| !self.front.is_empty());
         if self.front.is_empty() {
             // What is already there needs no timer (nor a clock read) to be taken.
             match self.client.read_now(&mut self.front, &self.ctx.buffers) {
@@ -312,7 +320,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             }
         }
         if self.front.is_empty() {
-            let expires = self.resume_deadline.take().unwrap_or_else(|| {
+            let expires = resumed.unwrap_or_else(|| {
                 if first {
                     self.accepted + timeouts.http_request
                 } else {
@@ -334,10 +342,22 @@ impl<'a, C: ClientStream> Session<'a, C> {
         if let Some(outcome) = self.judge_head(&limits) {
             return Ok(outcome);
         }
-        self.ctx.stats.http_heads_waited.add(1);
-        let start = if first { self.accepted } else { Instant::now() };
-        let deadline = tokio::time::sleep_until(start + timeouts.http_request);
-        tokio::pin!(deadline);
+        // A head resumed from the park keeps the deadline it had there; a trickle of bytes
+        // that parks and resumes never earns a new one.
+        let expires = match begun {
+            // Counted in `http_heads_waited` when it first waited.
+            Some(at) => at,
+            None => {
+                self.ctx.stats.http_heads_waited.add(1);
+                let start = if first { self.accepted } else { Instant::now() };
+                start + timeouts.http_request
+            }
+        };
+        // One timer: the park first (after `park_idle_after` without a byte), the head's
+        // deadline last.
+        let mut park_at = self.park_at(expires);
+        let timer = tokio::time::sleep_until(park_at.unwrap_or(expires));
+        tokio::pin!(timer);
         loop {
             // The rest may take long (a slow client, an attacker's trickle): the bytes so far
             // wait on a shelf of their size, the pooled buffer goes back until more came.
@@ -348,8 +368,18 @@ impl<'a, C: ClientStream> Session<'a, C> {
             };
             let read = tokio::select! {
                 biased;
-                r = more => r,
-                _ = &mut deadline => return Ok(HeadOutcome::Refuse(request_timeout())),
+                r = more => Some(r),
+                () = &mut timer => None,
+            };
+            let Some(read) = read else {
+                if park_at.take().is_none() {
+                    return Ok(HeadOutcome::Refuse(request_timeout()));
+                }
+                if !self.ctx.is_stopping() {
+                    return Ok(HeadOutcome::Park(expires));
+                }
+                timer.as_mut().reset(expires);
+                continue;
             };
             match read {
                 Ok(0) => return Ok(HeadOutcome::Closed),
@@ -359,16 +389,27 @@ impl<'a, C: ClientStream> Session<'a, C> {
             if let Some(outcome) = self.judge_head(&limits) {
                 return Ok(outcome);
             }
+            if park_at.is_some() {
+                // Bytes came: the park waits for the next `park_idle_after` without any.
+                park_at = self.park_at(expires);
+                timer.as_mut().reset(park_at.unwrap_or(expires));
+            }
         }
+    }
+
+    /// When a wait that ends at `expires` goes to the park instead: `park_idle_after` from
+    /// now, if this connection may park and that comes first.
+    fn park_at(&self, expires: Instant) -> Option<Instant> {
+        let park_after = self.ctx.shared.config.global.park_idle_after;
+        (self.may_park && !self.ctx.is_stopping())
+            .then(|| Instant::now() + park_after)
+            .filter(|at| *at < expires)
     }
 
     /// Waits for the first byte of a request until `expires`; after `global.park_idle_after`
     /// of nothing, a connection that may park says so instead (one timer either way).
     async fn wait_for_request(&mut self, expires: Instant) -> Waited {
-        let park_after = self.ctx.shared.config.global.park_idle_after;
-        let mut park_at = (self.may_park && !self.ctx.is_stopping())
-            .then(|| Instant::now() + park_after)
-            .filter(|at| *at < expires);
+        let mut park_at = self.park_at(expires);
         let timer = tokio::time::sleep_until(park_at.unwrap_or(expires));
         tokio::pin!(timer);
         let wait = self.client.wait_for_data(&mut self.front, &self.ctx.buffers);
