@@ -29,10 +29,11 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::budget::ConnPermits;
-use crate::config::Config;
+use crate::config::{Config, Mode};
 use crate::ctx::WorkerCtx;
 use crate::ctx::park::{IdleConn, Parked, SessionGuards};
 use crate::ctx::sessions::{self, Opened, SessionState};
+use crate::proxy::{HttpMode, SessionMode, TcpMode};
 use crate::relay::lazy::LazySocket;
 
 /// One bound listening socket.
@@ -203,16 +204,45 @@ pub(crate) fn spawn_session(
         ctx.stats.sessions_total.add(1);
     }
     ctx.stats.sessions_active.add(1);
-    let session_ctx = Rc::clone(ctx);
-    spawn_counted(ctx, async move {
-        let ctx = session_ctx;
-        // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
-        let guards = SessionGuards::open(&ctx, opened(&ctx, frontend, peer), counted_now, permits);
-        let serve = crate::proxy::serve(&ctx, frontend, LazySocket::new(stream), peer);
-        // In the thread's registry (`show sessions`) for the session's whole life.
-        let idle = sessions::scope(guards.entry(), serve).await;
-        park_or_close(&ctx, idle, guards);
-    });
+    let tcp = ctx
+        .shared
+        .config
+        .frontends
+        .get(frontend)
+        .is_some_and(|f| f.mode == Mode::Tcp);
+    let accepted = Accepted {
+        frontend,
+        stream,
+        peer,
+        permits,
+        counted_now,
+    };
+    // One task type per mode (`proxy::SessionMode`): each task's cell is its mode's size.
+    if tcp {
+        spawn_counted(ctx, session::<TcpMode>(Rc::clone(ctx), accepted));
+    } else {
+        spawn_counted(ctx, session::<HttpMode>(Rc::clone(ctx), accepted));
+    }
+}
+
+/// A connection an accept loop took, for its session task.
+struct Accepted {
+    frontend: usize,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    permits: ConnPermits,
+    /// Counted as a session already (not with `accept_proxy`: see `spawn_session`).
+    counted_now: bool,
+}
+
+/// A session's task: its guards for its whole life, then the park or the close.
+async fn session<M: SessionMode>(ctx: Rc<WorkerCtx>, a: Accepted) {
+    // Counted out on drop, so a session whose task is dropped (a hard stop) is too.
+    let guards = SessionGuards::open(&ctx, opened(&ctx, a.frontend, a.peer), a.counted_now, a.permits);
+    let serve = crate::proxy::serve::<M>(&ctx, a.frontend, LazySocket::new(a.stream), a.peer);
+    // In the thread's registry (`show sessions`) for the session's whole life.
+    let idle = sessions::scope(guards.entry(), serve).await;
+    park_or_close(&ctx, idle, guards);
 }
 
 /// Serves a connection the park handed back (a request came, the client closed, or a

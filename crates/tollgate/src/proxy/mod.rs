@@ -18,15 +18,74 @@ pub(crate) mod tcp;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use crate::config::{Config, Mode};
+use crate::config::Config;
 use crate::ctx::WorkerCtx;
 use crate::ctx::park::IdleConn;
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
-/// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`). An
-/// idle HTTP/1 connection the session hands back (`Some`) is for the park (`ctx::park`).
-pub(crate) async fn serve(
+/// A frontend's mode, as the type of its session: each mode's session task then holds only
+/// that mode's states (a TCP relay's task does not carry the size of an HTTP session's
+/// future, nor the reverse), and none needs a box to keep the other out.
+pub(crate) trait SessionMode {
+    /// Serves `stream` for `peer` (the client, after any PROXY protocol header). An idle
+    /// HTTP/1 connection handed back (`Some`) is for the park.
+    fn serve<'a>(
+        ctx: &'a Rc<WorkerCtx>,
+        frontend: usize,
+        stream: LazySocket,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Result<Option<IdleConn>, Error>> + 'a;
+}
+
+/// `mode = "http"`: `http::serve`.
+pub(crate) struct HttpMode;
+
+/// `mode = "tcp"`: a relay (`tcp`).
+pub(crate) struct TcpMode;
+
+impl SessionMode for HttpMode {
+    fn serve<'a>(
+        ctx: &'a Rc<WorkerCtx>,
+        frontend: usize,
+        stream: LazySocket,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Result<Option<IdleConn>, Error>> + 'a {
+        http::serve(ctx, frontend, stream, peer)
+    }
+}
+
+impl SessionMode for TcpMode {
+    fn serve<'a>(
+        ctx: &'a Rc<WorkerCtx>,
+        frontend: usize,
+        stream: LazySocket,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Result<Option<IdleConn>, Error>> + 'a {
+        async move {
+            // A relay waits on both sides at once from the start: register right away.
+            // A TCP session is one stream: one record. (HTTP mode records each request.)
+            let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
+            let mut tls = record::TlsSeen::default();
+            let result = match stream.into_registered() {
+                Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
+                Err(e) => Err(Error::io(Side::Front, "register", e)),
+            };
+            if let Err(e) = &result {
+                rec.fail(e);
+            }
+            rec.close();
+            record::sink(ctx, &rec, tls.seen());
+            result.map(|()| None)
+        }
+    }
+}
+
+/// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`), served
+/// in the frontend's mode `M` once a PROXY protocol header, if the frontend takes one, was
+/// read and its client admitted. An idle HTTP/1 connection the session hands back (`Some`)
+/// is for the park (`ctx::park`).
+pub(crate) async fn serve<M: SessionMode>(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,
     mut stream: LazySocket,
@@ -40,9 +99,9 @@ pub(crate) async fn serve(
             return None;
         }
     };
-    let (peer, result) = match origin {
+    let client = origin.as_ref().map_or(peer, |o| o.client);
+    let result = match origin {
         Some(origin) => {
-            let client = origin.client;
             // `allow` / `deny` on the address the header carried (the accept loop let the
             // balancer's connection in unchecked).
             if fe.accept_proxy.is_some() && !(fe.access.is_open() || fe.access.admits(client.ip())) {
@@ -57,22 +116,21 @@ pub(crate) async fn serve(
                 ctx.stats.sessions_total.add(1);
                 ctx.open_session(frontend, std::time::Instant::now())
             });
-            let served = crate::ctx::origin::scope(origin, serve_mode(ctx, fe, frontend, stream, client)).await;
+            let served = crate::ctx::origin::scope(origin, M::serve(ctx, frontend, stream, client)).await;
             // Parked, the connection stays counted: the park keeps that count.
-            let served = served.map(|idle| {
+            served.map(|idle| {
                 idle.map(|mut idle| {
                     idle.open_counted = open.is_some_and(crate::ctx::stat::OpenSession::detach);
                     idle
                 })
-            });
-            (client, served)
+            })
         }
-        None => (peer, serve_mode(ctx, fe, frontend, stream, peer).await),
+        None => M::serve(ctx, frontend, stream, client).await,
     };
     match result {
         Ok(idle) => idle,
         Err(e) => {
-            log_end(ctx, &fe.name, peer, &e);
+            log_end(ctx, &fe.name, client, &e);
             None
         }
     }
@@ -93,47 +151,6 @@ pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Option<IdleCo
             None
         }
     }
-}
-
-/// The session in the frontend's mode, `peer` being the client.
-async fn serve_mode(
-    ctx: &Rc<WorkerCtx>,
-    fe: &crate::config::Frontend,
-    frontend: usize,
-    stream: LazySocket,
-    peer: SocketAddr,
-) -> Result<Option<IdleConn>, Error> {
-    match fe.mode {
-        Mode::Tcp => serve_tcp(ctx, frontend, stream, peer).await.map(|()| None),
-        Mode::Http => http::serve(ctx, frontend, stream, peer).await,
-    }
-}
-
-/// A TCP session, boxed: an HTTP session's future does not carry a relay's state size
-/// (nor the reverse). A plain function, as a box made inline in an async fn still leaves
-/// the unboxed size in that fn's state.
-fn serve_tcp<'a>(
-    ctx: &'a Rc<WorkerCtx>,
-    frontend: usize,
-    stream: LazySocket,
-    peer: SocketAddr,
-) -> std::pin::Pin<Box<impl Future<Output = Result<(), Error>> + 'a>> {
-    Box::pin(async move {
-        // A relay waits on both sides at once from the start: register right away.
-        // A TCP session is one stream: one record. (HTTP mode records each request.)
-        let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
-        let mut tls = record::TlsSeen::default();
-        let result = match stream.into_registered() {
-            Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
-            Err(e) => Err(Error::io(Side::Front, "register", e)),
-        };
-        if let Err(e) = &result {
-            rec.fail(e);
-        }
-        rec.close();
-        record::sink(ctx, &rec, tls.seen());
-        result
-    })
 }
 
 /// Routine endings (peer hang-ups, idle timeouts) at debug; failures tollgate met or made at
