@@ -56,28 +56,26 @@ impl SessionMode for HttpMode {
 }
 
 impl SessionMode for TcpMode {
-    fn serve<'a>(
-        ctx: &'a Rc<WorkerCtx>,
+    async fn serve(
+        ctx: &Rc<WorkerCtx>,
         frontend: usize,
         stream: LazySocket,
         peer: SocketAddr,
-    ) -> impl Future<Output = Result<Option<IdleConn>, Error>> + 'a {
-        async move {
-            // A relay waits on both sides at once from the start: register right away.
-            // A TCP session is one stream: one record. (HTTP mode records each request.)
-            let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
-            let mut tls = record::TlsSeen::default();
-            let result = match stream.into_registered() {
-                Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
-                Err(e) => Err(Error::io(Side::Front, "register", e)),
-            };
-            if let Err(e) = &result {
-                rec.fail(e);
-            }
-            rec.close();
-            record::sink(ctx, &rec, tls.seen());
-            result.map(|()| None)
+    ) -> Result<Option<IdleConn>, Error> {
+        // A relay waits on both sides at once from the start: register right away.
+        // A TCP session is one stream: one record. (HTTP mode records each request.)
+        let mut rec = record::StreamRecord::new(frontend, peer, tokio::time::Instant::now());
+        let mut tls = record::TlsSeen::default();
+        let result = match stream.into_registered() {
+            Ok(stream) => tcp::serve(ctx, frontend, stream, &mut rec, &mut tls).await,
+            Err(e) => Err(Error::io(Side::Front, "register", e)),
+        };
+        if let Err(e) = &result {
+            rec.fail(e);
         }
+        rec.close();
+        record::sink(ctx, &rec, tls.seen());
+        result.map(|()| None)
     }
 }
 
