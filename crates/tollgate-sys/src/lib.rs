@@ -13,16 +13,18 @@
 //! - [`sockopt`]: socket options socket2 lacks: `TCP_ULP` and the kernel-TLS key install.
 //! - [`affinity`]: pinning threads to CPUs.
 //! - [`alloc_count`]: a counting global allocator for allocation-per-request benchmarks.
+//! - [`allocator`]: the upkeep of the binary's allocator (mimalloc): handing freed pages back.
 //! - [`reactor`]: registering a listening socket with tokio as an `AsyncFd`.
 //! - [`credentials`]: user and group lookups (NSS) and a worker's privilege drop.
 //!
-//! Only [`cputime`], [`sockopt`], [`alloc_count`], [`reactor`] and [`credentials`] contain `unsafe` blocks; everything else
+//! Only [`cputime`], [`sockopt`], [`alloc_count`], [`allocator`], [`reactor`] and [`credentials`] contain `unsafe` blocks; everything else
 //! goes through rustix's safe API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod affinity;
 pub mod alloc_count;
+pub mod allocator;
 pub mod cputime;
 pub mod credentials;
 pub mod fdpass;

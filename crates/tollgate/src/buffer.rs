@@ -139,7 +139,8 @@ impl BufferPool {
     }
 
     /// Frees half (rounded up) of the buffers that lay free since the last call, and starts
-    /// the next period; returns how many it freed. Called once a period by `trim_every`.
+    /// the next period; returns how many it freed. Called once a `TRIM_PERIOD` by the
+    /// worker's memory tick.
     pub(crate) fn trim(&self) -> usize {
         let mut free = self.free.borrow_mut();
         let unused = self.low_water.get().min(free.len());
@@ -158,17 +159,6 @@ impl BufferPool {
             self.stats.buffers_released.add(release as u64);
         }
         release
-    }
-
-    /// Trims the pool once a `period` until the worker's runtime ends.
-    pub(crate) async fn trim_every(self: Rc<Self>, period: std::time::Duration) {
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            self.trim();
-        }
     }
 
     pub(crate) fn stats(&self) -> &WorkerStats {

@@ -384,12 +384,15 @@ struct RunArgs {
 }
 
 /// mimalloc: its pages are per size class and per thread, and it returns an emptied page
-/// to the kernel within milliseconds, so the memory of connections that closed or went to
-/// the park is handed back (glibc's arenas kept it; docs/benchmarks.md has the figures).
+/// to the kernel once its purge delay passed (workers call `tollgate_sys::allocator::collect`
+/// once a second, so a quiet worker does too), so the memory of connections that closed or
+/// went to the park is handed back (glibc's arenas kept it; docs/benchmarks.md has the
+/// figures).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    tollgate_sys::allocator::enable();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

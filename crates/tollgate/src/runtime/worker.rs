@@ -66,7 +66,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
     rt.block_on(async move {
         let ctx = WorkerCtx::new(plan.id, shared, phase, Arc::clone(&progress));
         tokio::task::spawn_local(Rc::clone(&ctx).flush_suppressed());
-        tokio::task::spawn_local(Rc::clone(&ctx.buffers).trim_every(crate::buffer::TRIM_PERIOD));
+        tokio::task::spawn_local(memory_tick(Rc::clone(&ctx.buffers)));
         if let Some(log) = &ctx.access_log {
             tokio::task::spawn_local(Rc::clone(log).flush_every());
         }
@@ -136,4 +136,18 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
         tracing::debug!(worker = ctx.id, "worker stopped");
         Ok(())
     })
+}
+
+/// Once a second the worker hands memory back: its buffer pool what lay unused the whole
+/// second (`BufferPool::trim`), the allocator the pages freed long enough ago (a quiet
+/// thread would keep them otherwise: `tollgate_sys::allocator`).
+async fn memory_tick(buffers: Rc<crate::buffer::BufferPool>) {
+    let mut tick = tokio::time::interval(crate::buffer::TRIM_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        buffers.trim();
+        tollgate_sys::allocator::collect();
+    }
 }
