@@ -143,6 +143,9 @@ pub(crate) trait Names {
     fn server(&self, backend: usize, server: ServerId) -> Option<String>;
 }
 
+/// A slab that grew to this many slots is freed once every slot is free again.
+const SHRINK_EMPTY_AT: usize = 1024;
+
 #[derive(Debug, Default)]
 pub(crate) struct SessionTable {
     slots: RefCell<Vec<Option<Rc<SessionEntry>>>>,
@@ -191,9 +194,15 @@ impl SessionTable {
 
     fn close(&self, entry: &Rc<SessionEntry>) {
         let slot = entry.slot.get();
-        let taken = self.slots.borrow_mut().get_mut(slot).and_then(Option::take);
-        if taken.is_some() {
-            self.free.borrow_mut().push(slot);
+        let mut slots = self.slots.borrow_mut();
+        if slots.get_mut(slot).and_then(Option::take).is_some() {
+            let mut free = self.free.borrow_mut();
+            free.push(slot);
+            // The last one out of a slab a flood made big gives its memory back.
+            if free.len() == slots.len() && slots.len() >= SHRINK_EMPTY_AT {
+                *slots = Vec::new();
+                *free = Vec::new();
+            }
         }
     }
 
