@@ -247,8 +247,13 @@ worker_stats! {
     /// splice(2) pipes lent to relays now, and idle in this worker's pool.
     pipes_in_use,
     pipes_pooled,
-    /// Bytes moved with splice (also counted in bytes_to_server / bytes_to_client).
+    /// Bytes moved with splice, any mode: TCP relays, HTTP tunnels, HTTP bodies (also
+    /// counted in bytes_to_server / bytes_to_client).
     bytes_spliced,
+    /// HTTP mode: bodies (requests and responses) whose rest moved with splice, and the
+    /// bytes spliced for them (also in bytes_spliced; tunnels after a 101 are not here).
+    http_bodies_spliced,
+    http_bytes_spliced,
     /// TLS connections handed over to kernel TLS mid-stream.
     ktls_offloaded,
     /// Handovers that failed after the keys left rustls (the connection was closed).

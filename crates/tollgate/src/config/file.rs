@@ -240,7 +240,8 @@ pub(crate) struct FrontendSection {
     pub reject_unknown_sni: Option<Spanned<bool>>,
     /// `[frontend.tls]`: terminate TLS here.
     pub tls: Option<TlsSection>,
-    /// `[frontend.splice]`: TCP-mode relays move bytes with splice(2).
+    /// `[frontend.splice]`: TCP relays, HTTP tunnels and HTTP Content-Length bodies move
+    /// bytes with splice(2) between plain sockets.
     pub splice: Option<Spanned<OffloadSection>>,
     /// HTTP mode without TLS: accept HTTP/2 with prior knowledge (the connection preface).
     pub h2c: Option<Spanned<bool>>,

@@ -434,12 +434,23 @@ fn keys_a_mode_ignores_are_refused() {
             15,
             "frontend[0].forward_target",
         ),
+        // Splice needs a plain client socket: never there behind TLS in user space.
         (
-            HTTP_ROUTES.replace(
+            tls_frontend("http", &cert, &key, "").replacen(
                 "default_backend = \"app\"\n",
                 "default_backend = \"app\"\n[frontend.splice]\nenabled = true\n",
+                1,
             ),
-            7,
+            6,
+            "frontend[0].splice",
+        ),
+        (
+            tls_frontend("tcp", &cert, &key, "").replacen(
+                "default_backend = \"app\"\n",
+                "default_backend = \"app\"\n[frontend.splice]\nenabled = true\n",
+                1,
+            ),
+            6,
             "frontend[0].splice",
         ),
         (
@@ -484,6 +495,18 @@ fn keys_a_mode_ignores_are_refused() {
         GOOD.replace(
             "default_backend = \"app\"",
             "default_backend = \"app\"\n[frontend.splice]\nenabled = true",
+        ),
+        // HTTP mode splices Content-Length bodies and tunnels between plain sockets.
+        HTTP_ROUTES.replace(
+            "default_backend = \"app\"\n",
+            "default_backend = \"app\"\n[frontend.splice]\nenabled = true\nafter_bytes = \"1MiB\"\n",
+        ),
+        // TCP mode with kTLS: the socket is plain again after the handover.
+        tls_frontend(
+            "tcp",
+            &cert,
+            &key,
+            "[frontend.tls.ktls]\nenabled = true\n[frontend.splice]\nenabled = true",
         ),
     ];
     for src in tcp_ok {

@@ -1285,13 +1285,10 @@ impl<'a> Validator<'a> {
     /// Frontend keys whose mode (or missing section) gives them no effect: refused rather
     /// than silently ignored. Route keys are checked per route (`route`).
     fn mode_keys(&mut self, f: &FrontendSection, mode: ModeName, key: &str) {
-        let tcp_only = [
-            ("splice", f.splice.as_ref().map(Spanned::span)),
-            (
-                "tls.ktls",
-                f.tls.as_ref().and_then(|t| t.ktls.as_ref()).map(Spanned::span),
-            ),
-        ];
+        let tcp_only = [(
+            "tls.ktls",
+            f.tls.as_ref().and_then(|t| t.ktls.as_ref()).map(Spanned::span),
+        )];
         let http_only = [
             ("forwarded", f.forwarded.as_ref().map(Spanned::span)),
             ("forward_target", f.forward_target.as_ref().map(Spanned::span)),
@@ -1308,6 +1305,27 @@ impl<'a> Validator<'a> {
                     format!("`{field}` needs a {needs}-mode frontend"),
                 );
             }
+        }
+        // splice(2) moves bytes between two plain sockets: behind TLS in user space there is
+        // never one on the client's side (kTLS hands the socket back, TCP mode only).
+        let ktls = f
+            .tls
+            .as_ref()
+            .and_then(|t| t.ktls.as_ref())
+            .is_some_and(|k| k.get_ref().enabled.unwrap_or(false));
+        if let Some(splice) = &f.splice
+            && f.tls.is_some()
+            && !(mode == ModeName::Tcp && ktls)
+        {
+            let why = match mode {
+                ModeName::Http => {
+                    "`splice` needs plain sockets: an http frontend with `[frontend.tls]` never has one (HTTP mode keeps TLS in user space)"
+                }
+                ModeName::Tcp => {
+                    "`splice` on a `[frontend.tls]` frontend needs `[frontend.tls.ktls] enabled = true` (without it the plaintext never leaves user space)"
+                }
+            };
+            self.err(splice.span(), format!("{key}.splice"), why.into());
         }
         if let Some(r) = &f.reject_unknown_sni
             && f.tls.is_none()

@@ -62,11 +62,16 @@ impl<'c, W> Counted<'c, W> {
     /// adapter cannot see (see `ClientStream::poll_write_last`).
     pub(crate) fn count(&self, written: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = written {
-            self.counter.add(*n as u64);
-            self.written.set(self.written.get() + *n as u64);
-            if let Some(t) = self.tally {
-                t.add(*n as u64);
-            }
+            self.add(*n as u64);
+        }
+    }
+
+    /// Counts `n` bytes that reached the inner writer's socket another way (splice(2)).
+    pub(crate) fn add(&self, n: u64) {
+        self.counter.add(n);
+        self.written.set(self.written.get() + n);
+        if let Some(t) = self.tally {
+            t.add(n);
         }
     }
 }

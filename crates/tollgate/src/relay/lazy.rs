@@ -56,6 +56,11 @@ impl LazySocket {
         }
     }
 
+    /// Registration failed once: every operation fails from then on.
+    pub(crate) fn is_broken(&self) -> bool {
+        matches!(self.state, State::Broken)
+    }
+
     /// The registered stream, registering it now if it is not yet.
     pub(crate) fn registered(&mut self) -> io::Result<&mut TcpStream> {
         if matches!(self.state, State::Direct(_))

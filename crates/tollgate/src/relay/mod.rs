@@ -6,6 +6,8 @@
 //! - [`pump`]: `relay_endpoints`, two pumps and an idle watchdog in one future, with
 //!   splice(2) when both sides are plain sockets.
 //! - [`pipes`]: the per-worker pool of splice pipes.
+//! - [`splice`]: the splice(2) step, `Exact` (an HTTP body of a known length, never a byte
+//!   past it) and `SpliceEnd` (what a body's end says about its socket).
 //! - [`lazy`]: a client socket that joins the reactor only when it first has to wait.
 //! - [`idle`]: the idle watchdog (a progress counter checked on a tick).
 //! - [`counted`]: a writer that counts the bytes its inner writer accepted.
@@ -22,6 +24,7 @@ pub(crate) mod lazy;
 pub(crate) mod pipes;
 pub(crate) mod pump;
 pub(crate) mod server_conn;
+pub(crate) mod splice;
 
 use std::rc::Rc;
 

@@ -9,25 +9,22 @@
 //! ends when both directions are done, on the first error, or when the watchdog fires.
 //!
 //! When both sides are plain sockets and splice is on (`[frontend.splice]`), a pump switches
-//! to splice(2) through a pooled pipe once `after_bytes` moved in its direction; the pipe is
-//! drained fully before the next splice from the source, so WouldBlock on the source always
-//! means "socket empty". Splicing moves the same progress counter, so the idle watchdog
-//! keeps working.
+//! to splice(2) through a pooled pipe once `after_bytes` moved in its direction (the step is
+//! `relay::splice`'s: the pipe is drained fully before the next splice from the source, so
+//! WouldBlock on the source always means "socket empty"). Splicing moves the same progress
+//! counter, so the idle watchdog keeps working.
 
 use std::future::poll_fn;
 use std::io;
-use std::os::fd::AsFd;
 use std::rc::Rc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
-
-use tokio::io::Interest;
-use tokio::net::TcpStream;
 
 use super::Resources;
 use super::endpoint::Endpoint;
 use super::idle::Watchdog;
 use super::pipes::{PipePool, PooledPipe};
+use super::splice::{SpliceFailed, Spliced, splice_step};
 use crate::buffer::{BufferPool, Parked, PooledBuffer};
 use crate::config::model::Offload;
 use crate::error::{Error, ErrorKind, Side};
@@ -265,82 +262,26 @@ impl<'a> Pump<'a> {
                     let (Some(s), Some(d)) = (src.raw(), dst.raw()) else {
                         return Err(Error::new(ErrorKind::Io, Side::Internal, "splice needs two sockets"));
                     };
-                    match splice_step(cx, s, d, pipe) {
+                    let capacity = pipe.capacity;
+                    match splice_step(cx, s, d, pipe, capacity) {
                         Poll::Pending => return Ok(false),
                         Poll::Ready(Ok(Spliced::Eof)) => self.state = PumpState::ShuttingDown,
-                        Poll::Ready(Ok(Spliced::In)) => {}
+                        Poll::Ready(Ok(Spliced::In(_))) => {}
                         Poll::Ready(Ok(Spliced::Out(n))) => {
                             self.spliced.add(n as u64);
                             self.count(n, progress);
                         }
-                        Poll::Ready(Err((true, e))) => match src.read_failed(e) {
+                        Poll::Ready(Err(SpliceFailed::Source(e))) => match src.read_failed(e) {
                             // Only with the pipe empty: a source error happens while filling it.
                             Ok(()) => self.state = PumpState::ShuttingDown,
                             Err(e) => return Err(Error::io(self.from, "splice", e)),
                         },
-                        Poll::Ready(Err((false, e))) => return Err(Error::io(self.to(), "splice", e)),
+                        Poll::Ready(Err(SpliceFailed::Destination(e))) => {
+                            return Err(Error::io(self.to(), "splice", e));
+                        }
                     }
                 }
             }
-        }
-    }
-}
-
-enum Spliced {
-    /// Source bytes now sit in the pipe.
-    In,
-    /// This many bytes left the pipe for the destination.
-    Out(usize),
-    /// The source reached EOF with the pipe empty.
-    Eof,
-}
-
-/// One splice step: fill the empty pipe from `src`, or drain it into `dst`. Errors say
-/// whether the source (`true`) or the destination failed.
-fn splice_step(
-    cx: &mut Context<'_>,
-    src: &TcpStream,
-    dst: &TcpStream,
-    pipe: &mut PooledPipe,
-) -> Poll<Result<Spliced, (bool, io::Error)>> {
-    let (Some(r), Some(w)) = (pipe.read_end(), pipe.write_end()) else {
-        return Poll::Ready(Err((true, io::ErrorKind::BrokenPipe.into())));
-    };
-    if pipe.pending == 0 {
-        loop {
-            let moved = src.try_io(Interest::READABLE, || {
-                tollgate_sys::splice::splice_move(src.as_fd(), w, pipe.capacity)
-            });
-            match moved {
-                Ok(0) => return Poll::Ready(Ok(Spliced::Eof)),
-                Ok(n) => {
-                    pipe.pending = n;
-                    return Poll::Ready(Ok(Spliced::In));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Err(e) = ready!(src.poll_read_ready(cx)) {
-                        return Poll::Ready(Err((true, e)));
-                    }
-                }
-                Err(e) => return Poll::Ready(Err((true, e))),
-            }
-        }
-    }
-    loop {
-        let moved = dst.try_io(Interest::WRITABLE, || {
-            tollgate_sys::splice::splice_move(r, dst.as_fd(), pipe.pending)
-        });
-        match moved {
-            Ok(n) => {
-                pipe.pending = pipe.pending.saturating_sub(n);
-                return Poll::Ready(Ok(Spliced::Out(n)));
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Err(e) = ready!(dst.poll_write_ready(cx)) {
-                    return Poll::Ready(Err((false, e)));
-                }
-            }
-            Err(e) => return Poll::Ready(Err((false, e))),
         }
     }
 }

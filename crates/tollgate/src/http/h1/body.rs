@@ -162,6 +162,29 @@ impl BodyTracker {
         self.state == State::Done
     }
 
+    /// What a Content-Length body still has to come; `None` for any other framing (and once
+    /// done). The bytes may then be forwarded without being shown here (spliced), and
+    /// counted with [`Self::skip_length`].
+    pub fn length_left(&self) -> Option<u64> {
+        match self.state {
+            State::Length { remaining } => Some(remaining),
+            _ => None,
+        }
+    }
+
+    /// Counts `n` bytes of a Content-Length body as forwarded unseen (at most
+    /// [`Self::length_left`]; more is taken as all of it). Other framings: nothing.
+    pub fn skip_length(&mut self, n: u64) {
+        if let State::Length { remaining } = self.state {
+            let left = remaining.saturating_sub(n);
+            self.state = if left == 0 {
+                State::Done
+            } else {
+                State::Length { remaining: left }
+            };
+        }
+    }
+
     /// Short state name for logs.
     pub fn as_str(&self) -> &'static str {
         match self.state {

@@ -725,6 +725,35 @@ fn content_length_body() {
     );
 }
 
+/// A Content-Length body's rest forwarded unseen (spliced): `length_left` says how much,
+/// `skip_length` counts it, and the tracker ends exactly where `advance` would have.
+#[test]
+fn content_length_skipped_bytes() {
+    let mut t = BodyTracker::new(BodyFraming::ContentLength(10), Side::Response);
+    assert_eq!(t.advance(b"abc").map(|p| p.consumed), Ok(3));
+    assert_eq!(t.length_left(), Some(7));
+    t.skip_length(4);
+    assert_eq!((t.length_left(), t.is_done()), (Some(3), false));
+    assert_eq!(
+        t.on_eof().map_err(|e| e.kind()),
+        Err(ErrorKind::TruncatedBody),
+        "a body cut short while spliced is truncated"
+    );
+    t.skip_length(3);
+    assert!(t.is_done());
+    assert_eq!(t.length_left(), None);
+    assert_eq!(
+        t.advance(b"GET").map(|p| p.consumed),
+        Ok(0),
+        "what follows is not the body's"
+    );
+    for framing in [BodyFraming::Chunked, BodyFraming::CloseDelimited, BodyFraming::None] {
+        let mut t = BodyTracker::new(framing, Side::Response);
+        t.skip_length(5);
+        assert_eq!(t.length_left(), None, "{framing:?}");
+        assert_eq!(t.as_str(), BodyTracker::new(framing, Side::Response).as_str());
+    }
+}
 #[test]
 fn close_delimited_body() {
     let mut t = BodyTracker::new(BodyFraming::CloseDelimited, Side::Response);

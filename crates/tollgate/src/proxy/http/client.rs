@@ -18,10 +18,15 @@ use crate::error::Error;
 use crate::http::h1::Proto;
 use crate::relay::counted::Counted;
 use crate::relay::lazy::LazySocket;
+use crate::relay::splice::SpliceEnd;
 use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
 use crate::tls::terminate::ServerTlsStream;
 
-pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+/// A TLS client: its bytes on the socket are records, never a body to splice.
+impl SpliceEnd for ServerTlsStream {}
+
+/// `SpliceEnd`: a plain socket says so, and its bodies may be spliced (`spliced`).
+pub(super) trait ClientStream: AsyncRead + AsyncWrite + SpliceEnd + Unpin {
     /// The scheme the client used, for `X-Forwarded-Proto` / `Forwarded: proto=`.
     const PROTO: Proto;
 
@@ -68,12 +73,14 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + Unpin {
         None
     }
 
-    /// After a 101: relays both ways until both sides are done.
+    /// After a 101: relays both ways until both sides are done (`splice`: the frontend's,
+    /// in effect when both sides are plain sockets, as in TCP mode).
     async fn tunnel<S: Endpoint>(
         &mut self,
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        splice: Offload,
         moved: &Moved,
     ) -> Result<(), Error>;
 
@@ -137,9 +144,10 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        splice: Offload,
         moved: &Moved,
     ) -> Result<(), Error> {
-        self.get_mut().tunnel(ctx, server, idle, moved).await
+        self.get_mut().tunnel(ctx, server, idle, splice, moved).await
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -179,9 +187,10 @@ impl ClientStream for TcpStream {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        splice: Offload,
         moved: &Moved,
     ) -> Result<(), Error> {
-        relay_endpoints(ctx.relay(), &mut &*self, server, idle, Offload::default(), moved).await
+        relay_endpoints(ctx.relay(), &mut &*self, server, idle, splice, moved).await
     }
 }
 
@@ -217,12 +226,13 @@ impl ClientStream for LazySocket {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        splice: Offload,
         moved: &Moved,
     ) -> Result<(), Error> {
         let client = self
             .registered()
             .map_err(|e| Error::io(crate::error::Side::Front, "register", e))?;
-        relay_endpoints(ctx.relay(), &mut &*client, server, idle, Offload::default(), moved).await
+        relay_endpoints(ctx.relay(), &mut &*client, server, idle, splice, moved).await
     }
 
     fn poll_write_last(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
@@ -276,8 +286,10 @@ impl ClientStream for ServerTlsStream {
         ctx: &WorkerCtx,
         server: &mut S,
         idle: std::time::Duration,
+        _splice: Offload,
         moved: &Moved,
     ) -> Result<(), Error> {
+        // TLS in user space: nothing to splice.
         relay_endpoints(ctx.relay(), &mut Layered(self), server, idle, Offload::default(), moved).await
     }
 

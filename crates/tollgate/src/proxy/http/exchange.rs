@@ -27,6 +27,7 @@ use tokio::sync::futures::Notified;
 use super::client::ClientStream;
 use super::inbound::Inbound;
 use super::server_conn::{self, Back};
+use super::spliced::{self, Splicer};
 use super::stream::{RequestInfo, Session, lingering_close, request_tracker};
 use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
@@ -36,6 +37,7 @@ use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, He
 use crate::proxy::connect::{Connected, Retries};
 use crate::relay::counted::Counted;
 use crate::relay::idle::{self, Progress};
+use crate::relay::splice::SpliceEnd;
 use crate::relay::{Moved, ServerConn};
 use crate::stats::{Counter, WorkerStats};
 
@@ -297,6 +299,11 @@ async fn exchange<C: ClientStream>(
     let ctx = s.ctx;
     let mut prefix = std::mem::take(&mut s.out);
     let front_holds = s.front.holds_buffer();
+    let splice =
+        (spliced::wanted(s.fe.splice, framing) && server.is_plain() && s.client.is_plain()).then_some(Splicer {
+            pipes: &ctx.pipes,
+            stats: &ctx.stats,
+        });
     let sent = transfer(
         pin!(forward_body(
             &mut response_body,
@@ -308,6 +315,7 @@ async fn exchange<C: ClientStream>(
             front_holds,
             !keep_client,
             dechunk,
+            splice,
             &progress,
         )),
         &progress,
@@ -507,7 +515,7 @@ async fn tunnel<C: ClientStream>(
     let moved = Moved::default();
     let relayed = s
         .client
-        .tunnel(s.ctx, &mut server, timeouts.tunnel_idle(), &moved)
+        .tunnel(s.ctx, &mut server, timeouts.tunnel_idle(), s.fe.splice, &moved)
         .await;
     s.rec.bytes_to_server += moved.to_server.get();
     s.rec.bytes_to_client += moved.to_client.get();
@@ -539,6 +547,7 @@ pub(super) async fn discard_body<C: ClientStream>(s: &mut Session<'_, C>, req: &
             false,
             false,
             false,
+            None,
             &progress,
         )),
         &progress,
@@ -626,7 +635,10 @@ async fn transfer<T, F: Future<Output = Result<T, BodyError>>>(
 /// the final coalesced bytes stay in `prefix` for the caller to write (see `write_last`).
 /// With `decode`, a chunked body goes as its content only (`BodyTracker::decode`), for a
 /// peer that reads it close-delimited.
-/// Counting is the writer's business (`Counted`): this counts nothing.
+/// With `splice` (a Content-Length body between two plain sockets, `spliced::wanted`), the
+/// rest goes by splice(2) once `inbound` holds none of it; without a free pipe, copied.
+/// Counting is the writer's business (`Counted`, `SpliceEnd::spliced_into`): this counts
+/// nothing.
 #[allow(clippy::too_many_arguments)]
 async fn forward_body<R, W>(
     tracker: &mut BodyTracker,
@@ -638,11 +650,12 @@ async fn forward_body<R, W>(
     second: bool,
     hold_last: bool,
     decode: bool,
+    splice: Option<Splicer<'_>>,
     progress: &Progress,
 ) -> Result<(), BodyError>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    R: AsyncRead + SpliceEnd + Unpin,
+    W: AsyncWrite + SpliceEnd + Unpin,
 {
     loop {
         if !inbound.is_empty() && !tracker.is_done() {
@@ -671,6 +684,15 @@ where
             return if hold_last { Ok(()) } else { flush(dst, prefix).await };
         }
         flush(dst, prefix).await?;
+        if let Some(sp) = splice
+            && inbound.is_empty()
+            && let Some(mut exact) = sp.start(src, dst, tracker)
+        {
+            // No buffer held while the pipe carries the rest.
+            inbound.release_if_empty();
+            std::future::poll_fn(|cx| sp.poll_move(cx, &mut exact, src, dst, tracker, progress)).await?;
+            continue;
+        }
         match inbound.read_from(src, pool, second).await {
             Ok(0) => {
                 tracker.on_eof().map_err(BodyError::Framing)?;

@@ -16,6 +16,7 @@ pub(crate) mod inbound;
 mod limited;
 pub(crate) mod route;
 pub(crate) mod server_conn;
+mod spliced;
 mod stream;
 mod to_h2;
 mod upload;

@@ -12,6 +12,11 @@
 //! The body goes out re-framed ([`BodyTracker::reframe`]): in place in the client's pooled
 //! buffer, with no copy for canonical chunk framing and no allocation at all.
 //!
+//! With `[frontend.splice]`, a Content-Length body above `after_bytes` between two plain
+//! sockets goes by splice(2) once the bytes read with the head are sent (`spliced`),
+//! exactly to its end (a pipelined request stays in the client's socket); the server is
+//! watched meanwhile as above, from its readiness, so the splice holds no buffer.
+//!
 //! Full-duplex exchanges (a server streaming a 2xx response while still reading the body)
 //! are not supported: the upload stops at the first byte of a final response.
 
@@ -23,10 +28,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::client::ClientStream;
 use super::exchange::{BodyError, forward_interim};
 use super::inbound::Inbound;
+use super::spliced::{self, Splicer};
 use super::stream::{RequestInfo, Session};
 use crate::buffer::{BufferPool, Parked};
 use crate::http::h1::{self, BodyTracker};
 use crate::relay::idle::Progress;
+use crate::relay::splice::{Exact, SpliceEnd};
 
 /// How an upload ended.
 pub(super) enum Upload {
@@ -48,8 +55,15 @@ pub(super) async fn send_body<C, S>(
 ) -> Result<Upload, BodyError>
 where
     C: ClientStream,
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + SpliceEnd + Unpin,
 {
+    let ctx = s.ctx;
+    let splicer =
+        (spliced::wanted(s.fe.splice, req.body) && server.is_plain() && s.client.is_plain()).then_some(Splicer {
+            pipes: &ctx.pipes,
+            stats: &ctx.stats,
+        });
+    let mut splice: Option<Exact> = None;
     loop {
         if !s.front.is_empty() && !tracker.is_done() {
             let r = tracker.reframe(s.front.data_mut()).map_err(BodyError::Framing)?;
@@ -63,6 +77,28 @@ where
         }
         if tracker.is_done() {
             return Ok(Upload::Complete);
+        }
+        if let Some(sp) = splicer
+            && splice.is_none()
+            && s.front.is_empty()
+        {
+            splice = sp.start(&mut s.client, server, tracker);
+            if splice.is_some() {
+                // No buffer held while the pipe carries the rest.
+                s.front.release_if_empty();
+            }
+        }
+        if let (Some(sp), Some(exact)) = (splicer, splice.as_mut()) {
+            match splice_watching(s, server, back, tracker, exact, sp, progress).await? {
+                Watched::Done => splice = None,
+                Watched::Spoke => {
+                    if !interim_passed(s, back, req).await? {
+                        return Ok(Upload::ServerFirst);
+                    }
+                }
+                Watched::Gone => return Ok(Upload::ServerFirst),
+            }
+            continue;
         }
         match wait_either(s, server, back).await {
             Wait::Client(Ok(0)) => {
@@ -79,6 +115,67 @@ where
             Wait::Server(_) => return Ok(Upload::ServerFirst),
         }
     }
+}
+
+/// How a spliced stretch of the upload ended.
+enum Watched {
+    /// The whole body went through.
+    Done,
+    /// The server sent bytes (now in `back`).
+    Spoke,
+    /// Writing to the server failed, or it closed: whatever it sent is in its socket.
+    Gone,
+}
+
+/// Splices the rest of the body to `server` while watching it: the server's readiness is
+/// polled whenever the splice would wait, and only a readable server is read (into `back`).
+async fn splice_watching<C, S>(
+    s: &mut Session<'_, C>,
+    server: &mut S,
+    back: &mut Inbound,
+    tracker: &mut BodyTracker,
+    exact: &mut Exact,
+    sp: Splicer<'_>,
+    progress: &Progress,
+) -> Result<Watched, BodyError>
+where
+    C: ClientStream,
+    S: AsyncRead + AsyncWrite + SpliceEnd + Unpin,
+{
+    let pool = &s.ctx.buffers;
+    let client = &mut s.client;
+    let mut parked = Parked::default();
+    let watched = std::future::poll_fn(|cx| {
+        match sp.poll_move(cx, exact, client, server, tracker, progress) {
+            Poll::Ready(Ok(())) => return Poll::Ready(Ok(Watched::Done)),
+            Poll::Ready(Err(BodyError::Write(e))) => {
+                tracing::debug!(error = %e, "splicing the request body: the server is gone");
+                return Poll::Ready(Ok(Watched::Gone));
+            }
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => {}
+        }
+        let Some(socket) = server.splice_socket() else {
+            return Poll::Ready(Ok(Watched::Gone));
+        };
+        match socket.poll_read_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(_)) => return Poll::Ready(Ok(Watched::Gone)),
+            Poll::Ready(Ok(())) => {}
+        }
+        match back.poll_read_from(cx, server, pool, &mut parked, false) {
+            Poll::Ready(Ok(n)) if n > 0 => Poll::Ready(Ok(Watched::Spoke)),
+            Poll::Ready(_) => Poll::Ready(Ok(Watched::Gone)),
+            Poll::Pending => {
+                // Readiness was stale: nothing to read, and no buffer kept for it.
+                back.release_if_empty();
+                Poll::Pending
+            }
+        }
+    })
+    .await;
+    parked.leave(pool.stats());
+    watched
 }
 
 enum Wait {
