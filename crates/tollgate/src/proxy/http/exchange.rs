@@ -6,7 +6,9 @@
 //! response head (interim 1xx forwarded), send the response head and body to the client,
 //! then return the server connection to the pool only if its response was read to its end
 //! and the server keeps it open. Bodies go out re-framed (`BodyTracker::reframe`): each peer
-//! reads exactly the framing the proxy decided. A chunked response to an HTTP/1.0 client
+//! reads exactly the framing the proxy decided. With `[frontend.splice]`, the rest of a
+//! Content-Length body above `after_bytes` between two plain sockets goes by splice(2)
+//! (`spliced.rs`), either way, after what came in with its head. A chunked response to an HTTP/1.0 client
 //! (which the server should not have sent: the request went up as HTTP/1.0) goes de-chunked,
 //! without Transfer-Encoding, and the client connection closes after it (RFC 9112 §6.1).
 //!

@@ -1,6 +1,8 @@
 //! HTTP mode: a client connection's requests, one at a time, each parsed, routed and
 //! forwarded to a server connection (fresh or pooled), its response parsed and forwarded
-//! back. Bodies stream through pooled buffers; nothing is buffered whole.
+//! back. Bodies stream through pooled buffers, or pooled pipes (`spliced.rs`: a long
+//! Content-Length body between two plain sockets, `[frontend.splice]`); nothing is buffered
+//! whole.
 //!
 //! The session is a loop of request *streams* (`stream.rs`): read a head (within
 //! `timeouts.http_request`; an idle keep-alive wait is bounded by `http_keep_alive`), decide
