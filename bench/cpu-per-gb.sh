@@ -132,7 +132,14 @@ one_round() { # contestant -> ms per GB
   esac
   pid=$!
   wait_port "$PROXY_PORT"
-  taskset -c 0 curl -s -o /dev/null "$url"
+  local got
+  got=$(taskset -c 0 curl -s -o /dev/null -w '%{http_code} %{size_download}' "$url")
+  if [ "$got" != "200 $((SIZE_MIB << 20))" ]; then
+    echo "$name: the warm-up pull got '$got', not '200 $((SIZE_MIB << 20))'" >&2
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    return 1
+  fi
   local before after
   before=$(ticks "$pid")
   taskset -c 0 curl -s "${urls[@]}"
