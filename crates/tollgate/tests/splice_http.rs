@@ -511,3 +511,163 @@ fn an_upgraded_tunnel_splices() {
     assert!(s.bytes_spliced > 0, "{s:?}");
     assert_eq!(s.http_bodies_spliced, 0, "a tunnel is not a body");
 }
+
+/// An origin that reads one connection to its end and reports every byte it received (the
+/// request head as the proxy rewrote it, then the body), answering nothing. With `hold`, it
+/// reads the head, then stops reading until the test sends on the returned channel.
+fn recording_origin(hold: bool) -> (Origin, std::sync::mpsc::Receiver<Vec<u8>>, std::sync::mpsc::Sender<()>) {
+    use std::sync::{Mutex, mpsc};
+    let (got_tx, got_rx) = mpsc::channel::<Vec<u8>>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (got_tx, go_rx) = (Mutex::new(got_tx), Mutex::new(go_rx));
+    let origin = origin(move |s: &mut TcpStream| {
+        let mut seen = Vec::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut held = !hold;
+        loop {
+            if !held && seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                go_rx.lock().unwrap().recv().unwrap();
+                held = true;
+            }
+            // Byte by byte until the head is in (so a held origin takes none of the body).
+            let want = if held { buf.len() } else { 1 };
+            match s.read(&mut buf[..want]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+        got_tx.lock().unwrap().send(seen).unwrap();
+    });
+    (origin, got_rx, go_tx)
+}
+
+/// The body bytes of what `recording_origin` received (after the head's blank line).
+fn body_of(seen: &[u8]) -> &[u8] {
+    let end = seen.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole head") + 4;
+    &seen[end..]
+}
+
+/// A client that announces 8 MiB, sends 3 MiB and half-closes: spliced or copied, the proxy
+/// forwards exactly the 3 MiB, answers 400, closes the server connection (never pooled with
+/// a body half sent) and counts every byte the server got. The pipe was empty at the EOF: it
+/// is pooled, and clean.
+#[test]
+fn a_client_that_lies_about_its_content_length_is_cut_off_exactly() {
+    const ANNOUNCED: u64 = 8 * MIB;
+    const SENT: u64 = 3 * MIB + 5;
+    for after in [16 * MIB, 0] {
+        let spliced = after == 0;
+        let (origin, got, _go) = recording_origin(false);
+        let proxy = Proxy::start(&config(after, "", "", origin.addr));
+        let (mut c, mut r) = connect(&proxy);
+        c.write_all(format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {ANNOUNCED}\r\n\r\n").as_bytes())
+            .unwrap();
+        let sent = write_body(&mut c, 81, SENT).unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let (status, _, _) = read_response(&mut r).expect("an answer");
+        assert_eq!(status, 400, "spliced: {spliced}");
+        let mut rest = Vec::new();
+        r.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "then the close");
+        let seen = got
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the server connection closed");
+        let body = body_of(&seen);
+        assert_eq!(body.len() as u64, SENT, "spliced: {spliced}");
+        assert!(<[u8; 32]>::from(Sha256::digest(body)) == sent);
+        proxy.wait_idle(Duration::from_secs(10));
+        let s = stats(&proxy);
+        assert_eq!(s.bytes_to_server, seen.len() as u64, "every byte the server got: {s:?}");
+        assert_eq!(s.http_proxy_4xx, 1, "{s:?}");
+        if spliced {
+            assert_eq!(s.http_bodies_spliced, 1, "{s:?}");
+            assert!(
+                s.http_bytes_spliced > SENT - 64 * KIB && s.http_bytes_spliced <= SENT,
+                "{s:?}"
+            );
+            assert_eq!((s.pipes_in_use, s.pipes_pooled), (0, 1), "{s:?}");
+        } else {
+            assert_eq!((s.http_bodies_spliced, s.bytes_spliced), (0, 0), "{s:?}");
+        }
+    }
+}
+
+/// A server that stops reading mid-upload: the request body's idle limit (`timeouts.client`)
+/// ends the exchange with bytes in the pipe, which is closed, not pooled; `bytes_to_server`
+/// is exactly what the server's socket took (the pipe's bytes never left).
+#[test]
+fn a_server_that_stops_reading_mid_splice_times_out_and_the_pipe_is_closed() {
+    let (origin, got, go) = recording_origin(true);
+    let proxy = Proxy::start(&config(0, "", "[timeouts]\nclient = \"1s\"", origin.addr));
+    let (c, _r) = connect(&proxy);
+    let writer = {
+        let mut c = c.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let head = format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n", 256 * MIB);
+            // Ends with an error once the proxy gives up and closes.
+            let _ = c
+                .write_all(head.as_bytes())
+                .and_then(|()| write_body(&mut c, 91, 256 * MIB));
+        })
+    };
+    let began = Instant::now();
+    proxy.wait_for("the upload spliced", |s| s.http_bodies_spliced == 1);
+    proxy.wait_idle(Duration::from_secs(20));
+    assert!(began.elapsed() >= Duration::from_millis(900), "{:?}", began.elapsed());
+    let s = stats(&proxy);
+    assert_eq!((s.idle_timeouts, s.http_bodies_spliced), (1, 1), "{s:?}");
+    assert_eq!(
+        (s.pipes_in_use, s.pipes_pooled),
+        (0, 0),
+        "the dirty pipe was closed: {s:?}"
+    );
+    drop(c);
+    writer.join().unwrap();
+    go.send(()).unwrap();
+    let seen = got
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the server connection closed");
+    assert_eq!(
+        s.bytes_to_server,
+        seen.len() as u64,
+        "exactly what reached the server: {s:?}"
+    );
+    let body = body_of(&seen);
+    let mut want = Vec::new();
+    write_body(&mut want, 91, body.len() as u64).unwrap();
+    assert!(body == want.as_slice(), "a prefix of the body, in order");
+}
+
+/// A server that stops sending mid-body (the connection open): the response body's idle
+/// limit (`timeouts.server`) ends the exchange; the client got exactly what the server sent,
+/// then a close. The pipe was empty (the splice waited on the server): it is pooled, and the
+/// next body, spliced through that same pipe (`max_pipes = 1`), is intact.
+#[test]
+fn a_server_that_stalls_mid_splice_times_out_and_the_clean_pipe_is_reused() {
+    let origin = test_origin();
+    let proxy = Proxy::start(&config(0, "max_pipes = 1", "[timeouts]\nserver = \"1s\"", origin.addr));
+    let (mut c, mut r) = connect(&proxy);
+    c.write_all(b"GET /stall/4194304/1500000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let (status, fields, head_len) = read_head(&mut r);
+    assert_eq!((status, content_length(&fields)), (200, Some(4 * MIB)));
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    let mut want = Vec::new();
+    write_body(&mut want, 6, 1_500_000).unwrap();
+    assert!(
+        got == want,
+        "what the server sent ({} bytes), then the close",
+        got.len()
+    );
+    proxy.wait_idle(Duration::from_secs(10));
+    let s = stats(&proxy);
+    assert_eq!((s.idle_timeouts, s.http_bodies_spliced), (1, 1), "{s:?}");
+    assert_eq!((s.pipes_in_use, s.pipes_pooled), (0, 1), "{s:?}");
+    assert_eq!(s.bytes_to_client, (head_len + 1_500_000) as u64, "{s:?}");
+    let (mut c, mut r) = connect(&proxy);
+    get_len(&mut c, &mut r, 8 * MIB, 7);
+    let s = stats(&proxy);
+    assert_eq!(s.http_bodies_spliced, 2, "{s:?}");
+    assert_eq!((s.pipes_in_use, s.pipes_pooled), (0, 1), "{s:?}");
+}
