@@ -25,6 +25,8 @@ BIN=target/release/tollgate
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release first" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/cpu-per-gb.XXXXXX)
+# mktemp makes it 0700: nginx's worker (www-data when started as root) must read the file.
+chmod 755 "$work"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
