@@ -8,9 +8,10 @@
 //! and the server keeps it open. Bodies go out re-framed (`BodyTracker::reframe`): each peer
 //! reads exactly the framing the proxy decided. With `[frontend.splice]`, the rest of a
 //! Content-Length body above `after_bytes` between two plain sockets goes by splice(2)
-//! (`spliced.rs`), either way, after what came in with its head. A chunked response to an HTTP/1.0 client
-//! (which the server should not have sent: the request went up as HTTP/1.0) goes de-chunked,
-//! without Transfer-Encoding, and the client connection closes after it (RFC 9112 §6.1).
+//! (`spliced.rs`), either way, after what came in with its head. A chunked response to an
+//! HTTP/1.0 client (which the server should not have sent: the request went up as HTTP/1.0)
+//! goes de-chunked, without Transfer-Encoding, and the client connection closes after it
+//! (RFC 9112 §6.1).
 //!
 //! Retry rule: a request that failed on a *reused* connection before any response byte
 //! arrived is sent once more on a fresh connection if its head never fully left (nothing
