@@ -7,17 +7,32 @@
 //! double them, and divides the growth of the process's live heap bytes by that number.
 //! The client side allocates nothing per connection (std sockets in a vector made big
 //! enough beforehand) and the origin answers from a fixed buffer on one pooled connection,
-//! so what grows is the proxy's. Each waits for its condition through the proxy's own
-//! counters (bounded), never for a fixed time.
+//! so what grows is the proxy's. A TLS client (rustls, a real handshake) is dropped once its
+//! response has come, its socket kept open: the client's TLS state is freed, the proxy's
+//! stays. Each waits for its condition through the proxy's own counters (bounded), never for
+//! a fixed time.
+//!
+//! `IDLE_MEMORY_HOLD=1` ends the process right after a measurement, its connections open, so
+//! that `heaptrack` reports what they hold as leaked, by call site (docs/benchmarks.md).
+//!
+//! What the counting allocator sees is Rust's heap: aws-lc (the TLS crypto) allocates its
+//! key schedules with C `malloc` (two AEAD contexts of about 600 bytes per TLS connection),
+//! which these figures leave out; docs/benchmarks.md has both.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
+#[path = "h2_support/raw.rs"]
+mod raw;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::thread;
 
 use common::Proxy;
+use common::tls::{Ca, TempDir, cert_entry};
+use rustls::pki_types::ServerName;
+use tollgate::stats::Snapshot;
 use tollgate_sys::alloc_count::{CountingAlloc, live_bytes};
 
 #[global_allocator]
@@ -37,6 +52,15 @@ const HALF_HEAD_BUDGET: i64 = 640;
 /// Measured 4,464; 11,144 while a TCP session's task had an HTTP session's size and its
 /// relay in a box of its own.
 const IDLE_TCP_BUDGET: i64 = 5120;
+/// An idle HTTP/1.1 connection over TLS after one response. Measured 26,617: its session
+/// task (7,249) and boxed TLS session future (13,268, the rustls connection inline), the
+/// rustls deframer buffer (4,098), reactor registration, head scratch, `show sessions` entry.
+const TLS_HTTP_BUDGET: i64 = 28_000;
+/// An idle HTTP/2 connection with prior knowledge (h2c) after one stream. Measured 59,520:
+/// the 32 KiB read buffer, the task and boxed connection future, a spare stream slot (5,200).
+const H2C_BUDGET: i64 = 61_440;
+/// An idle HTTP/2 connection over TLS (ALPN h2) after one stream. Measured 70,758.
+const H2_TLS_BUDGET: i64 = 72_704;
 
 /// Connections of the first batch, then of the measured one (the total is a power of two,
 /// so a slab that doubles grows by exactly the measured batch's share).
@@ -287,4 +311,208 @@ fn the_memory_of_a_crowd_is_given_back_once_it_left() {
         left <= LEFT_AFTER_THE_CROWD,
         "{left} heap bytes stay after the crowd left (budget {LEFT_AFTER_THE_CROWD}; the crowd held {crowd})"
     );
+}
+
+/// Opens `FIRST` connections with `open`, waits until the proxy's counters say `settled` for
+/// that many, then `MEASURED` more: the live heap's growth over the second batch, per
+/// connection. The connections are handed back, open.
+fn per_connection<C>(
+    proxy: &Proxy,
+    mut open: impl FnMut() -> C,
+    settled: impl Fn(&Snapshot, u64) -> bool,
+) -> (i64, Vec<C>) {
+    let mut clients = Vec::with_capacity(FIRST + MEASURED);
+    for _ in 0..FIRST {
+        clients.push(open());
+    }
+    proxy.wait_for("first batch idle", |s| settled(s, FIRST as u64));
+    let before = live_bytes();
+    for _ in 0..MEASURED {
+        clients.push(open());
+    }
+    proxy.wait_for("every connection idle", |s| settled(s, (FIRST + MEASURED) as u64));
+    let per_conn = (live_bytes() - before) / MEASURED as i64;
+    if std::env::var_os("IDLE_MEMORY_HOLD").is_some() {
+        eprintln!(
+            "heap bytes per connection: {per_conn}; exiting with {} connections open",
+            clients.len()
+        );
+        std::process::exit(0);
+    }
+    (per_conn, clients)
+}
+
+/// A TLS frontend offering `alpn` (certificate for `idle.test`) and a rustls client config
+/// trusting it, without resumption (so the client holds no ticket per connection).
+fn tls_setup(origin: SocketAddr, alpn: &[&str]) -> (String, Arc<rustls::ClientConfig>, TempDir) {
+    let dir = TempDir::new();
+    let ca = Ca::new("idle-ca");
+    let leaf = ca.leaf(&["idle.test"], "idle", false).write(&dir, "idle");
+    let offered = alpn.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ");
+    let config = format!(
+        "[global]\nworkers = 1\nmaxconn = 4096\npark_idle_after = \"20ms\"\n[timeouts]\nhttp_keep_alive = \"60s\"\nhttp_request = \"60s\"\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [frontend.tls]\nalpn = [{offered}]\n{}\n[[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n",
+        cert_entry(&leaf, true),
+    );
+    let mut client = Arc::unwrap_or_clone(common::tls::client_config(&ca));
+    client.resumption = rustls::client::Resumption::disabled();
+    client.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    (config, Arc::new(client), dir)
+}
+
+/// A TLS connection to the proxy, handshake done (blocking socket).
+fn tls_connect(proxy: SocketAddr, config: &Arc<rustls::ClientConfig>) -> (rustls::ClientConnection, TcpStream) {
+    let name = ServerName::try_from("idle.test").unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::clone(config), name).unwrap();
+    let mut sock = TcpStream::connect(proxy).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).unwrap();
+    }
+    (conn, sock)
+}
+
+/// Reads through `r` until `done` holds for what was read (into a fixed buffer).
+fn read_until(r: &mut impl Read, done: impl Fn(&[u8]) -> bool) -> ([u8; 4096], usize) {
+    let mut got = [0u8; 4096];
+    let mut n = 0;
+    while !done(&got[..n]) {
+        let read = r.read(&mut got[n..]).unwrap();
+        assert!(read > 0, "proxy closed: {:?}", String::from_utf8_lossy(&got[..n]));
+        n += read;
+    }
+    (got, n)
+}
+
+/// One keep-alive HTTP/1.1 request over `s`, its response read.
+fn h1_exchange(s: &mut (impl Read + Write)) {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: idle.test\r\n\r\n").unwrap();
+    let (got, n) = read_until(s, |b| b.ends_with(b"ok"));
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got[..n])
+    );
+}
+
+/// One request over TLS on a new connection; the client's TLS state is then dropped and the
+/// socket kept (idle, as far as the proxy can tell).
+fn tls_request(proxy: SocketAddr, config: &Arc<rustls::ClientConfig>) -> (rustls::ClientConnection, TcpStream) {
+    let (mut conn, mut sock) = tls_connect(proxy, config);
+    h1_exchange(&mut rustls::Stream::new(&mut conn, &mut sock));
+    (conn, sock)
+}
+
+/// The client's opening of an HTTP/2 connection and a GET on stream `stream`.
+fn h2_hello(scheme: &str, stream: u32) -> Vec<u8> {
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(raw::frame(raw::SETTINGS, 0, 0, &[]));
+    hello.extend(raw::frame(raw::SETTINGS, raw::ACK, 0, &[]));
+    hello.extend(h2_get(scheme, stream));
+    hello
+}
+
+fn h2_get(scheme: &str, stream: u32) -> Vec<u8> {
+    let mut fields = raw::get("idle.test", "/");
+    fields[1].1 = scheme.as_bytes().to_vec();
+    raw::headers_frame(stream, &fields, true)
+}
+
+/// Whether `b` (frames from the proxy) holds the end of `stream` (a frame on it with
+/// END_STREAM).
+fn h2_stream_ended(mut b: &[u8], stream: u32) -> bool {
+    while b.len() >= 9 {
+        let len = u32::from_be_bytes([0, b[0], b[1], b[2]]) as usize;
+        if b.len() < 9 + len {
+            return false;
+        }
+        let id = u32::from_be_bytes([b[5], b[6], b[7], b[8]]) & 0x7fff_ffff;
+        if id == stream && b[4] & raw::END_STREAM != 0 && (b[3] == raw::DATA || b[3] == raw::HEADERS) {
+            return true;
+        }
+        b = &b[9 + len..];
+    }
+    false
+}
+
+/// An h2c connection (prior knowledge) after one stream.
+fn h2c_request(proxy: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.write_all(&h2_hello("http", 1)).unwrap();
+    read_until(&mut s, |b| h2_stream_ended(b, 1));
+    s
+}
+
+/// An HTTP/2 connection over TLS (ALPN h2) after one stream.
+fn h2_tls_request(proxy: SocketAddr, config: &Arc<rustls::ClientConfig>) -> (rustls::ClientConnection, TcpStream) {
+    let (mut conn, mut sock) = tls_connect(proxy, config);
+    assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]));
+    let mut s = rustls::Stream::new(&mut conn, &mut sock);
+    s.write_all(&h2_hello("https", 1)).unwrap();
+    read_until(&mut s, |b| h2_stream_ended(b, 1));
+    (conn, sock)
+}
+
+/// `n` HTTP/1 requests answered and every buffer back.
+fn answered(s: &Snapshot, n: u64) -> bool {
+    s.http_requests >= n && s.buffers_in_use == 0
+}
+
+/// `n` HTTP/2 streams answered and every buffer back.
+fn answered_h2(s: &Snapshot, n: u64) -> bool {
+    s.h2_streams >= n && s.buffers_in_use == 0
+}
+
+#[test]
+fn an_idle_tls_connection_holds_its_tls_state_and_little_else() {
+    let (config, client, _dir) = tls_setup(origin(), &["http/1.1"]);
+    let proxy = Proxy::start(&config);
+    // One connection keeps its client state, to be used again after the measurement.
+    let mut kept = Some(tls_request(proxy.addr, &client));
+    let (per_conn, _clients) = per_connection(&proxy, || tls_request(proxy.addr, &client).1, |s, n| answered(s, n + 1));
+    eprintln!("heap bytes per idle HTTP/1.1 connection over TLS: {per_conn}");
+    assert!(
+        per_conn <= TLS_HTTP_BUDGET,
+        "an idle TLS connection holds {per_conn} heap bytes (budget {TLS_HTTP_BUDGET})"
+    );
+    let (mut conn, mut sock) = kept.take().unwrap();
+    h1_exchange(&mut rustls::Stream::new(&mut conn, &mut sock));
+}
+
+#[test]
+fn an_idle_h2c_connection_holds_its_codec_state_and_little_else() {
+    let proxy = Proxy::start(&config(origin()).replace(
+        "mode = \"http\"\ndefault_backend",
+        "mode = \"http\"\nh2c = true\ndefault_backend",
+    ));
+    let mut kept = h2c_request(proxy.addr);
+    let (per_conn, _clients) = per_connection(&proxy, || h2c_request(proxy.addr), |s, n| answered_h2(s, n + 1));
+    eprintln!("heap bytes per idle h2c connection: {per_conn}");
+    assert!(
+        per_conn <= H2C_BUDGET,
+        "an idle h2c connection holds {per_conn} heap bytes (budget {H2C_BUDGET})"
+    );
+    kept.write_all(&h2_get("http", 3)).unwrap();
+    read_until(&mut kept, |b| h2_stream_ended(b, 3));
+}
+
+#[test]
+fn an_idle_h2_connection_over_tls_holds_its_codec_and_tls_state_and_little_else() {
+    let (config, client, _dir) = tls_setup(origin(), &["h2"]);
+    let proxy = Proxy::start(&config);
+    let mut kept = Some(h2_tls_request(proxy.addr, &client));
+    let (per_conn, _clients) = per_connection(
+        &proxy,
+        || h2_tls_request(proxy.addr, &client).1,
+        |s, n| answered_h2(s, n + 1),
+    );
+    eprintln!("heap bytes per idle HTTP/2 connection over TLS: {per_conn}");
+    assert!(
+        per_conn <= H2_TLS_BUDGET,
+        "an idle h2 connection over TLS holds {per_conn} heap bytes (budget {H2_TLS_BUDGET})"
+    );
+    let (mut conn, mut sock) = kept.take().unwrap();
+    let mut s = rustls::Stream::new(&mut conn, &mut sock);
+    s.write_all(&h2_get("https", 3)).unwrap();
+    read_until(&mut s, |b| h2_stream_ended(b, 3));
 }
