@@ -1,7 +1,8 @@
 //! Supervision: a killed worker is restarted and serves within a second; SIGTERM lets a slow
 //! request finish before the master exits 0, and refuses new connections from the moment it
 //! arrives; twenty reloads leave the master's descriptors and memory where they were after
-//! the first.
+//! the first; neither the master nor its worker lets the kernel fold its heap into
+//! transparent huge pages.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -47,6 +48,36 @@ fn killed_worker_is_restarted_and_serves_within_a_second() {
     for i in 0..20 {
         exchange(master.addr, format!("after {i}").as_bytes()).unwrap();
     }
+}
+
+/// `THP_enabled` of /proc/PID/status (Linux 5.0+): `None` when the kernel does not say.
+fn thp_enabled(pid: i32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .map(|v| v.trim().to_owned())
+}
+
+#[test]
+fn the_master_and_its_worker_run_with_transparent_huge_pages_off() {
+    // A huge page made of an arena range holding a few live pages is resident whole: idle
+    // connections would cost kilobytes more RSS each (`tollgate_sys::allocator`).
+    let origin = origin(echo);
+    let dir = TempDir::new("sup-thp");
+    let config = tcp_config(&global(&dir.0, ""), &[("o", origin.addr, 1)]);
+    let master = Master::start(dir, &config, &[]);
+    exchange(master.addr, b"served").unwrap();
+    let (_, worker, _) = master.wait_single_generation(Duration::from_secs(5));
+    // The test process itself has them on (a kernel built without them says 0 for every
+    // process, and there is nothing to check).
+    let ours = thp_enabled(std::process::id().try_into().unwrap());
+    if ours.as_deref() != Some("1") {
+        eprintln!("skipped: this kernel has no transparent huge pages to turn off (THP_enabled: {ours:?})");
+        return;
+    }
+    assert_eq!(thp_enabled(master.pid()).as_deref(), Some("0"), "master");
+    assert_eq!(thp_enabled(worker).as_deref(), Some("0"), "worker");
 }
 
 #[test]
