@@ -57,20 +57,30 @@ const SHRINK_EMPTY_AT: usize = 1024;
 /// What a session needs to go on with an idle connection where it left off.
 pub(crate) struct IdleConn {
     pub socket: std::net::TcpStream,
-    pub frontend: usize,
-    /// The client (what a PROXY protocol header said, with `accept_proxy`).
-    pub peer: SocketAddr,
+    /// A terminated TLS connection's state, its handshake done, nothing buffered in it but
+    /// what the socket must complete (a partial record): its keys, sequence numbers and
+    /// buffers (boxed: a plain connection pays a pointer for it). `None`: plain HTTP/1.
+    pub tls: Option<Box<rustls::ServerConnection>>,
     /// The session's PROXY protocol facts, when it had a header.
     pub origin: Option<Rc<Origin>>,
     /// The session counted itself in its frontend's current sessions (`accept_proxy`).
     pub open_counted: bool,
+    /// The bytes of a head begun and not finished (a slow client, the overload case),
+    /// right-sized; empty for a connection between requests.
+    pub shelf: Box<[u8]>,
+    pub at: ParkedAt,
+}
+
+/// Where the session of a parked connection stood.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ParkedAt {
+    pub frontend: usize,
+    /// The client (what a PROXY protocol header said, with `accept_proxy`).
+    pub peer: SocketAddr,
     /// False once parking failed (the kernel refused the socket): it is not tried again.
     pub may_park: bool,
     /// Requests served on the connection so far (0: waiting for its first).
     pub served: u64,
-    /// The bytes of a head begun and not finished (a slow client, the overload case),
-    /// right-sized; empty for a connection between requests.
-    pub shelf: Box<[u8]>,
     pub accepted: Instant,
     /// When the next stream (request) began: the end of the last response, or the accept.
     pub stream_began: Instant,
@@ -84,7 +94,7 @@ impl IdleConn {
     /// Its session answers at the deadline (408: a request was due, or begun), rather
     /// than the park closing it quietly (a keep-alive wait between requests).
     fn answers_at_deadline(&self) -> bool {
-        self.served == 0 || !self.shelf.is_empty()
+        self.at.served == 0 || !self.shelf.is_empty()
     }
 }
 
@@ -240,7 +250,7 @@ impl Park {
             self.free.borrow_mut().push(key);
             return Err(parked);
         }
-        let deadline = parked.conn.deadline;
+        let deadline = parked.conn.at.deadline;
         slot.generation = slot.generation.wrapping_add(1);
         let generation = slot.generation;
         slot.parked = Some(parked);

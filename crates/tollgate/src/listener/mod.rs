@@ -269,7 +269,7 @@ fn park_or_close(ctx: &Rc<WorkerCtx>, idle: Option<IdleConn>, guards: SessionGua
         conn,
     };
     if let Err(mut parked) = ctx.park.park(parked) {
-        parked.conn.may_park = false;
+        parked.conn.at.may_park = false;
         resume_session(ctx, parked);
     }
 }

@@ -136,8 +136,8 @@ pub(crate) async fn serve<M: SessionMode>(
 
 /// Serves on a connection the park handed back, where its session left off.
 pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Option<IdleConn> {
-    let fe = ctx.shared.config.frontends.get(conn.frontend)?;
-    let peer = conn.peer;
+    let fe = ctx.shared.config.frontends.get(conn.at.frontend)?;
+    let peer = conn.at.peer;
     let result = match conn.origin.clone() {
         Some(origin) => crate::ctx::origin::scope(origin, http::resume(ctx, conn)).await,
         None => http::resume(ctx, conn).await,

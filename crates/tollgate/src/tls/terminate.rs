@@ -301,6 +301,28 @@ pub(crate) async fn accept<IO: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// A terminated connection again, from its socket and the rustls state it was parked with
+/// (`ctx::park`): no handshake, no byte exchanged.
+///
+/// tokio-rustls makes a stream only around a connection it creates itself, so this lets it
+/// create one (`accept_with`, no I/O yet) and puts the parked state in its place before the
+/// first poll. That poll finds the handshake done, has nothing to flush (a connection is
+/// parked only with nothing left to write) and hands the stream back. The throwaway
+/// connection costs a few small allocations, once per resume (after at least
+/// `global.park_idle_after` of idleness).
+pub(crate) async fn resume(
+    tls: &FrontendTls,
+    socket: TcpStream,
+    conn: rustls::ServerConnection,
+) -> io::Result<ServerTlsStream> {
+    let acceptor = TlsAcceptor::from(Arc::clone(&tls.server_config));
+    let stream = acceptor.accept_with(socket, |fresh| *fresh = conn).await?;
+    // Only a connection whose handshake was over is parked; were this one mid-handshake,
+    // the accept above would have gone on with it.
+    debug_assert!(!stream.get_ref().1.is_handshaking());
+    Ok(stream)
+}
+
 /// What the handshake settled on: its group, version and suite, one counter each.
 fn count_negotiated(stats: &WorkerStats, conn: &rustls::ServerConnection) {
     use rustls::{CipherSuite as S, NamedGroup as G, ProtocolVersion as V};

@@ -31,11 +31,19 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + SpliceEnd + Unpin {
     const PROTO: Proto;
 
     /// An idle connection on it can wait in the park (`ctx::park`): a plain socket, whose
-    /// state is all in the kernel. A TLS stream's is not.
+    /// state is all in the kernel, and a TLS stream, whose rustls state goes with it.
     const PARKS: bool = false;
 
-    /// The socket, out of the reactor, for the park (`None` if it cannot leave it).
-    fn into_parked(self) -> Option<std::net::TcpStream>
+    /// Whether the connection can leave its task now: nothing buffered above the socket
+    /// that the park's epoll would not see (a TLS layer's plaintext or close_notify to
+    /// read, a record still to write). A plain socket always can.
+    fn can_park(&mut self) -> bool {
+        true
+    }
+
+    /// The socket, out of the reactor, and any TLS state, for the park (`None` if the
+    /// socket cannot leave the reactor).
+    fn into_parked(self) -> Option<ParkedClient>
     where
         Self: Sized,
     {
@@ -109,12 +117,23 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + SpliceEnd + Unpin {
     }
 }
 
+/// What the park keeps of a client stream: the socket (out of the reactor) and, over TLS,
+/// the rustls connection that was around it.
+pub(super) struct ParkedClient {
+    pub socket: std::net::TcpStream,
+    pub tls: Option<Box<rustls::ServerConnection>>,
+}
+
 /// The session's client: every byte written to it, by any path, is in `bytes_to_client`.
 impl<C: ClientStream> ClientStream for Counted<'_, C> {
     const PROTO: Proto = C::PROTO;
     const PARKS: bool = C::PARKS;
 
-    fn into_parked(self) -> Option<std::net::TcpStream> {
+    fn can_park(&mut self) -> bool {
+        self.get_mut().can_park()
+    }
+
+    fn into_parked(self) -> Option<ParkedClient> {
         self.into_inner().into_parked()
     }
 
@@ -165,9 +184,10 @@ impl ClientStream for TcpStream {
     const PROTO: Proto = Proto::Http;
     const PARKS: bool = true;
 
-    fn into_parked(self) -> Option<std::net::TcpStream> {
+    fn into_parked(self) -> Option<ParkedClient> {
         // Deregistered from the reactor; stays non-blocking.
-        self.into_std().ok()
+        let socket = self.into_std().ok()?;
+        Some(ParkedClient { socket, tls: None })
     }
 
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
@@ -198,8 +218,9 @@ impl ClientStream for LazySocket {
     const PROTO: Proto = Proto::Http;
     const PARKS: bool = true;
 
-    fn into_parked(self) -> Option<std::net::TcpStream> {
-        self.into_std()
+    fn into_parked(self) -> Option<ParkedClient> {
+        let socket = self.into_std()?;
+        Some(ParkedClient { socket, tls: None })
     }
 
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
@@ -244,8 +265,38 @@ impl ClientStream for LazySocket {
     }
 }
 
+/// Always rustls in user space: HTTP mode never hands a connection to kernel TLS (only a
+/// TCP relay does, `tls::ktls`, and a relay never parks), so the rustls state is the whole
+/// TLS state and may leave with the socket.
 impl ClientStream for ServerTlsStream {
     const PROTO: Proto = Proto::Https;
+    const PARKS: bool = true;
+
+    /// Parked, the connection is woken by its socket only: so not with plaintext or a
+    /// close_notify decrypted and unread, nor with a record queued to write (a KeyUpdate's
+    /// answer, say). Half a record in the deframer is fine: the rest wakes it. (A socket
+    /// error tokio-rustls held back for its next read is lost, but the socket keeps saying
+    /// it: epoll wakes the parked connection at once.)
+    fn can_park(&mut self) -> bool {
+        let conn = self.get_mut().1;
+        if conn.wants_write() {
+            return false;
+        }
+        match conn.process_new_packets() {
+            Ok(state) => state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed(),
+            // A read reports it, in the task.
+            Err(_) => false,
+        }
+    }
+
+    fn into_parked(self) -> Option<ParkedClient> {
+        let (socket, conn) = self.into_inner();
+        let socket = socket.into_std().ok()?;
+        Some(ParkedClient {
+            socket,
+            tls: Some(Box::new(conn)),
+        })
+    }
 
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.get_ref().0.local_addr().ok()

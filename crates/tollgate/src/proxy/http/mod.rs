@@ -29,7 +29,7 @@ use std::rc::Rc;
 
 use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
-use crate::ctx::park::IdleConn;
+use crate::ctx::park::{IdleConn, ParkedAt};
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
@@ -42,7 +42,7 @@ pub(crate) async fn serve(
 ) -> Result<Option<IdleConn>, Error> {
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
     match tls {
-        Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await.map(|()| None),
+        Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await,
         None if ctx.shared.config.frontends.get(frontend).is_some_and(|f| f.h2c) => {
             serve_h2c(ctx, frontend, client, peer).await
         }
@@ -55,10 +55,41 @@ pub(crate) async fn serve(
 
 /// Serves on a connection the park handed back, where its session left off.
 pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Result<Option<IdleConn>, Error> {
-    match stream::Session::resumed(ctx, conn) {
-        Some(session) => session.run().await,
-        None => Ok(None),
+    let IdleConn {
+        socket, tls, shelf, at, ..
+    } = conn;
+    match tls {
+        Some(tls) => resume_tls(ctx, at, shelf, socket, tls).await,
+        None => run(stream::Session::resumed(ctx, at, shelf, LazySocket::new(socket))).await,
     }
+}
+
+/// A TLS connection back from the park: its socket in the reactor again (it is readable,
+/// or its deadline passed) and its rustls state around it, no byte exchanged. Boxed, as
+/// `serve_tls`.
+fn resume_tls<'a>(
+    ctx: &'a Rc<WorkerCtx>,
+    at: ParkedAt,
+    shelf: Box<[u8]>,
+    socket: std::net::TcpStream,
+    tls: Box<rustls::ServerConnection>,
+) -> Pin<Box<impl Future<Output = Result<Option<IdleConn>, Error>> + 'a>> {
+    Box::pin(async move {
+        let Some(frontend_tls) = ctx
+            .shared
+            .config
+            .frontends
+            .get(at.frontend)
+            .and_then(|f| f.tls.as_ref())
+        else {
+            return Ok(None);
+        };
+        let socket = tokio::net::TcpStream::from_std(socket).map_err(|e| Error::io(Side::Front, "register", e))?;
+        let client = crate::tls::terminate::resume(frontend_tls, socket, *tls)
+            .await
+            .map_err(|e| Error::io(Side::Front, "resume TLS", e))?;
+        run(stream::Session::resumed(ctx, at, shelf, client)).await
+    })
 }
 
 /// An `h2c` frontend: HTTP/2 when the connection opens with its preface, else HTTP/1 as
@@ -121,7 +152,7 @@ fn serve_tls<'a>(
     tls: &'a FrontendTls,
     client: LazySocket,
     peer: SocketAddr,
-) -> Pin<Box<impl Future<Output = Result<(), Error>> + 'a>> {
+) -> Pin<Box<impl Future<Output = Result<Option<IdleConn>, Error>> + 'a>> {
     Box::pin(async move {
         // A handshake is several round trips: register right away.
         let client = client
@@ -144,9 +175,9 @@ fn serve_tls<'a>(
                 conn.server_name(),
                 client::ClientStream::peer_leaf(&client),
             );
-            return crate::proxy::h2front::serve(ctx, info, client).await;
+            return crate::proxy::h2front::serve(ctx, info, client).await.map(|()| None);
         }
-        run(stream::Session::new(ctx, frontend, client, peer)).await.map(|_| ())
+        run(stream::Session::new(ctx, frontend, client, peer)).await
     })
 }
 

@@ -18,7 +18,7 @@ use super::route::{self, Decision};
 use crate::config::model::{ForwardTarget, Forwarded, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::ctx::errors::{Direction, Refused};
-use crate::ctx::park::IdleConn;
+use crate::ctx::park::{IdleConn, ParkedAt};
 use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
@@ -131,21 +131,6 @@ pub(super) struct Session<'a, C> {
     resume_deadline: Option<Instant>,
 }
 
-impl<'a> Session<'a, crate::relay::lazy::LazySocket> {
-    /// A session for a connection the park handed back, where the parked one left off.
-    pub(super) fn resumed(ctx: &'a Rc<WorkerCtx>, conn: IdleConn) -> Option<Self> {
-        let client = crate::relay::lazy::LazySocket::new(conn.socket);
-        let mut session = Session::new(ctx, conn.frontend, client, conn.peer)?;
-        session.served = conn.served;
-        session.accepted = conn.accepted;
-        session.stream_began = conn.stream_began;
-        session.may_park = conn.may_park;
-        session.resume_deadline = Some(conn.deadline);
-        session.front = Inbound::shelved(conn.shelf);
-        Some(session)
-    }
-}
-
 impl<'a, C: ClientStream> Session<'a, C> {
     pub(super) fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
@@ -183,6 +168,19 @@ impl<'a, C: ClientStream> Session<'a, C> {
             may_park: C::PARKS,
             resume_deadline: None,
         })
+    }
+
+    /// A session for a connection the park handed back (`client` rebuilt from what it
+    /// kept), where the parked one left off.
+    pub(super) fn resumed(ctx: &'a Rc<WorkerCtx>, at: ParkedAt, shelf: Box<[u8]>, client: C) -> Option<Self> {
+        let mut session = Session::new(ctx, at.frontend, client, at.peer)?;
+        session.served = at.served;
+        session.accepted = at.accepted;
+        session.stream_began = at.stream_began;
+        session.may_park = at.may_park;
+        session.resume_deadline = Some(at.deadline);
+        session.front = Inbound::shelved(shelf);
+        Some(session)
     }
 
     pub(super) fn limits(&self) -> Limits {
@@ -236,22 +234,24 @@ impl<'a, C: ClientStream> Session<'a, C> {
     /// What the park keeps of this session (the socket and where the session is), the
     /// rest freed. `None` if the socket cannot leave the reactor (then it is closed).
     fn into_idle(self, deadline: Instant) -> Option<IdleConn> {
-        let frontend = self.frontend;
-        let (peer, served, accepted, stream_began) = (self.peer, self.served, self.accepted, self.stream_began);
+        let at = ParkedAt {
+            frontend: self.frontend,
+            peer: self.peer,
+            may_park: true,
+            served: self.served,
+            accepted: self.accepted,
+            stream_began: self.stream_began,
+            deadline,
+        };
         let shelf = self.front.into_shelf();
-        let socket = self.client.into_inner().into_parked()?;
+        let parked = self.client.into_inner().into_parked()?;
         Some(IdleConn {
-            socket,
+            socket: parked.socket,
+            tls: parked.tls,
             shelf,
-            frontend,
-            peer,
             origin: crate::ctx::origin::current(),
             open_counted: false,
-            may_park: true,
-            served,
-            accepted,
-            stream_began,
-            deadline,
+            at,
         })
     }
 
@@ -375,7 +375,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 if park_at.take().is_none() {
                     return Ok(HeadOutcome::Refuse(request_timeout()));
                 }
-                if !self.ctx.is_stopping() {
+                // Stopping, or a TLS layer holding what the park's epoll would not see:
+                // wait on here.
+                if !self.ctx.is_stopping() && self.client.can_park() {
                     return Ok(HeadOutcome::Park(expires));
                 }
                 timer.as_mut().reset(expires);
@@ -407,31 +409,33 @@ impl<'a, C: ClientStream> Session<'a, C> {
     }
 
     /// Waits for the first byte of a request until `expires`; after `global.park_idle_after`
-    /// of nothing, a connection that may park says so instead (one timer either way).
+    /// of nothing, a connection that may park says so instead (one timer per wait), unless
+    /// it cannot leave its task now (its TLS layer holds what the park's epoll would not
+    /// see): then it waits on here.
     async fn wait_for_request(&mut self, expires: Instant) -> Waited {
         let mut park_at = self.park_at(expires);
-        let timer = tokio::time::sleep_until(park_at.unwrap_or(expires));
-        tokio::pin!(timer);
-        let wait = self.client.wait_for_data(&mut self.front, &self.ctx.buffers);
-        tokio::pin!(wait);
+        // At most two rounds: the park's time, then the deadline. The wait is made again
+        // for the second: it is cancel-safe (a TLS read that found half a record left it in
+        // the TLS layer; a pooled buffer it took stays in `front`).
         loop {
-            tokio::select! {
+            let timer = tokio::time::sleep_until(park_at.unwrap_or(expires));
+            let wait = self.client.wait_for_data(&mut self.front, &self.ctx.buffers);
+            let waited = tokio::select! {
                 biased;
-                waited = &mut wait => return match waited {
-                    Ok(true) => Waited::Closed,
-                    Ok(false) => Waited::Data,
-                    Err(e) => Waited::Failed(e),
-                },
-                () = &mut timer => {
-                    if park_at.take().is_none() {
-                        return Waited::TimedOut;
-                    }
-                    if !self.ctx.is_stopping() {
-                        return Waited::Park;
-                    }
-                    // Stopping: no park, wait on as a session does at a stop.
-                    timer.as_mut().reset(expires);
+                waited = wait => Some(waited),
+                () = timer => None,
+            };
+            match waited {
+                Some(Ok(true)) => return Waited::Closed,
+                Some(Ok(false)) => return Waited::Data,
+                Some(Err(e)) => return Waited::Failed(e),
+                None if park_at.take().is_none() => return Waited::TimedOut,
+                // Stopping: no park, wait on as a session does at a stop.
+                None if !self.ctx.is_stopping() && self.front.is_empty() && self.client.can_park() => {
+                    return Waited::Park;
                 }
+                // The buffer a TLS read took for half a record goes back for the wait.
+                None => self.front.release_if_empty(),
             }
         }
     }
