@@ -313,16 +313,18 @@ fn the_memory_of_a_crowd_is_given_back_once_it_left() {
     );
 }
 
-/// Opens `FIRST` connections with `open`, waits until the proxy's counters say `settled` for
-/// that many, then `MEASURED` more: the live heap's growth over the second batch, per
-/// connection. The connections are handed back, open.
+/// With the caller's one connection already open (kept, to be used again after), opens
+/// `FIRST - 1` more with `open`, waits until the proxy's counters say `settled` for `FIRST`,
+/// then `MEASURED` more: the live heap's growth over the second batch, per connection (the
+/// totals powers of two, so that the proxy's slabs double exactly over the measured batch).
+/// The connections are handed back, open.
 fn per_connection<C>(
     proxy: &Proxy,
     mut open: impl FnMut() -> C,
     settled: impl Fn(&Snapshot, u64) -> bool,
 ) -> (i64, Vec<C>) {
     let mut clients = Vec::with_capacity(FIRST + MEASURED);
-    for _ in 0..FIRST {
+    for _ in 1..FIRST {
         clients.push(open());
     }
     proxy.wait_for("first batch idle", |s| settled(s, FIRST as u64));
@@ -469,7 +471,12 @@ fn an_idle_tls_connection_holds_its_tls_state_and_little_else() {
     let proxy = Proxy::start(&config);
     // One connection keeps its client state, to be used again after the measurement.
     let mut kept = Some(tls_request(proxy.addr, &client));
-    let (per_conn, _clients) = per_connection(&proxy, || tls_request(proxy.addr, &client).1, |s, n| answered(s, n + 1));
+    // Counted once every connection is parked (and its session task gone).
+    let (per_conn, _clients) = per_connection(
+        &proxy,
+        || tls_request(proxy.addr, &client).1,
+        |s, n| answered(s, n) && s.sessions_parked == n,
+    );
     eprintln!("heap bytes per idle HTTP/1.1 connection over TLS: {per_conn}");
     assert!(
         per_conn <= TLS_HTTP_BUDGET,
@@ -486,7 +493,7 @@ fn an_idle_h2c_connection_holds_its_codec_state_and_little_else() {
         "mode = \"http\"\nh2c = true\ndefault_backend",
     ));
     let mut kept = h2c_request(proxy.addr);
-    let (per_conn, _clients) = per_connection(&proxy, || h2c_request(proxy.addr), |s, n| answered_h2(s, n + 1));
+    let (per_conn, _clients) = per_connection(&proxy, || h2c_request(proxy.addr), |s, n| answered_h2(s, n));
     eprintln!("heap bytes per idle h2c connection: {per_conn}");
     assert!(
         per_conn <= H2C_BUDGET,
@@ -504,7 +511,7 @@ fn an_idle_h2_connection_over_tls_holds_its_codec_and_tls_state_and_little_else(
     let (per_conn, _clients) = per_connection(
         &proxy,
         || h2_tls_request(proxy.addr, &client).1,
-        |s, n| answered_h2(s, n + 1),
+        |s, n| answered_h2(s, n),
     );
     eprintln!("heap bytes per idle HTTP/2 connection over TLS: {per_conn}");
     assert!(
