@@ -1,10 +1,12 @@
 //! The park: idle client connections held outside any task.
 //!
-//! A plain HTTP/1 client connection that waits longer than `global.park_idle_after` for its
-//! next request, its first, or the rest of a head it began, leaves its session task: the
-//! task ends, its future, its reactor registration, its head scratch and response buffer are
-//! freed, and what is left ([`IdleConn`] and [`ParkedGuards`], about 200 bytes in a slab,
-//! plus a begun head's bytes on their right-sized shelf) waits here. One epoll instance of
+//! An HTTP/1 client connection (plain, or HTTP/1.1 over TLS) that waits longer than
+//! `global.park_idle_after` for its next request, its first, or the rest of a head it began,
+//! leaves its session task: the task ends, its future, its reactor registration, its head
+//! scratch and response buffer are freed, and what is left ([`IdleConn`] and
+//! [`ParkedGuards`], about 200 bytes in a slab, plus a begun head's bytes on their
+//! right-sized shelf, plus over TLS the boxed rustls connection, about 6.4 KB with its
+//! buffers) waits here. One epoll instance of
 //! the park's own, registered with the worker's reactor as one descriptor, watches every
 //! parked socket; one heap orders their deadlines. When a socket becomes readable (a
 //! request, a close, an error) or the deadline of a first request or of a begun head passes,
@@ -23,7 +25,10 @@
 //! Invariants: only the owning worker thread touches the park (it is `!Send`); a slab entry
 //! is in the epoll set exactly while it is in the slab (added on park, deleted on resume;
 //! closing the socket removes it too); heap entries name a slab key and its generation and
-//! are dropped lazily once that entry left. Once the worker stops, `run` hands every parked
+//! are dropped lazily once that entry left. A TLS connection is parked only with nothing
+//! buffered above the socket but half a record (no plaintext or close_notify to read, no
+//! record to write, `ClientStream::can_park`): what wakes it must be the socket. Once the
+//! worker stops, `run` hands every parked
 //! connection back (their sessions then end as any idle one does at a stop) and the park
 //! refuses new ones.
 
