@@ -37,6 +37,9 @@ pub(crate) struct Args {
     pub origin: SocketAddrV4,
     /// Buffers in the io_uring provided-buffer ring (a power of two).
     pub ring_bufs: u16,
+    /// uring: shutdown(SHUT_WR) as a ring entry linked to the last send (`--shutdown
+    /// ring`), or as a plain syscall after it (`--shutdown syscall`, the default).
+    pub ring_shutdown: bool,
 }
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -44,20 +47,27 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: uring-proto uring|epoll --listen 127.0.0.1:PORT --origin 127.0.0.1:PORT [--ring-bufs N]");
+    eprintln!("usage: uring-proto uring|epoll --listen 127.0.0.1:PORT --origin 127.0.0.1:PORT [--ring-bufs N] [--shutdown syscall|ring]");
     std::process::exit(2)
 }
 
 fn main() {
     let mut it = std::env::args().skip(1);
     let engine = it.next().unwrap_or_else(|| usage());
-    let (mut listen, mut origin, mut ring_bufs) = (None, None, 1024u16);
+    let (mut listen, mut origin, mut ring_bufs, mut ring_shutdown) = (None, None, 1024u16, false);
     while let Some(k) = it.next() {
         let v = it.next().unwrap_or_else(|| usage());
         match k.as_str() {
             "--listen" => listen = v.parse().ok(),
             "--origin" => origin = v.parse().ok(),
             "--ring-bufs" => ring_bufs = v.parse().unwrap_or_else(|_| usage()),
+            "--shutdown" => {
+                ring_shutdown = match v.as_str() {
+                    "ring" => true,
+                    "syscall" => false,
+                    _ => usage(),
+                }
+            }
             _ => usage(),
         }
     }
@@ -75,7 +85,7 @@ fn main() {
         libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
-    let args = Args { listen, origin, ring_bufs };
+    let args = Args { listen, origin, ring_bufs, ring_shutdown };
     let r = match engine.as_str() {
         "uring" => uring::run(&args),
         "epoll" => epoll::run(&args),

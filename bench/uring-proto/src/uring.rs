@@ -4,9 +4,12 @@
 //! (TCP_NODELAY) linked to `Connect` open the origin side; one multishot `Recv` per side
 //! takes buffers from the provided-buffer ring; each buffer becomes one `Send`
 //! (MSG_WAITALL: the kernel retries until all of it is written, so a short result is an
-//! error) and goes back to the ring once sent; a direction's last send is linked to
-//! `Shutdown(SHUT_WR)` of its destination, or to its `Close` when the other direction had
-//! ended already. Nothing is a syscall except `io_uring_enter`, once per loop turn.
+//! error) and goes back to the ring once sent; a direction's last send is linked to its
+//! destination's `Close` when the other direction had ended already, else followed by
+//! shutdown(SHUT_WR) of the destination: a plain syscall by default, because the kernel has
+//! no non-blocking path for `IORING_OP_SHUTDOWN` and hands every one to an io-wq worker
+//! thread (`--shutdown ring` links it to the last send instead, to measure that). Nothing
+//! else is a syscall but `io_uring_enter`, once per loop turn.
 //!
 //! Invariants:
 //! - At most one send in flight per direction (sends on one socket stay in order).
@@ -62,6 +65,8 @@ struct Dir {
     queue: VecDeque<(u16, u32)>,
     sending: Option<(u16, u32)>,
     shut: Shut,
+    /// `--shutdown syscall`: shutdown(2) once the last send completes.
+    shut_after_send: bool,
 }
 
 impl Dir {
@@ -111,6 +116,10 @@ struct Driver {
     cq: Vec<(u64, i32, u32)>,
     /// Recvs that ended for lack of buffers, re-armed once buffers came back.
     starved: Vec<(u32, usize)>,
+    /// Shutdown as a ring entry (linked to the last send) or as a plain syscall: the
+    /// kernel has no non-blocking path for IORING_OP_SHUTDOWN and hands every one to an
+    /// io-wq worker thread.
+    ring_shutdown: bool,
 }
 
 pub(crate) fn run(a: &Args) -> io::Result<()> {
@@ -155,6 +164,7 @@ pub(crate) fn run(a: &Args) -> io::Result<()> {
         stats: Stats::default(),
         cq: Vec::with_capacity(8192),
         starved: Vec::new(),
+        ring_shutdown: a.ring_shutdown,
     };
     for bid in 0..n {
         d.give_back(bid);
@@ -213,7 +223,7 @@ impl Driver {
             }
             self.stats.waits += 1;
             if STOP.load(Ordering::Relaxed) {
-                return Ok(());
+                return self.stop_accepting();
             }
             let mut cq = std::mem::take(&mut self.cq);
             cq.extend(self.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
@@ -236,6 +246,30 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Cancels the multishot accept and closes the listener before exit: a ring's pending
+    /// requests hold their files until the ring's (asynchronous) teardown, so the port would
+    /// stay in LISTEN for a moment after the process is gone.
+    fn stop_accepting(&mut self) -> io::Result<()> {
+        self.push(opcode::AsyncCancel::new(ud(0, OP_ACCEPT, 0)).build().user_data(u64::MAX))?;
+        for _ in 0..100 {
+            match self.ring.submitter().submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+                Err(e) => return Err(e),
+            }
+            let accept_over = self
+                .ring
+                .completion()
+                .any(|c| c.user_data() == ud(0, OP_ACCEPT, 0) && !cqueue::more(c.flags()));
+            if accept_over {
+                break;
+            }
+        }
+        // SAFETY: our listener, no request uses it any more.
+        unsafe { libc::close(self.listen) };
+        Ok(())
     }
 
     fn complete(&mut self, u: u64, res: i32, flags: u32) -> io::Result<()> {
@@ -343,6 +377,8 @@ impl Driver {
                     self.give_back(bid);
                     if res < 0 || res as u32 != len {
                         self.fail(slot)?;
+                    } else if std::mem::take(&mut self.conns[s].dirs[d].shut_after_send) {
+                        self.shutdown_now(slot, d);
                     } else {
                         self.kick(slot, d)?;
                     }
@@ -420,17 +456,36 @@ impl Driver {
                 .flags(libc::MSG_WAITALL | libc::MSG_NOSIGNAL)
                 .build()
                 .user_data(ud(slot, OP_SEND, d));
-            if last {
+            let link = last && (other_eof || self.ring_shutdown);
+            if link {
                 send = send.flags(squeue::Flags::IO_LINK);
             }
             self.push(send)?;
-            if last {
+            if link {
                 self.finish(slot, d, other_eof)?;
+            } else if last {
+                let c = &mut self.conns[s];
+                c.dirs[d].shut = Shut::Pending;
+                c.dirs[d].shut_after_send = true;
             }
         } else if c.dirs[d].eof {
-            self.finish(slot, d, other_eof)?;
+            if other_eof || self.ring_shutdown {
+                self.finish(slot, d, other_eof)?;
+            } else {
+                self.shutdown_now(slot, d);
+            }
         }
         Ok(())
+    }
+
+    /// `--shutdown syscall`: shutdown(2) of direction d's destination, inline (it only
+    /// queues a FIN).
+    fn shutdown_now(&mut self, slot: u32, d: usize) {
+        let c = &mut self.conns[slot as usize];
+        c.dirs[d].shut = Shut::Done;
+        // SAFETY: a plain syscall on a descriptor of this connection that is not closed
+        // (closing starts only once both directions are drained and shut).
+        unsafe { libc::shutdown(c.fd[1 - d], libc::SHUT_WR) };
     }
 
     /// Direction d has nothing more to send: shut its destination's write side (linked to
