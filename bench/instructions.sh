@@ -7,6 +7,10 @@
 #   bench/instructions.sh h2 haproxy [REQUESTS]
 #   bench/instructions.sh http-keepalive tollgate [REQUESTS]   # h2load --h1 -c50: wrk's load
 #   bench/instructions.sh http-keepalive haproxy [REQUESTS]
+#   bench/instructions.sh tcp-passthrough tollgate [REQUESTS]  # h2load --h1 -c50 through an L4 relay
+#   bench/instructions.sh tcp-close tollgate [SECONDS]    # wrk -c50 'Connection: close' for SECONDS
+#   PROXY_CMD='bench/uring-proto/target/release/uring-proto uring --listen 127.0.0.1:{{listen_port}}
+#     --origin 127.0.0.1:{{origin_port}}' bench/instructions.sh tcp-close command   # any relay
 #
 # The proxy runs under `valgrind --tool=callgrind` with instrumentation off; after a warm-up
 # load it is switched on for exactly the measured load and off again, so start-up, TLS
@@ -19,15 +23,22 @@
 # tollgate's configs are the peerbench templates in bench/peerbench/ (h2.toml, http.toml;
 # TEMPLATE=NAME for bench/peerbench/NAME.toml instead, e.g. TEMPLATE=routes50/http;
 # {{origin_pp_port}} is the origin's PROXY protocol listener, for TEMPLATE=limited/http).
+# tcp-close runs wrk for a time (wrk has no request count; it reconnects per request) and
+# divides by the requests wrk completed: the <= 50 requests cut off at its end are noise
+# below 1 % at the default 20 s. The `command` contestant runs PROXY_CMD (the template
+# variables filled in), e.g. bench/uring-proto's relays; haproxy has no tcp template here.
 set -euo pipefail
 
-scenario=${1:?usage: bench/instructions.sh h2|http-keepalive tollgate|haproxy [REQUESTS]}
-contestant=${2:?usage: bench/instructions.sh h2|http-keepalive tollgate|haproxy [REQUESTS]}
+usage="usage: bench/instructions.sh h2|http-keepalive|tcp-passthrough|tcp-close tollgate|haproxy|command [REQUESTS|SECONDS]"
+scenario=${1:?$usage}
+contestant=${2:?$usage}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tollgate=${TOLLGATE:-$root/target/release/tollgate}
 case $scenario in
     h2) requests=${3:-30000}; template=h2 ;;
     http-keepalive) requests=${3:-30000}; template=http ;;
+    tcp-passthrough) requests=${3:-30000}; template=tcp ;;
+    tcp-close) requests=${3:-20}; template=tcp ;;
     *) echo "unknown scenario $scenario" >&2; exit 2 ;;
 esac
 # TEMPLATE=routes50/http measures another tollgate config under the same load.
@@ -105,7 +116,14 @@ case $contestant in
         "$tollgate" check --config "$work/proxy.toml" >/dev/null
         proxy=("$tollgate" run --no-master --config "$work/proxy.toml")
         ;;
+    command)
+        cmd=${PROXY_CMD:?PROXY_CMD: the command line of the contestant}
+        cmd=${cmd//\{\{listen_port\}\}/$listen_port}
+        cmd=${cmd//\{\{origin_port\}\}/$origin_port}
+        read -r -a proxy <<<"$cmd"
+        ;;
     haproxy)
+        if [[ $template == tcp ]]; then echo "no tcp template for haproxy here" >&2; exit 2; fi
         # peerbench's haproxy templates (nbthread 1, http-reuse always).
         if [[ $template == h2 ]]; then
             bind="bind 127.0.0.1:$listen_port ssl crt $work/cert.pem alpn h2,http/1.1"
@@ -150,7 +168,12 @@ succeeded() {
 # One load: prints the number of requests that completed with a 2xx.
 load() {
     local n=$1 out
-    if [[ $template == h2 ]]; then
+    if [[ $scenario == tcp-close ]]; then
+        # $n seconds of wrk, a new connection per request; every request must succeed
+        out=$(timeout $((n + 60)) wrk -t1 -c50 -d"${n}s" -H 'Connection: close' "http://127.0.0.1:$listen_port/")
+        if grep -qE 'Socket errors|Non-2xx' <<<"$out"; then echo "requests failed: $out" >&2; exit 1; fi
+        sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' <<<"$out"
+    elif [[ $template == h2 ]]; then
         out=$(timeout 600 h2load -t1 -c10 -m10 -n "$n" "https://127.0.0.1:$listen_port/")
         grep -q 'Application protocol: h2' <<<"$out" || { echo "h2 not negotiated: $out" >&2; exit 1; }
         succeeded "$out"
@@ -162,7 +185,7 @@ load() {
     fi
 }
 
-load 2000 >/dev/null
+if [[ $scenario == tcp-close ]]; then load 2 >/dev/null; else load 2000 >/dev/null; fi
 
 callgrind_control -i on "$proxy_pid" >/dev/null
 done_requests=$(load "$requests")

@@ -86,7 +86,8 @@ impl Driver {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
         loop {
             // SAFETY: events has room for the 1024 entries the kernel may write.
-            let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), events.len() as i32, -1) };
+            // Bounded (200 ms) as uring's wait: a stop signal is seen under valgrind too.
+            let n = unsafe { libc::epoll_wait(self.ep, events.as_mut_ptr(), events.len() as i32, 200) };
             self.stats.waits += 1;
             if STOP.load(Ordering::Relaxed) {
                 return Ok(());
