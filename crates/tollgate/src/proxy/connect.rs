@@ -221,7 +221,7 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         }
         ctx.stats.connect_attempts.add(1);
         sessions::set_state(SessionState::Connecting);
-        let error = match tokio::time::timeout(config.connect_timeout(backend), TcpStream::connect(address)).await {
+        let error = match tokio::time::timeout(config.connect_timeout(backend), open(address)).await {
             // `send_proxy`: the PROXY header goes first (a failure to write it is a failed connect).
             Ok(Ok(stream)) if super::send_proxy::open(ctx, spec, slot.server(), &stream).is_ok() => {
                 let _ = stream.set_nodelay(true);
@@ -252,6 +252,35 @@ pub(crate) async fn connect_or_reuse<'a, S: From<TcpStream>>(
         previous = Some(server);
     }
     Err(last_error.unwrap_or_else(|| no_server("no server".into()).at(backend, None)))
+}
+
+/// A new connection to `address`: socket(2), a non-blocking connect(2), then one wait for
+/// the reactor's first event on it. tokio's `TcpStream::connect` then asks SO_ERROR with a
+/// getsockopt(2) every time; here the event itself says how the connect ended (a refused
+/// or failed one raises EPOLLERR / EPOLLHUP, an established one only EPOLLOUT), so only a
+/// failure costs the getsockopt that names its cause.
+async fn open(address: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )?;
+    match socket.connect(&address.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INPROGRESS.raw_os_error()) => {}
+        Err(e) => return Err(e),
+    }
+    let stream = TcpStream::from_std(socket.into())?;
+    let ready = stream
+        .ready(tokio::io::Interest::WRITABLE | tokio::io::Interest::ERROR)
+        .await?;
+    if ready.is_error() || ready.is_write_closed() {
+        return Err(stream.take_error()?.unwrap_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection closed while connecting")
+        }));
+    }
+    Ok(stream)
 }
 
 /// A server and a slot on it. When every usable server is full, waits in the backend's

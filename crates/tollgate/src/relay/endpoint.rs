@@ -29,6 +29,13 @@ pub(crate) trait Endpoint {
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
     /// Half-close: no more data from us (TLS: close_notify, then shutdown(Write)).
     fn poll_shutdown_write(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+    /// The relay's very last half-close: both directions are done and the socket is closed
+    /// as soon as the relay returns. A plain socket needs no shutdown(2) (close(2) sends the
+    /// FIN); a layer still sends what it owes (TLS: close_notify), so by default this is
+    /// `poll_shutdown_write`.
+    fn poll_shutdown_before_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_shutdown_write(cx)
+    }
     /// The socket, when the bytes on it are the payload itself (splice is possible).
     fn raw(&self) -> Option<&TcpStream>;
     /// Asked right after a read that drained the socket. `Ready(true)`: the peer's FIN has
@@ -80,6 +87,10 @@ impl Endpoint for &TcpStream {
 
     fn poll_shutdown_write(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(SockRef::from(*self).shutdown(Shutdown::Write))
+    }
+
+    fn poll_shutdown_before_close(&mut self, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 
     fn poll_peer_closed(&mut self, cx: &mut Context<'_>) -> Poll<bool> {

@@ -8,6 +8,14 @@
 //! shutdown(Write) on the other (half-close; on a TLS side, close_notify first); the relay
 //! ends when both directions are done, on the first error, or when the watchdog fires.
 //!
+//! The direction that finishes second does not shutdown(2) a plain destination (issue 28:
+//! one syscall per connection fewer): both sockets are closed as soon as the relay returns,
+//! and close(2) sends the FIN (after anything `MSG_MORE` held back) just as shutdown(Write)
+//! would. Both sockets' incoming directions have reached EOF by then, so close(2) finds
+//! nothing unread and never resets. The pump still reads until a read returns 0: the
+//! reactor's read-closed bit can be set while data that came with the FIN is unread, so a
+//! short read followed by that bit does not prove the direction drained.
+//!
 //! When both sides are plain sockets and splice is on (`[frontend.splice]`), a pump switches
 //! to splice(2) through a pooled pipe once `after_bytes` moved in its direction (the step is
 //! `relay::splice`'s: the pipe is drained fully before the next splice from the source, so
@@ -56,10 +64,10 @@ pub(crate) async fn relay_endpoints<C: Endpoint, S: Endpoint>(
     let sleep = tokio::time::sleep(watchdog.tick());
     tokio::pin!(sleep);
     poll_fn(|cx| {
-        let down_holds = downstream.holds_buffer();
-        let up = upstream.poll(cx, &mut *client, &mut *server, down_holds, &mut progress)?;
-        let up_holds = upstream.holds_buffer();
-        let down = downstream.poll(cx, &mut *server, &mut *client, up_holds, &mut progress)?;
+        let down = (downstream.holds_buffer(), downstream.is_done());
+        let up = upstream.poll(cx, &mut *client, &mut *server, down, &mut progress)?;
+        let up_state = (upstream.holds_buffer(), up);
+        let down = downstream.poll(cx, &mut *server, &mut *client, up_state, &mut progress)?;
         if up && down {
             return Poll::Ready(Ok(()));
         }
@@ -151,6 +159,10 @@ impl<'a> Pump<'a> {
         matches!(self.state, PumpState::Writing { .. })
     }
 
+    fn is_done(&self) -> bool {
+        matches!(self.state, PumpState::Done)
+    }
+
     fn to(&self) -> Side {
         if self.from == Side::Front {
             Side::Back
@@ -167,14 +179,15 @@ impl<'a> Pump<'a> {
     }
 
     /// Moves as much as possible without blocking; `Ok(true)` once the direction is done.
-    /// `other_holds_buffer`: the opposite direction holds a buffer, so this one may take
-    /// the pool's reserve (see `buffer`).
+    /// `other`: whether the opposite direction holds a buffer (then this one may take the
+    /// pool's reserve, see `buffer`) and whether it is done (then this direction's end is
+    /// the relay's, and the destination is about to be closed).
     fn poll<S: Endpoint, D: Endpoint>(
         &mut self,
         cx: &mut Context<'_>,
         src: &mut S,
         dst: &mut D,
-        other_holds_buffer: bool,
+        (other_holds_buffer, other_done): (bool, bool),
         progress: &mut u64,
     ) -> Result<bool, Error> {
         // Set once this poll registered for the source's next readiness and found nothing:
@@ -183,7 +196,11 @@ impl<'a> Pump<'a> {
         loop {
             match &mut self.state {
                 PumpState::Done => return Ok(true),
-                PumpState::ShuttingDown => match dst.poll_shutdown_write(cx) {
+                PumpState::ShuttingDown => match if other_done {
+                    dst.poll_shutdown_before_close(cx)
+                } else {
+                    dst.poll_shutdown_write(cx)
+                } {
                     Poll::Pending => return Ok(false),
                     // The peer may already be gone; its own direction reports that.
                     Poll::Ready(_) => self.state = PumpState::Done,

@@ -164,6 +164,13 @@ impl Endpoint for ServerConn {
         }
     }
 
+    fn poll_shutdown_before_close(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            ServerConn::Plain(stream) => Endpoint::poll_shutdown_before_close(&mut &*stream, cx),
+            ServerConn::Tls(tls) => Layered(&mut **tls).poll_shutdown_write(cx),
+        }
+    }
+
     fn raw(&self) -> Option<&TcpStream> {
         match self {
             ServerConn::Plain(stream) => Some(stream),

@@ -40,9 +40,11 @@ impl std::fmt::Display for InspectError {
     }
 }
 
-/// The first peek's buffer: a whole ClientHello of most clients (browsers pad theirs to
-/// 512 bytes; a post-quantum key share makes ~1.8 KB, two doublings away).
-const FIRST_PEEK: usize = 512;
+/// The first peek's buffer: a whole ClientHello of most clients in one peek. OpenSSL,
+/// BoringSSL and browsers pad the handshake message to 512 bytes, which with the record
+/// header is a 517-byte record: a 512-byte first buffer cost every such client a second
+/// peek (issue 28). A post-quantum key share makes ~1.8 KB, one doubling away.
+const FIRST_PEEK: usize = 1024;
 
 /// Peeks until the bytes queued on `stream` hold a whole ClientHello (or they cannot), by
 /// `deadline`, and routes on its SNI (passthrough).
@@ -73,16 +75,17 @@ async fn peek_until<T>(
     let limit = client_hello::DEFAULT_MAX_LEN;
     let mut seen = 0usize;
     loop {
-        if seen == buf.len() && buf.len() < limit {
-            // The last peek filled the buffer (or there was none yet): room for what follows.
-            let grown = (buf.len() * 2).clamp(FIRST_PEEK, limit);
-            buf.resize(grown, 0);
-        }
         let ready = match tokio::time::timeout_at(deadline, stream.ready(Interest::READABLE)).await {
             Err(_) => return Err(InspectError::TimedOut),
             Ok(Err(e)) => return Err(InspectError::Io(e)),
             Ok(Ok(ready)) => ready,
         };
+        if seen == buf.len() && buf.len() < limit {
+            // The last peek filled the buffer (or there was none yet): room for what follows.
+            // Made once bytes are there, so a connection that sends nothing holds none.
+            let grown = (buf.len() * 2).clamp(FIRST_PEEK, limit);
+            buf.resize(grown, 0);
+        }
         let mut stalled = false;
         let peeked = stream.try_io(Interest::READABLE, || {
             let (n, _) = rustix::net::recv(stream, buf.as_mut_slice(), rustix::net::RecvFlags::PEEK)?;
