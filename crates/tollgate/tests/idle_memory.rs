@@ -499,7 +499,7 @@ fn an_idle_h2c_connection_holds_its_codec_state_and_little_else() {
         "mode = \"http\"\nh2c = true\ndefault_backend",
     ));
     let mut kept = h2c_request(proxy.addr);
-    let (per_conn, _clients) = per_connection(&proxy, || h2c_request(proxy.addr), |s, n| answered_h2(s, n));
+    let (per_conn, _clients) = per_connection(&proxy, || h2c_request(proxy.addr), answered_h2);
     eprintln!("heap bytes per idle h2c connection: {per_conn}");
     assert!(
         per_conn <= H2C_BUDGET,
@@ -514,11 +514,7 @@ fn an_idle_h2_connection_over_tls_holds_its_codec_and_tls_state_and_little_else(
     let (config, client, _dir) = tls_setup(origin(), &["h2"]);
     let proxy = Proxy::start(&config);
     let mut kept = Some(h2_tls_request(proxy.addr, &client));
-    let (per_conn, _clients) = per_connection(
-        &proxy,
-        || h2_tls_request(proxy.addr, &client).1,
-        |s, n| answered_h2(s, n),
-    );
+    let (per_conn, _clients) = per_connection(&proxy, || h2_tls_request(proxy.addr, &client).1, answered_h2);
     eprintln!("heap bytes per idle HTTP/2 connection over TLS: {per_conn}");
     assert!(
         per_conn <= H2_TLS_BUDGET,

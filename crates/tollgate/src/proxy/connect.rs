@@ -277,7 +277,10 @@ async fn open(address: std::net::SocketAddr) -> std::io::Result<TcpStream> {
         .await?;
     if ready.is_error() || ready.is_write_closed() {
         return Err(stream.take_error()?.unwrap_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection closed while connecting")
+            std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection closed while connecting",
+            )
         }));
     }
     Ok(stream)
