@@ -27,6 +27,8 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 
+use futures_util::FutureExt as _;
+
 use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
 use crate::ctx::park::{IdleConn, ParkedAt};
@@ -46,10 +48,7 @@ pub(crate) async fn serve(
         None if ctx.shared.config.frontends.get(frontend).is_some_and(|f| f.h2c) => {
             serve_h2c(ctx, frontend, client, peer).await
         }
-        None => match stream::Session::new(ctx, frontend, client, peer) {
-            Some(session) => session.run().await,
-            None => Ok(None),
-        },
+        None => run(stream::Session::new(ctx, frontend, client, peer)).await,
     }
 }
 
@@ -181,9 +180,11 @@ fn serve_tls<'a>(
     })
 }
 
-async fn run<C: client::ClientStream>(session: Option<stream::Session<'_, C>>) -> Result<Option<IdleConn>, Error> {
-    match session {
-        Some(session) => session.run().await,
-        None => Ok(None),
-    }
+/// A session's loop, if it could be made. The session goes straight into its loop's future
+/// (no `async fn` here, no `match` on it: either would keep another copy of the session in
+/// the connection's state for its whole life, rust-lang/rust#62958).
+fn run<'a, C: client::ClientStream>(
+    session: Option<stream::Session<'a, C>>,
+) -> impl Future<Output = Result<Option<IdleConn>, Error>> + use<'a, C> {
+    futures_util::future::OptionFuture::from(session.map(stream::Session::run)).map(|ran| ran.unwrap_or(Ok(None)))
 }

@@ -193,41 +193,49 @@ impl<'a, C: ClientStream> Session<'a, C> {
     }
 
     /// The loop of request streams; an idle connection handed back (`Some`) is for the park.
-    pub(super) async fn run(mut self) -> Result<Option<IdleConn>, Error> {
-        // One registration with the thread's kill notifications for the whole session.
-        let ctx = self.ctx;
-        let kills = ctx.kills.notified();
-        tokio::pin!(kills);
-        loop {
-            self.begin_stream();
-            let head = match self.read_head().await {
-                Ok(HeadOutcome::Head(head)) => head,
-                // Nothing was asked: no stream to record.
-                Ok(HeadOutcome::Closed) => return Ok(None),
-                Ok(HeadOutcome::Park(deadline)) => return Ok(self.into_idle(deadline)),
-                Ok(HeadOutcome::Refuse(e)) => {
-                    let refused = self.fail(&e).await;
-                    self.end_stream();
-                    return refused.map(|()| None);
+    ///
+    /// Not an `async fn`: one of those keeps its by-value arguments twice in its state (the
+    /// argument and the binding the body moves it into: rust-lang/rust#62958), and this
+    /// state is what every connection waiting for a request holds. The block below captures
+    /// `self` and uses it where it lies.
+    #[allow(clippy::manual_async_fn)] // on purpose: see above
+    pub(super) fn run(mut self) -> impl Future<Output = Result<Option<IdleConn>, Error>> {
+        async move {
+            // One registration with the thread's kill notifications for the whole session.
+            let ctx = self.ctx;
+            let kills = ctx.kills.notified();
+            tokio::pin!(kills);
+            loop {
+                self.begin_stream();
+                let head = match self.read_head().await {
+                    Ok(HeadOutcome::Head(head)) => head,
+                    // Nothing was asked: no stream to record.
+                    Ok(HeadOutcome::Closed) => return Ok(None),
+                    Ok(HeadOutcome::Park(deadline)) => return Ok(self.into_idle(deadline)),
+                    Ok(HeadOutcome::Refuse(e)) => {
+                        let refused = self.fail(&e).await;
+                        self.end_stream();
+                        return refused.map(|()| None);
+                    }
+                    Err(e) => {
+                        self.rec.fail(&e);
+                        self.end_stream();
+                        return Err(e);
+                    }
+                };
+                self.rec.timing.head = Some(self.rec.timing.now());
+                self.capture_line(&head);
+                self.served += 1;
+                let served = serve_boxed(&mut self, head, kills.as_mut()).await;
+                if let Err(e) = &served {
+                    self.rec.fail(e);
                 }
-                Err(e) => {
-                    self.rec.fail(&e);
-                    self.end_stream();
-                    return Err(e);
+                self.end_stream();
+                if !served? {
+                    return Ok(None);
                 }
-            };
-            self.rec.timing.head = Some(self.rec.timing.now());
-            self.capture_line(&head);
-            self.served += 1;
-            let served = self.serve_request(head, kills.as_mut()).await;
-            if let Err(e) = &served {
-                self.rec.fail(e);
+                self.front.release_if_empty();
             }
-            self.end_stream();
-            if !served? {
-                return Ok(None);
-            }
-            self.front.release_if_empty();
         }
     }
 
@@ -815,6 +823,20 @@ fn request_timeout() -> Error {
 pub(super) fn request_tracker(framing: BodyFraming, limits: &RequestLimits) -> BodyTracker {
     let max = limits.max_body_size;
     BodyTracker::new(framing, h1::Side::Request).with_max_body(if max > 0 { max } else { u64::MAX })
+}
+
+/// One request's exchange, in a box made when its head is in and freed when it is answered:
+/// the session's task (all that a connection waiting for its next request holds, in the task
+/// or, after `park_idle_after`, parked) then has the size of its waits, not of the exchange's
+/// deepest state (connect, retries, body, response: several KiB). One allocation per request
+/// from the thread's own heap, against the task's size for the connection's whole idle life.
+/// A plain function: a box made inside an async fn still leaves the unboxed size in its state.
+fn serve_boxed<'s, 'a, C: ClientStream>(
+    session: &'s mut Session<'a, C>,
+    head: RequestHead,
+    kills: Pin<&'s mut Notified<'a>>,
+) -> Pin<Box<impl Future<Output = Result<bool, Error>> + 's>> {
+    Box::pin(session.serve_request(head, kills))
 }
 
 /// Half-closes, then reads and discards what the client still sends for a short while:
