@@ -57,6 +57,11 @@ impl<F: Future<Output = ()>> Spares<F> {
         }
     }
 
+    /// The connection went quiet: its spare slots are freed (the next stream makes one).
+    pub(super) fn release(&self) {
+        self.free.borrow_mut().clear();
+    }
+
     fn give_back(&self, slot: Slot<F>) {
         let mut free = self.free.borrow_mut();
         if free.len() < MAX_SPARES {

@@ -208,6 +208,23 @@ impl ServerConn {
         }
     }
 
+    /// The connection has gone quiet (no stream running in its task): the buffers kept for
+    /// the next burst are given back, so that an idle connection holds its state (settings,
+    /// windows, HPACK tables), not its peak. Anything still queued or half-received stays.
+    pub fn release_idle_buffers(&mut self) {
+        if self.out.is_empty() {
+            self.out = Vec::new();
+        }
+        if self.events.is_empty() {
+            self.events = VecDeque::new();
+        }
+        if self.block.bytes.is_empty() {
+            self.block.bytes = Vec::new();
+        }
+        self.spare_heads = Vec::new();
+        self.encode_buf = Vec::new();
+    }
+
     pub fn open_streams(&self) -> usize {
         self.streams.len()
     }

@@ -44,6 +44,9 @@ use handles::Shared;
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 /// Room kept free in the read buffer: one read takes up to this much.
 const READ_SIZE: usize = 32 * 1024;
+/// A connection without a read buffer (new, or gone quiet) reads this much on the stack
+/// first: the buffer is made only once bytes came. A request's HEADERS frame fits.
+const FIRST_READ: usize = 2 * 1024;
 /// Output waiting to be written past which the client's bytes are not read.
 const MAX_UNWRITTEN: usize = 512 * 1024;
 /// Rounds of one poll before the task yields to the others on this thread.
@@ -75,7 +78,7 @@ where
     let mut streams = FuturesUnordered::new();
     let mut d = Driver {
         io,
-        input: BytesMut::with_capacity(READ_SIZE),
+        input: BytesMut::new(),
         read_closed: false,
         unflushed: false,
         going_away: false,
@@ -106,6 +109,10 @@ where
                 moved = true;
                 if streams.is_empty() && !d.going_away {
                     idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
+                    // Quiet until the client's next stream: what was kept for a burst goes.
+                    d.release_if_empty();
+                    shared.conn.borrow_mut().release_idle_buffers();
+                    spares.release();
                 }
             }
             match d.write(&shared, &ctx.stats, cx) {
@@ -172,10 +179,28 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
         if self.read_closed || shared.conn.borrow().output().len() >= MAX_UNWRITTEN {
             return Poll::Pending;
         }
-        if self.input.capacity() - self.input.len() < READ_SIZE / 2 {
-            self.input.reserve(READ_SIZE);
-        }
-        match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.input) {
+        let read = if self.input.capacity() == 0 {
+            // No buffer (a new connection, or one that went quiet): a read on the stack
+            // first, the buffer made only once bytes came.
+            let mut first = [0u8; FIRST_READ];
+            let mut buf = tokio::io::ReadBuf::new(&mut first);
+            match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if !buf.filled().is_empty() => {
+                    self.input.reserve(READ_SIZE);
+                    self.input.extend_from_slice(buf.filled());
+                    Poll::Ready(Ok(buf.filled().len()))
+                }
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(0)),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        } else {
+            if self.input.capacity() - self.input.len() < READ_SIZE / 2 {
+                self.input.reserve(READ_SIZE);
+            }
+            tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.input)
+        };
+        match read {
             Poll::Ready(Ok(0)) => {
                 self.read_closed = true;
                 Poll::Ready(Ok(Ok(())))
@@ -189,6 +214,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Driver<T> {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Gives the read buffer back when the codec holds no partial frame in it.
+    fn release_if_empty(&mut self) {
+        if self.input.is_empty() {
+            self.input = BytesMut::new();
         }
     }
 
