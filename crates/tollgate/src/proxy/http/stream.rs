@@ -831,12 +831,14 @@ pub(super) fn request_tracker(framing: BodyFraming, limits: &RequestLimits) -> B
 /// deepest state (connect, retries, body, response: several KiB). One allocation per request
 /// from the thread's own heap, against the task's size for the connection's whole idle life.
 /// A plain function: a box made inside an async fn still leaves the unboxed size in its state.
+/// The future is written into the box where it lies: `Box::pin(future)` built it on the
+/// stack and copied all of its size (several KiB, +440 instructions per request in memcpy).
 fn serve_boxed<'s, 'a, C: ClientStream>(
     session: &'s mut Session<'a, C>,
     head: RequestHead,
     kills: Pin<&'s mut Notified<'a>>,
 ) -> Pin<Box<impl Future<Output = Result<bool, Error>> + 's>> {
-    Box::pin(session.serve_request(head, kills))
+    Box::into_pin(Box::write(Box::new_uninit(), session.serve_request(head, kills)))
 }
 
 /// Half-closes, then reads and discards what the client still sends for a short while:
