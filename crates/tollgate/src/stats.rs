@@ -288,6 +288,9 @@ worker_stats! {
     /// an `http_requests`).
     h2_connections,
     h2_streams,
+    /// HTTP/2 connections that went quiet for `park_idle_after` (no stream) and gave back
+    /// what they kept for a burst: read buffer, spare stream slots, codec buffers.
+    h2_quiet_released,
     /// HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM, by the `[http2]` limit they
     /// passed: client resets (rapid reset), resets tollgate was made to send (MadeYouReset),
     /// PING, SETTINGS, empty DATA, PRIORITY, WINDOW_UPDATE floods, and header blocks over

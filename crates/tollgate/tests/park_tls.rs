@@ -68,6 +68,15 @@ fn start_with(versions: &[&'static rustls::SupportedProtocolVersion]) -> Setup {
     }
 }
 
+/// A client whose connection got one response and then parked (the only one parked).
+fn served_then_parked(s: &Setup) -> Client {
+    let mut c = Client::connect(s.proxy.addr, &s.client);
+    c.send(GET);
+    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
+    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    c
+}
+
 /// A blocking rustls client connection, handshake done.
 struct Client {
     conn: rustls::ClientConnection,
@@ -237,10 +246,7 @@ fn a_parked_tls12_connection_keeps_its_sequence_numbers() {
 fn a_tls_client_that_closes_while_parked_is_counted_out_quietly() {
     let s = start();
     // close_notify, then FIN.
-    let mut c = Client::connect(s.proxy.addr, &s.client);
-    c.send(GET);
-    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
-    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    let mut c = served_then_parked(&s);
     let local = c.sock.local_addr().unwrap();
     c.conn.send_close_notify();
     let records = c.seal(b"");
@@ -289,10 +295,7 @@ fn a_silent_tls_connection_is_parked_then_answered_408_over_tls() {
 #[test]
 fn a_parked_tls_keep_alive_connection_closes_quietly_at_its_deadline() {
     let s = start();
-    let mut c = Client::connect(s.proxy.addr, &s.client);
-    c.send(GET);
-    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
-    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    let mut c = served_then_parked(&s);
     let local = c.sock.local_addr().unwrap();
     let (text, end) = c.read_to_end();
     assert_eq!((text.as_str(), end), ("", End::Fin), "a quiet close: no bytes");
@@ -305,10 +308,7 @@ fn a_parked_tls_keep_alive_connection_closes_quietly_at_its_deadline() {
 #[test]
 fn half_a_record_sent_before_a_park_is_finished_after_it() {
     let s = start();
-    let mut c = Client::connect(s.proxy.addr, &s.client);
-    c.send(GET);
-    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
-    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    let mut c = served_then_parked(&s);
     let records = c.seal(GET);
     let (first, rest) = records.split_at(records.len() / 2);
     c.sock.write_all(first).unwrap();
@@ -327,10 +327,7 @@ fn half_a_record_then_silence_is_never_served_and_holds_nothing_past_its_deadlin
     let s = start();
     // After a response: half a record, then nothing. Its keep-alive deadline (kept across
     // the parks) closes it.
-    let mut c = Client::connect(s.proxy.addr, &s.client);
-    c.send(GET);
-    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
-    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    let mut c = served_then_parked(&s);
     let records = c.seal(GET);
     c.sock.write_all(&records[..records.len() / 2]).unwrap();
     s.proxy.wait_for("parked with half a record", |st| {
@@ -361,10 +358,7 @@ fn half_a_record_then_silence_is_never_served_and_holds_nothing_past_its_deadlin
 #[test]
 fn a_record_completed_with_garbage_after_a_park_is_refused_not_served() {
     let s = start();
-    let mut c = Client::connect(s.proxy.addr, &s.client);
-    c.send(GET);
-    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
-    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    let mut c = served_then_parked(&s);
     let records = c.seal(GET);
     let half = records.len() / 2;
     c.sock.write_all(&records[..half]).unwrap();
@@ -385,10 +379,7 @@ fn a_record_completed_with_garbage_after_a_park_is_refused_not_served() {
 #[test]
 fn a_soft_stop_hands_a_parked_tls_connection_back() {
     let s = start();
-    let mut c = Client::connect(s.proxy.addr, &s.client);
-    c.send(GET);
-    assert!(c.read_responses(1).0.starts_with("HTTP/1.1 200"));
-    s.proxy.wait_for("parked", |st| st.sessions_parked == 1);
+    let mut c = served_then_parked(&s);
     s.proxy.running().soft_stop();
     s.proxy.wait_for("handed back", |st| st.sessions_parked == 0);
     assert_eq!(s.proxy.running().stats().sessions_active, 1);

@@ -87,6 +87,11 @@ where
     // No stream yet: the first must come within http_request; later, http_keep_alive.
     let idle = tokio::time::sleep_until(Instant::now() + timeouts.http_request);
     tokio::pin!(idle);
+    // Once the last stream is done, the same timer fires first after `park_idle_after` of
+    // quiet (then the buffers kept for a burst go back, and it is set to this keep-alive
+    // deadline): a busy client's next streams come sooner and find them still there.
+    let quiet_after = config.global.park_idle_after;
+    let mut quiet_until: Option<Instant> = None;
     let stopping = ctx.stopping();
     tokio::pin!(stopping);
     let ended = std::future::poll_fn(|cx| {
@@ -108,16 +113,28 @@ where
             while let Poll::Ready(Some(())) = Pin::new(&mut streams).poll_next(cx) {
                 moved = true;
                 if streams.is_empty() && !d.going_away {
-                    idle.as_mut().reset(Instant::now() + timeouts.http_keep_alive);
-                    // Quiet until the client's next stream: what was kept for a burst goes.
-                    d.release_if_empty();
-                    shared.conn.borrow_mut().release_idle_buffers();
-                    spares.release();
+                    let now = Instant::now();
+                    let keep_alive = now + timeouts.http_keep_alive;
+                    quiet_until = Some(keep_alive);
+                    idle.as_mut().reset((now + quiet_after).min(keep_alive));
                 }
             }
             match d.write(&shared, &ctx.stats, cx) {
                 Ok(wrote) => moved |= wrote,
                 Err(e) => return Poll::Ready(Err(e)),
+            }
+            if streams.is_empty()
+                && !d.going_away
+                && let Some(keep_alive) = quiet_until
+                && idle.as_mut().poll(cx).is_ready()
+            {
+                // Quiet for `park_idle_after`: what was kept for a burst goes back.
+                quiet_until = None;
+                d.release_if_empty();
+                shared.conn.borrow_mut().release_idle_buffers();
+                spares.release();
+                ctx.stats.h2_quiet_released.add(1);
+                idle.as_mut().reset(keep_alive);
             }
             moved |= d.go_away_when_due(&shared, streams.is_empty(), (idle.as_mut(), stopping.as_mut()), cx);
             if d.finished(&shared, streams.is_empty()) {
