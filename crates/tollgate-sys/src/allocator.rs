@@ -4,8 +4,8 @@
 //! and it does that work from inside its own calls: a worker that has gone quiet (its
 //! connections parked or closed, nothing allocating) would keep the pages of a flood's
 //! peak for as long as it stays quiet. So each worker thread calls [`collect`] once a second
-//! (`tollgate`'s memory tick): mimalloc then purges what waited long enough on that thread
-//! and in the shared arenas.
+//! (`tollgate`'s memory tick), and shortly after connections park (their tasks freed):
+//! mimalloc then purges what that thread and the shared arenas hold free.
 //!
 //! mimalloc also asks for transparent huge pages on its arenas (`madvise(MADV_HUGEPAGE)`),
 //! and the kernel's khugepaged then folds a 2 MiB range with a single live page in it into
@@ -33,13 +33,18 @@ pub fn enable() {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
 }
 
-/// Frees what this thread's mimalloc heap holds unused and purges (decommits) the pages
-/// whose purge delay has passed. Cheap when there is nothing to do; a no-op unless enabled.
+/// Frees what this thread's mimalloc heap holds unused and purges (decommits) the free
+/// ranges of its segments and of the arenas. Forced: an unforced collect frees empty pages
+/// into their segment's purge list but runs a segment's expired purges only when that
+/// segment allocates again, which a quiet worker's never does (measured: 2,000 parked
+/// connections read 838 B of RSS each 7 s after they parked, 571 with the purge done).
+/// It walks every page of the thread's heap (a few hundred for tens of MiB: microseconds);
+/// the callers run it about once a second. A no-op unless enabled.
 pub fn collect() {
     if !ENABLED.load(Ordering::Relaxed) {
         return;
     }
     // SAFETY: mi_collect takes no pointer and may be called on any thread at any time; it
     // only walks and trims the calling thread's heap and the arenas' purge lists.
-    unsafe { libmimalloc_sys::mi_collect(false) }
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }

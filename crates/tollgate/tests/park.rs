@@ -175,3 +175,45 @@ fn a_connection_parked_before_its_first_request_then_gets_the_keep_alive_time() 
     );
     assert_eq!(proxy.running().stats().park_expired, 0);
 }
+
+/// A client that thinks longer than `park_idle_after` between requests: once it came back
+/// from the park after such a wait, its connection goes back to the park right after the
+/// response (no `park_idle_after` in a task first), re-armed in the park's epoll set
+/// (one-shot, `epoll_ctl(MOD)`). A request that then comes quickly is woken from there and
+/// served, and that connection waits `park_idle_after` in its task again.
+#[test]
+fn a_client_that_asks_seldom_goes_back_to_the_park_at_once() {
+    let origin = http_origin(|_| ok("ok"));
+    let idle = Duration::from_secs(1);
+    let global = "[global]\nworkers = 1\npark_idle_after = \"1s\"\n[timeouts]\nhttp_request = \"30s\"\nhttp_keep_alive = \"30s\"\n";
+    let proxy = Proxy::start(&http_config(global, origin.addr));
+    let mut c = TcpStream::connect(proxy.addr).unwrap();
+    let mut ask = |path: &str| {
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+            .unwrap();
+        let text = read_responses(&mut c, 1);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+        std::time::Instant::now()
+    };
+    let answered = ask("/1");
+    proxy.wait_for("parked after park_idle_after", |s| s.park_entered == 1);
+    assert!(answered.elapsed() >= idle, "parked before park_idle_after");
+    // Asked again after more than park_idle_after: a client that asks seldom.
+    let answered = ask("/2");
+    proxy.wait_for("parked again", |s| s.park_entered == 2 && s.park_resumed == 1);
+    let waited = answered.elapsed();
+    assert!(waited < idle, "parked {waited:?} after the response, not at once");
+    // Asked again at once: served from the park, then back to waiting in its task first.
+    let answered = ask("/3");
+    proxy.wait_for("parked a third time", |s| s.park_entered == 3 && s.park_resumed == 2);
+    let waited = answered.elapsed();
+    assert!(waited >= idle, "a quick client parked {waited:?} after its response");
+    let stats = proxy.running().stats();
+    assert_eq!(
+        (stats.sessions_active, stats.sessions_parked, stats.park_expired),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+    drop(c);
+    proxy.wait_for("counted out", |s| s.sessions_active == 0 && s.sessions_parked == 0);
+}

@@ -120,9 +120,11 @@ pub struct Global {
     pub park_idle_after: Duration,
 }
 
-/// `global.park_idle_after`'s default: long past a busy client's next request, short
-/// against the seconds a browser's idle connection waits.
-pub const DEFAULT_PARK_IDLE_AFTER: Duration = Duration::from_secs(1);
+/// `global.park_idle_after`'s default: long past a busy client's next request (a few
+/// milliseconds), short against the seconds a browser's idle connection waits. A park and
+/// its resume cost one `epoll_ctl` and a task (`ctx::park`), so a client asking every few
+/// hundred milliseconds loses little to it.
+pub const DEFAULT_PARK_IDLE_AFTER: Duration = Duration::from_millis(250);
 
 /// The control socket file's permissions (connecting needs write permission on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -59,6 +59,15 @@ const EVENTS_PER_WAIT: usize = 256;
 /// A park whose slab grew to this many entries frees it once the last one left.
 const SHRINK_EMPTY_AT: usize = 1024;
 
+/// The deadline heap is compacted once it holds this many more entries than twice the
+/// parked connections.
+const COMPACT_DEADLINES_OVER: usize = 64;
+
+/// How long after a connection parked the allocator is asked to give back what the tasks
+/// that left freed (`collect_at`): long enough for a wave of parks to come in, well
+/// inside the once-a-second memory tick.
+const COLLECT_AFTER_PARK: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// What a session needs to go on with an idle connection where it left off.
 pub(crate) struct IdleConn {
     pub socket: std::net::TcpStream,
@@ -93,6 +102,9 @@ pub(crate) struct ParkedAt {
     /// the first byte of a later one begun on the shelf), `http_keep_alive` after the last
     /// response for a later one.
     pub deadline: Instant,
+    /// The socket is in the park's epoll set already, disarmed (it woke once; one-shot):
+    /// the next park re-arms it with one `epoll_ctl(MOD)` instead of adding it.
+    pub watched: bool,
 }
 
 impl IdleConn {
@@ -185,13 +197,74 @@ struct Slot {
     generation: u32,
 }
 
+/// Slots per chunk of the slab.
+const SLOTS_PER_CHUNK: usize = 128;
+
+/// The parked connections' slots, in chunks of [`SLOTS_PER_CHUNK`] that are never moved:
+/// the slab grows by a chunk, never by a doubling `Vec`'s copy, which at a million parked
+/// connections would move 224 MB in the one park that crossed a power of two, stalling
+/// every connection of the worker meanwhile. A chunk's capacity is reserved once and
+/// filled as keys are handed out, so an entry's page is touched only once a connection
+/// uses it.
+#[derive(Default)]
+struct Slab {
+    chunks: Vec<Vec<Slot>>,
+    len: usize,
+}
+
+impl Slab {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, key: u32) -> Option<&Slot> {
+        let key = key as usize;
+        self.chunks.get(key / SLOTS_PER_CHUNK)?.get(key % SLOTS_PER_CHUNK)
+    }
+
+    fn get_mut(&mut self, key: u32) -> Option<&mut Slot> {
+        let key = key as usize;
+        self.chunks
+            .get_mut(key / SLOTS_PER_CHUNK)?
+            .get_mut(key % SLOTS_PER_CHUNK)
+    }
+
+    /// A new empty slot at the end; its key, or `None` past `u32` keys.
+    fn push(&mut self) -> Option<u32> {
+        let key = u32::try_from(self.len).ok()?;
+        if self.len.is_multiple_of(SLOTS_PER_CHUNK) {
+            self.chunks.push(Vec::with_capacity(SLOTS_PER_CHUNK));
+        }
+        self.chunks.last_mut()?.push(Slot {
+            parked: None,
+            generation: 0,
+        });
+        self.len += 1;
+        Some(key)
+    }
+
+    /// Every slot's key and generation.
+    fn generations(&self) -> Vec<(u32, u32)> {
+        self.chunks
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(k, s)| Some((u32::try_from(k).ok()?, s.generation)))
+            .collect()
+    }
+}
+
 pub(crate) struct Park {
     /// Created on the first park (inside the worker's runtime).
     epoll: RefCell<Option<Rc<AsyncFd<OwnedFd>>>>,
-    slots: RefCell<Vec<Slot>>,
+    slots: RefCell<Slab>,
     free: RefCell<Vec<u32>>,
     deadlines: RefCell<BinaryHeap<Reverse<(Instant, u32, u32)>>>,
-    /// Wakes `run` when a deadline earlier than the ones it waits for was added.
+    /// When `run` next asks the allocator to give back what parked tasks freed (set by the
+    /// first park after the last time it did).
+    collect_at: Cell<Option<Instant>>,
+    /// Wakes `run` when a deadline earlier than the ones it waits for was added, or a
+    /// collect was scheduled.
     rearm: Notify,
     closed: Cell<bool>,
     stats: Arc<WorkerStats>,
@@ -204,6 +277,7 @@ impl Park {
             slots: RefCell::default(),
             free: RefCell::default(),
             deadlines: RefCell::default(),
+            collect_at: Cell::new(None),
             rearm: Notify::new(),
             closed: Cell::new(false),
             stats,
@@ -225,7 +299,7 @@ impl Park {
     /// kernel refused the socket, so the caller serves it on. (Given back by value, not
     /// boxed: the refusal is rare and a box would be an allocation per park.)
     #[allow(clippy::result_large_err)]
-    pub(crate) fn park(&self, parked: Parked) -> Result<(), Parked> {
+    pub(crate) fn park(&self, mut parked: Parked) -> Result<(), Parked> {
         if self.closed.get() {
             return Err(parked);
         }
@@ -235,36 +309,41 @@ impl Park {
         let mut slots = self.slots.borrow_mut();
         let key = match self.free.borrow_mut().pop() {
             Some(k) => k,
-            None => match u32::try_from(slots.len()) {
-                Ok(k) => {
-                    slots.push(Slot {
-                        parked: None,
-                        generation: 0,
-                    });
-                    k
-                }
-                Err(_) => return Err(parked),
+            None => match slots.push() {
+                Some(k) => k,
+                None => return Err(parked),
             },
         };
-        let Some(slot) = slots.get_mut(key as usize) else {
+        let Some(slot) = slots.get_mut(key) else {
             return Err(parked);
         };
-        let data = epoll::EventData::new_u64(u64::from(key));
-        let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
-        if epoll::add(epoll.get_ref(), &parked.conn.socket, data, flags).is_err() {
+        let generation = slot.generation.wrapping_add(1);
+        if watch(epoll.get_ref(), &mut parked.conn, key, generation).is_err() {
             self.free.borrow_mut().push(key);
             return Err(parked);
         }
         let deadline = parked.conn.at.deadline;
-        slot.generation = slot.generation.wrapping_add(1);
-        let generation = slot.generation;
+        slot.generation = generation;
         slot.parked = Some(parked);
+        let live = slots.len() - self.free.borrow().len();
         drop(slots);
         let mut deadlines = self.deadlines.borrow_mut();
         let earliest = deadlines.peek().is_none_or(|Reverse((at, _, _))| deadline < *at);
         deadlines.push(Reverse((deadline, key, generation)));
+        if deadlines.len() > 2 * live + COMPACT_DEADLINES_OVER {
+            // Connections that left keep their entries until they reach the top: a
+            // connection parked after every request (a slow client's) would leave one per
+            // request for as long as its keep-alive timeout. Dropping those that name a
+            // slot that left keeps the heap at most about twice the parked count.
+            let slots = self.slots.borrow();
+            deadlines.retain(|Reverse((_, k, g))| is_live(&slots, *k, *g));
+        }
         drop(deadlines);
-        if earliest {
+        let collect = self.collect_at.get().is_none();
+        if collect {
+            self.collect_at.set(Some(Instant::now() + COLLECT_AFTER_PARK));
+        }
+        if earliest || collect {
             self.rearm.notify_one();
         }
         self.stats.sessions_parked.add(1);
@@ -272,23 +351,35 @@ impl Park {
         Ok(())
     }
 
-    /// Takes the connection under `key` out of the park (and out of its epoll set). The
-    /// last one out of a park that had grown (a flood) gives the slab's memory back.
-    fn take(&self, key: u32) -> Option<Parked> {
+    /// Takes the connection under `key` out of the park if it is still the one parked there
+    /// as `generation`. `Woke`: its one-shot event came, so the epoll set has it disarmed
+    /// and keeps it for its next park; `Leaves`: it is taken out of the set. The last one
+    /// out of a park that had grown (a flood) gives the slab's memory back.
+    fn take(&self, key: u32, generation: u32, why: Taken) -> Option<Parked> {
         let mut slots = self.slots.borrow_mut();
-        let parked = slots.get_mut(key as usize)?.parked.take()?;
+        let slot = slots.get_mut(key)?;
+        if slot.generation != generation {
+            return None;
+        }
+        let mut parked = slot.parked.take()?;
         let mut free = self.free.borrow_mut();
         free.push(key);
         if free.len() == slots.len() && slots.len() >= SHRINK_EMPTY_AT {
             // Every heap entry names a slot that left: none can match once keys restart.
-            *slots = Vec::new();
+            *slots = Slab::default();
             *free = Vec::new();
             *self.deadlines.borrow_mut() = BinaryHeap::new();
         }
         drop((slots, free));
-        if let Some(e) = self.epoll.borrow().as_ref() {
-            // Fails only if the socket is gone, which it is not (we own it).
-            let _ = epoll::delete(e.get_ref(), &parked.conn.socket);
+        match why {
+            Taken::Woke => parked.conn.at.watched = true,
+            Taken::Leaves => {
+                if let Some(e) = self.epoll.borrow().as_ref() {
+                    // Fails only if the socket is gone, which it is not (we own it).
+                    let _ = epoll::delete(e.get_ref(), &parked.conn.socket);
+                }
+                parked.conn.at.watched = false;
+            }
         }
         self.stats.sessions_parked.sub(1);
         Some(parked)
@@ -299,10 +390,7 @@ impl Park {
         let slots = self.slots.borrow();
         let mut deadlines = self.deadlines.borrow_mut();
         while let Some(Reverse((at, key, generation))) = deadlines.peek().copied() {
-            let live = slots
-                .get(key as usize)
-                .is_some_and(|s| s.generation == generation && s.parked.is_some());
-            if live {
+            if is_live(&slots, key, generation) {
                 return Some(at);
             }
             deadlines.pop();
@@ -318,12 +406,7 @@ impl Park {
             match top {
                 Some(Reverse((at, key, generation))) if at <= now => {
                     self.deadlines.borrow_mut().pop();
-                    let live = self
-                        .slots
-                        .borrow()
-                        .get(key as usize)
-                        .is_some_and(|s| s.generation == generation);
-                    if live && let Some(p) = self.take(key) {
+                    if let Some(p) = self.take(key, generation, Taken::Leaves) {
                         out.push(p);
                     }
                 }
@@ -346,6 +429,7 @@ impl Park {
         loop {
             let epoll = self.epoll.borrow().as_ref().map(Rc::clone);
             let deadline = self.next_deadline();
+            let collect_at = self.collect_at.get();
             let rearm = self.rearm.notified();
             let readable = async {
                 match &epoll {
@@ -367,8 +451,8 @@ impl Park {
                             Err(_) => 0,
                         };
                         for ev in events.drain(..) {
-                            let key = ev.data.u64();
-                            if let Some(p) = u32::try_from(key).ok().and_then(|k| self.take(k)) {
+                            let (key, generation) = unpack(ev.data.u64());
+                            if let Some(p) = self.take(key, generation, Taken::Woke) {
                                 self.stats.park_resumed.add(1);
                                 resume(p);
                             }
@@ -390,19 +474,73 @@ impl Park {
                         }
                     }
                 }
+                () = until(collect_at) => {
+                    // The tasks of the connections that parked since freed their futures
+                    // and buffers; a worker that goes quiet now (every client idle) would
+                    // keep those pages until its next memory tick, up to a second on.
+                    self.collect_at.set(None);
+                    tollgate_sys::allocator::collect();
+                }
                 () = rearm => {}
             }
         }
         self.closed.set(true);
-        let keys: Vec<u32> = (0..self.slots.borrow().len())
-            .filter_map(|k| u32::try_from(k).ok())
-            .collect();
-        for key in keys {
-            if let Some(p) = self.take(key) {
+        let keys = self.slots.borrow().generations();
+        for (key, generation) in keys {
+            if let Some(p) = self.take(key, generation, Taken::Leaves) {
                 resume(p);
             }
         }
     }
+}
+
+/// Why a connection leaves the park.
+#[derive(Clone, Copy)]
+enum Taken {
+    /// Its socket's one-shot event came (readable, closed, an error).
+    Woke,
+    /// A deadline, or the worker's stop.
+    Leaves,
+}
+
+/// Whether `key` still holds the connection parked there as `generation`.
+fn is_live(slots: &Slab, key: u32, generation: u32) -> bool {
+    slots
+        .get(key)
+        .is_some_and(|s| s.generation == generation && s.parked.is_some())
+}
+
+/// An epoll event's data: the slot and the generation of the connection parked in it, so
+/// that an event of a connection that left (its slot taken by another) is recognised.
+fn pack(key: u32, generation: u32) -> u64 {
+    u64::from(generation) << 32 | u64::from(key)
+}
+
+fn unpack(data: u64) -> (u32, u32) {
+    // Both halves fit by construction (`pack`).
+    ((data & u64::from(u32::MAX)) as u32, (data >> 32) as u32)
+}
+
+/// Arms the park's epoll for `conn`'s socket, one-shot: the first event disarms it, so a
+/// connection that woke leaves the set as it is, with no `epoll_ctl` (`Taken::Woke`), and
+/// its next park re-arms it with one. A socket the set does not have (never parked, or
+/// taken out) is added; the kernel's answer corrects a wrong guess either way.
+fn watch(epoll: &OwnedFd, conn: &mut IdleConn, key: u32, generation: u32) -> io::Result<()> {
+    let data = epoll::EventData::new_u64(pack(key, generation));
+    let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP | epoll::EventFlags::ONESHOT;
+    let socket = &conn.socket;
+    let first = if conn.at.watched {
+        epoll::modify(epoll, socket, data, flags)
+    } else {
+        epoll::add(epoll, socket, data, flags)
+    };
+    let done = match first {
+        Err(rustix::io::Errno::NOENT) => epoll::add(epoll, socket, data, flags),
+        Err(rustix::io::Errno::EXIST) => epoll::modify(epoll, socket, data, flags),
+        other => other,
+    };
+    conn.at.watched = done.is_ok();
+    Ok(done?)
 }
 
 /// Completes when `deadline` passes; never without one.

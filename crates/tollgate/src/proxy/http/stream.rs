@@ -129,6 +129,13 @@ pub(super) struct Session<'a, C> {
     may_park: bool,
     /// The end of the first wait of a session resumed from the park (its deadline there).
     resume_deadline: Option<Instant>,
+    /// The park's epoll set has the socket already (`ParkedAt::watched`).
+    watched: bool,
+    /// Resumed after a wait between requests longer than `park_idle_after`: a client
+    /// that thinks that long between requests, so after this response the connection
+    /// goes straight back to the park, without a read that would find nothing nor a
+    /// reactor registration, instead of waiting `park_idle_after` in its task first.
+    park_at_once: bool,
 }
 
 impl<'a, C: ClientStream> Session<'a, C> {
@@ -167,6 +174,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
             cert_lines,
             may_park: C::PARKS,
             resume_deadline: None,
+            watched: false,
+            park_at_once: false,
         })
     }
 
@@ -175,10 +184,16 @@ impl<'a, C: ClientStream> Session<'a, C> {
     pub(super) fn resumed(ctx: &'a Rc<WorkerCtx>, at: ParkedAt, shelf: Box<[u8]>, client: C) -> Option<Self> {
         let mut session = Session::new(ctx, at.frontend, client, at.peer)?;
         session.served = at.served;
-        session.accepted = at.accepted;
         session.stream_began = at.stream_began;
         session.may_park = at.may_park;
         session.resume_deadline = Some(at.deadline);
+        session.watched = at.watched;
+        // Measured from the end of the last response (`stream_began`): how long the client
+        // took to ask again, whatever part of it the connection spent parked.
+        session.park_at_once = at.served > 0
+            && shelf.is_empty()
+            && session.accepted.saturating_duration_since(at.stream_began) >= ctx.shared.config.global.park_idle_after;
+        session.accepted = at.accepted;
         session.front = Inbound::shelved(shelf);
         Some(session)
     }
@@ -250,6 +265,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             accepted: self.accepted,
             stream_began: self.stream_began,
             deadline,
+            watched: self.watched,
         };
         let shelf = self.front.into_shelf();
         let parked = self.client.into_inner().into_parked()?;
@@ -319,7 +335,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
         // that no later wait of the session inherits it.
         let resumed = self.resume_deadline.take();
         let begun = resumed.filter(|_| !self.front.is_empty());
-        if self.front.is_empty() {
+        // After the first response of a session resumed from the park, for a client that
+        // asks seldom (`park_at_once`): straight back to the park, whose epoll reports at
+        // once what may already be there.
+        let at_once = resumed.is_none() && std::mem::take(&mut self.park_at_once);
+        if self.front.is_empty() && !at_once {
             // What is already there needs no timer (nor a clock read) to be taken.
             match self.client.read_now(&mut self.front, &self.ctx.buffers) {
                 Ok(Some(true)) => return Ok(HeadOutcome::Closed),
@@ -335,7 +355,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     Instant::now() + timeouts.http_keep_alive
                 }
             });
-            match self.wait_for_request(expires).await {
+            match self.wait_for_request(expires, at_once).await {
                 Waited::TimedOut if first => return Ok(HeadOutcome::Refuse(request_timeout())),
                 Waited::TimedOut => return Ok(HeadOutcome::Closed),
                 Waited::Park => return Ok(HeadOutcome::Park(expires)),
@@ -417,11 +437,14 @@ impl<'a, C: ClientStream> Session<'a, C> {
     }
 
     /// Waits for the first byte of a request until `expires`; after `global.park_idle_after`
-    /// of nothing, a connection that may park says so instead (one timer per wait), unless
-    /// it cannot leave its task now (its TLS layer holds what the park's epoll would not
-    /// see): then it waits on here.
-    async fn wait_for_request(&mut self, expires: Instant) -> Waited {
+    /// of nothing (at once with `at_once`), a connection that may park says so instead (one
+    /// timer per wait), unless it cannot leave its task now (its TLS layer holds what the
+    /// park's epoll would not see): then it waits on here.
+    async fn wait_for_request(&mut self, expires: Instant, at_once: bool) -> Waited {
         let mut park_at = self.park_at(expires);
+        if at_once && park_at.is_some() && self.front.is_empty() && self.client.can_park() {
+            return Waited::Park;
+        }
         // At most two rounds: the park's time, then the deadline. The wait is made again
         // for the second: it is cancel-safe (a TLS read that found half a record left it in
         // the TLS layer; a pooled buffer it took stays in `front`).
