@@ -190,9 +190,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
         session.watched = at.watched;
         // Measured from the end of the last response (`stream_began`): how long the client
         // took to ask again, whatever part of it the connection spent parked.
-        session.park_at_once = at.served > 0
-            && shelf.is_empty()
-            && session.accepted.saturating_duration_since(at.stream_began) >= ctx.shared.config.global.park_idle_after;
+        let asked_after = Instant::now().saturating_duration_since(at.stream_began);
+        session.park_at_once =
+            at.served > 0 && shelf.is_empty() && asked_after >= ctx.shared.config.global.park_idle_after;
         session.accepted = at.accepted;
         session.front = Inbound::shelved(shelf);
         Some(session)
