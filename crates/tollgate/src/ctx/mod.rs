@@ -24,6 +24,7 @@
 //! context is plain state plus the few methods sessions need, built once per thread.
 
 pub(crate) mod backends;
+pub(crate) mod chunked;
 pub(crate) mod errors;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;

@@ -33,8 +33,6 @@
 //! refuses new ones.
 
 use std::cell::{Cell, RefCell};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
@@ -46,6 +44,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::chunked::{Chunked, ChunkedHeap};
 use super::origin::Origin;
 use super::sessions::{Opened, Registered, SessionEntry};
 use super::stat::OpenSession;
@@ -197,57 +196,41 @@ struct Slot {
     generation: u32,
 }
 
-/// Slots per chunk of the slab.
-const SLOTS_PER_CHUNK: usize = 128;
-
-/// The parked connections' slots, in chunks of [`SLOTS_PER_CHUNK`] that are never moved:
-/// the slab grows by a chunk, never by a doubling `Vec`'s copy, which at a million parked
-/// connections would move 224 MB in the one park that crossed a power of two, stalling
-/// every connection of the worker meanwhile. A chunk's capacity is reserved once and
-/// filled as keys are handed out, so an entry's page is touched only once a connection
-/// uses it.
+/// The parked connections' slots, in chunks that never move ([`Chunked`]): at a million
+/// parked connections a doubling `Vec` would move 224 MB in the one park that crossed a
+/// power of two.
 #[derive(Default)]
 struct Slab {
-    chunks: Vec<Vec<Slot>>,
-    len: usize,
+    slots: Chunked<Slot>,
 }
 
 impl Slab {
     fn len(&self) -> usize {
-        self.len
+        self.slots.len()
     }
 
     fn get(&self, key: u32) -> Option<&Slot> {
-        let key = key as usize;
-        self.chunks.get(key / SLOTS_PER_CHUNK)?.get(key % SLOTS_PER_CHUNK)
+        self.slots.get(key as usize)
     }
 
     fn get_mut(&mut self, key: u32) -> Option<&mut Slot> {
-        let key = key as usize;
-        self.chunks
-            .get_mut(key / SLOTS_PER_CHUNK)?
-            .get_mut(key % SLOTS_PER_CHUNK)
+        self.slots.get_mut(key as usize)
     }
 
     /// A new empty slot at the end; its key, or `None` past `u32` keys.
     fn push(&mut self) -> Option<u32> {
-        let key = u32::try_from(self.len).ok()?;
-        if self.len.is_multiple_of(SLOTS_PER_CHUNK) {
-            self.chunks.push(Vec::with_capacity(SLOTS_PER_CHUNK));
-        }
-        self.chunks.last_mut()?.push(Slot {
+        let key = u32::try_from(self.slots.len()).ok()?;
+        self.slots.push(Slot {
             parked: None,
             generation: 0,
         });
-        self.len += 1;
         Some(key)
     }
 
     /// Every slot's key and generation.
     fn generations(&self) -> Vec<(u32, u32)> {
-        self.chunks
+        self.slots
             .iter()
-            .flatten()
             .enumerate()
             .filter_map(|(k, s)| Some((u32::try_from(k).ok()?, s.generation)))
             .collect()
@@ -259,7 +242,9 @@ pub(crate) struct Park {
     epoll: RefCell<Option<Rc<AsyncFd<OwnedFd>>>>,
     slots: RefCell<Slab>,
     free: RefCell<Vec<u32>>,
-    deadlines: RefCell<BinaryHeap<Reverse<(Instant, u32, u32)>>>,
+    /// (deadline, key, generation), the earliest on top; in chunks that never move (a
+    /// `BinaryHeap`'s doubling left its old copies' pages resident: `ctx::chunked`).
+    deadlines: RefCell<ChunkedHeap<(Instant, u32, u32)>>,
     /// When `run` next asks the allocator to give back what parked tasks freed (set by the
     /// first park after the last time it did).
     collect_at: Cell<Option<Instant>>,
@@ -328,15 +313,15 @@ impl Park {
         let live = slots.len() - self.free.borrow().len();
         drop(slots);
         let mut deadlines = self.deadlines.borrow_mut();
-        let earliest = deadlines.peek().is_none_or(|Reverse((at, _, _))| deadline < *at);
-        deadlines.push(Reverse((deadline, key, generation)));
+        let earliest = deadlines.peek().is_none_or(|(at, _, _)| deadline < at);
+        deadlines.push((deadline, key, generation));
         if deadlines.len() > 2 * live + COMPACT_DEADLINES_OVER {
             // Connections that left keep their entries until they reach the top: a
             // connection parked after every request (a slow client's) would leave one per
             // request for as long as its keep-alive timeout. Dropping those that name a
             // slot that left keeps the heap at most about twice the parked count.
             let slots = self.slots.borrow();
-            deadlines.retain(|Reverse((_, k, g))| is_live(&slots, *k, *g));
+            deadlines.retain(|&(_, k, g)| is_live(&slots, k, g));
         }
         drop(deadlines);
         let collect = self.collect_at.get().is_none();
@@ -368,7 +353,7 @@ impl Park {
             // Every heap entry names a slot that left: none can match once keys restart.
             *slots = Slab::default();
             *free = Vec::new();
-            *self.deadlines.borrow_mut() = BinaryHeap::new();
+            self.deadlines.borrow_mut().clear();
         }
         drop((slots, free));
         match why {
@@ -389,7 +374,7 @@ impl Park {
     fn next_deadline(&self) -> Option<Instant> {
         let slots = self.slots.borrow();
         let mut deadlines = self.deadlines.borrow_mut();
-        while let Some(Reverse((at, key, generation))) = deadlines.peek().copied() {
+        while let Some((at, key, generation)) = deadlines.peek() {
             if is_live(&slots, key, generation) {
                 return Some(at);
             }
@@ -402,9 +387,9 @@ impl Park {
     fn expired(&self, now: Instant) -> Vec<Parked> {
         let mut out = Vec::new();
         loop {
-            let top = self.deadlines.borrow().peek().copied();
+            let top = self.deadlines.borrow().peek();
             match top {
-                Some(Reverse((at, key, generation))) if at <= now => {
+                Some((at, key, generation)) if at <= now => {
                     self.deadlines.borrow_mut().pop();
                     if let Some(p) = self.take(key, generation, Taken::Leaves) {
                         out.push(p);
