@@ -7,18 +7,30 @@
 //! parked HTTP/1.1 connections (docs/benchmarks.md, 2026-12-04 later): the park's deadline
 //! heap as a `BinaryHeap` left the worker at 735 B of RSS per connection, the same heap with
 //! its capacity reserved up front at 491; the allocator kept the pages of the abandoned
-//! copies resident. A chunk here is allocated once, at its capacity, and filled in place, so
-//! a page is touched only when an element is written to it, and nothing is ever copied to
-//! grow. A stall goes too: at a million entries a doubling moves tens of MB in one push.
+//! copies resident. A chunk here is allocated once, at its capacity (256 KiB), and filled
+//! in place, so a page is touched only when an element is written to it, and nothing is
+//! ever copied to grow. A stall goes too: at a million entries a doubling moves tens of MB in one push.
 //!
 //! Invariants: every chunk but the last is full; chunks are dropped only with the whole
 //! container (`clear`), so a container that shrinks keeps its chunks for the next growth, as
 //! a `Vec` keeps its capacity.
 
-/// Elements per chunk.
-const CHUNK: usize = 128;
+/// Bytes per chunk: large enough that the allocator gives each chunk pages of its own
+/// (no short-lived object of the same size class shares them and keeps them resident once
+/// it is gone), and a chunk's tail is only address space until elements are written there.
+const CHUNK_BYTES: usize = 256 << 10;
 
-/// A vector in chunks of [`CHUNK`] elements that never move.
+/// Elements of `T` per chunk.
+const fn per_chunk<T>() -> usize {
+    let size = size_of::<T>();
+    if size == 0 || size >= CHUNK_BYTES {
+        1
+    } else {
+        CHUNK_BYTES / size
+    }
+}
+
+/// A vector in chunks of [`CHUNK_BYTES`] that never move.
 pub(crate) struct Chunked<T> {
     chunks: Vec<Vec<T>>,
     len: usize,
@@ -38,20 +50,22 @@ impl<T> Chunked<T> {
         self.len
     }
 
+    const PER_CHUNK: usize = per_chunk::<T>();
+
     pub(crate) fn get(&self, i: usize) -> Option<&T> {
-        self.chunks.get(i / CHUNK)?.get(i % CHUNK)
+        self.chunks.get(i / Self::PER_CHUNK)?.get(i % Self::PER_CHUNK)
     }
 
     pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)
+        self.chunks.get_mut(i / Self::PER_CHUNK)?.get_mut(i % Self::PER_CHUNK)
     }
 
     /// Appends `value`; its index.
     pub(crate) fn push(&mut self, value: T) -> usize {
         let i = self.len;
-        let c = i / CHUNK;
+        let c = i / Self::PER_CHUNK;
         if c == self.chunks.len() {
-            self.chunks.push(Vec::with_capacity(CHUNK));
+            self.chunks.push(Vec::with_capacity(Self::PER_CHUNK));
         }
         if let Some(chunk) = self.chunks.get_mut(c) {
             chunk.push(value);
@@ -63,13 +77,22 @@ impl<T> Chunked<T> {
     /// Removes the last element (its chunk stays for the next push).
     pub(crate) fn pop(&mut self) -> Option<T> {
         let i = self.len.checked_sub(1)?;
-        let value = self.chunks.get_mut(i / CHUNK)?.pop()?;
+        let value = self.chunks.get_mut(i / Self::PER_CHUNK)?.pop()?;
         self.len = i;
         Some(value)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flatten()
+    }
+
+    /// Keeps the first `len` elements, and of the chunks past them one spare: a container
+    /// that was compacted gives back what it no longer needs.
+    fn truncate(&mut self, len: usize) {
+        while self.len > len {
+            self.pop();
+        }
+        self.chunks.truncate(len.div_ceil(Self::PER_CHUNK) + 1);
     }
 
     /// Drops every element and every chunk.
@@ -128,13 +151,21 @@ impl<T: Copy + Ord> ChunkedHeap<T> {
         top
     }
 
-    /// Keeps the elements `keep` says, in a rebuilt heap of their number (O(n)).
+    /// Keeps the elements `keep` says, moved down in place (no new chunk), and rebuilds the
+    /// heap over them (O(n)); the chunks no longer needed go.
     pub(crate) fn retain(&mut self, keep: impl Fn(&T) -> bool) {
-        let mut kept = Chunked::default();
-        for v in self.items.iter().filter(|v| keep(v)) {
-            kept.push(*v);
+        let mut kept = 0;
+        for i in 0..self.items.len() {
+            if let Some(&v) = self.items.get(i)
+                && keep(&v)
+            {
+                if let Some(slot) = self.items.get_mut(kept) {
+                    *slot = v;
+                }
+                kept += 1;
+            }
         }
-        self.items = kept;
+        self.items.truncate(kept);
         for i in (0..self.items.len() / 2).rev() {
             self.sift_down(i);
         }
@@ -182,28 +213,39 @@ impl<T: Copy + Ord> ChunkedHeap<T> {
 mod tests {
     use super::*;
 
+    /// 4 KiB elements: 64 to a chunk, so that a few hundred cross chunks.
+    type Big = [u64; 512];
+    const PER: usize = per_chunk::<Big>();
+
+    fn big(v: u64) -> Big {
+        let mut b = [0; 512];
+        b[0] = v;
+        b
+    }
+
     #[test]
     fn a_chunked_vector_keeps_its_elements_across_chunks() {
+        assert_eq!(PER, 64);
         let mut v = Chunked::default();
-        for i in 0..(3 * CHUNK + 5) {
-            assert_eq!(v.push(i), i);
+        for i in 0..(3 * PER + 5) {
+            assert_eq!(v.push(big(i as u64)), i);
         }
-        assert_eq!(v.len(), 3 * CHUNK + 5);
-        assert_eq!(v.get(CHUNK), Some(&CHUNK));
-        assert_eq!(v.get(3 * CHUNK + 5), None);
-        *v.get_mut(7).unwrap() = 700;
-        assert_eq!(v.iter().copied().nth(7), Some(700));
-        for i in (CHUNK..3 * CHUNK + 5).rev() {
-            assert_eq!(v.pop(), Some(i));
+        assert_eq!(v.len(), 3 * PER + 5);
+        assert_eq!(v.get(PER).map(|b| b[0]), Some(PER as u64));
+        assert!(v.get(3 * PER + 5).is_none());
+        v.get_mut(7).unwrap()[0] = 700;
+        assert_eq!(v.iter().nth(7).map(|b| b[0]), Some(700));
+        for i in (PER..3 * PER + 5).rev() {
+            assert_eq!(v.pop().map(|b| b[0]), Some(i as u64));
         }
-        assert_eq!(v.len(), CHUNK);
+        assert_eq!(v.len(), PER);
         // Its chunks stay: growing again allocates none.
         let chunks = v.chunks.len();
-        v.push(1);
+        v.push(big(1));
         assert_eq!(v.chunks.len(), chunks);
         v.clear();
         assert!(v.len() == 0 && v.chunks.is_empty());
-        assert_eq!(v.pop(), None);
+        assert!(v.pop().is_none());
     }
 
     #[test]
@@ -217,23 +259,23 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let v = x % 300;
-            h.push(v);
+            h.push(big(v));
             all.push(v);
         }
         all.sort_unstable();
-        assert_eq!(h.peek(), all.first().copied());
+        assert_eq!(h.peek().map(|b| b[0]), all.first().copied());
         // Half out, half in again, then everything out in order.
         let mut out = Vec::new();
         for _ in 0..500 {
-            out.push(h.pop().unwrap());
+            out.push(h.pop().unwrap()[0]);
         }
         assert_eq!(out, all[..500]);
         for v in &out {
-            h.push(*v);
+            h.push(big(*v));
         }
         let mut drained = Vec::new();
-        while let Some(v) = h.pop() {
-            drained.push(v);
+        while let Some(b) = h.pop() {
+            drained.push(b[0]);
         }
         assert_eq!(drained, all);
         assert_eq!(h.len(), 0);
@@ -242,17 +284,20 @@ mod tests {
     #[test]
     fn retain_keeps_a_valid_heap_of_what_it_kept() {
         let mut h = ChunkedHeap::default();
-        for v in (0..700u32).rev() {
-            h.push(v);
+        for v in (0..700u64).rev() {
+            h.push(big(v));
         }
-        h.retain(|v| v % 3 == 0);
+        let chunks = h.items.chunks.len();
+        h.retain(|b| b[0] % 3 == 0);
         assert_eq!(h.len(), 234);
+        // 700 elements took 11 chunks; 234 need 4, and one spare stays.
+        assert_eq!((chunks, h.items.chunks.len()), (11, 5));
         let mut drained = Vec::new();
-        while let Some(v) = h.pop() {
-            drained.push(v);
+        while let Some(b) = h.pop() {
+            drained.push(b[0]);
         }
         assert_eq!(drained, (0..700).filter(|v| v % 3 == 0).collect::<Vec<_>>());
         h.clear();
-        assert_eq!(h.peek(), None);
+        assert!(h.peek().is_none());
     }
 }

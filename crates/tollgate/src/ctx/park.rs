@@ -58,7 +58,7 @@ const EVENTS_PER_WAIT: usize = 256;
 /// A park whose slab grew to this many entries frees it once the last one left.
 const SHRINK_EMPTY_AT: usize = 1024;
 
-/// The deadline heap is compacted once it holds this many more entries than twice the
+/// The deadline heap is compacted once it holds this many more entries than 1.25 times the
 /// parked connections.
 const COMPACT_DEADLINES_OVER: usize = 64;
 
@@ -315,11 +315,13 @@ impl Park {
         let mut deadlines = self.deadlines.borrow_mut();
         let earliest = deadlines.peek().is_none_or(|(at, _, _)| deadline < at);
         deadlines.push((deadline, key, generation));
-        if deadlines.len() > 2 * live + COMPACT_DEADLINES_OVER {
+        if deadlines.len() > live + live / 4 + COMPACT_DEADLINES_OVER {
             // Connections that left keep their entries until they reach the top: a
             // connection parked after every request (a slow client's) would leave one per
-            // request for as long as its keep-alive timeout. Dropping those that name a
-            // slot that left keeps the heap at most about twice the parked count.
+            // request for as long as its keep-alive timeout, and one parked before its first
+            // request and after it, two. Dropping those that name a slot that left keeps
+            // the heap at most about 1.25 times the parked count (O(n) once every n/4
+            // parks).
             let slots = self.slots.borrow();
             deadlines.retain(|&(_, k, g)| is_live(&slots, k, g));
         }
