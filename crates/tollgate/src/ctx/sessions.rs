@@ -108,6 +108,11 @@ impl SessionEntry {
         self.frontend.get()
     }
 
+    /// The client's address (what a trusted PROXY protocol header said, once it did).
+    pub(crate) fn client(&self) -> SocketAddr {
+        self.client.get()
+    }
+
     /// The client is at `addr` (what a trusted PROXY protocol header said).
     pub(crate) fn set_client(&self, addr: SocketAddr) {
         self.client.set(addr);

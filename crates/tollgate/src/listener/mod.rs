@@ -251,8 +251,9 @@ pub(crate) fn resume_session(ctx: &Rc<WorkerCtx>, parked: Parked) {
     let session_ctx = Rc::clone(ctx);
     spawn_counted(ctx, async move {
         let ctx = session_ctx;
+        let opening = parked.guards.opening();
         let guards = parked.guards.resume(&ctx);
-        let serve = crate::proxy::resume(&ctx, parked.conn);
+        let serve = crate::proxy::resume(&ctx, opening, parked.conn);
         let idle = sessions::scope(guards.entry(), serve).await;
         park_or_close(&ctx, idle, guards);
     });

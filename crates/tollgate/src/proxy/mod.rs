@@ -20,7 +20,7 @@ use std::rc::Rc;
 
 use crate::config::Config;
 use crate::ctx::WorkerCtx;
-use crate::ctx::park::IdleConn;
+use crate::ctx::park::{IdleConn, Opening};
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
@@ -135,12 +135,12 @@ pub(crate) async fn serve<M: SessionMode>(
 }
 
 /// Serves on a connection the park handed back, where its session left off.
-pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Option<IdleConn> {
-    let fe = ctx.shared.config.frontends.get(conn.at.frontend)?;
-    let peer = conn.at.peer;
+pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, opening: Opening, conn: IdleConn) -> Option<IdleConn> {
+    let fe = ctx.shared.config.frontends.get(opening.frontend)?;
+    let peer = opening.peer;
     let result = match conn.origin.clone() {
-        Some(origin) => crate::ctx::origin::scope(origin, http::resume(ctx, conn)).await,
-        None => http::resume(ctx, conn).await,
+        Some(origin) => crate::ctx::origin::scope(origin, http::resume(ctx, opening, conn)).await,
+        None => http::resume(ctx, opening, conn).await,
     };
     match result {
         Ok(idle) => idle,

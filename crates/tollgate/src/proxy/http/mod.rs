@@ -31,7 +31,7 @@ use futures_util::FutureExt as _;
 
 use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
-use crate::ctx::park::{IdleConn, ParkedAt};
+use crate::ctx::park::{IdleConn, Opening, ParkedAt};
 use crate::error::{Error, Side};
 use crate::relay::lazy::LazySocket;
 
@@ -53,13 +53,22 @@ pub(crate) async fn serve(
 }
 
 /// Serves on a connection the park handed back, where its session left off.
-pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Result<Option<IdleConn>, Error> {
+pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, opening: Opening, conn: IdleConn) -> Result<Option<IdleConn>, Error> {
     let IdleConn {
         socket, tls, shelf, at, ..
     } = conn;
     match tls {
-        Some(tls) => resume_tls(ctx, at, shelf, socket, tls).await,
-        None => run(stream::Session::resumed(ctx, at, shelf, LazySocket::new(socket))).await,
+        Some(tls) => resume_tls(ctx, opening, at, shelf, socket, tls).await,
+        None => {
+            run(stream::Session::resumed(
+                ctx,
+                opening,
+                at,
+                shelf,
+                LazySocket::new(socket),
+            ))
+            .await
+        }
     }
 }
 
@@ -68,6 +77,7 @@ pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, conn: IdleConn) -> Result<Option
 /// `serve_tls`.
 fn resume_tls<'a>(
     ctx: &'a Rc<WorkerCtx>,
+    opening: Opening,
     at: ParkedAt,
     shelf: Box<[u8]>,
     socket: std::net::TcpStream,
@@ -78,7 +88,7 @@ fn resume_tls<'a>(
             .shared
             .config
             .frontends
-            .get(at.frontend)
+            .get(opening.frontend)
             .and_then(|f| f.tls.as_ref())
         else {
             return Ok(None);
@@ -87,7 +97,7 @@ fn resume_tls<'a>(
         let client = crate::tls::terminate::resume(frontend_tls, socket, *tls)
             .await
             .map_err(|e| Error::io(Side::Front, "resume TLS", e))?;
-        run(stream::Session::resumed(ctx, at, shelf, client)).await
+        run(stream::Session::resumed(ctx, opening, at, shelf, client)).await
     })
 }
 

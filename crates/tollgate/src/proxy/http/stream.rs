@@ -18,7 +18,7 @@ use super::route::{self, Decision};
 use crate::config::model::{ForwardTarget, Forwarded, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::ctx::errors::{Direction, Refused};
-use crate::ctx::park::{IdleConn, ParkedAt};
+use crate::ctx::park::{IdleConn, Opening, ParkedAt};
 use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
 use crate::http::h1::{
@@ -181,8 +181,14 @@ impl<'a, C: ClientStream> Session<'a, C> {
 
     /// A session for a connection the park handed back (`client` rebuilt from what it
     /// kept), where the parked one left off.
-    pub(super) fn resumed(ctx: &'a Rc<WorkerCtx>, at: ParkedAt, shelf: Box<[u8]>, client: C) -> Option<Self> {
-        let mut session = Session::new(ctx, at.frontend, client, at.peer)?;
+    pub(super) fn resumed(
+        ctx: &'a Rc<WorkerCtx>,
+        opening: Opening,
+        at: ParkedAt,
+        shelf: Box<[u8]>,
+        client: C,
+    ) -> Option<Self> {
+        let mut session = Session::new(ctx, opening.frontend, client, opening.peer)?;
         session.served = at.served;
         session.stream_began = at.stream_began;
         session.may_park = at.may_park;
@@ -258,8 +264,6 @@ impl<'a, C: ClientStream> Session<'a, C> {
     /// rest freed. `None` if the socket cannot leave the reactor (then it is closed).
     fn into_idle(self, deadline: Instant) -> Option<IdleConn> {
         let at = ParkedAt {
-            frontend: self.frontend,
-            peer: self.peer,
             may_park: true,
             served: self.served,
             accepted: self.accepted,
