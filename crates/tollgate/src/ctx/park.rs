@@ -4,7 +4,7 @@
 //! `global.park_idle_after` for its next request, its first, or the rest of a head it began,
 //! leaves its session task: the task ends, its future, its reactor registration, its head
 //! scratch and response buffer are freed, and what is left ([`IdleConn`] and
-//! [`ParkedGuards`], about 200 bytes in a slab, plus a begun head's bytes on their
+//! [`ParkedGuards`], 160 bytes in a slab, plus a begun head's bytes on their
 //! right-sized shelf, plus over TLS the boxed rustls connection, about 6.4 KB with its
 //! buffers) waits here. One epoll instance of
 //! the park's own, registered with the worker's reactor as one descriptor, watches every
@@ -20,7 +20,9 @@
 //! connections would hold gigabytes that no budget counts. Parked, a connection holds its
 //! socket (kernel memory) and this slab entry. A connection is parked only after the grace
 //! time, so a busy keep-alive client (the next request within milliseconds) never pays the
-//! three epoll_ctl calls a park and a resume cost.
+//! three epoll_ctl calls a first park costs (out of tokio's reactor, into the park's set);
+//! a client that asks seldom, parked at once after each response (`proxy::http::stream`),
+//! pays one: the re-arming of its one-shot registration.
 //!
 //! Invariants: only the owning worker thread touches the park (it is `!Send`); a slab entry
 //! is in the epoll set exactly while it is in the slab (added on park, deleted on resume;
