@@ -185,6 +185,9 @@ fn a_connection_parked_before_its_first_request_then_gets_the_keep_alive_time() 
 fn a_client_that_asks_seldom_goes_back_to_the_park_at_once() {
     let origin = http_origin(|_| ok("ok"));
     let idle = Duration::from_secs(1);
+    // The proxy's timer starts at its write of the response, a moment before the client has
+    // read it: waits are judged against half of park_idle_after, not all of it.
+    let half = idle / 2;
     let global = "[global]\nworkers = 1\npark_idle_after = \"1s\"\n[timeouts]\nhttp_request = \"30s\"\nhttp_keep_alive = \"30s\"\n";
     let proxy = Proxy::start(&http_config(global, origin.addr));
     let mut c = TcpStream::connect(proxy.addr).unwrap();
@@ -197,17 +200,21 @@ fn a_client_that_asks_seldom_goes_back_to_the_park_at_once() {
     };
     let answered = ask("/1");
     proxy.wait_for("parked after park_idle_after", |s| s.park_entered == 1);
-    assert!(answered.elapsed() >= idle, "parked before park_idle_after");
+    assert!(
+        answered.elapsed() >= half,
+        "parked {:?} after the response",
+        answered.elapsed()
+    );
     // Asked again after more than park_idle_after: a client that asks seldom.
     let answered = ask("/2");
     proxy.wait_for("parked again", |s| s.park_entered == 2 && s.park_resumed == 1);
     let waited = answered.elapsed();
-    assert!(waited < idle, "parked {waited:?} after the response, not at once");
+    assert!(waited < half, "parked {waited:?} after the response, not at once");
     // Asked again at once: served from the park, then back to waiting in its task first.
     let answered = ask("/3");
     proxy.wait_for("parked a third time", |s| s.park_entered == 3 && s.park_resumed == 2);
     let waited = answered.elapsed();
-    assert!(waited >= idle, "a quick client parked {waited:?} after its response");
+    assert!(waited >= half, "a quick client parked {waited:?} after its response");
     let stats = proxy.running().stats();
     assert_eq!(
         (stats.sessions_active, stats.sessions_parked, stats.park_expired),
