@@ -258,9 +258,12 @@ pub(crate) struct Park {
     epoll: RefCell<Option<Rc<AsyncFd<OwnedFd>>>>,
     slots: RefCell<Slab>,
     free: RefCell<Vec<u32>>,
-    /// (deadline, key, generation), the earliest on top; in chunks that never move (a
+    /// (deadline, key, generation), the earliest on top; the deadline in whole
+    /// milliseconds after `epoch`, rounded up (16 bytes an entry, not 24: a connection
+    /// may fire a millisecond late, never early). In chunks that never move (a
     /// `BinaryHeap`'s doubling left its old copies' pages resident: `ctx::chunked`).
-    deadlines: RefCell<ChunkedHeap<(Instant, u32, u32)>>,
+    deadlines: RefCell<ChunkedHeap<(u64, u32, u32)>>,
+    epoch: Instant,
     /// When `run` next asks the allocator to give back what parked tasks freed (set by the
     /// first park after the last time it did).
     collect_at: Cell<Option<Instant>>,
@@ -278,11 +281,24 @@ impl Park {
             slots: RefCell::default(),
             free: RefCell::default(),
             deadlines: RefCell::default(),
+            epoch: Instant::now(),
             collect_at: Cell::new(None),
             rearm: Notify::new(),
             closed: Cell::new(false),
             stats,
         }
+    }
+
+    /// `at` as whole milliseconds after the park's epoch, rounded up.
+    fn millis(&self, at: Instant) -> u64 {
+        let since = at.saturating_duration_since(self.epoch);
+        let ms = since.as_millis() + u128::from(!since.subsec_nanos().is_multiple_of(1_000_000));
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    }
+
+    /// The instant `millis` named.
+    fn instant(&self, ms: u64) -> Instant {
+        self.epoch + std::time::Duration::from_millis(ms)
     }
 
     /// The park's epoll instance, made on first use.
@@ -329,8 +345,9 @@ impl Park {
         let live = slots.len() - self.free.borrow().len();
         drop(slots);
         let mut deadlines = self.deadlines.borrow_mut();
-        let earliest = deadlines.peek().is_none_or(|(at, _, _)| deadline < at);
-        deadlines.push((deadline, key, generation));
+        let due = self.millis(deadline);
+        let earliest = deadlines.peek().is_none_or(|(at, _, _)| due < at);
+        deadlines.push((due, key, generation));
         if deadlines.len() > live + live / 4 + COMPACT_DEADLINES_OVER {
             // Connections that left keep their entries until they reach the top: a
             // connection parked after every request (a slow client's) would leave one per
@@ -394,7 +411,7 @@ impl Park {
         let mut deadlines = self.deadlines.borrow_mut();
         while let Some((at, key, generation)) = deadlines.peek() {
             if is_live(&slots, key, generation) {
-                return Some(at);
+                return Some(self.instant(at));
             }
             deadlines.pop();
         }
@@ -407,7 +424,7 @@ impl Park {
         loop {
             let top = self.deadlines.borrow().peek();
             match top {
-                Some((at, key, generation)) if at <= now => {
+                Some((at, key, generation)) if self.instant(at) <= now => {
                     self.deadlines.borrow_mut().pop();
                     if let Some(p) = self.take(key, generation, Taken::Leaves) {
                         out.push(p);
@@ -565,5 +582,20 @@ mod tests {
     #[test]
     fn a_parked_connection_s_slot_stays_small() {
         assert!(size_of::<Slot>() <= 160, "a slot is {} B", size_of::<Slot>());
+    }
+
+    #[test]
+    fn a_deadline_in_milliseconds_is_never_early() {
+        let park = Park::new(Arc::new(WorkerStats::default()));
+        for nanos in [0, 1, 999_999, 1_000_000, 1_000_001, 2_500_000_000] {
+            let at = park.epoch + std::time::Duration::from_nanos(nanos);
+            let back = park.instant(park.millis(at));
+            assert!(
+                back >= at && back - at < std::time::Duration::from_millis(1),
+                "{nanos} ns"
+            );
+        }
+        // Before the epoch (cannot happen: a deadline is never in the past when parked).
+        assert_eq!(park.millis(park.epoch - std::time::Duration::from_millis(5)), 0);
     }
 }
