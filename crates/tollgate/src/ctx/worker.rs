@@ -164,8 +164,17 @@ impl WorkerCtx {
 
     /// True once the worker was asked to stop: sessions finish what they are doing and a
     /// keep-alive connection closes after its current response.
+    ///
+    /// Asked per request, so it reads the channel's version (one atomic load) rather than its
+    /// value: `borrow` takes the channel's `RwLock`, two read-modify-writes on a line every
+    /// worker of the process shares. Only stop phases are ever sent (`runtime::Running`) and
+    /// this receiver never marks a value seen, so a version other than its own means a stop.
     pub(crate) fn is_stopping(&self) -> bool {
-        *self.phase.borrow() != Phase::Running
+        match self.phase.has_changed() {
+            Ok(changed) => changed,
+            // The sender is gone: its last word stands.
+            Err(_) => *self.phase.borrow() != Phase::Running,
+        }
     }
 
     /// Resolves once the worker is asked to stop accepting.
