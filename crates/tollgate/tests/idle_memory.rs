@@ -57,11 +57,12 @@ const IN_TASK_HTTP_BUDGET: i64 = 3_584;
 /// it was 7,845 in a debug build (the session task and its future); measured 423.
 const HALF_HEAD_BUDGET: i64 = 640;
 
-/// An idle TCP relay, both sockets open, no byte sent: its task (the relay's states, 3.6 KB
-/// in a debug build), two reactor registrations (256 B each), its `show sessions` entry.
-/// Measured 4,464; 11,144 while a TCP session's task had an HTTP session's size and its
-/// relay in a box of its own.
-const IDLE_TCP_BUDGET: i64 = 5120;
+/// An idle TCP relay, both sockets open, no byte sent: its task (the relay's states), two
+/// reactor registrations (256 B each), its `show sessions` entry. Measured 3,152; 4,464
+/// while a plain relay's task also had room for a TLS server's handshake and stream and for
+/// the ClientHello peek (1.3 KB, now boxed on their own paths: `proxy::tcp`); 11,144 while
+/// a TCP session's task had an HTTP session's size and its relay in a box of its own.
+const IDLE_TCP_BUDGET: i64 = 3_584;
 /// An idle HTTP/1.1 connection over TLS after one response, parked with its rustls state.
 /// Measured 6,817 (heaptrack, per connection): the rustls deframer's buffer (4,096: rustls
 /// keeps 4 KiB once it has read, and has no call to free it), the boxed `ServerConnection`

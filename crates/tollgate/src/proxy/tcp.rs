@@ -58,7 +58,8 @@ pub(crate) async fn serve(
     }
     let backend = match (early, &fe.sni_routes) {
         (Some(b), _) => b,
-        (None, Some(_)) => inspect(ctx, fe, &client, rec, seen, &mut held).await?,
+        // Boxed: the ClientHello peek's state (1.1 KB) is needed only until the route is known.
+        (None, Some(_)) => Box::pin(inspect(ctx, fe, &client, rec, seen, &mut held)).await?,
         (None, None) => route_sni(ctx, fe, rec, None)?,
     };
     to_server(ctx, fe, backend, &client, rec).await
@@ -237,6 +238,23 @@ async fn inspect<'a>(
     }
 }
 
+/// Completes the TLS handshake with a server that asks for TLS, then relays.
+async fn to_tls_server<C: Endpoint>(
+    ctx: &WorkerCtx,
+    fe: &Frontend,
+    (backend, live): (usize, &crate::live::server::ServerLive),
+    tls: &crate::config::model::ServerTls,
+    server: TcpStream,
+    client: &mut C,
+    (idle, moved): (std::time::Duration, &Moved),
+) -> Result<(), Error> {
+    let server = crate::tls::backend::connect(tls, server, ctx.shared.config.timeouts.tls_handshake, &live.name)
+        .await
+        .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
+        .map_err(|e| e.at(backend, Some(live.id)))?;
+    relay_endpoints(ctx.relay(), client, &mut Layered(server), idle, fe.splice, moved).await
+}
+
 /// The client address's hash key, for a backend that hashes (TCP backends hash only the source).
 fn source_key(config: &crate::config::Config, backend: usize, rec: &StreamRecord) -> Option<u64> {
     let hashes = config.backends.get(backend).is_some_and(|b| b.hash_key.is_some());
@@ -274,19 +292,27 @@ async fn to_server<C: Endpoint>(
     let entry = crate::ctx::sessions::current();
     let own = Moved::default();
     let moved = entry.as_deref().map_or(&own, |e| &e.moved);
-    let timeouts = config
+    // One expression: the limits (208 bytes) are not kept in the task while it relays.
+    let idle = config
         .request_limits(Some(backend), &crate::config::model::Overrides::NONE)
-        .timeouts;
-    let idle = timeouts.tunnel_idle();
+        .timeouts
+        .tunnel_idle();
     let epoch = live.kill_epoch();
     let relay = async {
-        match live.tls.as_ref().map(|t| (t, &live.name)) {
-            Some((tls, name)) => {
-                let server = crate::tls::backend::connect(tls, server, config.timeouts.tls_handshake, name)
-                    .await
-                    .inspect_err(|_| ctx.stats.tls_backend_errors.add(1))
-                    .map_err(|e| e.at(backend, Some(live.id)))?;
-                relay_endpoints(ctx.relay(), &mut client, &mut Layered(server), idle, fe.splice, moved).await
+        match &live.tls {
+            // Boxed: a TLS server's handshake and stream (1.1–1.4 KB) would otherwise be part
+            // of every relay's task, plain ones included, for their whole life.
+            Some(tls) => {
+                Box::pin(to_tls_server(
+                    ctx,
+                    fe,
+                    (backend, live),
+                    tls,
+                    server,
+                    &mut client,
+                    (idle, moved),
+                ))
+                .await
             }
             None => relay_endpoints(ctx.relay(), &mut client, &mut &server, idle, fe.splice, moved).await,
         }
