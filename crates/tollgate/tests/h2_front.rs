@@ -298,6 +298,63 @@ fn nghttp_100_concurrent_streams_on_one_connection() {
     assert_eq!((stats.h2_connections, stats.h2_streams), (1, 100), "{stats:?}");
 }
 
+/// A connection quiet for `park_idle_after` gives back what its streams left for the next
+/// ones (the stream table's slots, the response head scratch, spare heads and header maps,
+/// the codec's buffers): its next burst, several streams at once, is served in full, and so
+/// is the one after a second quiet spell.
+#[test]
+fn a_quiet_connection_serves_its_next_bursts() {
+    let o = origin::start();
+    let toml = config(o.addr, "h2c = true").replacen("[global]\n", "[global]\npark_idle_after = \"50ms\"\n", 1);
+    let proxy = Proxy::start(&toml);
+    let addr = proxy.addr;
+    let running = proxy.running();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let get = |len: u64| {
+            let mut client = client.clone();
+            async move {
+                let req = http::Request::get(format!("http://{addr}/chunked/{len}"))
+                    .body(())
+                    .unwrap();
+                let (resp, _) = client.ready().await.unwrap().send_request(req, true).unwrap();
+                let resp = resp.await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let mut body = resp.into_body();
+                let mut h = Sha256::new();
+                while let Some(chunk) = body.data().await {
+                    let chunk = chunk.unwrap();
+                    body.flow_control().release_capacity(chunk.len()).unwrap();
+                    h.update(&chunk);
+                }
+                assert_eq!(origin::hex(&h.finalize()), origin::body_sha(len), "/chunked/{len}");
+            }
+        };
+        // The proxy's counter says when the connection gave its spares back (bounded).
+        let quiet = |n: u64| async move {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while running.stats().h2_quiet_released < n {
+                assert!(std::time::Instant::now() < until, "the connection never went quiet");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        get(1_000).await;
+        quiet(1).await;
+        futures_util::future::join_all([3_000, 70_000, 1, 250_000].map(get)).await;
+        quiet(2).await;
+        futures_util::future::join_all([5, 100_000].map(get)).await;
+    });
+    assert_eq!(proxy.running().stats().h2_streams, 7);
+}
+
 #[test]
 fn trailers_both_ways_with_the_h2_crate() {
     let o = origin::start();

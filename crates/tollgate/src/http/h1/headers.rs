@@ -167,6 +167,11 @@ impl HeadScratch {
         }
     }
 
+    /// Scratch with no room yet: it grows at its first head.
+    pub fn empty() -> Self {
+        HeadScratch { headers: Vec::new() }
+    }
+
     pub(crate) fn take(&mut self) -> Vec<HeaderEntry> {
         let mut v = std::mem::take(&mut self.headers);
         v.clear();

@@ -56,6 +56,13 @@ impl Streams {
         self.open.len()
     }
 
+    /// No stream open: the list's room goes back.
+    pub(crate) fn release_if_empty(&mut self) {
+        if self.open.is_empty() {
+            self.open = Vec::new();
+        }
+    }
+
     pub(crate) fn get(&self, id: u32) -> Option<&Stream> {
         self.open.iter().find(|s| s.id == id)
     }

@@ -99,6 +99,15 @@ impl ConnInfo {
         self.header_maps.borrow_mut().pop().unwrap_or_default()
     }
 
+    /// A quiet connection gives back the spares its streams left for the next ones: the
+    /// response head scratch, request head buffers and header maps (made again by the next
+    /// burst's first streams).
+    pub(super) fn release_spares(&self) {
+        *self.scratch.borrow_mut() = HeadScratch::empty();
+        *self.heads.borrow_mut() = Vec::new();
+        *self.header_maps.borrow_mut() = Vec::new();
+    }
+
     fn give_back_header_map(&self, mut map: http::HeaderMap) {
         let mut maps = self.header_maps.borrow_mut();
         if maps.len() < MAX_SPARE_HEADS && map.capacity() <= MAX_SPARE_MAP_CAPACITY {

@@ -146,7 +146,7 @@ fn h2_info(
         proto,
         tls_version,
         sni: sni.map(Into::into),
-        scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::new()),
+        scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::empty()),
         heads: std::cell::RefCell::default(),
         header_maps: std::cell::RefCell::default(),
     }

@@ -223,6 +223,7 @@ impl ServerConn {
         }
         self.spare_heads = Vec::new();
         self.encode_buf = Vec::new();
+        self.streams.release_if_empty();
     }
 
     pub fn open_streams(&self) -> usize {

@@ -130,6 +130,14 @@ impl Table {
         self.slots.iter_mut().flatten().find(|e| e.id == id)
     }
 
+    /// No stream left: its slots go back (a quiet connection's, see `Shared::release_idle`).
+    fn release_if_empty(&mut self) {
+        if self.slots.iter().all(Option::is_none) {
+            self.slots = Vec::new();
+            self.free = Vec::new();
+        }
+    }
+
     fn at(&mut self, slot: usize, id: StreamId) -> Option<&mut Entry> {
         self.slots.get_mut(slot)?.as_mut().filter(|e| e.id == id)
     }
@@ -164,6 +172,13 @@ impl Shared {
             self.blocked.set(true);
         }
         e.reserved.min(conn.send_capacity(e.id)).min(unwritten)
+    }
+
+    /// A quiet connection gives back what its streams left: the codec's buffers and stream
+    /// list, and the handle table's slots.
+    pub(super) fn release_idle(&self) {
+        self.conn.borrow_mut().release_idle_buffers();
+        self.table.borrow_mut().release_if_empty();
     }
 
     /// The output was written down: senders refused for it may go on.

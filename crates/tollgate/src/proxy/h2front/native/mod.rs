@@ -131,7 +131,8 @@ where
                 // Quiet for `park_idle_after`: what was kept for a burst goes back.
                 quiet_until = None;
                 d.release_if_empty();
-                shared.conn.borrow_mut().release_idle_buffers();
+                shared.release_idle();
+                info.release_spares();
                 spares.release();
                 ctx.stats.h2_quiet_released.add(1);
                 idle.as_mut().reset(keep_alive);
