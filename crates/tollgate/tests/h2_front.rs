@@ -298,6 +298,27 @@ fn nghttp_100_concurrent_streams_on_one_connection() {
     assert_eq!((stats.h2_connections, stats.h2_streams), (1, 100), "{stats:?}");
 }
 
+/// An HTTP/2 client (prior knowledge) connected to `addr`, its connection driven by a task.
+async fn h2c_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A response body read to its end, its flow-control credit given back: its sha256 in hex.
+async fn read_hashed(body: &mut h2::RecvStream) -> String {
+    let mut h = Sha256::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        h.update(&chunk);
+    }
+    origin::hex(&h.finalize())
+}
+
 /// A connection quiet for `park_idle_after` gives back what its streams left for the next
 /// ones (the stream table's slots, the response head scratch, spare heads and header maps,
 /// the codec's buffers): its next burst, several streams at once, is served in full, and so
@@ -314,13 +335,9 @@ fn a_quiet_connection_serves_its_next_bursts() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let client = h2c_client(addr).await;
         let get = |len: u64| {
-            let mut client = client.clone();
+            let client = client.clone();
             async move {
                 let req = http::Request::get(format!("http://{addr}/chunked/{len}"))
                     .body(())
@@ -328,14 +345,8 @@ fn a_quiet_connection_serves_its_next_bursts() {
                 let (resp, _) = client.ready().await.unwrap().send_request(req, true).unwrap();
                 let resp = resp.await.unwrap();
                 assert_eq!(resp.status(), 200);
-                let mut body = resp.into_body();
-                let mut h = Sha256::new();
-                while let Some(chunk) = body.data().await {
-                    let chunk = chunk.unwrap();
-                    body.flow_control().release_capacity(chunk.len()).unwrap();
-                    h.update(&chunk);
-                }
-                assert_eq!(origin::hex(&h.finalize()), origin::body_sha(len), "/chunked/{len}");
+                let sha = read_hashed(&mut resp.into_body()).await;
+                assert_eq!(sha, origin::body_sha(len), "/chunked/{len}");
             }
         };
         // The proxy's counter says when the connection gave its spares back (bounded).
@@ -365,11 +376,7 @@ fn trailers_both_ways_with_the_h2_crate() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let client = h2c_client(addr).await;
         let mut client = client.ready().await.unwrap();
         // Up: DATA then trailers → chunked with a trailer section at the origin.
         let req = http::Request::post(format!("http://{addr}/up"))
@@ -389,13 +396,7 @@ fn trailers_both_ways_with_the_h2_crate() {
             .unwrap();
         let (resp, _) = client.send_request(req, true).unwrap();
         let mut body = resp.await.unwrap().into_body();
-        let mut h = Sha256::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.unwrap();
-            body.flow_control().release_capacity(chunk.len()).unwrap();
-            h.update(&chunk);
-        }
-        assert_eq!(origin::hex(&h.finalize()), origin::body_sha(100_000));
+        assert_eq!(read_hashed(&mut body).await, origin::body_sha(100_000));
         let trailers = body.trailers().await.unwrap().expect("trailers");
         assert_eq!(trailers.get("x-sum").unwrap(), &origin::body_sha(100_000));
         assert_eq!(trailers.get("grpc-status").unwrap(), "0");
@@ -423,11 +424,7 @@ fn access_log_has_one_record_per_stream() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let client = h2c_client(addr).await;
         let mut pending = Vec::new();
         for i in 0..3 {
             let mut c = client.clone().ready().await.unwrap();
@@ -521,11 +518,7 @@ fn sticky_cookie_over_h2_as_over_http1() {
         .build()
         .unwrap();
     let (first, set_cookie, rest) = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let client = h2c_client(addr).await;
         let get = |cookie: Option<String>| {
             let client = client.clone();
             async move {
@@ -601,11 +594,7 @@ fn a_server_that_answers_before_the_body_is_heard() {
         .build()
         .unwrap();
     let (status, body) = rt.block_on(async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let client = h2c_client(addr).await;
         let mut c = client.ready().await.unwrap();
         let req = http::Request::post(format!("http://{addr}/big")).body(()).unwrap();
         let (resp, mut send) = c.send_request(req, false).unwrap();
