@@ -31,8 +31,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use crate::budget::ConnPermits;
 use crate::config::{Config, Mode};
 use crate::ctx::WorkerCtx;
-use crate::ctx::park::{IdleConn, Parked, SessionGuards};
+use crate::ctx::park::{Parked, SessionGuards};
 use crate::ctx::sessions::{self, Opened, SessionState};
+use crate::proxy::{H2Conn, Handoff};
 use crate::proxy::{HttpMode, SessionMode, TcpMode};
 use crate::relay::lazy::LazySocket;
 
@@ -259,11 +260,15 @@ pub(crate) fn resume_session(ctx: &Rc<WorkerCtx>, parked: Parked) {
     });
 }
 
-/// A session's task ends: with an idle connection to keep, it goes to the park (or on
-/// in a new task if the park cannot take it); else the guards count it out.
-fn park_or_close(ctx: &Rc<WorkerCtx>, idle: Option<IdleConn>, guards: SessionGuards<'_>) {
-    let Some(conn) = idle else {
-        return;
+/// A session's task ends: an idle connection goes to the park (or on in a new task if the
+/// park cannot take it), an HTTP/2 connection on in a task of its own; else the guards
+/// count it out.
+fn park_or_close(ctx: &Rc<WorkerCtx>, handoff: Option<Handoff>, guards: SessionGuards<'_>) {
+    let conn = match handoff {
+        None => return,
+        Some(Handoff::Park(conn)) => conn,
+        Some(Handoff::H2c(conn)) => return spawn_h2(ctx, guards, conn),
+        Some(Handoff::H2(conn)) => return spawn_h2(ctx, guards, *conn),
     };
     let parked = Parked {
         guards: guards.park(conn.open_counted),
@@ -273,6 +278,22 @@ fn park_or_close(ctx: &Rc<WorkerCtx>, idle: Option<IdleConn>, guards: SessionGua
         parked.conn.at.may_park = false;
         resume_session(ctx, parked);
     }
+}
+
+/// Serves an HTTP/2 connection in a task of its own, with the guards of the session that
+/// opened it (it stays counted and registered all along: nothing is awaited in between).
+fn spawn_h2<T>(ctx: &Rc<WorkerCtx>, guards: SessionGuards<'_>, conn: H2Conn<T>)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let handed = guards.park(conn.open_counted);
+    let task_ctx = Rc::clone(ctx);
+    spawn_counted(ctx, async move {
+        let ctx = task_ctx;
+        let guards = handed.resume(&ctx);
+        sessions::scope(guards.entry(), crate::proxy::serve_h2(&ctx, conn)).await;
+        drop(guards);
+    });
 }
 
 /// Spawns a session's task on this thread. Each poll that returns is progress for the

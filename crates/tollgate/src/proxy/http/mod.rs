@@ -33,6 +33,7 @@ use crate::config::model::FrontendTls;
 use crate::ctx::WorkerCtx;
 use crate::ctx::park::{IdleConn, Opening, ParkedAt};
 use crate::error::{Error, Side};
+use crate::proxy::{H2Conn, Handoff};
 use crate::relay::lazy::LazySocket;
 
 /// An idle connection handed back (`Some`) is for the park: `resume` serves it on.
@@ -41,7 +42,7 @@ pub(crate) async fn serve(
     frontend: usize,
     client: LazySocket,
     peer: SocketAddr,
-) -> Result<Option<IdleConn>, Error> {
+) -> Result<Option<Handoff>, Error> {
     let tls = ctx.shared.config.frontends.get(frontend).and_then(|f| f.tls.as_ref());
     match tls {
         Some(tls) => serve_tls(ctx, frontend, tls, client, peer).await,
@@ -53,7 +54,7 @@ pub(crate) async fn serve(
 }
 
 /// Serves on a connection the park handed back, where its session left off.
-pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, opening: Opening, conn: IdleConn) -> Result<Option<IdleConn>, Error> {
+pub(crate) async fn resume(ctx: &Rc<WorkerCtx>, opening: Opening, conn: IdleConn) -> Result<Option<Handoff>, Error> {
     let IdleConn {
         socket, tls, shelf, at, ..
     } = conn;
@@ -82,7 +83,7 @@ fn resume_tls<'a>(
     shelf: Box<[u8]>,
     socket: std::net::TcpStream,
     tls: Box<rustls::ServerConnection>,
-) -> Pin<Box<impl Future<Output = Result<Option<IdleConn>, Error>> + 'a>> {
+) -> Pin<Box<impl Future<Output = Result<Option<Handoff>, Error>> + 'a>> {
     Box::pin(async move {
         let Some(frontend_tls) = ctx
             .shared
@@ -108,7 +109,7 @@ fn serve_h2c<'a>(
     frontend: usize,
     client: LazySocket,
     peer: SocketAddr,
-) -> Pin<Box<impl Future<Output = Result<Option<IdleConn>, Error>> + 'a>> {
+) -> Pin<Box<impl Future<Output = Result<Option<Handoff>, Error>> + 'a>> {
     Box::pin(async move {
         let client = client
             .into_registered()
@@ -117,7 +118,7 @@ fn serve_h2c<'a>(
             return run(stream::Session::new(ctx, frontend, client, peer)).await;
         }
         let info = h2_info(ctx, frontend, peer, crate::http::h1::Proto::Http, None, None, None);
-        crate::proxy::h2front::serve(ctx, info, client).await.map(|()| None)
+        Ok(Some(Handoff::H2c(H2Conn::new(info, client))))
     })
 }
 
@@ -161,7 +162,7 @@ fn serve_tls<'a>(
     tls: &'a FrontendTls,
     client: LazySocket,
     peer: SocketAddr,
-) -> Pin<Box<impl Future<Output = Result<Option<IdleConn>, Error>> + 'a>> {
+) -> Pin<Box<impl Future<Output = Result<Option<Handoff>, Error>> + 'a>> {
     Box::pin(async move {
         // A handshake is several round trips: register right away.
         let client = client
@@ -184,7 +185,7 @@ fn serve_tls<'a>(
                 conn.server_name(),
                 client::ClientStream::peer_leaf(&client),
             );
-            return crate::proxy::h2front::serve(ctx, info, client).await.map(|()| None);
+            return Ok(Some(Handoff::H2(Box::new(H2Conn::new(info, client)))));
         }
         run(stream::Session::new(ctx, frontend, client, peer)).await
     })
@@ -195,6 +196,7 @@ fn serve_tls<'a>(
 /// the connection's state for its whole life, rust-lang/rust#62958).
 fn run<'a, C: client::ClientStream>(
     session: Option<stream::Session<'a, C>>,
-) -> impl Future<Output = Result<Option<IdleConn>, Error>> + use<'a, C> {
-    futures_util::future::OptionFuture::from(session.map(stream::Session::run)).map(|ran| ran.unwrap_or(Ok(None)))
+) -> impl Future<Output = Result<Option<Handoff>, Error>> + use<'a, C> {
+    futures_util::future::OptionFuture::from(session.map(stream::Session::run))
+        .map(|ran| ran.map_or(Ok(None), |idle| idle.map(|idle| idle.map(Handoff::Park))))
 }
