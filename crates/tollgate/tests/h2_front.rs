@@ -298,6 +298,14 @@ fn nghttp_100_concurrent_streams_on_one_connection() {
     assert_eq!((stats.h2_connections, stats.h2_streams), (1, 100), "{stats:?}");
 }
 
+/// A runtime for one test's async client.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// An HTTP/2 client (prior knowledge) connected to `addr`, its connection driven by a task.
 async fn h2c_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -330,10 +338,7 @@ fn a_quiet_connection_serves_its_next_bursts() {
     let proxy = Proxy::start(&toml);
     let addr = proxy.addr;
     let running = proxy.running();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async move {
         let client = h2c_client(addr).await;
         let get = |len: u64| {
@@ -371,10 +376,7 @@ fn trailers_both_ways_with_the_h2_crate() {
     let o = origin::start();
     let proxy = h2c_proxy(o.addr);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async move {
         let client = h2c_client(addr).await;
         let mut client = client.ready().await.unwrap();
@@ -419,10 +421,7 @@ fn access_log_has_one_record_per_stream() {
     );
     let proxy = Proxy::start(&text);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async move {
         let client = h2c_client(addr).await;
         let mut pending = Vec::new();
@@ -476,10 +475,7 @@ fn an_idle_h2_connection_gets_goaway_after_http_keep_alive() {
     );
     let proxy = Proxy::start(&text);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let lived = rt.block_on(async move {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (client, conn) = h2::client::handshake(tcp).await.unwrap();
@@ -513,10 +509,7 @@ fn sticky_cookie_over_h2_as_over_http1() {
     );
     let proxy = Proxy::start(&text);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let (first, set_cookie, rest) = rt.block_on(async move {
         let client = h2c_client(addr).await;
         let get = |cookie: Option<String>| {
@@ -589,10 +582,7 @@ fn a_server_that_answers_before_the_body_is_heard() {
     });
     let proxy = h2c_proxy(addr_o);
     let addr = proxy.addr;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let (status, body) = rt.block_on(async move {
         let client = h2c_client(addr).await;
         let mut c = client.ready().await.unwrap();
