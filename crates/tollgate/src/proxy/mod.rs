@@ -91,8 +91,8 @@ where
 /// that mode's states (a TCP relay's task does not carry the size of an HTTP session's
 /// future, nor the reverse), and none needs a box to keep the other out.
 pub(crate) trait SessionMode {
-    /// Serves `stream` for `peer` (the client, after any PROXY protocol header). An idle
-    /// HTTP/1 connection handed back (`Some`) is for the park.
+    /// Serves `stream` for `peer` (the client, after any PROXY protocol header). A connection
+    /// handed back (`Some`) goes on outside this task (`Handoff`).
     fn serve<'a>(
         ctx: &'a Rc<WorkerCtx>,
         frontend: usize,
@@ -144,8 +144,8 @@ impl SessionMode for TcpMode {
 
 /// `stream`: the accepted socket, not yet registered with the reactor (see `lazy`), served
 /// in the frontend's mode `M` once a PROXY protocol header, if the frontend takes one, was
-/// read and its client admitted. An idle HTTP/1 connection the session hands back (`Some`)
-/// is for the park (`ctx::park`).
+/// read and its client admitted. A connection the session hands back (`Some`) goes on
+/// outside its task: to the park (`ctx::park`), or an HTTP/2 connection to a task of its own.
 pub(crate) async fn serve<M: SessionMode>(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,

@@ -36,7 +36,8 @@ use crate::error::{Error, Side};
 use crate::proxy::{H2Conn, Handoff};
 use crate::relay::lazy::LazySocket;
 
-/// An idle connection handed back (`Some`) is for the park: `resume` serves it on.
+/// A connection handed back (`Some`) goes on outside this task: an idle one to the park
+/// (`resume` serves it on), an HTTP/2 one to a task of its own (`proxy::serve_h2`).
 pub(crate) async fn serve(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,
