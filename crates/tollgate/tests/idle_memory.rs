@@ -74,18 +74,21 @@ const IDLE_TCP_BUDGET: i64 = 3_584;
 const TLS_HTTP_BUDGET: i64 = 7_168;
 /// An idle HTTP/2 connection with prior knowledge (h2c) after one stream: its task and
 /// boxed connection future, the codec's state (settings, windows, HPACK tables). Measured
-/// 3,888; 5,648 while it was served in the task of the HTTP session that read its preface
+/// 3,120; 3,888 while its task's future kept the connection's socket and state twice (an
+/// `async fn` argument beside the local it moved into, rust-lang/rust#62958); 5,648 while
+/// it was served in the task of the HTTP session that read its preface
 /// (an HTTP/1 session's size, about 1.9 KB); 9,488 while it kept, once quiet, what its streams left for the next ones (the
 /// response head scratch, 1,280; the stream handle table's slots, 1,310; a request head
 /// buffer, 512; a header map, 384; the codec's open-stream list, 256); 48,744 while it
 /// also kept its 32 KiB read buffer, a spare stream slot (5,200), the codec's output and
 /// encode buffers and spare heads.
-const H2C_BUDGET: i64 = 4_608;
+const H2C_BUDGET: i64 = 3_840;
 /// An idle HTTP/2 connection over TLS (ALPN h2) after one stream: the same, and the rustls
-/// connection in its tokio-rustls stream. Measured 13,844; 14,212 in the HTTP session's task
-/// (its own task gains less than h2c's: not examined yet), 18,068 before the same spares
-/// went back, 57,294 before the buffers did.
-const H2_TLS_BUDGET: i64 = 14_848;
+/// connection in its tokio-rustls stream. Measured 9,484; 13,844 while its own task's future
+/// held the TLS stream (1.1 KB) three times over (`async fn` arguments beside the locals
+/// they moved into), 14,212 in the HTTP session's task, 18,068 before the same spares went
+/// back, 57,294 before the buffers did.
+const H2_TLS_BUDGET: i64 = 10_240;
 
 /// Connections of the first batch, then of the measured one (the total is a power of two,
 /// so a slab that doubles grows by exactly the measured batch's share).

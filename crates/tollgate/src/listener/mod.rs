@@ -267,8 +267,8 @@ fn park_or_close(ctx: &Rc<WorkerCtx>, handoff: Option<Handoff>, guards: SessionG
     let conn = match handoff {
         None => return,
         Some(Handoff::Park(conn)) => conn,
-        Some(Handoff::H2c(conn)) => return spawn_h2(ctx, guards, conn),
-        Some(Handoff::H2(conn)) => return spawn_h2(ctx, guards, *conn),
+        Some(Handoff::H2c(conn)) => return spawn_h2(ctx, guards, Box::new(conn)),
+        Some(Handoff::H2(conn)) => return spawn_h2(ctx, guards, conn),
     };
     let parked = Parked {
         guards: guards.park(conn.open_counted),
@@ -282,7 +282,9 @@ fn park_or_close(ctx: &Rc<WorkerCtx>, handoff: Option<Handoff>, guards: SessionG
 
 /// Serves an HTTP/2 connection in a task of its own, with the guards of the session that
 /// opened it (it stays counted and registered all along: nothing is awaited in between).
-fn spawn_h2<T>(ctx: &Rc<WorkerCtx>, guards: SessionGuards<'_>, conn: H2Conn<T>)
+/// The connection comes boxed: the task keeps the pointer, not a second copy of a socket
+/// that its future holds too (`proxy::serve_h2`).
+fn spawn_h2<T>(ctx: &Rc<WorkerCtx>, guards: SessionGuards<'_>, conn: Box<H2Conn<T>>)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {

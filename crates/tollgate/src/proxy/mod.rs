@@ -72,19 +72,32 @@ impl<T> H2Conn<T> {
 }
 
 /// Serves an HTTP/2 connection handed off by its session (`Handoff`) to its end.
-pub(crate) async fn serve_h2<T>(ctx: &Rc<WorkerCtx>, conn: H2Conn<T>)
+///
+/// Combinators, not an `async fn`: the connection comes in a box and goes straight into the
+/// connection's future, which then holds its socket once (an `async fn` or block would keep
+/// its argument beside what it is moved into, rust-lang/rust#62958).
+#[expect(
+    clippy::boxed_local,
+    reason = "the task holds the box, not a second copy of the socket (above)"
+)]
+pub(crate) fn serve_h2<'a, T>(ctx: &'a Rc<WorkerCtx>, conn: Box<H2Conn<T>>) -> impl Future<Output = ()> + 'a
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {
-    let H2Conn { info, io, origin, .. } = conn;
+    use futures_util::FutureExt as _;
+    use futures_util::future::Either;
+    let H2Conn { info, io, origin, .. } = *conn;
     let (frontend, peer) = (info.frontend, info.peer);
+    let serve = h2front::serve(ctx, info, io);
     let served = match origin {
-        Some(origin) => crate::ctx::origin::scope(origin, h2front::serve(ctx, info, io)).await,
-        None => h2front::serve(ctx, info, io).await,
+        Some(origin) => Either::Left(crate::ctx::origin::scope(origin, serve)),
+        None => Either::Right(serve),
     };
-    if let (Err(e), Some(fe)) = (served, ctx.shared.config.frontends.get(frontend)) {
-        log_end(ctx, &fe.name, peer, &e);
-    }
+    served.map(move |served| {
+        if let (Err(e), Some(fe)) = (served, ctx.shared.config.frontends.get(frontend)) {
+            log_end(ctx, &fe.name, peer, &e);
+        }
+    })
 }
 
 /// A frontend's mode, as the type of its session: each mode's session task then holds only
