@@ -330,7 +330,8 @@ async fn read_hashed(body: &mut h2::RecvStream) -> String {
 /// A connection quiet for `park_idle_after` gives back what its streams left for the next
 /// ones (the stream table's slots, the response head scratch, spare heads and header maps,
 /// the codec's buffers): its next burst, several streams at once, is served in full, and so
-/// is the one after a second quiet spell.
+/// is the one after a second quiet spell. The connection, handed to a task of its own after
+/// its preface, stays one open session until it closes.
 #[test]
 fn a_quiet_connection_serves_its_next_bursts() {
     let o = origin::start();
@@ -364,11 +365,16 @@ fn a_quiet_connection_serves_its_next_bursts() {
         };
         get(1_000).await;
         quiet(1).await;
+        // Served in a task of its own since its preface, it is still one open session.
+        assert_eq!(running.stats().sessions_active, 1);
         futures_util::future::join_all([3_000, 70_000, 1, 250_000].map(get)).await;
         quiet(2).await;
         futures_util::future::join_all([5, 100_000].map(get)).await;
     });
     assert_eq!(proxy.running().stats().h2_streams, 7);
+    // The client's runtime ends, its connection closes: the session is counted out.
+    drop(rt);
+    proxy.wait_for("the session counted out", |s| s.sessions_active == 0);
 }
 
 #[test]
