@@ -328,6 +328,36 @@ fn user_and_group_are_resolved_at_load() {
     assert_eq!((e.key.as_str(), e.line), ("global.group", 4), "{e}");
 }
 
+#[test]
+fn a_control_socket_the_workers_could_open_is_refused() {
+    // Workers run as uid/gid 12345 (numbers resolve on every machine); the socket is
+    // theirs to open through its group or through "others": the master would take
+    // commands from the processes that parse client traffic.
+    let with = |extra: &str| {
+        GOOD.replace(
+            "[global]\n",
+            &format!("[global]\nuser = \"12345\"\ngroup = \"12345\"\n{extra}\n"),
+        )
+    };
+    for (extra, why) in [
+        ("control_socket_mode = \"0660\"\ncontrol_socket_group = \"12345\"", "its group is the one the workers run in"),
+        ("control_socket_mode = \"0666\"", "it lets every user write to it"),
+    ] {
+        let e = first_error(&with(extra));
+        assert_eq!(e.key, "global.control_socket_mode", "{e}");
+        assert!(e.message.contains(why) && e.message.contains("user `12345`"), "{e}");
+    }
+    // An operators' group of its own, or workers that stay who started them: accepted.
+    for extra in [
+        "control_socket_mode = \"0660\"\ncontrol_socket_group = \"54321\"",
+        "control_socket_mode = \"0640\"\ncontrol_socket_group = \"12345\"",
+    ] {
+        parse(&with(extra), "t.toml").unwrap_or_else(|e| panic!("{extra}: {e}"));
+    }
+    let open_to_all = GOOD.replace("[global]\n", "[global]\ncontrol_socket_mode = \"0666\"\n");
+    parse(&open_to_all, "t.toml").expect("no user: the workers are the master's own user");
+}
+
 /// A self-signed certificate and key written to a fresh directory: `(dir, cert, key)`.
 fn cert_files(tag: &str) -> (std::path::PathBuf, String, String) {
     let dir = std::env::temp_dir().join(format!("tollgate-config-{tag}-{}", std::process::id()));

@@ -225,6 +225,11 @@ impl<'a> Validator<'a> {
         let pipe_size = self
             .byte_size(&g.pipe_size, "global.pipe_size", (4 << 10, "4KiB"), (1 << 20, "1MiB"))
             .unwrap_or(DEFAULT_PIPE_SIZE);
+        let run_as = super::users::run_as(g).unwrap_or_else(|(span, key, msg)| {
+            self.err(span, key.into(), msg);
+            None
+        });
+        let control_access = self.control_access(g, run_as.as_ref());
         Global {
             workers,
             thread_per_core: g.thread_per_core.unwrap_or(true),
@@ -255,13 +260,10 @@ impl<'a> Validator<'a> {
                 None => DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
             },
             max_health_checks: super::health::max_health_checks(g.max_health_checks.as_ref(), &mut self.errors),
-            run_as: super::users::run_as(g).unwrap_or_else(|(span, key, msg)| {
-                self.err(span, key.into(), msg);
-                None
-            }),
+            control_access,
+            run_as,
             allow_root: g.allow_root.unwrap_or(false),
             connection_rebalance: g.connection_rebalance.unwrap_or(true),
-            control_access: self.control_access(g),
             park_idle_after: g
                 .park_idle_after
                 .as_ref()
@@ -270,8 +272,13 @@ impl<'a> Validator<'a> {
     }
 
     /// `control_socket_mode` (octal, the owner's read and write always in it) and
-    /// `control_socket_group`.
-    fn control_access(&mut self, g: &super::file::GlobalSection) -> super::model::SocketAccess {
+    /// `control_socket_group`. Refused when the workers (`user`, `group`) could open the
+    /// socket: they parse what clients send, and the master they would command is root.
+    fn control_access(
+        &mut self,
+        g: &super::file::GlobalSection,
+        workers: Option<&super::model::RunAs>,
+    ) -> super::model::SocketAccess {
         let mut access = super::model::SocketAccess::default();
         if let Some(mode) = &g.control_socket_mode {
             let text = mode.get_ref();
@@ -290,6 +297,26 @@ impl<'a> Validator<'a> {
             match super::users::group_id(group, "global.control_socket_group") {
                 Ok(gid) => access.gid = Some(gid),
                 Err((span, key, msg)) => self.err(span, key.into(), msg),
+            }
+        }
+        if let (Some(workers), Some(mode)) = (workers, &g.control_socket_mode) {
+            let by_group = access.mode & 0o020 != 0 && access.gid == Some(workers.gid);
+            let by_others = access.mode & 0o002 != 0;
+            if by_group || by_others {
+                let how = if by_group {
+                    "its group is the one the workers run in"
+                } else {
+                    "it lets every user write to it"
+                };
+                self.err(
+                    mode.span(),
+                    "global.control_socket_mode".into(),
+                    format!(
+                        "the workers (user `{}`) could command the master through the control socket: {how}; \
+                         give the socket an operators' group instead (\"0660\" with control_socket_group)",
+                        workers.user
+                    ),
+                );
             }
         }
         access
