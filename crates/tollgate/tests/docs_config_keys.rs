@@ -127,17 +127,18 @@ struct Reference {
 
 /// The table a heading names: `## `[global]``, `### Rate limits: `[[frontend.limit]]``.
 fn heading_table(line: &str) -> Option<String> {
-    line.split('`')
-        .skip(1)
-        .step_by(2)
-        .find_map(|code| table_name(code))
+    line.split('`').skip(1).step_by(2).find_map(|code| table_name(code))
 }
 
 /// `frontend.tls` for `[frontend.tls]` or `[[frontend.tls]]`.
 fn table_name(code: &str) -> Option<String> {
     let inner = code.strip_prefix('[')?.strip_suffix(']')?;
-    let inner = inner.strip_prefix('[').and_then(|i| i.strip_suffix(']')).unwrap_or(inner);
-    (!inner.is_empty() && inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')).then(|| inner.to_string())
+    let inner = inner
+        .strip_prefix('[')
+        .and_then(|i| i.strip_suffix(']'))
+        .unwrap_or(inner);
+    (!inner.is_empty() && inner.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .then(|| inner.to_string())
 }
 
 fn read_reference(text: &str) -> Reference {
@@ -235,7 +236,8 @@ fn every_key_the_parser_accepts_is_in_the_reference() {
             // naming its keys (`[[frontend.tls.cert]]` `cert`).
             let prefix = format!("{key}.");
             if **shape != Shape::Leaf
-                && (reference.sections.contains_key(key.as_str()) || reference.rows.keys().any(|r| r.starts_with(&prefix)))
+                && (reference.sections.contains_key(key.as_str())
+                    || reference.rows.keys().any(|r| r.starts_with(&prefix)))
             {
                 return false;
             }

@@ -9,8 +9,8 @@
 //!
 //! The files an example names (certificates, keys, CA bundles, a `body_file`) are paths on
 //! the reader's machine, not this one: each is replaced by a file this test makes (a chain
-//! and key from a test CA, the CA itself, a small body), and `[global] user`, `group` and
-//! `control_socket_group` by the ids of the user running the test. Nothing else is changed.
+//! and key from a test CA, the CA itself, a small body), and `[global] user` and `group` by
+//! the user running the test (`control_socket_group` by a group no worker runs in). Nothing else is changed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
@@ -105,10 +105,13 @@ fn examples_in(file: &Path) -> Vec<Example> {
             [] => Kind::Whole,
             ["fragment"] => Kind::Fragment,
             ["check-fails"] => {
-                let next = blocks
-                    .get(i + 1)
-                    .filter(|n| n.info == "text")
-                    .unwrap_or_else(|| panic!("{}:{}: a `toml check-fails` block needs a ```text block after it with the message", file.display(), f.line));
+                let next = blocks.get(i + 1).filter(|n| n.info == "text").unwrap_or_else(|| {
+                    panic!(
+                        "{}:{}: a `toml check-fails` block needs a ```text block after it with the message",
+                        file.display(),
+                        f.line
+                    )
+                });
                 Kind::Fails {
                     expected: next.body.lines().next().unwrap_or("").trim().to_string(),
                 }
@@ -126,7 +129,10 @@ fn examples_in(file: &Path) -> Vec<Example> {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// README.md and every `.md` under docs/, in a stable order.
@@ -183,7 +189,11 @@ impl Fixtures {
     fn new() -> Fixtures {
         let dir = TempDir::new();
         let ca = Ca::new("docs example CA");
-        let leaf = ca.leaf(&["example.com", "www.example.com", "api.example.com", "*.example.com"], "example.com", false);
+        let leaf = ca.leaf(
+            &["example.com", "www.example.com", "api.example.com", "*.example.com"],
+            "example.com",
+            false,
+        );
         let (chain, key) = leaf.write(&dir, "example.com");
         // The chain file holds the leaf, then its issuer, as a CA's bundle does.
         std::fs::write(&chain, format!("{}{}", leaf.cert_pem, ca.pem)).unwrap();
@@ -240,7 +250,14 @@ impl Fixtures {
         }
         if top {
             if let Some(Value::Table(global)) = table.get_mut("global") {
-                for (key, id) in [("user", &self.uid), ("group", &self.gid), ("control_socket_group", &self.gid)] {
+                // An operators' group for the socket: a gid no worker runs in (check refuses
+                // a socket the workers could open).
+                let operators = "4242".to_string();
+                for (key, id) in [
+                    ("user", &self.uid),
+                    ("group", &self.gid),
+                    ("control_socket_group", &operators),
+                ] {
                     if global.contains_key(key) {
                         global.insert(key.into(), Value::String(id.clone()));
                     }
@@ -296,7 +313,12 @@ fn check(example: &Example, fixtures: &Fixtures, dir: &TempDir, n: usize) -> Res
 fn run_check(example: &Example, text: &str, dir: &TempDir, n: usize) -> Result<(), String> {
     let path = dir.path(&format!("example-{n}.toml"));
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(BIN).arg("check").arg("--config").arg(&path).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     match (&example.kind, out.status.success()) {
         (Kind::Whole | Kind::Fragment, true) => Ok(()),
@@ -361,8 +383,14 @@ fn the_extractor_reads_flags_indentation_and_expected_messages() {
     std::fs::write(&path, md).unwrap();
     let ex = examples_in(&path);
     assert_eq!(ex.len(), 3);
-    assert_eq!((ex[0].line, &ex[0].kind, ex[0].text.as_str()), (3, &Kind::Whole, "a = 1\n"));
-    assert_eq!((&ex[1].kind, ex[1].text.as_str()), (&Kind::Fragment, "[global]\nworkers = 1\n"));
+    assert_eq!(
+        (ex[0].line, &ex[0].kind, ex[0].text.as_str()),
+        (3, &Kind::Whole, "a = 1\n")
+    );
+    assert_eq!(
+        (&ex[1].kind, ex[1].text.as_str()),
+        (&Kind::Fragment, "[global]\nworkers = 1\n")
+    );
     assert_eq!(
         ex[2].kind,
         Kind::Fails {
@@ -383,7 +411,11 @@ fn a_fragment_merges_into_the_skeleton_as_documented() {
     assert_eq!(frontends.len(), 1, "a table merges into the last frontend");
     assert_eq!(frontends[0]["tls"]["alpn"][0].as_str(), Some("h2"));
     assert_eq!(frontends[0]["name"].as_str(), Some("web"));
-    assert_eq!(base["backend"].as_array().unwrap().len(), 2, "an array of tables is appended");
+    assert_eq!(
+        base["backend"].as_array().unwrap().len(),
+        2,
+        "an array of tables is appended"
+    );
 }
 
 #[test]

@@ -52,7 +52,10 @@ fn https_get(addr: std::net::SocketAddr, ca: &Ca, path: &str) -> String {
 fn negotiated_alpn(addr: std::net::SocketAddr, ca: &Ca) -> Option<Vec<u8>> {
     let mut config = (*client_config(ca)).clone();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let name = rustls::pki_types::ServerName::try_from("example.com").unwrap();
@@ -103,13 +106,21 @@ fn the_first_site_serves_https_redirects_http_and_routes_around_a_dead_server() 
 
     let proxy = common::Proxy::start(&toml::to_string(&config).unwrap());
     let http = proxy.running().local_addr("http").expect("the page's port-80 frontend");
-    let https = proxy.running().local_addr("https").expect("the page's port-443 frontend");
+    let https = proxy
+        .running()
+        .local_addr("https")
+        .expect("the page's port-443 frontend");
 
     // Plain HTTP: a 301 to the same host, path and query over https.
-    let reply = common::http::raw_exchange(http, b"GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n");
+    let reply = common::http::raw_exchange(
+        http,
+        b"GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n\r\n",
+    );
     assert!(reply.starts_with("HTTP/1.1 301"), "{reply}");
     assert!(
-        reply.to_ascii_lowercase().contains("\r\nlocation: https://example.com/a?b=1\r\n"),
+        reply
+            .to_ascii_lowercase()
+            .contains("\r\nlocation: https://example.com/a?b=1\r\n"),
         "{reply}"
     );
 

@@ -45,6 +45,9 @@ pub(crate) struct Entry<'a> {
     pub termination: Termination,
     pub tls_version: Option<&'static str>,
     pub sni: Option<&'a str>,
+    /// HTTP: the request's ID, on a frontend with `request_id` (`http::request_id`: only
+    /// bytes that need no escaping, escaped all the same).
+    pub request_id: Option<&'a [u8]>,
 }
 
 /// A request's method and target, copied at head-parse time into storage reused from
@@ -155,12 +158,15 @@ pub(crate) fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     json_str(e.tls_version.map(str::as_bytes), out);
     out.extend_from_slice(b",\"sni\":");
     json_str(e.sni.map(str::as_bytes), out);
+    out.extend_from_slice(b",\"request_id\":");
+    json_str(e.request_id, out);
     out.extend_from_slice(b"}\n");
 }
 
 /// Appends `e` in the text layout (docs/logging.md):
 /// `TIME CLIENT FRONTEND BACKEND/SERVER "METHOD PATH" STATUS TO_SERVER TO_CLIENT
-/// HEAD/QUEUED/CONNECTED/RESPONSE/TOTAL RETRIES CODE "WORDS" TLS_VERSION SNI`.
+/// HEAD/QUEUED/CONNECTED/RESPONSE/TOTAL RETRIES CODE "WORDS" TLS_VERSION SNI`, then
+/// ` REQUEST_ID` for a request that has one.
 pub(crate) fn text(e: &Entry<'_>, out: &mut Vec<u8>) {
     rfc3339(e.time, out);
     out.push(b' ');
@@ -211,6 +217,10 @@ pub(crate) fn text(e: &Entry<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(e.tls_version.unwrap_or("-").as_bytes());
     out.push(b' ');
     text_escape(e.sni.unwrap_or("-").as_bytes(), out);
+    if let Some(id) = e.request_id {
+        out.push(b' ');
+        text_escape(id, out);
+    }
     out.push(b'\n');
 }
 
@@ -380,6 +390,7 @@ mod tests {
             termination: Termination(*b"sH"),
             tls_version: None,
             sni: None,
+            request_id: None,
         }
     }
 
@@ -438,6 +449,18 @@ mod tests {
         assert_eq!(v["termination"], "server timeout while waiting for the response head");
         assert_eq!(v["termination_code"], "sH");
         assert_eq!(v["sni"], serde_json::Value::Null);
+        assert_eq!(v["request_id"], serde_json::Value::Null);
+        let id = b"0190b3c2-7d4e-7a1b-9c3d-5e6f7a8b9c0d";
+        let mut out = Vec::new();
+        json(
+            &Entry {
+                request_id: Some(&id[..]),
+                ..entry(None)
+            },
+            &mut out,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["request_id"], "0190b3c2-7d4e-7a1b-9c3d-5e6f7a8b9c0d");
     }
 
     #[test]
@@ -474,5 +497,15 @@ mod tests {
             out.ends_with(" be/a \"-\" 0 78 120 0.120/0.130/0.300/-/1000.250 1 -- \"normal\" TLSv1.3 a.test\n"),
             "{out}"
         );
+        let mut out = Vec::new();
+        text(
+            &Entry {
+                request_id: Some(&b"abc-1"[..]),
+                ..entry(Some(&line))
+            },
+            &mut out,
+        );
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.ends_with(" - - abc-1\n"), "the ID last, after the SNI: {out}");
     }
 }

@@ -353,6 +353,7 @@ mod tests {
             termination: crate::error::Termination::NORMAL,
             tls_version: None,
             sni: None,
+            request_id: None,
         };
         local.write(&entry);
         local.flush();

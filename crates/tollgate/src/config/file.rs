@@ -256,6 +256,8 @@ pub(crate) struct FrontendSection {
     /// `[[frontend.limit]]`: rate and concurrency limits per key (`config::limit`).
     #[serde(default)]
     pub limit: Vec<super::limit::LimitSection>,
+    /// HTTP mode: an ID per request, to servers, clients and logs (`config::request_id`).
+    pub request_id: Option<Spanned<super::request_id::RequestIdSection>>,
 }
 
 /// `[frontend.tls]`.

@@ -30,6 +30,7 @@ pub mod model;
 pub mod ocsp;
 pub mod prefix_set;
 pub mod proxy;
+pub mod request_id;
 pub mod route;
 mod route_action;
 pub mod shared;

@@ -443,6 +443,8 @@ pub struct Frontend {
     pub limits: Vec<super::limit::Limit>,
     /// The limits no route names (bit i: `limits[i]`): they count every request.
     pub unrouted_limits: u8,
+    /// HTTP mode: `request_id` (`config::request_id`).
+    pub request_ids: Option<super::request_id::RequestIds>,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.

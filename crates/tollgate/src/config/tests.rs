@@ -340,7 +340,10 @@ fn a_control_socket_the_workers_could_open_is_refused() {
         )
     };
     for (extra, why) in [
-        ("control_socket_mode = \"0660\"\ncontrol_socket_group = \"12345\"", "its group is the one the workers run in"),
+        (
+            "control_socket_mode = \"0660\"\ncontrol_socket_group = \"12345\"",
+            "its group is the one the workers run in",
+        ),
         ("control_socket_mode = \"0666\"", "it lets every user write to it"),
     ] {
         let e = first_error(&with(extra));

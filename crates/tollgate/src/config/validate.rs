@@ -869,6 +869,7 @@ impl<'a> Validator<'a> {
                     .any(|b| b.servers.iter().any(|s| s.send_proxy.is_some())),
                 limits,
                 unrouted_limits,
+                request_ids: super::request_id::request_ids(f.request_id.as_ref(), mode, &key, &mut self.errors),
             });
         }
         out

@@ -53,6 +53,8 @@ pub(crate) struct WorkerCtx {
     pub errors: RefCell<super::errors::ErrorRing>,
     /// This thread's idle HTTP/1 client connections, held outside any task.
     pub park: super::park::Park,
+    /// Request-ID storage of ended sessions, for the next ones ([`IdLease`]).
+    id_slots: RefCell<Vec<Box<crate::http::request_id::IdSlot>>>,
 }
 
 impl WorkerCtx {
@@ -105,7 +107,18 @@ impl WorkerCtx {
             sessions: Default::default(),
             errors: Default::default(),
             park,
+            id_slots: RefCell::new(Vec::new()),
         })
+    }
+
+    /// Storage for one session's request IDs, from this thread's spares: no allocation per
+    /// connection once a few have ended.
+    pub(crate) fn id_lease(&self) -> IdLease<'_> {
+        let spare = self.id_slots.try_borrow_mut().ok().and_then(|mut s| s.pop());
+        IdLease {
+            ctx: self,
+            slot: Some(spare.unwrap_or_default()),
+        }
     }
 
     /// Resolves once `server`'s sessions are to close (`maint --kill`): its kill epoch moved
@@ -305,4 +318,36 @@ fn log_suppressed(worker: usize, n: u64) {
         "suppressed {n} similar lines (failures are logged at most {} per second per worker)",
         super::loglimit::BURST
     );
+}
+
+/// One session's request-ID storage (`[frontend] request_id`); back to its thread's spares
+/// when dropped.
+pub(crate) struct IdLease<'a> {
+    ctx: &'a WorkerCtx,
+    /// Always `Some` until dropped.
+    slot: Option<Box<crate::http::request_id::IdSlot>>,
+}
+
+impl IdLease<'_> {
+    pub(crate) fn slot_mut(&mut self) -> Option<&mut crate::http::request_id::IdSlot> {
+        self.slot.as_deref_mut()
+    }
+
+    /// The current request's ID; empty when it has none.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.slot
+            .as_deref()
+            .map_or(&[][..], crate::http::request_id::IdSlot::as_bytes)
+    }
+}
+
+impl Drop for IdLease<'_> {
+    fn drop(&mut self) {
+        if let (Some(mut slot), Ok(mut spares)) = (self.slot.take(), self.ctx.id_slots.try_borrow_mut())
+            && spares.len() < 1024
+        {
+            slot.clear();
+            spares.push(slot);
+        }
+    }
 }

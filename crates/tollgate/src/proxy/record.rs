@@ -134,6 +134,8 @@ pub(crate) struct Seen<'a> {
     /// The frontend terminated or peeked TLS: the version (terminated only) and the SNI.
     pub tls_version: Option<&'static str>,
     pub sni: Option<&'a str>,
+    /// HTTP: the request's ID (`[frontend] request_id`).
+    pub request_id: Option<&'a [u8]>,
 }
 
 /// The TLS facts of a TCP session, kept past the TLS stream's life (the session's record
@@ -150,6 +152,7 @@ impl TlsSeen {
             request: None,
             tls_version: self.version,
             sni: self.sni.as_deref(),
+            request_id: None,
         }
     }
 }
@@ -252,6 +255,7 @@ fn entry<'a>(
         termination: r.termination,
         tls_version: seen.tls_version,
         sni: seen.sni,
+        request_id: seen.request_id,
     }
 }
 

@@ -88,7 +88,9 @@ pub use error::{ErrorKind, H1Error, Side};
 pub use headers::{HeadScratch, HeaderEntry, HeaderKind, MessageHead, Span};
 pub use request::{Method, RequestHead, TargetForm, parse_request_head};
 pub use response::{ResponseHead, parse_response_head};
-pub use write::{ConnectionOut, HeadEdits, Proto, write_error_response, write_request_head, write_response_head};
+pub use write::{
+    ConnectionOut, HeadEdits, Proto, add_response_field, write_error_response, write_request_head, write_response_head,
+};
 
 /// Hard upper bound on the number of header fields (the stack array given to httparse).
 pub const HEADER_CAP: usize = 256;

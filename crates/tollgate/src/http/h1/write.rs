@@ -95,12 +95,16 @@ pub struct HeadEdits<'a> {
     /// `http::normalize::target`); the route's path rewrite reads it too, its templates
     /// the received one.
     pub target: Option<&'a [u8]>,
+    /// The request's ID field (`[frontend] request_id`): name and value. Received fields of
+    /// that name are dropped and this one written last. Requests and responses.
+    pub id_field: Option<(&'a [u8], &'a [u8])>,
 }
 
 impl HeadEdits<'_> {
     #[inline]
     fn strips(&self, name: &[u8]) -> bool {
         self.strip.iter().any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+            || self.id_field.is_some_and(|(id, _)| id.eq_ignore_ascii_case(name))
     }
 }
 
@@ -155,8 +159,8 @@ pub fn write_request_head(head: &RequestHead, buf: &[u8], edits: &HeadEdits, out
 }
 
 /// Write the status line (as HTTP/1.1) and the forwarded header fields to `out`. Only
-/// `connection`, `no_transfer_encoding`, `cookie`, `append` and the route's response rules
-/// apply to responses; the forwarding fields are ignored.
+/// `connection`, `no_transfer_encoding`, `cookie`, `append`, `id_field` and the route's
+/// response rules apply to responses; the forwarding fields are ignored.
 pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_status(head.status, out);
@@ -169,6 +173,7 @@ pub fn write_response_head(head: &ResponseHead, buf: &[u8], edits: &HeadEdits, o
         cookie: edits.cookie,
         append: edits.append,
         rewrite: edits.rewrite,
+        id_field: edits.id_field,
         ..HeadEdits::default()
     };
     match edits.rewrite {
@@ -294,6 +299,9 @@ fn write_fields_with(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(edits.append);
+    if let Some((name, value)) = edits.id_field {
+        push_field(name, value, out);
+    }
     match edits.connection {
         ConnectionOut::Omit => {}
         ConnectionOut::KeepAlive => push_field(b"Connection", b"keep-alive", out),
@@ -388,6 +396,17 @@ fn push_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Adds `name: value` as the last field of the head at the start of `out` (a response the
+/// proxy made itself, in full); nothing if `out` holds no complete head.
+pub fn add_response_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    let Some(end) = out.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return;
+    };
+    let at = end + 2;
+    let field = name.iter().chain(b": ").chain(value).chain(b"\r\n").copied();
+    out.splice(at..at, field);
+}
+
 /// Append a small complete response for `status` (400, 408, 413, 414, 431, 500, 501, 502, 503,
 /// 504, 505; anything else writes the 500 one) with `Content-Length`, `Content-Type: text/plain`,
 /// `Connection: close` and `Cache-Control: no-cache`.
@@ -442,6 +461,35 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(write_request_head(&head, buf, edits, &mut out), 0);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_request_id_field_replaces_every_received_one_and_goes_last() {
+        let edits = HeadEdits {
+            id_field: Some((&b"x-request-id"[..], &b"0190-id"[..])),
+            connection: ConnectionOut::Close,
+            ..HeadEdits::default()
+        };
+        let buf = b"GET / HTTP/1.1\r\nHost: h\r\nX-Request-ID: a\r\nX-Other: 1\r\nx-request-id: b\r\n\r\n";
+        assert_eq!(
+            request(buf, &edits),
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Other: 1\r\nx-request-id: 0190-id\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_field_is_added_last_to_a_response_the_proxy_made() {
+        let mut out = Vec::new();
+        write_error_response(503, &mut out);
+        add_response_field(&mut out, b"x-request-id", b"abc");
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.ends_with("Cache-Control: no-cache\r\nx-request-id: abc\r\n\r\nService Unavailable\n"),
+            "{text}"
+        );
+        let mut partial = b"HTTP/1.1 200 OK\r\n".to_vec();
+        add_response_field(&mut partial, b"x", b"y");
+        assert_eq!(partial, b"HTTP/1.1 200 OK\r\n", "no complete head: nothing added");
     }
 
     #[test]

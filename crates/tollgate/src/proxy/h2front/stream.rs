@@ -42,6 +42,7 @@ use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, HeaderKind, Limits, MessageHead, Method, Proto};
 use crate::http::h2::Reason;
 use crate::http::normalize;
+use crate::http::request_id::set_field as set_id_field;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};
@@ -141,6 +142,10 @@ pub(crate) async fn serve(
     rec.timing.head = Some(Duration::ZERO);
     ctx.stats.http_requests.add(1);
     let (mut parts, body) = req.into_parts();
+    let request_id = fe
+        .request_ids
+        .as_ref()
+        .map(|ids| assign_request_id(ids, conn.peer.ip(), &mut parts.headers));
     let line = ctx.access_log.as_ref().map(|log| {
         let mut slot = log.slot();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -160,6 +165,12 @@ pub(crate) async fn serve(
         send: None,
         grpc,
         rewrite: None,
+        id_field: fe
+            .request_ids
+            .as_ref()
+            .filter(|ids| ids.response)
+            .zip(request_id.as_ref())
+            .map(|(ids, id)| (ids.header.as_bytes(), id.as_bytes())),
     };
     if let Err(e) = s.run(checked, &mut parts, body).await {
         s.fail(&e);
@@ -172,6 +183,7 @@ pub(crate) async fn serve(
         request: line.as_ref().map(|l| &l.line),
         tls_version: conn.tls_version,
         sni: conn.sni.as_deref(),
+        request_id: request_id.as_ref().map(|id| id.as_bytes()),
     };
     crate::proxy::record::sink(ctx, &rec, seen);
 }
@@ -192,6 +204,31 @@ pub(super) struct Stream<'s> {
     pub(super) grpc: bool,
     /// The matched route's rewrites (its request already applied to the head).
     pub(super) rewrite: Option<&'s Rewrite>,
+    /// The request's ID field for the response (`request_id.response`): name, value.
+    pub(super) id_field: Option<(&'s [u8], &'s [u8])>,
+}
+
+/// The stream's ID (`[frontend] request_id`), set in its head as its server will get it:
+/// the client's own when it comes from a trusted address, is the request's only such
+/// field and is acceptable (`http::request_id::is_acceptable`), else a new one.
+fn assign_request_id(
+    ids: &crate::config::request_id::RequestIds,
+    client: std::net::IpAddr,
+    headers: &mut http::HeaderMap,
+) -> crate::http::request_id::IdSlot {
+    let mut slot = crate::http::request_id::IdSlot::default();
+    let kept = ids.trusts(client) && {
+        let mut sent = headers.get_all(&*ids.header).iter();
+        match (sent.next(), sent.next()) {
+            (Some(value), None) => slot.keep(value.as_bytes()),
+            _ => false,
+        }
+    };
+    if !kept {
+        slot.generate(std::time::SystemTime::now());
+    }
+    set_id_field(headers, Some((ids.header.as_bytes(), slot.as_bytes())));
+    slot
 }
 
 /// What the forwarding needs to know of the request once its head is written.
@@ -577,13 +614,14 @@ impl Stream<'_> {
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
         // A body of announced length cannot end early with gRPC trailers.
         self.grpc = self.grpc && !response.entries().iter().any(|e| e.kind == HeaderKind::ContentLength);
-        let sent = if rewritten || sets_cookie {
+        let sent = if rewritten || sets_cookie || self.id_field.is_some() {
             let mut head = to_h1::response_head(&response, back.data(), cookie);
             if let Some(rewrite) = self.rewrite {
                 rewrite
                     .response_headers
                     .apply_to_map(head.headers_mut(), &RequestVars::default());
             }
+            set_id_field(head.headers_mut(), self.id_field);
             if let Some(table) = sticky.filter(|_| sets_cookie) {
                 let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
                 table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
@@ -636,6 +674,7 @@ impl Stream<'_> {
             resp.headers_mut()
                 .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
         }
+        set_id_field(resp.headers_mut(), self.id_field);
         self.rec.status = status;
         self.answered = true;
         let mut send = self
@@ -661,7 +700,8 @@ impl Stream<'_> {
                 ctx.stats.http_proxy_5xx.add(1);
                 self.rec.status = 200;
                 self.answered = true;
-                let head = http::Response::from_parts(grpc::unavailable(grpc_message(cause)), ());
+                let mut head = http::Response::from_parts(grpc::unavailable(grpc_message(cause)), ());
+                set_id_field(head.headers_mut(), self.id_field);
                 let _ = self.respond.send_response(head, true);
             }
             Some(status) => {

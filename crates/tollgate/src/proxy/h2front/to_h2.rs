@@ -272,6 +272,7 @@ fn response_head(
         let vars = crate::http::rewrite::RequestVars::default();
         rewrite.response_headers.apply_to_map(&mut parts.headers, &vars);
     }
+    crate::http::request_id::set_field(&mut parts.headers, s.id_field);
     let mut response = http::Response::from_parts(parts, ());
     if let Some(table) = sticky
         && prefer != Some(id)

@@ -270,6 +270,7 @@ async fn exchange<C: ClientStream>(
     s.out.clear();
     let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
     let rewrite = s.rewrite;
+    let id_field = super::stream::id_field(s.fe, s.request_id.as_ref(), true);
     let mut write_head = |append: &[u8]| {
         let edits = HeadEdits {
             connection,
@@ -277,6 +278,7 @@ async fn exchange<C: ClientStream>(
             cookie: sticky.map(|t| t.cookie()),
             append,
             rewrite,
+            id_field,
             ..HeadEdits::default()
         };
         h1::write_response_head(&response, back.data(), &edits, &mut s.out);

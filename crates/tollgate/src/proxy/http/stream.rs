@@ -117,6 +117,9 @@ pub(super) struct Session<'a, C> {
     /// The current request's method and target for the access log (taken from the
     /// thread's spares at the first request, only when access logs are on).
     line: Option<crate::accesslog::LineSlot>,
+    /// The current request's ID (`[frontend] request_id`; taken from the thread's spares at
+    /// the first request of a frontend that has them).
+    pub(super) request_id: Option<crate::ctx::worker::IdLease<'a>>,
     /// The matched route's rewrites for the request being forwarded (its response too).
     pub(super) rewrite: Option<&'a Rewrite>,
     /// The client presented a verified certificate (`client_cert` routes).
@@ -168,6 +171,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             stream_began: accepted,
             client_mark: 0,
             line: None,
+            request_id: None,
             rewrite: None,
             client_cert,
             cert_names,
@@ -246,6 +250,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 };
                 self.rec.timing.head = Some(self.rec.timing.now());
                 self.capture_line(&head);
+                self.assign_request_id(&head);
                 self.served += 1;
                 let served = serve_boxed(&mut self, head, kills.as_mut()).await;
                 if let Err(e) = &served {
@@ -300,6 +305,38 @@ impl<'a, C: ClientStream> Session<'a, C> {
         if let Some(slot) = &mut self.line {
             slot.line.clear();
         }
+        if let Some(slot) = self.request_id.as_mut().and_then(|l| l.slot_mut()) {
+            slot.clear();
+        }
+    }
+
+    /// Gives the request its ID (`[frontend] request_id`): the client's own when it comes
+    /// from a trusted address, is the request's only such field and is acceptable
+    /// (`http::request_id::is_acceptable`); else a new one.
+    fn assign_request_id(&mut self, head: &RequestHead) {
+        use crate::http::h1::MessageHead;
+        let Some(ids) = &self.fe.request_ids else {
+            return;
+        };
+        let ctx = self.ctx;
+        let lease = self.request_id.get_or_insert_with(|| ctx.id_lease());
+        let Some(slot) = lease.slot_mut() else {
+            return;
+        };
+        let buf = self.front.data();
+        let kept = ids.trusts(self.peer.ip()) && {
+            let mut sent = head
+                .headers(buf)
+                .filter(|(name, _)| name.eq_ignore_ascii_case(ids.header.as_bytes()))
+                .map(|(_, value)| value);
+            match (sent.next(), sent.next()) {
+                (Some(value), None) => slot.keep(value),
+                _ => false,
+            }
+        };
+        if !kept {
+            slot.generate(std::time::SystemTime::now());
+        }
     }
 
     /// Copies the method and target for the access log (bounded: `accesslog::format`).
@@ -322,6 +359,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
             request: self.line.as_ref().map(|s| &s.line),
             tls_version,
             sni,
+            request_id: self
+                .request_id
+                .as_ref()
+                .map(|l| l.as_bytes())
+                .filter(|id| !id.is_empty()),
         };
         crate::proxy::record::sink(self.ctx, &self.rec, seen);
         sessions::note(|e| e.add_bytes(self.rec.bytes_to_server, self.rec.bytes_to_client));
@@ -669,6 +711,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     strip: self.cert_names,
                     append: &self.cert_lines,
                     target: normalized.as_deref(),
+                    id_field: id_field(self.fe, self.request_id.as_ref(), false),
                     ..self.request_edits(&req)
                 };
                 let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
@@ -699,6 +742,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
             return Ok(false);
         }
         self.rec.status = status;
+        if let Some((name, value)) = id_field(self.fe, self.request_id.as_ref(), true) {
+            h1::add_response_field(&mut self.out, name, value);
+        }
         let written = if keep {
             self.client.write_all(&self.out).await
         } else {
@@ -803,6 +849,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
         }
         self.out.clear();
         h1::write_error_response(status, &mut self.out);
+        if let Some((name, value)) = id_field(self.fe, self.request_id.as_ref(), true) {
+            h1::add_response_field(&mut self.out, name, value);
+        }
         if self.client.write_all(&self.out).await.is_ok() {
             lingering_close(&mut self.client, &mut self.out).await;
         }
@@ -886,6 +935,18 @@ pub(super) async fn lingering_close<C: AsyncRead + AsyncWrite + Unpin>(client: &
         }
     };
     let _ = tokio::time::timeout(Duration::from_millis(500), drain).await;
+}
+
+/// The request's ID field (name, value) to write to its server, or with `response` to its
+/// client (only when `request_id.response`); `None` without an ID.
+pub(super) fn id_field<'s>(
+    fe: &'s Frontend,
+    id: Option<&'s crate::ctx::worker::IdLease<'_>>,
+    response: bool,
+) -> Option<(&'s [u8], &'s [u8])> {
+    let ids = fe.request_ids.as_ref().filter(|ids| !response || ids.response)?;
+    let value = id?.as_bytes();
+    (!value.is_empty()).then_some((ids.header.as_bytes(), value))
 }
 
 /// A response made by a `return` or `deny` route (to a HEAD request: its head only).

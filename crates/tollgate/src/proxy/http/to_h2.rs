@@ -326,13 +326,17 @@ async fn respond<C: ClientStream>(
     s: &mut Session<'_, C>,
     (backend, server): (usize, crate::live::ServerId),
     req: &RequestInfo,
-    (parts, mut body): (http::response::Parts, ResponseBody),
+    (mut parts, mut body): (http::response::Parts, ResponseBody),
     asked: &Asked,
     rest: Option<(&mut RequestBody, &mut BodyTracker, &mut Unsent)>,
     sent: &Counter,
 ) -> Result<(bool, bool), Error> {
     let status = parts.status.as_u16();
     s.rec.status = status;
+    crate::http::request_id::set_field(
+        &mut parts.headers,
+        super::stream::id_field(s.fe, s.request_id.as_ref(), true),
+    );
     let bodiless = req.method == Method::Head || matches!(status, 100..=199 | 204 | 304);
     let length = parts
         .headers
