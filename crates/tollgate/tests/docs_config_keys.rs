@@ -127,7 +127,7 @@ struct Reference {
 
 /// The table a heading names: `## `[global]``, `### Rate limits: `[[frontend.limit]]``.
 fn heading_table(line: &str) -> Option<String> {
-    line.split('`').skip(1).step_by(2).find_map(|code| table_name(code))
+    line.split('`').skip(1).step_by(2).find_map(table_name)
 }
 
 /// `frontend.tls` for `[frontend.tls]` or `[[frontend.tls]]`.
@@ -244,10 +244,10 @@ fn every_key_the_parser_accepts_is_in_the_reference() {
             // A key of a table with no section of its own (an inline table such as a
             // route's `request_headers = { set = ... }`): named in its parent's section.
             let (parent, name) = key.rsplit_once('.').unwrap_or(("", key));
-            if !reference.sections.contains_key(parent) {
-                if let Some(section) = nearest_section(&reference, key) {
-                    return !section.contains(&format!("`{name}`")) && !section.contains(&format!("{name} ="));
-                }
+            if !reference.sections.contains_key(parent)
+                && let Some(section) = nearest_section(&reference, key)
+            {
+                return !section.contains(&format!("`{name}`")) && !section.contains(&format!("{name} ="));
             }
             true
         })

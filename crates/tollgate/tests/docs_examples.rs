@@ -248,19 +248,17 @@ impl Fixtures {
                 _ => {}
             }
         }
-        if top {
-            if let Some(Value::Table(global)) = table.get_mut("global") {
-                // An operators' group for the socket: a gid no worker runs in (check refuses
-                // a socket the workers could open).
-                let operators = "4242".to_string();
-                for (key, id) in [
-                    ("user", &self.uid),
-                    ("group", &self.gid),
-                    ("control_socket_group", &operators),
-                ] {
-                    if global.contains_key(key) {
-                        global.insert(key.into(), Value::String(id.clone()));
-                    }
+        if top && let Some(Value::Table(global)) = table.get_mut("global") {
+            // An operators' group for the socket: a gid no worker runs in (check refuses
+            // a socket the workers could open).
+            let operators = "4242".to_string();
+            for (key, id) in [
+                ("user", &self.uid),
+                ("group", &self.gid),
+                ("control_socket_group", &operators),
+            ] {
+                if global.contains_key(key) {
+                    global.insert(key.into(), Value::String(id.clone()));
                 }
             }
         }

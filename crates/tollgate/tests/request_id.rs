@@ -240,10 +240,10 @@ fn http2_streams_get_ids_too_nghttp() {
 fn check_refuses_request_ids_where_they_cannot_work() {
     let tcp = "[[frontend]]\nname = \"t\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"b\"\nrequest_id = {}\n\
                [[backend]]\nname = \"b\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:1\"\n";
-    let e = tollgate::config::parse(tcp, "t.toml")
-        .err()
-        .expect("refused")
-        .to_string();
+    let Err(e) = tollgate::config::parse(tcp, "t.toml") else {
+        panic!("accepted")
+    };
+    let e = e.to_string();
     assert!(e.contains("frontend[0].request_id") && e.contains("http-mode"), "{e}");
     let origin: SocketAddr = "127.0.0.1:1".parse().unwrap();
     for (bad, why) in [
@@ -254,10 +254,10 @@ fn check_refuses_request_ids_where_they_cannot_work() {
         ("sample = 1", "unknown field `sample`"),
     ] {
         let text = config(bad, origin, Path::new("/tmp/tollgate-request-id-check.log"));
-        let e = tollgate::config::parse(&text, "t.toml")
-            .err()
-            .expect("refused")
-            .to_string();
+        let Err(e) = tollgate::config::parse(&text, "t.toml") else {
+            panic!("accepted")
+        };
+        let e = e.to_string();
         assert!(e.contains(why), "{bad}: {e}");
     }
 }

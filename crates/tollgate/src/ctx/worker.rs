@@ -54,6 +54,10 @@ pub(crate) struct WorkerCtx {
     /// This thread's idle HTTP/1 client connections, held outside any task.
     pub park: super::park::Park,
     /// Request-ID storage of ended sessions, for the next ones ([`IdLease`]).
+    #[expect(
+        clippy::vec_box,
+        reason = "a slot moves between here and a session's lease: boxed, no copy and no allocation"
+    )]
     id_slots: RefCell<Vec<Box<crate::http::request_id::IdSlot>>>,
 }
 
