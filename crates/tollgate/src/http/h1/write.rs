@@ -244,6 +244,8 @@ fn write_fields_with(
     own: impl FnOnce(&mut Vec<u8>),
 ) {
     let keep_upgrade = is_upgrade && edits.connection == ConnectionOut::Upgrade;
+    // Most heads strip nothing: one test per head, not a call per field.
+    let strips = !edits.strip.is_empty() || edits.id_field.is_some();
     for e in entries {
         if keep_upgrade && e.kind == HeaderKind::Upgrade {
             push_upgrade_without_h2c(e.name.of(buf), e.value.of(buf), out);
@@ -258,7 +260,7 @@ fn write_fields_with(
             HeaderKind::TransferEncoding => edits.no_transfer_encoding,
             _ => e.is_hop_by_hop(),
         };
-        if skip || route.drops(e.name.of(buf)) || edits.strips(e.name.of(buf)) {
+        if skip || route.drops(e.name.of(buf)) || (strips && edits.strips(e.name.of(buf))) {
             continue;
         }
         match edits.cookie {
