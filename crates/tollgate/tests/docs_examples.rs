@@ -14,11 +14,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 mod common;
+mod docs_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::tls::{Ca, TempDir};
+use docs_support::{documents, repo_root};
 use toml::{Table, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
@@ -125,32 +127,6 @@ fn examples_in(file: &Path) -> Vec<Example> {
             text: f.body.clone(),
         });
     }
-    out
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// README.md and every `.md` under docs/, in a stable order.
-fn documents() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|e| e == "md") {
-                out.push(p);
-            }
-        }
-    }
-    let root = repo_root();
-    let mut out = vec![root.join("README.md")];
-    walk(&root.join("docs"), &mut out);
     out
 }
 

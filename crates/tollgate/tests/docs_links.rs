@@ -3,33 +3,11 @@
 //! leave a reader at a dead end. Links to other sites are not followed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
+mod docs_support;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-fn documents() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|e| e == "md") {
-                out.push(p);
-            }
-        }
-    }
-    let root = repo_root();
-    let mut out = vec![root.join("README.md"), root.join("bench/README.md")];
-    walk(&root.join("docs"), &mut out);
-    out
-}
+use docs_support::repo_root;
 
 /// The lines of a Markdown text outside fenced code blocks.
 fn prose(text: &str) -> Vec<&str> {
@@ -105,7 +83,9 @@ fn every_relative_link_and_anchor_in_the_docs_resolves() {
     let root = repo_root();
     let mut broken = Vec::new();
     let mut checked = 0;
-    for doc in documents() {
+    let mut docs = docs_support::documents();
+    docs.push(root.join("bench/README.md"));
+    for doc in docs {
         let text = std::fs::read_to_string(&doc).unwrap();
         for (line, target) in links(&text) {
             if target.contains("://") || target.starts_with("mailto:") {
