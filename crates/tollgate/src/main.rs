@@ -472,7 +472,7 @@ fn explain(args: ExplainArgs) -> ExitCode {
     match explain(&config, &query) {
         Ok(e) if args.json => match serde_json::to_string_pretty(&e) {
             Ok(text) => {
-                println!("{text}");
+                stdout_line(&text);
                 ExitCode::SUCCESS
             }
             Err(err) => {
@@ -481,7 +481,7 @@ fn explain(args: ExplainArgs) -> ExitCode {
             }
         },
         Ok(e) => {
-            print!("{e}");
+            stdout_text(&e.to_string());
             ExitCode::SUCCESS
         }
         Err(reason) => {
@@ -497,7 +497,7 @@ fn check(path: &Path) -> ExitCode {
             for warning in c.warnings() {
                 eprintln!("{}: warning: {warning}", path.display());
             }
-            println!("{}: ok: {}", path.display(), c.summary());
+            stdout_line(&format!("{}: ok: {}", path.display(), c.summary()));
             ExitCode::SUCCESS
         }
         Err(errors) => {
@@ -656,11 +656,11 @@ fn control_with(
     match tollgate::master::control::request(&path, command) {
         Ok(reply) => match render(&reply, json) {
             (text, true) => {
-                println!("{text}");
+                stdout_line(&text);
                 ExitCode::SUCCESS
             }
             (text, false) if json => {
-                println!("{text}");
+                stdout_line(&text);
                 ExitCode::from(EXIT_REFUSED)
             }
             (text, false) => {
@@ -831,4 +831,17 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
     })?;
     running.join().context("workers")?;
     Ok(())
+}
+
+/// Writes a command's answer to stdout. A reader that went away (`tollgate explain ... |
+/// head`) is not an error: the rest is dropped quietly instead of panicking as `println!`
+/// does on a broken pipe.
+fn stdout_text(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+fn stdout_line(text: &str) {
+    stdout_text(&format!("{text}\n"));
 }

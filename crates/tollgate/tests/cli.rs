@@ -601,6 +601,33 @@ name = "r1"
 address = "127.0.0.1:9021"
 "#;
 
+/// A reader that stops early (`tollgate explain ... | head -1`) ends the output quietly: no
+/// panic about a broken pipe, the command's own exit status.
+#[test]
+fn a_reader_that_goes_away_is_not_a_panic() {
+    let dir = TempDir::new("cli-pipe");
+    let path = dir.0.join("explain.toml");
+    std::fs::write(&path, EXPLAIN).unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "explain",
+            "--config",
+            path.to_str().unwrap(),
+            "GET",
+            "http://api.example:18080/v1/x",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end closes before the answer is written: every write meets EPIPE.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
 /// `explain` runs the binary against a config: it names the frontend by port, each skipped
 /// route with what differed, the backend and the server a pick chooses (the primary, with
 /// its state and weight); a fixed response; SNI routing on a TCP frontend; `--json`.
