@@ -39,8 +39,6 @@ pub struct RequestIds {
     pub response: bool,
     /// Clients whose own ID is kept (when acceptable); empty: every ID is generated.
     pub trust_from: PrefixSet,
-    /// `[header]`: the names a request's edits strip when its ID is replaced.
-    pub strip: Box<[Box<str>]>,
 }
 
 impl RequestIds {
@@ -119,7 +117,6 @@ pub(super) fn request_ids(
         Some(list) => PrefixSet::new(super::route::sources(errors, list, &format!("{key}.trust_from"))?),
     };
     Some(RequestIds {
-        strip: vec![header.clone().into_boxed_str()].into_boxed_slice(),
         header: header.into_boxed_str(),
         response: s.response.unwrap_or(false),
         trust_from,

@@ -74,6 +74,19 @@ impl IdSlot {
         true
     }
 
+    /// The request's ID: the client's own when it is `trusted`, `sent` holds exactly one
+    /// value of the ID field and that value is acceptable; else a new one.
+    pub fn assign<'v>(&mut self, trusted: bool, mut sent: impl Iterator<Item = &'v [u8]>, now: SystemTime) {
+        let kept = trusted
+            && match (sent.next(), sent.next()) {
+                (Some(value), None) => self.keep(value),
+                _ => false,
+            };
+        if !kept {
+            self.generate(now);
+        }
+    }
+
     /// Writes a new ID for a request that began at `now`.
     pub fn generate(&mut self, now: SystemTime) {
         let id = generate(now);
@@ -227,6 +240,23 @@ mod tests {
         assert_eq!(slot.as_bytes().len(), UUID_LEN);
         assert!(slot.keep(&[b'z'; MAX_LEN]));
         assert_eq!(slot.as_bytes(), &[b'z'; MAX_LEN][..]);
+    }
+
+    #[test]
+    fn assign_keeps_only_a_trusted_single_acceptable_id() {
+        let now = SystemTime::now();
+        let mut slot = IdSlot::default();
+        slot.assign(true, [&b"mine"[..]].into_iter(), now);
+        assert_eq!(slot.as_bytes(), b"mine");
+        for (trusted, sent) in [
+            (false, vec![&b"mine"[..]]),
+            (true, vec![&b"a"[..], &b"b"[..]]),
+            (true, vec![&b"no good"[..]]),
+            (true, vec![]),
+        ] {
+            slot.assign(trusted, sent.into_iter(), now);
+            assert_eq!(slot.as_bytes().len(), UUID_LEN, "{trusted} replaced by a new ID");
+        }
     }
 
     #[test]

@@ -217,16 +217,8 @@ fn assign_request_id(
     headers: &mut http::HeaderMap,
 ) -> crate::http::request_id::IdSlot {
     let mut slot = crate::http::request_id::IdSlot::default();
-    let kept = ids.trusts(client) && {
-        let mut sent = headers.get_all(&*ids.header).iter();
-        match (sent.next(), sent.next()) {
-            (Some(value), None) => slot.keep(value.as_bytes()),
-            _ => false,
-        }
-    };
-    if !kept {
-        slot.generate(std::time::SystemTime::now());
-    }
+    let sent = headers.get_all(&*ids.header).iter().map(http::HeaderValue::as_bytes);
+    slot.assign(ids.trusts(client), sent, std::time::SystemTime::now());
     set_id_field(headers, Some((ids.header.as_bytes(), slot.as_bytes())));
     slot
 }

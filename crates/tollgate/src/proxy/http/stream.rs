@@ -323,20 +323,11 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let Some(slot) = lease.slot_mut() else {
             return;
         };
-        let buf = self.front.data();
-        let kept = ids.trusts(self.peer.ip()) && {
-            let mut sent = head
-                .headers(buf)
-                .filter(|(name, _)| name.eq_ignore_ascii_case(ids.header.as_bytes()))
-                .map(|(_, value)| value);
-            match (sent.next(), sent.next()) {
-                (Some(value), None) => slot.keep(value),
-                _ => false,
-            }
-        };
-        if !kept {
-            slot.generate(std::time::SystemTime::now());
-        }
+        let sent = head
+            .headers(self.front.data())
+            .filter(|(name, _)| name.eq_ignore_ascii_case(ids.header.as_bytes()))
+            .map(|(_, value)| value);
+        slot.assign(ids.trusts(self.peer.ip()), sent, std::time::SystemTime::now());
     }
 
     /// Copies the method and target for the access log (bounded: `accesslog::format`).
