@@ -9,6 +9,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
+use crate::config::log_layout::{CaptureKind, Field, Layout, LogPlan, Piece};
 use crate::error::Termination;
 
 /// Bytes of a request target kept for the log; a longer target is cut here and ends in `...`.
@@ -35,8 +36,13 @@ pub(crate) struct Entry<'a> {
     pub frontend: &'a str,
     pub backend: Option<&'a str>,
     pub server: Option<&'a str>,
-    /// HTTP only: the captured method and target (`RequestLine`).
+    pub server_address: Option<SocketAddr>,
+    /// HTTP: the route that matched (`None`: the default backend, or none).
+    pub route: Option<&'a str>,
+    /// HTTP only: the captured method and target, version, headers (`RequestLine`).
     pub request: Option<&'a RequestLine>,
+    /// HTTP: `http` or `https`.
+    pub scheme: Option<&'static str>,
     pub status: u16,
     pub bytes_to_server: u64,
     pub bytes_to_client: u64,
@@ -44,27 +50,72 @@ pub(crate) struct Entry<'a> {
     pub retries: u32,
     pub termination: Termination,
     pub tls_version: Option<&'static str>,
+    pub tls_cipher: Option<&'static str>,
     pub sni: Option<&'a str>,
+    /// The verified client certificate's subject, RFC 4514 (printable ASCII only).
+    pub client_cert_subject: Option<&'a str>,
     /// HTTP: the request's ID, on a frontend with `request_id` (`http::request_id`: only
     /// bytes that need no escaping, escaped all the same).
     pub request_id: Option<&'a [u8]>,
 }
 
+#[cfg(test)]
+impl Entry<'_> {
+    /// A TCP session's line with nothing set: the tests' starting point.
+    pub(crate) fn blank() -> Self {
+        Entry {
+            time: SystemTime::UNIX_EPOCH,
+            client: SocketAddr::from(([127, 0, 0, 1], 1)),
+            frontend: "f",
+            backend: None,
+            server: None,
+            server_address: None,
+            route: None,
+            request: None,
+            scheme: None,
+            status: 0,
+            bytes_to_server: 0,
+            bytes_to_client: 0,
+            timings: Timings::default(),
+            retries: 0,
+            termination: Termination::NORMAL,
+            tls_version: None,
+            tls_cipher: None,
+            sni: None,
+            client_cert_subject: None,
+            request_id: None,
+        }
+    }
+}
+
+/// Where one captured value sits in `RequestLine::captured`.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    len: u32,
+    cut: bool,
+}
+
 /// A request's method and target, copied at head-parse time into storage reused from
-/// request to request (`Local::take_line`), bounded by `METHOD_LIMIT` and `PATH_LIMIT`.
+/// request to request (`Local::take_line`), bounded by `METHOD_LIMIT` and `PATH_LIMIT`;
+/// its HTTP version; and the header and cookie values its frontend's line captures (each
+/// cut at the plan's `capture_limit`).
 #[derive(Debug, Default)]
 pub(crate) struct RequestLine {
     buf: Vec<u8>,
     method_len: usize,
     truncated: bool,
+    version: Option<&'static str>,
+    captured: Vec<u8>,
+    /// Indexed like the plan's captures; `None`: not seen.
+    spans: Vec<Option<Span>>,
 }
 
 impl RequestLine {
     pub(crate) fn with_capacity() -> Self {
         RequestLine {
             buf: Vec::with_capacity(METHOD_LIMIT + PATH_LIMIT),
-            method_len: 0,
-            truncated: false,
+            ..RequestLine::default()
         }
     }
 
@@ -78,10 +129,17 @@ impl RequestLine {
         self.buf.extend_from_slice(target.get(..PATH_LIMIT).unwrap_or(target));
     }
 
+    pub(crate) fn set_version(&mut self, version: &'static str) {
+        self.version = Some(version);
+    }
+
     pub(crate) fn clear(&mut self) {
         self.buf.clear();
         self.method_len = 0;
         self.truncated = false;
+        self.version = None;
+        self.captured.clear();
+        self.spans.clear();
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -96,71 +154,291 @@ impl RequestLine {
         self.buf.get(self.method_len..).unwrap_or_default()
     }
 
+    /// The target's query, without `?` (`None`: the target has none).
+    pub(crate) fn query(&self) -> Option<&[u8]> {
+        let path = self.path();
+        let at = path.iter().position(|&b| b == b'?')?;
+        path.get(at + 1..)
+    }
+
     pub(crate) fn truncated(&self) -> bool {
         self.truncated
     }
+
+    pub(crate) fn version(&self) -> Option<&'static str> {
+        self.version
+    }
+
+    /// Copies the request's values `plan` captures: `headers` are the request's fields as
+    /// sent, `authority` HTTP/2's `:authority` (the host, where it wins over `Host`).
+    pub(crate) fn capture_request<'h>(
+        &mut self,
+        plan: &LogPlan,
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        authority: Option<&[u8]>,
+    ) {
+        if plan.captures.is_empty() {
+            return;
+        }
+        self.spans.clear();
+        self.spans.resize(plan.captures.len(), None);
+        self.captured.clear();
+        let wants_cookie = plan.captures.iter().any(|c| c.kind == CaptureKind::Cookie);
+        if let Some(host) = authority
+            && let Some(i) = plan.captures.iter().position(|c| c.kind == CaptureKind::Host)
+        {
+            self.keep(i, host, plan.capture_limit);
+        }
+        for (name, value) in headers {
+            for (i, c) in plan.captures.iter().enumerate() {
+                let wanted = match c.kind {
+                    CaptureKind::RequestHeader => name.eq_ignore_ascii_case(&c.name),
+                    CaptureKind::Host => name.eq_ignore_ascii_case(b"host"),
+                    CaptureKind::ResponseHeader | CaptureKind::Cookie => false,
+                };
+                if wanted {
+                    self.keep(i, value, plan.capture_limit);
+                }
+            }
+            if wants_cookie && name.eq_ignore_ascii_case(b"cookie") {
+                self.capture_cookies(plan, value);
+            }
+        }
+    }
+
+    /// Copies the response's fields `plan` captures.
+    pub(crate) fn capture_response<'h>(&mut self, plan: &LogPlan, headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) {
+        if !plan.captures.iter().any(|c| c.kind == CaptureKind::ResponseHeader) {
+            return;
+        }
+        self.spans.resize(plan.captures.len(), None);
+        for (name, value) in headers {
+            for (i, c) in plan.captures.iter().enumerate() {
+                if c.kind == CaptureKind::ResponseHeader && name.eq_ignore_ascii_case(&c.name) {
+                    self.keep(i, value, plan.capture_limit);
+                }
+            }
+        }
+    }
+
+    /// `name=value` pairs of one `Cookie` field (RFC 6265 §4.2.1: `; ` between them).
+    fn capture_cookies(&mut self, plan: &LogPlan, field: &[u8]) {
+        for pair in field.split(|&b| b == b';') {
+            let pair = pair.trim_ascii_start();
+            let Some(eq) = pair.iter().position(|&b| b == b'=') else {
+                continue;
+            };
+            let (name, value) = (
+                pair.get(..eq).unwrap_or_default(),
+                pair.get(eq + 1..).unwrap_or_default(),
+            );
+            for (i, c) in plan.captures.iter().enumerate() {
+                if c.kind == CaptureKind::Cookie && *name == *c.name {
+                    self.keep(i, value.trim_ascii_end(), plan.capture_limit);
+                }
+            }
+        }
+    }
+
+    /// The first value seen for capture `i` is kept (cut at `limit`).
+    fn keep(&mut self, i: usize, value: &[u8], limit: usize) {
+        let Some(slot) = self.spans.get_mut(i) else {
+            return;
+        };
+        if slot.is_some() {
+            return;
+        }
+        let kept = value.get(..limit).unwrap_or(value);
+        *slot = Some(Span {
+            start: self.captured.len() as u32,
+            len: kept.len() as u32,
+            cut: kept.len() < value.len(),
+        });
+        self.captured.extend_from_slice(kept);
+    }
+
+    /// Capture `i`'s value and whether it was cut (`None`: the field never came).
+    pub(crate) fn captured(&self, i: usize) -> Option<(&[u8], bool)> {
+        let span = (*self.spans.get(i)?)?;
+        let start = span.start as usize;
+        Some((self.captured.get(start..start + span.len as usize)?, span.cut))
+    }
 }
 
-/// Appends `e` as one JSON object and a newline.
-pub(crate) fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"{\"time\":\"");
-    rfc3339(e.time, out);
-    out.extend_from_slice(b"\",\"client\":\"");
-    addr(e.client, out);
-    out.extend_from_slice(b"\",\"frontend\":");
-    json_str(Some(e.frontend.as_bytes()), out);
-    out.extend_from_slice(b",\"backend\":");
-    json_str(e.backend.map(str::as_bytes), out);
-    out.extend_from_slice(b",\"server\":");
-    json_str(e.server.map(str::as_bytes), out);
-    out.extend_from_slice(b",\"method\":");
-    json_str(e.request.map(RequestLine::method), out);
-    out.extend_from_slice(b",\"path\":");
-    match e.request {
-        Some(r) => {
-            out.push(b'"');
-            json_escape(r.path(), out);
-            if r.truncated() {
-                out.extend_from_slice(b"...");
-            }
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-    out.extend_from_slice(b",\"status\":");
-    num(u64::from(e.status), out);
-    out.extend_from_slice(b",\"bytes_to_server\":");
-    num(e.bytes_to_server, out);
-    out.extend_from_slice(b",\"bytes_to_client\":");
-    num(e.bytes_to_client, out);
+/// One field's value, as the JSON and text writers render it.
+enum Value<'a> {
+    Null,
+    /// Bytes from the wire or the config: escaped; `true` appends `...` (cut).
+    Bytes(&'a [u8], bool),
+    Num(u64),
+    Millis(Duration),
+    /// `IP:port`; port 0 writes the IP alone.
+    Addr(SocketAddr),
+    Time(SystemTime),
+    /// The termination in words (our own text: printable, no quote).
+    Words(Termination),
+}
+
+fn value<'a>(e: &'a Entry<'a>, field: Field) -> Value<'a> {
+    let s = |v: Option<&'a str>| v.map_or(Value::Null, |v| Value::Bytes(v.as_bytes(), false));
+    let ms = |v: Option<Duration>| v.map_or(Value::Null, Value::Millis);
     let t = &e.timings;
-    let fields: [(&[u8], _); 5] = [
-        (b",\"head_ms\":", t.head),
-        (b",\"queued_ms\":", t.queued),
-        (b",\"connected_ms\":", t.connected),
-        (b",\"response_ms\":", t.response),
-        (b",\"total_ms\":", Some(t.total)),
-    ];
-    for (name, value) in fields {
-        out.extend_from_slice(name);
-        match value {
-            Some(d) => millis(d, out),
-            None => out.extend_from_slice(b"null"),
+    match field {
+        Field::Time => Value::Time(e.time),
+        Field::Client => Value::Addr(e.client),
+        Field::ClientIp => Value::Addr(SocketAddr::new(e.client.ip(), 0)),
+        Field::ClientPort => Value::Num(u64::from(e.client.port())),
+        Field::Frontend => s(Some(e.frontend)),
+        Field::Backend => s(e.backend),
+        Field::Server => s(e.server),
+        Field::ServerAddress => e.server_address.map_or(Value::Null, Value::Addr),
+        Field::Route => s(e.route),
+        Field::Method => e.request.map_or(Value::Null, |r| Value::Bytes(r.method(), false)),
+        Field::Path => e.request.map_or(Value::Null, |r| Value::Bytes(r.path(), r.truncated())),
+        Field::Query => e
+            .request
+            .and_then(|r| Some((r.query()?, r.truncated())))
+            .map_or(Value::Null, |(q, cut)| Value::Bytes(q, cut)),
+        Field::Scheme => s(e.scheme),
+        Field::Version => s(e.request.and_then(RequestLine::version)),
+        Field::Status => Value::Num(u64::from(e.status)),
+        Field::BytesToServer => Value::Num(e.bytes_to_server),
+        Field::BytesToClient => Value::Num(e.bytes_to_client),
+        Field::HeadMs => ms(t.head),
+        Field::QueuedMs => ms(t.queued),
+        Field::ConnectedMs => ms(t.connected),
+        Field::ResponseMs => ms(t.response),
+        Field::TotalMs => Value::Millis(t.total),
+        Field::Retries => Value::Num(u64::from(e.retries)),
+        Field::Termination => Value::Words(e.termination),
+        Field::TerminationCode => Value::Bytes(e.termination.as_str().as_bytes(), false),
+        Field::TlsVersion => s(e.tls_version),
+        Field::TlsCipher => s(e.tls_cipher),
+        Field::Sni => s(e.sni),
+        Field::ClientCertSubject => s(e.client_cert_subject),
+        Field::RequestId => e.request_id.map_or(Value::Null, |id| Value::Bytes(id, false)),
+        Field::Captured(i) => e
+            .request
+            .and_then(|r| r.captured(usize::from(i)))
+            .map_or(Value::Null, |(v, cut)| Value::Bytes(v, cut)),
+    }
+}
+
+/// Appends `e` as a line of `layout`.
+pub(crate) fn line(layout: &Layout, e: &Entry<'_>, out: &mut Vec<u8>) {
+    match layout {
+        Layout::Json(keys) => json(keys, e, out),
+        Layout::FixedText => text(e, out),
+        Layout::Template(pieces) => template(pieces, e, out),
+    }
+}
+
+/// Appends `e` as one JSON object of `keys` and a newline.
+pub(crate) fn json(keys: &[(Box<str>, Field)], e: &Entry<'_>, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (key, field)) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        json_str(Some(key.as_bytes()), out);
+        out.push(b':');
+        match value(e, *field) {
+            Value::Null => out.extend_from_slice(b"null"),
+            Value::Bytes(b, cut) => {
+                out.push(b'"');
+                json_escape(b, out);
+                if cut {
+                    out.extend_from_slice(b"...");
+                }
+                out.push(b'"');
+            }
+            Value::Num(n) => num(n, out),
+            Value::Millis(d) => millis(d, out),
+            Value::Addr(a) => {
+                out.push(b'"');
+                addr_or_ip(a, out);
+                out.push(b'"');
+            }
+            Value::Time(t) => {
+                out.push(b'"');
+                rfc3339(t, out);
+                out.push(b'"');
+            }
+            Value::Words(t) => {
+                out.push(b'"');
+                words(t, out);
+                out.push(b'"');
+            }
         }
     }
-    out.extend_from_slice(b",\"retries\":");
-    num(u64::from(e.retries), out);
-    out.extend_from_slice(b",\"termination\":\"");
-    words(e.termination, out);
-    out.extend_from_slice(b"\",\"termination_code\":");
-    json_str(Some(e.termination.as_str().as_bytes()), out);
-    out.extend_from_slice(b",\"tls_version\":");
-    json_str(e.tls_version.map(str::as_bytes), out);
-    out.extend_from_slice(b",\"sni\":");
-    json_str(e.sni.map(str::as_bytes), out);
-    out.extend_from_slice(b",\"request_id\":");
-    json_str(e.request_id, out);
     out.extend_from_slice(b"}\n");
+}
+
+/// Appends `e` as the template's text and a newline: a missing value is `-`; bytes from the
+/// wire are escaped as nginx does (`"`, `\`, controls and bytes outside ASCII as `\xHH`; a
+/// space stays), so a header can neither end the line nor break out of quotes.
+pub(crate) fn template(pieces: &[Piece], e: &Entry<'_>, out: &mut Vec<u8>) {
+    for piece in pieces {
+        let field = match piece {
+            Piece::Literal(text) => {
+                out.extend_from_slice(text);
+                continue;
+            }
+            Piece::Field(f) => *f,
+        };
+        match value(e, field) {
+            Value::Null => out.push(b'-'),
+            Value::Bytes(b, cut) => {
+                quoted_escape(b, out);
+                if cut {
+                    out.extend_from_slice(b"...");
+                }
+            }
+            Value::Num(n) => num(n, out),
+            Value::Millis(d) => millis(d, out),
+            Value::Addr(a) => addr_or_ip(a, out),
+            Value::Time(t) => rfc3339(t, out),
+            Value::Words(t) => words(t, out),
+        }
+    }
+    out.push(b'\n');
+}
+
+/// `IP:port`, or the IP alone for port 0 (`client_ip`).
+fn addr_or_ip(a: SocketAddr, out: &mut Vec<u8>) {
+    if a.port() != 0 {
+        return addr(a, out);
+    }
+    match a.ip() {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                num(u64::from(octet), out);
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// `"`, `\`, controls and bytes outside ASCII as `\xHH`, a space kept (a template's values).
+fn quoted_escape(s: &[u8], out: &mut Vec<u8>) {
+    for &b in s {
+        match b {
+            b'"' | b'\\' => {
+                out.extend_from_slice(b"\\x");
+                hex(b, out);
+            }
+            0x20..=0x7e => out.push(b),
+            _ => {
+                out.extend_from_slice(b"\\x");
+                hex(b, out);
+            }
+        }
+    }
 }
 
 /// Appends `e` in the text layout (docs/logging.md):
@@ -388,10 +666,13 @@ mod tests {
             },
             retries: 1,
             termination: Termination(*b"sH"),
-            tls_version: None,
-            sni: None,
-            request_id: None,
+            ..Entry::blank()
         }
+    }
+
+    /// The JSON line with `[log]`'s default keys.
+    fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
+        line(&LogPlan::default().layout, e, out);
     }
 
     #[test]

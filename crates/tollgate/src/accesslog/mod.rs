@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::config::model::{Log, LogFormat, LogSink};
+use crate::config::log_layout::Layout;
+use crate::config::model::{Log, LogSink};
 use crate::stats::WorkerStats;
 use format::{Entry, RequestLine};
 
@@ -52,7 +53,6 @@ enum Msg {
 
 /// The process's access log (shared by every worker thread).
 pub(crate) struct AccessLog {
-    format: LogFormat,
     tx: SyncSender<Msg>,
     /// Written-out buffers, for workers to reuse.
     free: Mutex<Vec<Vec<u8>>>,
@@ -70,7 +70,6 @@ impl AccessLog {
         let sink = sink::Sink::open(&config.access)?;
         let (tx, rx) = mpsc::sync_channel(QUEUE_PER_WORKER * workers.max(1));
         let log = Arc::new(AccessLog {
-            format: config.format,
             tx,
             free: Mutex::new(Vec::new()),
             reopen: AtomicBool::new(false),
@@ -194,15 +193,13 @@ impl Local {
         }
     }
 
-    /// Formats `entry` into this thread's buffer; hands the buffer over when full.
-    pub(crate) fn write(&self, entry: &Entry<'_>) {
+    /// Formats `entry` as a line of `layout` into this thread's buffer; hands the buffer
+    /// over when full.
+    pub(crate) fn write(&self, layout: &Layout, entry: &Entry<'_>) {
         let Ok(mut state) = self.state.try_borrow_mut() else {
             return;
         };
-        match self.log.format {
-            LogFormat::Json => format::json(entry, &mut state.buf),
-            LogFormat::Text => format::text(entry, &mut state.buf),
-        }
+        format::line(layout, entry, &mut state.buf);
         state.lines += 1;
         if state.buf.len() >= HAND_OVER_AT {
             self.hand_over(&mut state);
@@ -307,6 +304,7 @@ mod tests {
     fn log_keys_parse_and_default_to_off() {
         assert_eq!(parse("").unwrap(), Log::default());
         assert_eq!(parse("").unwrap().access, LogSink::Off);
+        use crate::config::model::LogFormat;
         let l = parse("[log]\naccess = \"stdout\"\nformat = \"text\"").unwrap();
         assert_eq!((l.access, l.format), (LogSink::Stdout, LogFormat::Text));
         let l = parse("[log]\naccess = \"syslog://127.0.0.1:514\"").unwrap();
@@ -328,7 +326,6 @@ mod tests {
     fn a_full_queue_drops_and_counts() {
         let (tx, rx) = mpsc::sync_channel(1);
         let log = Arc::new(AccessLog {
-            format: LogFormat::Json,
             tx,
             free: Mutex::new(Vec::new()),
             reopen: AtomicBool::new(false),
@@ -339,27 +336,14 @@ mod tests {
         let local = Local::new(Arc::clone(&log), Arc::clone(&stats));
         let line = RequestLine::with_capacity();
         let entry = Entry {
-            time: std::time::SystemTime::UNIX_EPOCH,
-            client: "127.0.0.1:1".parse().unwrap(),
-            frontend: "f",
-            backend: None,
-            server: None,
             request: Some(&line),
-            status: 0,
-            bytes_to_server: 0,
-            bytes_to_client: 0,
-            timings: format::Timings::default(),
-            retries: 0,
-            termination: crate::error::Termination::NORMAL,
-            tls_version: None,
-            sni: None,
-            request_id: None,
+            ..Entry::blank()
         };
-        local.write(&entry);
+        local.write(&Layout::FixedText, &entry);
         local.flush();
         assert_eq!(stats.log_dropped.get(), 0, "the first buffer fits in the queue");
         for _ in 0..3 {
-            local.write(&entry);
+            local.write(&Layout::FixedText, &entry);
         }
         local.flush();
         assert_eq!(stats.log_dropped.get(), 3, "the queue is full: dropped, counted");
@@ -367,7 +351,7 @@ mod tests {
             panic!("one buffer queued")
         };
         assert_eq!(first.iter().filter(|&&b| b == b'\n').count(), 1);
-        local.write(&entry);
+        local.write(&Layout::FixedText, &entry);
         local.flush();
         assert_eq!(stats.log_dropped.get(), 3, "room again");
     }

@@ -121,6 +121,16 @@ pub(crate) struct LogSection {
     /// `off`, `stdout`, a file path, or `syslog://HOST:PORT` (UDP).
     pub access: Option<Spanned<String>>,
     pub format: Option<Spanned<LogFormatName>>,
+    /// JSON: the keys of a line, in order (`config::log_layout`).
+    pub fields: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Text: the line, with `{field}` placeholders.
+    pub template: Option<Spanned<String>>,
+    /// Share of normal requests logged (errors and slow ones always are).
+    pub sample: Option<Spanned<f64>>,
+    /// Requests that took at least this long are always logged.
+    pub slow: Option<Spanned<DurationValue>>,
+    /// Bytes of a captured header or cookie kept.
+    pub capture_limit: Option<Spanned<usize>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -258,6 +268,8 @@ pub(crate) struct FrontendSection {
     pub limit: Vec<super::limit::LimitSection>,
     /// HTTP mode: an ID per request, to servers, clients and logs (`config::request_id`).
     pub request_id: Option<Spanned<super::request_id::RequestIdSection>>,
+    /// `[frontend.log]`: this frontend's access log line, if not `[log]`'s.
+    pub log: Option<Spanned<super::log_layout::FrontendLogSection>>,
 }
 
 /// `[frontend.tls]`.
@@ -359,6 +371,8 @@ pub(crate) struct OffloadSection {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RouteSection {
+    /// What logs (and metrics) call the route; `route[N]` when unnamed.
+    pub name: Option<Spanned<String>>,
     // Conditions (`config::route`): all ANDed; a list of strings is any of them.
     /// HTTP mode: the request's host, exact (`a.example`) or one-label wildcard (`*.example`).
     pub host: Option<Spanned<OneOrMore>>,

@@ -26,6 +26,7 @@ pub mod health;
 pub mod ids;
 pub mod limit;
 mod limits;
+pub mod log_layout;
 pub mod model;
 pub mod ocsp;
 pub mod prefix_set;

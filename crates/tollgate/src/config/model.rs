@@ -192,6 +192,8 @@ pub const DEFAULT_CONTROL_SOCKET: &str = "/run/tollgate/tollgate.sock";
 pub struct Log {
     pub access: LogSink,
     pub format: LogFormat,
+    /// `[log]`'s line and sampling (a frontend without `[frontend.log]` has this one).
+    pub plan: super::log_layout::LogPlan,
 }
 
 /// Where access log lines go.
@@ -445,6 +447,8 @@ pub struct Frontend {
     pub unrouted_limits: u8,
     /// HTTP mode: `request_id` (`config::request_id`).
     pub request_ids: Option<super::request_id::RequestIds>,
+    /// The access log's line and sampling for this frontend's streams (`config::log_layout`).
+    pub log: std::sync::Arc<super::log_layout::LogPlan>,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
@@ -534,6 +538,8 @@ pub use crate::http::rewrite::{HeaderRules, PathRewrite, Rewrite, Template};
 
 #[derive(Debug, Clone)]
 pub struct Route {
+    /// `name`, else `route[N]` (N: its index in the frontend's routes, from 0).
+    pub name: Box<str>,
     /// What a request (TCP mode: a connection's source and SNI) must meet, all ANDed (`config::route`).
     pub when: super::route::Conditions,
     /// Per-route limits (`timeouts`, `max_body_size`, `retries`).

@@ -124,6 +124,6 @@ pub(super) fn request_ids(
 }
 
 /// RFC 9110 §5.6.2 `tchar`.
-fn is_tchar(b: u8) -> bool {
+pub(super) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

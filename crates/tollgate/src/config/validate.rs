@@ -102,7 +102,7 @@ impl<'a> Validator<'a> {
         let backends = self.backends(&file);
         let resolvers = self.resolvers(&file);
         self.state_dir = file.global.state_dir.as_ref().map(|d| self.path(d.get_ref()));
-        let frontends = self.frontends(&file, &backends);
+        let frontends = self.frontends(&file, &backends, &log);
         let http2 = self.http2(&file);
         let acme = super::acme::Acme {
             state_dir: self.acme_whole(&file, &frontends),
@@ -350,9 +350,29 @@ impl<'a> Validator<'a> {
             Some(LogFormatName::Text) => LogFormat::Text,
             Some(LogFormatName::Json) | None => LogFormat::Json,
         };
+        let capture_limit = match &l.capture_limit {
+            None => super::log_layout::DEFAULT_CAPTURE_LIMIT,
+            Some(v) if (1..=super::log_layout::MAX_CAPTURE_LIMIT).contains(v.get_ref()) => *v.get_ref(),
+            Some(v) => {
+                self.err(
+                    v.span(),
+                    "log.capture_limit".into(),
+                    format!("must be from 1 to {} bytes", super::log_layout::MAX_CAPTURE_LIMIT),
+                );
+                super::log_layout::DEFAULT_CAPTURE_LIMIT
+            }
+        };
+        let keys = super::log_layout::LayoutKeys {
+            fields: l.fields.as_ref(),
+            template: l.template.as_ref(),
+            sample: l.sample.as_ref(),
+            slow: l.slow.as_ref(),
+        };
+        let plan = super::log_layout::plan(&keys, format, capture_limit, &mut self.errors);
         let Some(access) = &l.access else {
             return Log {
                 format,
+                plan,
                 ..Log::default()
             };
         };
@@ -390,7 +410,11 @@ impl<'a> Validator<'a> {
                 _ => path.to_path_buf(),
             })
         };
-        Log { access: sink, format }
+        Log {
+            access: sink,
+            format,
+            plan,
+        }
     }
 
     fn watchdog(&mut self, file: &ConfigFile) -> Watchdog {
@@ -766,7 +790,7 @@ impl<'a> Validator<'a> {
         })
     }
 
-    fn frontends(&mut self, file: &ConfigFile, backends: &[Backend]) -> Vec<Frontend> {
+    fn frontends(&mut self, file: &ConfigFile, backends: &[Backend], log: &Log) -> Vec<Frontend> {
         let mut seen = HashSet::new();
         let mut bound = HashSet::new();
         let mut limit_names = HashSet::new();
@@ -870,6 +894,14 @@ impl<'a> Validator<'a> {
                 limits,
                 unrouted_limits,
                 request_ids: super::request_id::request_ids(f.request_id.as_ref(), mode, &key, &mut self.errors),
+                log: std::sync::Arc::new(super::log_layout::frontend_plan(
+                    f.log.as_ref(),
+                    &log.plan,
+                    log.format,
+                    mode,
+                    &key,
+                    &mut self.errors,
+                )),
             });
         }
         out
@@ -1405,7 +1437,20 @@ impl<'a> Validator<'a> {
     ) -> Option<Route> {
         let when = conditions.route(&mut self.errors, r, &key);
         let action = self.route_action(r, &key, mode, backends)?;
+        let name = match &r.name {
+            Some(n) if n.get_ref().is_empty() || n.get_ref().chars().any(char::is_control) => {
+                self.err(
+                    n.span(),
+                    format!("{key}.name"),
+                    "must be printable text, not empty".into(),
+                );
+                key.rsplit('.').next().unwrap_or_default().into()
+            }
+            Some(n) => n.get_ref().as_str().into(),
+            None => key.rsplit('.').next().unwrap_or_default().into(),
+        };
         Some(Route {
+            name,
             when,
             overrides: super::limits::route(r, &key, mode, &mut self.errors),
             action,

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::accesslog::format::{Entry, RequestLine, Timings};
+use crate::config::log_layout::LogPlan;
 use crate::ctx::WorkerCtx;
 use crate::ctx::backends::Position;
 use crate::error::{Error, Termination};
@@ -78,6 +79,9 @@ pub(crate) struct StreamRecord {
     /// The status the client got (0: none, as in TCP mode or when the client left first).
     pub status: u16,
     pub termination: Termination,
+    /// HTTP: the index of the route that matched in the frontend's routes (`None`: none
+    /// did; the default backend took it, or nothing).
+    pub route: Option<u16>,
 }
 
 impl StreamRecord {
@@ -94,6 +98,7 @@ impl StreamRecord {
             retries: 0,
             status: 0,
             termination: Termination::NORMAL,
+            route: None,
         }
     }
 
@@ -126,34 +131,88 @@ impl StreamRecord {
 }
 
 /// What the access log line says beyond the record, borrowed from the session at its end
-/// (nothing copied for it but the request line, captured at head-parse time).
+/// (nothing copied for it but the request line and its captures, at head-parse time).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Seen<'a> {
-    /// HTTP: the method and target.
+    /// HTTP: the method, target, version and captured fields.
     pub request: Option<&'a RequestLine>,
-    /// The frontend terminated or peeked TLS: the version (terminated only) and the SNI.
-    pub tls_version: Option<&'static str>,
-    pub sni: Option<&'a str>,
+    /// HTTP: `http` or `https`.
+    pub scheme: Option<&'static str>,
+    /// The frontend terminated or peeked TLS: the version and cipher (terminated only) and
+    /// the SNI.
+    pub tls: TlsFacts<'a>,
     /// HTTP: the request's ID (`[frontend] request_id`).
     pub request_id: Option<&'a [u8]>,
 }
 
-/// The TLS facts of a TCP session, kept past the TLS stream's life (the session's record
-/// is sunk after the stream is gone). Made only when access logs are on.
+/// What a client's TLS handshake settled, for the log.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TlsFacts<'a> {
+    pub version: Option<&'static str>,
+    pub cipher: Option<&'static str>,
+    pub sni: Option<&'a str>,
+    /// The verified client certificate's subject (RFC 4514), when the line shows it.
+    pub client_cert_subject: Option<&'a str>,
+}
+
+/// The TLS facts of a TCP session or an HTTP/2 connection, kept past the TLS stream's
+/// life or shared by its streams.
 #[derive(Debug, Default)]
 pub(crate) struct TlsSeen {
     pub version: Option<&'static str>,
+    pub cipher: Option<&'static str>,
     pub sni: Option<Box<str>>,
+    /// Only when the frontend's log line shows it (`client_cert_subject`).
+    pub cert_subject: Option<Box<str>>,
 }
 
 impl TlsSeen {
+    /// What `conn` settled; the client certificate's subject only if `plan` logs it.
+    pub(crate) fn of(conn: &rustls::ServerConnection, leaf: Option<&[u8]>, plan: &LogPlan) -> Self {
+        TlsSeen {
+            version: tls_version_name(conn.protocol_version()),
+            cipher: cipher_name(conn),
+            sni: conn.server_name().map(Box::from),
+            cert_subject: cert_subject(leaf, plan),
+        }
+    }
+
+    pub(crate) fn facts(&self) -> TlsFacts<'_> {
+        TlsFacts {
+            version: self.version,
+            cipher: self.cipher,
+            sni: self.sni.as_deref(),
+            client_cert_subject: self.cert_subject.as_deref(),
+        }
+    }
+
     pub(crate) fn seen(&self) -> Seen<'_> {
         Seen {
-            request: None,
-            tls_version: self.version,
-            sni: self.sni.as_deref(),
-            request_id: None,
+            tls: self.facts(),
+            ..Seen::default()
         }
+    }
+}
+
+/// The subject of a verified client certificate, when `plan` logs it (made once per
+/// connection; `tls::client_cert::subject` escapes it to printable ASCII).
+pub(crate) fn cert_subject(leaf: Option<&[u8]>, plan: &LogPlan) -> Option<Box<str>> {
+    if !plan.shows(crate::config::log_layout::Field::ClientCertSubject) {
+        return None;
+    }
+    Some(crate::tls::client_cert::subject(leaf?).into_boxed_str())
+}
+
+/// The negotiated suite by its IANA name (`TLS_AES_128_GCM_SHA256`,
+/// `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`), as OpenSSL's `-ciphersuites` and the RFCs say it.
+pub(crate) fn cipher_name(conn: &rustls::ServerConnection) -> Option<&'static str> {
+    use rustls::CipherSuite as C;
+    let suite = conn.negotiated_cipher_suite()?.suite();
+    match suite {
+        C::TLS13_AES_128_GCM_SHA256 => Some("TLS_AES_128_GCM_SHA256"),
+        C::TLS13_AES_256_GCM_SHA384 => Some("TLS_AES_256_GCM_SHA384"),
+        C::TLS13_CHACHA20_POLY1305_SHA256 => Some("TLS_CHACHA20_POLY1305_SHA256"),
+        other => other.as_str(),
     }
 }
 
@@ -171,14 +230,22 @@ pub(crate) fn tls_version_name(v: Option<rustls::ProtocolVersion>) -> Option<&'s
 /// (and a curious operator) can read with `RUST_LOG=tollgate::record=trace`, and the
 /// access log when it is on.
 pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord, seen: Seen<'_>) {
-    let mut logged = ctx.access_log.is_none();
+    let fe = ctx.shared.config.frontends.get(r.frontend);
+    let plan = fe.map(|fe| &*fe.log);
+    // Sampled out (`[log] sample`, `slow`): the line is not written, the counters still are.
+    let mut logged = ctx.access_log.is_none()
+        || plan.is_none_or(|p| {
+            let failed = r.termination != Termination::NORMAL;
+            !p.keeps(r.status, failed, r.timing.end, crate::http::request_id::sample_draw)
+        });
     if let (Some(backend), Some(id)) = (r.backend, r.server)
         && let Some(local) = ctx.backends.get(backend)
     {
         local.with_server(id, r.server_at, |server| {
-            if let Some(log) = &ctx.access_log {
+            if !logged && let (Some(log), Some(plan)) = (&ctx.access_log, plan) {
                 // The live names: a server need not be in the config (added at runtime).
-                log.write(&entry(ctx, r, seen, Some(&server.backend_name), Some(&server.name)));
+                let names = (Some(&*server.backend_name), Some(&*server.name), Some(server.address));
+                log.write(&plan.layout, &entry(ctx, r, seen, names));
                 logged = true;
             }
             let c = server.counters(ctx.id);
@@ -190,9 +257,12 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord, seen: Seen<'_>) {
             }
         });
     }
-    if !logged && let Some(log) = &ctx.access_log {
+    if !logged && let (Some(log), Some(plan)) = (&ctx.access_log, plan) {
         let backend = r.backend.and_then(|b| ctx.shared.config.backends.get(b));
-        log.write(&entry(ctx, r, seen, backend.map(|b| b.name.as_str()), None));
+        log.write(
+            &plan.layout,
+            &entry(ctx, r, seen, (backend.map(|b| b.name.as_str()), None, None)),
+        );
     }
     if let Some(cells) = ctx.shared.metrics.get(ctx.id) {
         cells.stream(
@@ -223,23 +293,30 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord, seen: Seen<'_>) {
     );
 }
 
-/// The access log's view of a record: names looked up, offsets as the log names them.
+/// The access log's view of a record: names looked up (the backend's and server's names
+/// and the server's address, as `server` says them), offsets as the log names them.
 fn entry<'a>(
     ctx: &'a WorkerCtx,
     r: &StreamRecord,
     seen: Seen<'a>,
-    backend: Option<&'a str>,
-    server: Option<&'a str>,
+    (backend, server, server_address): (Option<&'a str>, Option<&'a str>, Option<SocketAddr>),
 ) -> Entry<'a> {
     let config = &ctx.shared.config;
+    let fe = config.frontends.get(r.frontend);
     let t = &r.timing;
     Entry {
         // One clock read: the record closed just now, `end` after it began.
         time: SystemTime::now().checked_sub(t.end).unwrap_or(SystemTime::UNIX_EPOCH),
         client: r.client,
-        frontend: config.frontends.get(r.frontend).map_or("-", |f| f.name.as_str()),
+        frontend: fe.map_or("-", |f| f.name.as_str()),
         backend,
         server,
+        server_address,
+        route: r
+            .route
+            .and_then(|i| fe?.routes.get(usize::from(i)))
+            .map(|route| &*route.name),
+        scheme: seen.scheme,
         request: seen.request.filter(|l| !l.is_empty()),
         status: r.status,
         bytes_to_server: r.bytes_to_server,
@@ -253,8 +330,10 @@ fn entry<'a>(
         },
         retries: r.retries,
         termination: r.termination,
-        tls_version: seen.tls_version,
-        sni: seen.sni,
+        tls_version: seen.tls.version,
+        tls_cipher: seen.tls.cipher,
+        sni: seen.tls.sni,
+        client_cert_subject: seen.tls.client_cert_subject,
         request_id: seen.request_id,
     }
 }

@@ -168,7 +168,7 @@ async fn after_handshake<'a>(
     seen: &mut TlsSeen,
     held: &mut Held<'a>,
 ) -> Result<usize, Error> {
-    note_tls(ctx, conn, seen);
+    note_tls(ctx, fe, conn, seen);
     let sni_limits = |_: usize, k: &LimitKey| *k == LimitKey::Sni;
     over_limit(ctx, rec.frontend, rec, conn.server_name(), sni_limits, held).await?;
     match early {
@@ -177,12 +177,12 @@ async fn after_handshake<'a>(
     }
 }
 
-fn note_tls(ctx: &WorkerCtx, conn: &rustls::ServerConnection, seen: &mut TlsSeen) {
+fn note_tls(ctx: &WorkerCtx, fe: &Frontend, conn: &rustls::ServerConnection, seen: &mut TlsSeen) {
     ctx.handshake_done();
     crate::ctx::origin::note_tls(conn);
     if ctx.access_log.is_some() {
-        seen.version = super::record::tls_version_name(conn.protocol_version());
-        seen.sni = conn.server_name().map(Box::from);
+        let leaf = conn.peer_certificates().and_then(|c| c.first()).map(|c| c.as_ref());
+        *seen = TlsSeen::of(conn, leaf, &fe.log);
     }
 }
 

@@ -64,8 +64,8 @@ pub(crate) struct ConnInfo {
     pub frontend: usize,
     pub peer: SocketAddr,
     pub proto: Proto,
-    pub tls_version: Option<&'static str>,
-    pub sni: Option<Box<str>>,
+    /// What the TLS handshake settled (plain h2c: nothing).
+    pub tls: crate::proxy::record::TlsSeen,
     /// The client presented a verified certificate (`client_cert` routes)...
     pub client_cert: bool,
     /// ...and the identity fields every request forwarded gets
@@ -146,10 +146,14 @@ pub(crate) async fn serve(
         .request_ids
         .as_ref()
         .map(|ids| assign_request_id(ids, conn.peer.ip(), &mut parts.headers));
-    let line = ctx.access_log.as_ref().map(|log| {
+    let mut line = ctx.access_log.as_ref().map(|log| {
         let mut slot = log.slot();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         slot.line.set(parts.method.as_str().as_bytes(), target.as_bytes());
+        slot.line.set_version("HTTP/2.0");
+        let headers = parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+        let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+        slot.line.capture_request(&fe.log, headers, authority);
         slot
     });
     let grpc = parts
@@ -171,6 +175,7 @@ pub(crate) async fn serve(
             .filter(|ids| ids.response)
             .zip(request_id.as_ref())
             .map(|(ids, id)| (ids.header.as_bytes(), id.as_bytes())),
+        line: line.as_mut(),
     };
     if let Err(e) = s.run(checked, &mut parts, body).await {
         s.fail(&e);
@@ -181,8 +186,8 @@ pub(crate) async fn serve(
     rec.close();
     let seen = Seen {
         request: line.as_ref().map(|l| &l.line),
-        tls_version: conn.tls_version,
-        sni: conn.sni.as_deref(),
+        scheme: Some(conn.proto.as_str()),
+        tls: conn.tls.facts(),
         request_id: request_id.as_ref().map(|id| id.as_bytes()),
     };
     crate::proxy::record::sink(ctx, &rec, seen);
@@ -206,6 +211,8 @@ pub(super) struct Stream<'s> {
     pub(super) rewrite: Option<&'s Rewrite>,
     /// The request's ID field for the response (`request_id.response`): name, value.
     pub(super) id_field: Option<(&'s [u8], &'s [u8])>,
+    /// The access log's request line and captures (logs on).
+    pub(super) line: Option<&'s mut crate::accesslog::LineSlot>,
 }
 
 /// The stream's ID (`[frontend] request_id`), set in its head as its server will get it:
@@ -247,6 +254,13 @@ impl Request {
 }
 
 impl Stream<'_> {
+    /// Keeps the response fields the frontend's log line captures.
+    pub(super) fn capture_response<'h>(&mut self, headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) {
+        if let Some(slot) = self.line.as_deref_mut() {
+            slot.line.capture_response(&self.fe.log, headers);
+        }
+    }
+
     /// `checked`: the verdict of `check::request` on the head as the codec decoded it.
     async fn run(
         &mut self,
@@ -264,10 +278,15 @@ impl Stream<'_> {
         let conn = route::ConnFacts {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),
-            sni: self.conn.sni.as_deref(),
+            sni: self.conn.tls.sni.as_deref(),
             client_cert: self.conn.client_cert,
         };
-        let (decision, counted_by) = route::decide_h2(self.fe, parts, &conn);
+        let route::Routed {
+            decision,
+            counted_by,
+            route,
+        } = route::decide_h2(self.fe, parts, &conn);
+        self.rec.route = route;
         let config = &self.conn.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -279,7 +298,7 @@ impl Stream<'_> {
         if !set.is_empty() {
             let facts = super::limited::H2Facts {
                 source: self.conn.peer.ip(),
-                sni: self.conn.sni.as_deref(),
+                sni: self.conn.tls.sni.as_deref(),
                 parts,
                 path: normalize::path(parts.uri.path().as_bytes()),
             };
@@ -596,6 +615,7 @@ impl Stream<'_> {
         };
         self.rec.timing.response = Some(self.rec.timing.now());
         self.rec.status = response.status;
+        self.capture_response(response.headers(back.data()));
         let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
         let cookie = sticky.map(|t| t.cookie());
         // As the h1 path: a client that came with this server's cookie keeps it.

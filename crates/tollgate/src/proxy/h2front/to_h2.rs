@@ -124,6 +124,7 @@ pub(super) async fn exchange(
     };
     s.rec.timing.response = Some(s.rec.timing.now());
     s.rec.status = parts.status.as_u16();
+    s.capture_response(parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())));
     let response = response_head(s, backend, id, asked.prefer, parts);
     let end = down.is_end_stream();
     // A body of announced length cannot end early with gRPC trailers: a failure resets it.

@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::config::model::Offload;
+use crate::proxy::record::TlsFacts;
 
 use super::inbound::Inbound;
 use crate::buffer::BufferPool;
@@ -67,9 +68,10 @@ pub(super) trait ClientStream: AsyncRead + AsyncWrite + SpliceEnd + Unpin {
     /// already holds plaintext or a close.
     async fn wait_readable(&mut self) -> io::Result<()>;
 
-    /// The TLS version and SNI the client's handshake settled on (plain sockets: none).
-    fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
-        (None, None)
+    /// The TLS version, cipher and SNI the client's handshake settled on (plain sockets:
+    /// none).
+    fn tls_seen(&self) -> TlsFacts<'_> {
+        TlsFacts::default()
     }
 
     /// The address the client connected to (used only when a request names no host).
@@ -141,7 +143,7 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         self.get_mut().read_now(front, pool)
     }
 
-    fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
+    fn tls_seen(&self) -> TlsFacts<'_> {
         self.get_ref().tls_seen()
     }
 
@@ -307,12 +309,14 @@ impl ClientStream for ServerTlsStream {
         certs.first().map(|c| c.as_ref())
     }
 
-    fn tls_seen(&self) -> (Option<&'static str>, Option<&str>) {
+    fn tls_seen(&self) -> TlsFacts<'_> {
         let conn = self.get_ref().1;
-        (
-            crate::proxy::record::tls_version_name(conn.protocol_version()),
-            conn.server_name(),
-        )
+        TlsFacts {
+            version: crate::proxy::record::tls_version_name(conn.protocol_version()),
+            cipher: crate::proxy::record::cipher_name(conn),
+            sni: conn.server_name(),
+            client_cert_subject: None,
+        }
     }
 
     /// Waits for the socket first, holding no buffer (an idle TLS connection holds its

@@ -237,6 +237,7 @@ async fn exchange<C: ClientStream>(
     };
     s.rec.timing.response = Some(s.rec.timing.now());
     s.rec.status = response.status;
+    s.capture_response(h1::MessageHead::headers(&response, back.data()));
 
     let switching = response.switching_protocols && req.upgrade;
     // RFC 9112 §6.1: no chunked body (no Transfer-Encoding at all) for an HTTP/1.0 client.

@@ -118,7 +118,14 @@ fn serve_h2c<'a>(
         if !crate::proxy::h2front::peek_preface(ctx, &client).await {
             return run(stream::Session::new(ctx, frontend, client, peer)).await;
         }
-        let info = h2_info(ctx, frontend, peer, crate::http::h1::Proto::Http, None, None, None);
+        let info = h2_info(
+            ctx,
+            frontend,
+            peer,
+            crate::http::h1::Proto::Http,
+            crate::proxy::record::TlsSeen::default(),
+            None,
+        );
         Ok(Some(Handoff::H2c(H2Conn::new(info, client))))
     })
 }
@@ -128,8 +135,7 @@ fn h2_info(
     frontend: usize,
     peer: SocketAddr,
     proto: crate::http::h1::Proto,
-    tls_version: Option<&'static str>,
-    sni: Option<&str>,
+    tls: crate::proxy::record::TlsSeen,
     leaf: Option<&[u8]>,
 ) -> crate::proxy::h2front::ConnInfo {
     let auth = ctx
@@ -146,8 +152,7 @@ fn h2_info(
         frontend,
         peer,
         proto,
-        tls_version,
-        sni: sni.map(Into::into),
+        tls,
         scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::empty()),
         heads: std::cell::RefCell::default(),
         header_maps: std::cell::RefCell::default(),
@@ -176,15 +181,20 @@ fn serve_tls<'a>(
         let conn = client.get_ref().1;
         crate::ctx::origin::note_tls(conn);
         if conn.alpn_protocol() == Some(b"h2") {
-            let version = crate::proxy::record::tls_version_name(conn.protocol_version());
+            let leaf = client::ClientStream::peer_leaf(&client);
+            let seen = ctx
+                .shared
+                .config
+                .frontends
+                .get(frontend)
+                .map(|f| crate::proxy::record::TlsSeen::of(conn, leaf, &f.log));
             let info = h2_info(
                 ctx,
                 frontend,
                 peer,
                 crate::http::h1::Proto::Https,
-                version,
-                conn.server_name(),
-                client::ClientStream::peer_leaf(&client),
+                seen.unwrap_or_default(),
+                leaf,
             );
             return Ok(Some(Handoff::H2(Box::new(H2Conn::new(info, client)))));
         }

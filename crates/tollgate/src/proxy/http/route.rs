@@ -59,11 +59,10 @@ impl Headers for H2Headers<'_> {
     }
 }
 
-/// The route for an HTTP/1 request whose head is in `buf`, and the frontend's limits that
-/// count it (bit i: `fe.limits[i]`).
-pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn: &ConnFacts<'_>) -> (Decision<'a>, u8) {
+/// The route for an HTTP/1 request whose head is in `buf`.
+pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn: &ConnFacts<'_>) -> Routed<'a> {
     if fe.routes.is_empty() {
-        return (action(fe, None), fe.unrouted_limits);
+        return routed(fe, None);
     }
     let mut host_buf = [0u8; 256];
     let mut sni_buf = [0u8; 256];
@@ -81,19 +80,14 @@ pub(super) fn decide<'a>(fe: &'a Frontend, head: &RequestHead, buf: &[u8], conn:
         client_cert: conn.client_cert,
         headers: &headers,
     };
-    let route = fe.routes.first_match(&view).and_then(|i| fe.routes.get(i));
-    (action(fe, route), fe.unrouted_limits | route.map_or(0, |r| r.limits))
+    routed(fe, fe.routes.first_match(&view))
 }
 
 /// The route for an HTTP/2 request (host from `:authority`, else `host`; path and query
-/// from `:path`), and the limits that count it, as `decide`.
-pub(crate) fn decide_h2<'a>(
-    fe: &'a Frontend,
-    parts: &http::request::Parts,
-    conn: &ConnFacts<'_>,
-) -> (Decision<'a>, u8) {
+/// from `:path`), as `decide`.
+pub(crate) fn decide_h2<'a>(fe: &'a Frontend, parts: &http::request::Parts, conn: &ConnFacts<'_>) -> Routed<'a> {
     if fe.routes.is_empty() {
-        return (action(fe, None), fe.unrouted_limits);
+        return routed(fe, None);
     }
     let raw = match parts.uri.authority() {
         Some(a) => a.as_str().as_bytes(),
@@ -114,8 +108,24 @@ pub(crate) fn decide_h2<'a>(
         client_cert: conn.client_cert,
         headers: &headers,
     };
-    let route = fe.routes.first_match(&view).and_then(|i| fe.routes.get(i));
-    (action(fe, route), fe.unrouted_limits | route.map_or(0, |r| r.limits))
+    routed(fe, fe.routes.first_match(&view))
+}
+
+/// What a request's route decided, the frontend's limits that count it (bit i:
+/// `fe.limits[i]`), and which route it was (its index; `None`: none matched).
+pub(crate) struct Routed<'a> {
+    pub decision: Decision<'a>,
+    pub counted_by: u8,
+    pub route: Option<u16>,
+}
+
+fn routed(fe: &Frontend, matched: Option<usize>) -> Routed<'_> {
+    let route = matched.and_then(|i| fe.routes.get(i));
+    Routed {
+        decision: action(fe, route),
+        counted_by: fe.unrouted_limits | route.map_or(0, |r| r.limits),
+        route: matched.and_then(|i| u16::try_from(i).ok()),
+    }
 }
 
 #[inline]
@@ -148,7 +158,7 @@ pub(crate) fn normalize_host<'b>(raw: &[u8], out: &'b mut [u8; 256]) -> Option<&
     normalize::host(raw, out)
 }
 
-fn authority_of(target: &[u8]) -> &[u8] {
+pub(super) fn authority_of(target: &[u8]) -> &[u8] {
     let rest = target
         .iter()
         .position(|&b| b == b':')

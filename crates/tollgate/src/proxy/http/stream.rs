@@ -117,6 +117,8 @@ pub(super) struct Session<'a, C> {
     /// The current request's method and target for the access log (taken from the
     /// thread's spares at the first request, only when access logs are on).
     line: Option<crate::accesslog::LineSlot>,
+    /// The verified client certificate's subject, when the access log line shows it.
+    cert_subject: Option<Box<str>>,
     /// The current request's ID (`[frontend] request_id`; taken from the thread's spares at
     /// the first request of a frontend that has them).
     pub(super) request_id: Option<crate::ctx::worker::IdLease<'a>>,
@@ -154,6 +156,10 @@ impl<'a, C: ClientStream> Session<'a, C> {
             None => (&[][..], Vec::new()),
         };
         let client_cert = leaf.is_some();
+        let cert_subject = ctx
+            .access_log
+            .as_ref()
+            .and_then(|_| crate::proxy::record::cert_subject(leaf, &fe.log));
         Some(Session {
             ctx,
             fe,
@@ -171,6 +177,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             stream_began: accepted,
             client_mark: 0,
             line: None,
+            cert_subject,
             request_id: None,
             rewrite: None,
             client_cert,
@@ -288,6 +295,13 @@ impl<'a, C: ClientStream> Session<'a, C> {
         })
     }
 
+    /// Keeps the response fields the frontend's log line captures.
+    pub(super) fn capture_response<'h>(&mut self, headers: impl Iterator<Item = (&'h [u8], &'h [u8])>) {
+        if let Some(slot) = &mut self.line {
+            slot.line.capture_response(&self.fe.log, headers);
+        }
+    }
+
     fn begin_stream(&mut self) {
         let state = if self.served == 0 {
             SessionState::ReadingRequest
@@ -330,14 +344,23 @@ impl<'a, C: ClientStream> Session<'a, C> {
         slot.assign(ids.trusts(self.peer.ip()), sent, std::time::SystemTime::now());
     }
 
-    /// Copies the method and target for the access log (bounded: `accesslog::format`).
+    /// Copies the method, target, version and the fields the frontend's line captures, for
+    /// the access log (bounded: `accesslog::format`).
     fn capture_line(&mut self, head: &RequestHead) {
+        use crate::http::h1::{MessageHead, TargetForm, Version};
         let Some(log) = &self.ctx.access_log else {
             return;
         };
         let slot = self.line.get_or_insert_with(|| log.slot());
         let buf = self.front.data();
         slot.line.set(head.method_span.of(buf), head.target.of(buf));
+        slot.line.set_version(match head.version {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        });
+        // The absolute form's authority wins over Host (RFC 9112 §3.2.2), as routes see it.
+        let authority = (head.target_form == TargetForm::Absolute).then(|| route::authority_of(head.target.of(buf)));
+        slot.line.capture_request(&self.fe.log, head.headers(buf), authority);
     }
 
     /// The stream's record is complete: hand it to the worker's sink.
@@ -345,11 +368,14 @@ impl<'a, C: ClientStream> Session<'a, C> {
         // Plus what a tunnel relayed past the counted writer (already in the record).
         self.rec.bytes_to_client += self.client.written() - self.client_mark;
         self.rec.close();
-        let (tls_version, sni) = self.client.tls_seen();
+        let tls = crate::proxy::record::TlsFacts {
+            client_cert_subject: self.cert_subject.as_deref(),
+            ..self.client.tls_seen()
+        };
         let seen = crate::proxy::record::Seen {
             request: self.line.as_ref().map(|s| &s.line),
-            tls_version,
-            sni,
+            scheme: Some(C::PROTO.as_str()),
+            tls,
             request_id: self
                 .request_id
                 .as_ref()
@@ -581,10 +607,15 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let conn = route::ConnFacts {
             scheme: C::PROTO,
             source: self.peer.ip(),
-            sni: self.client.tls_seen().1,
+            sni: self.client.tls_seen().sni,
             client_cert: self.client_cert,
         };
-        let (decision, counted_by) = route::decide(self.fe, &head, self.front.data(), &conn);
+        let route::Routed {
+            decision,
+            counted_by,
+            route,
+        } = route::decide(self.fe, &head, self.front.data(), &conn);
+        self.rec.route = route;
         let config = &self.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -597,7 +628,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         if !set.is_empty() {
             let facts = super::limited::H1Facts {
                 source: self.peer.ip(),
-                sni: self.client.tls_seen().1,
+                sni: self.client.tls_seen().sni,
                 head: &head,
                 buf: self.front.data(),
                 path: normalize::path(route::request_path_only(&head, self.front.data())),

@@ -333,6 +333,7 @@ async fn respond<C: ClientStream>(
 ) -> Result<(bool, bool), Error> {
     let status = parts.status.as_u16();
     s.rec.status = status;
+    s.capture_response(parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())));
     crate::http::request_id::set_field(
         &mut parts.headers,
         super::stream::id_field(s.fe, s.request_id.as_ref(), true),
