@@ -789,4 +789,154 @@ mod tests {
         let out = String::from_utf8(out).unwrap();
         assert!(out.ends_with(" - - abc-1\n"), "the ID last, after the SNI: {out}");
     }
+
+    fn capture_plan(fields: &[&str], limit: usize) -> LogPlan {
+        let list: Vec<String> = fields.iter().map(|f| format!("\"{f}\"")).collect();
+        let text = format!(
+            "[log]\naccess = \"stdout\"\nfields = [{}]\ncapture_limit = {limit}\n[[frontend]]\nname = \"f\"\n\
+             bind = [\"127.0.0.1:0\"]\ndefault_backend = \"b\"\n[[backend]]\nname = \"b\"\n\
+             [[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:1\"\n",
+            list.join(", ")
+        );
+        crate::config::parse(&text, "t.toml").unwrap().log.plan
+    }
+
+    #[test]
+    fn captures_keep_the_first_value_cut_at_the_limit() {
+        let plan = capture_plan(
+            &["header.x-a", "cookie.sid", "cookie.Other", "host", "response_header.server", "header.x-missing"],
+            8,
+        );
+        let mut line = RequestLine::with_capacity();
+        line.set(b"GET", b"/p?q=1&r");
+        let headers: [(&[u8], &[u8]); 5] = [
+            (b"X-A", b"first"),
+            (b"x-a", b"second"),
+            (b"Cookie", b"a=1; sid=abcdefghijkl; other=x"),
+            (b"cookie", b"Other=y"),
+            (b"Host", b"h.example"),
+        ];
+        line.capture_request(&plan, headers.into_iter(), None);
+        line.capture_response(&plan, [(&b"Server"[..], &b"nginx"[..])].into_iter());
+        assert_eq!(line.captured(0), Some((&b"first"[..], false)), "the first instance");
+        assert_eq!(line.captured(1), Some((&b"abcdefgh"[..], true)), "cut at 8 bytes");
+        assert_eq!(line.captured(2), Some((&b"y"[..], false)), "cookie names are case-sensitive");
+        assert_eq!(line.captured(3), Some((&b"h.exampl"[..], true)));
+        assert_eq!(line.captured(4), Some((&b"nginx"[..], false)));
+        assert_eq!(line.captured(5), None);
+        assert_eq!(line.query(), Some(&b"q=1&r"[..]));
+        // HTTP/2: `:authority` is the host, whatever `host` says.
+        line.clear();
+        let h2: [(&[u8], &[u8]); 1] = [(b"host", b"other")];
+        line.capture_request(&plan, h2.into_iter(), Some(b"a.b"));
+        assert_eq!(line.captured(3), Some((&b"a.b"[..], false)));
+        assert_eq!(line.captured(0), None, "cleared with the request");
+        let mut out = Vec::new();
+        let e = Entry {
+            request: Some(&line),
+            ..Entry::blank()
+        };
+        super::line(&plan.layout, &e, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["host"], "a.b");
+        assert_eq!(v["header.x-a"], serde_json::Value::Null);
+    }
+
+    /// What a client can put in a header value cannot end the line nor break out of its
+    /// quotes, in either format.
+    #[test]
+    fn hostile_values_are_escaped_in_both_formats() {
+        let hostile: &[u8] = b"a\"b\\c\r\n{\"x\":1}\x00\x1b[31m\x7f\xff d\te";
+        for layout in [
+            capture_plan(&["header.x", "path"], 256).layout,
+            Layout::Template(vec![
+                Piece::Literal(b"\"".to_vec().into()),
+                Piece::Field(Field::Captured(0)),
+                Piece::Literal(b"\" ".to_vec().into()),
+                Piece::Field(Field::Path),
+            ]),
+        ] {
+            let plan = LogPlan {
+                layout,
+                ..capture_plan(&["header.x"], 256)
+            };
+            let mut line = RequestLine::with_capacity();
+            line.set(b"GET", hostile);
+            line.capture_request(&plan, [(&b"x"[..], hostile)].into_iter(), None);
+            let e = Entry {
+                request: Some(&line),
+                ..Entry::blank()
+            };
+            let mut out = Vec::new();
+            super::line(&plan.layout, &e, &mut out);
+            assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1, "{out:?}");
+            assert_eq!(out.last(), Some(&b'\n'));
+            assert!(out.iter().all(|&b| b == b'\n' || (0x20..0x7f).contains(&b)), "printable: {out:?}");
+            let text = String::from_utf8(out.clone()).unwrap();
+            match &plan.layout {
+                Layout::Json(_) => {
+                    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                    let want: String = hostile.iter().map(|&b| char::from(b)).collect();
+                    assert_eq!(v["header.x"], want, "JSON round-trips every byte");
+                    assert_eq!(v["path"], want);
+                }
+                _ => {
+                    assert_eq!(
+                        text,
+                        "\"a\\x22b\\x5cc\\x0d\\x0a{\\x22x\\x22:1}\\x00\\x1b[31m\\x7f\\xff d\\x09e\" \
+                         a\\x22b\\x5cc\\x0d\\x0a{\\x22x\\x22:1}\\x00\\x1b[31m\\x7f\\xff d\\x09e\n"
+                    );
+                    assert_eq!(text.matches('"').count(), 2, "only the template's own quotes");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_field_has_a_value_in_both_formats() {
+        let all: Vec<&str> = crate::config::log_layout::FIELDS.iter().map(|(n, _)| *n).collect();
+        let plan = capture_plan(&all, 256);
+        let mut line = RequestLine::with_capacity();
+        line.set(b"GET", b"/x?y=1");
+        line.set_version("HTTP/1.1");
+        let e = Entry {
+            server_address: Some("127.0.0.1:8080".parse().unwrap()),
+            route: Some("api"),
+            scheme: Some("https"),
+            tls_version: Some("TLSv1.3"),
+            tls_cipher: Some("TLS_AES_128_GCM_SHA256"),
+            sni: Some("a.example"),
+            client_cert_subject: Some("CN=c"),
+            request_id: Some(&b"id-1"[..]),
+            ..entry(Some(&line))
+        };
+        let mut out = Vec::new();
+        super::line(&plan.layout, &e, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let want = serde_json::json!({
+            "time": "2026-01-02T03:04:05.678Z", "client": "127.0.0.1:5000", "client_ip": "127.0.0.1",
+            "client_port": 5000, "frontend": "fe", "backend": "be", "server": "a",
+            "server_address": "127.0.0.1:8080", "route": "api", "method": "GET", "path": "/x?y=1",
+            "query": "y=1", "scheme": "https", "version": "HTTP/1.1", "status": 504,
+            "bytes_to_server": 78, "bytes_to_client": 120, "head_ms": 0.12, "queued_ms": 0.13,
+            "connected_ms": 0.3, "response_ms": null, "total_ms": 1000.25, "retries": 1,
+            "termination": "server timeout while waiting for the response head",
+            "termination_code": "sH", "tls_version": "TLSv1.3", "tls_cipher": "TLS_AES_128_GCM_SHA256",
+            "sni": "a.example", "client_cert_subject": "CN=c", "request_id": "id-1"
+        });
+        assert_eq!(v, want);
+        let pieces: Vec<Piece> = crate::config::log_layout::FIELDS
+            .iter()
+            .flat_map(|(_, f)| [Piece::Field(*f), Piece::Literal(b"|".to_vec().into())])
+            .collect();
+        let mut out = Vec::new();
+        super::line(&Layout::Template(pieces), &e, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "2026-01-02T03:04:05.678Z|127.0.0.1:5000|127.0.0.1|5000|fe|be|a|127.0.0.1:8080|api|GET|/x?y=1|y=1|\
+             https|HTTP/1.1|504|78|120|0.120|0.130|0.300|-|1000.250|1|\
+             server timeout while waiting for the response head|sH|TLSv1.3|TLS_AES_128_GCM_SHA256|a.example|CN=c|id-1|\n"
+        );
+    }
+
 }

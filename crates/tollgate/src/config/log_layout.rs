@@ -294,8 +294,8 @@ impl Builder<'_> {
                 } else {
                     rest.to_ascii_lowercase()
                 };
-                Some(ok.then(|| (*kind, rest.into_bytes())))
-            })?
+                ok.then(|| (*kind, rest.into_bytes()))
+            })
         };
         let Some((kind, name_bytes)) = capture else {
             self.errors.push((
@@ -554,4 +554,180 @@ fn http_field(layout: &Layout) -> Option<String> {
             .find(|(_, g)| *g == other)
             .map_or_else(String::new, |(n, _)| (*n).into()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    /// The config with `log` and `frontend_log` (in the frontend, `mode` given) parsed.
+    fn parse(log: &str, mode: &str, frontend_log: &str) -> Result<crate::config::model::Config, String> {
+        let text = format!(
+            "[log]\naccess = \"stdout\"\n{log}\n[[frontend]]\nname = \"f\"\nbind = [\"127.0.0.1:0\"]\nmode = \"{mode}\"\n\
+             default_backend = \"b\"\n{frontend_log}\n[[backend]]\nname = \"b\"\nmode = \"{mode}\"\n\
+             [[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:1\"\n"
+        );
+        crate::config::parse(&text, "t.toml").map_err(|e| e.to_string())
+    }
+
+    fn plan(log: &str) -> LogPlan {
+        (*parse(log, "http", "").unwrap().frontends[0].log).clone()
+    }
+
+    fn refused(log: &str, mode: &str, frontend_log: &str) -> String {
+        parse(log, mode, frontend_log).unwrap_err()
+    }
+
+    #[test]
+    fn fields_name_keys_in_order_and_captures_once() {
+        let p = plan(
+            "fields = [\"status\", \"header.User-Agent\", \"user_agent\", \"cookie.SID\", \"response_header.Server\", \"host\"]",
+        );
+        let Layout::Json(keys) = &p.layout else { panic!("{p:?}") };
+        let names: Vec<&str> = keys.iter().map(|(n, _)| &**n).collect();
+        assert_eq!(
+            names,
+            ["status", "header.User-Agent", "user_agent", "cookie.SID", "response_header.Server", "host"]
+        );
+        assert_eq!(keys[1].1, Field::Captured(0));
+        assert_eq!(keys[2].1, Field::Captured(0), "the same field, captured once");
+        let caps: Vec<(CaptureKind, &[u8])> = p.captures.iter().map(|c| (c.kind, &*c.name)).collect();
+        assert_eq!(
+            caps,
+            [
+                (CaptureKind::RequestHeader, &b"user-agent"[..]),
+                (CaptureKind::Cookie, b"SID"),
+                (CaptureKind::ResponseHeader, b"server"),
+                (CaptureKind::Host, b"host"),
+            ]
+        );
+        assert_eq!((p.sample_ppm, p.slow, p.capture_limit), (1_000_000, None, DEFAULT_CAPTURE_LIMIT));
+        assert_eq!(plan(""), LogPlan::default(), "no fields: the documented default line");
+    }
+
+    #[test]
+    fn a_template_splits_into_text_and_fields() {
+        let p = plan("format = \"text\"\ntemplate = '{client} \"{method} {path}\" {{x}} {status}'");
+        let Layout::Template(pieces) = &p.layout else { panic!("{p:?}") };
+        let lit = |s: &str| Piece::Literal(s.as_bytes().into());
+        assert_eq!(
+            *pieces,
+            [
+                Piece::Field(Field::Client),
+                lit(" \""),
+                Piece::Field(Field::Method),
+                lit(" "),
+                Piece::Field(Field::Path),
+                lit("\" {x} "),
+                Piece::Field(Field::Status),
+            ]
+        );
+        assert_eq!(plan("format = \"text\"").layout, Layout::FixedText);
+    }
+
+    #[test]
+    fn unknown_and_misplaced_keys_are_refused_with_the_valid_list() {
+        let e = refused("fields = [\"status\", \"user-agent\"]", "http", "");
+        assert!(e.contains("log.fields") && e.contains("unknown field `user-agent`"), "{e}");
+        assert!(e.contains("user_agent") && e.contains("header.NAME") && e.contains("tls_cipher"), "{e}");
+        let e = refused("format = \"text\"\ntemplate = \"{status} {nope}\"", "http", "");
+        assert!(e.contains("log.template") && e.contains("unknown field `nope`"), "{e}");
+        let e = refused("fields = [\"status\"]\nformat = \"text\"", "http", "");
+        assert!(e.contains("write a `template`"), "{e}");
+        let e = refused("template = \"{status}\"", "http", "");
+        assert!(e.contains("log.format = \\\"text\\\"") || e.contains("set `log.format"), "{e}");
+        let e = refused("fields = [\"status\", \"status\"]", "http", "");
+        assert!(e.contains("listed twice"), "{e}");
+        let e = refused("fields = []", "http", "");
+        assert!(e.contains("names no field"), "{e}");
+        let e = refused("fields = [\"header.\"]", "http", "");
+        assert!(e.contains("unknown field `header.`"), "{e}");
+        let e = refused("fields = [\"header.a b\"]", "http", "");
+        assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn templates_are_one_line_with_balanced_braces() {
+        for (template, why) in [
+            ("\"{status}\\n{path}\"", "control character"),
+            ("\"{status}\\u0007\"", "control character"),
+            ("\"{status\"", "not closed"),
+            ("\"status}\"", "opens nothing"),
+            ("\"no fields\"", "names no field"),
+        ] {
+            let e = refused(&format!("format = \"text\"\ntemplate = {template}"), "http", "");
+            assert!(e.contains(why), "{template}: {e}");
+        }
+    }
+
+    #[test]
+    fn sample_slow_and_capture_limit_are_bounded() {
+        let p = plan("sample = 0.25\nslow = \"1s\"\ncapture_limit = 64");
+        assert_eq!((p.sample_ppm, p.slow, p.capture_limit), (250_000, Some(Duration::from_secs(1)), 64));
+        assert!(refused("sample = 1.5", "http", "").contains("from 0.0 to 1.0"));
+        assert!(refused("sample = -0.1", "http", "").contains("from 0.0 to 1.0"));
+        assert!(refused("slow = \"0s\"", "http", "").contains("at least 1ms"));
+        assert!(refused("capture_limit = 0", "http", "").contains("from 1 to 4096"));
+        assert!(refused("capture_limit = 5000", "http", "").contains("from 1 to 4096"));
+        let many: Vec<String> = (0..=MAX_CAPTURES).map(|i| format!("\"header.x-{i}\"")).collect();
+        let e = refused(&format!("fields = [{}]", many.join(", ")), "http", "");
+        assert!(e.contains("at most 32"), "{e}");
+    }
+
+    #[test]
+    fn a_frontend_overrides_what_it_sets_and_keeps_the_rest() {
+        let c = parse(
+            "fields = [\"status\", \"header.x-a\"]\nsample = 0.5",
+            "http",
+            "[frontend.log]\nslow = \"200ms\"",
+        )
+        .unwrap();
+        let p = &c.frontends[0].log;
+        assert_eq!(p.layout, c.log.plan.layout, "the global line");
+        assert_eq!(p.captures, c.log.plan.captures);
+        assert_eq!((p.sample_ppm, p.slow), (500_000, Some(Duration::from_millis(200))));
+        let c = parse("sample = 0.5", "http", "[frontend.log]\nfields = [\"path\", \"cookie.s\"]\nsample = 1.0").unwrap();
+        let p = &c.frontends[0].log;
+        assert_eq!(p.sample_ppm, 1_000_000);
+        assert_eq!(p.captures.len(), 1);
+        let e = refused("", "http", "[frontend.log]\ntemplate = \"{status}\"");
+        assert!(e.contains("frontend[0].log.template"), "{e}");
+        let e = refused("", "http", "[frontend.log]\nfield = [\"status\"]");
+        assert!(e.contains("field"), "{e}");
+    }
+
+    #[test]
+    fn a_tcp_frontend_refuses_request_fields_of_its_own() {
+        let e = refused("", "tcp", "[frontend.log]\nfields = [\"client\", \"header.user-agent\"]");
+        assert!(e.contains("frontend[0].log") && e.contains("tcp-mode frontend"), "{e}");
+        let e = refused("", "tcp", "[frontend.log]\nfields = [\"client\", \"path\"]");
+        assert!(e.contains("`path`"), "{e}");
+        let c = parse("", "tcp", "[frontend.log]\nfields = [\"client\", \"sni\", \"tls_cipher\", \"total_ms\"]").unwrap();
+        assert!(matches!(c.frontends[0].log.layout, Layout::Json(ref k) if k.len() == 4));
+        // `[log]`'s line serves both modes: a TCP session's line shows request fields empty.
+        assert!(parse("fields = [\"client\", \"path\"]", "tcp", "").is_ok());
+    }
+
+    #[test]
+    fn errors_and_slow_streams_are_kept_whatever_the_sample() {
+        let p = LogPlan {
+            sample_ppm: 0,
+            slow: Some(Duration::from_secs(1)),
+            ..LogPlan::default()
+        };
+        let never = || -> u32 { panic!("no draw needed") };
+        assert!(p.keeps(503, false, Duration::ZERO, never));
+        assert!(p.keeps(404, false, Duration::ZERO, never));
+        assert!(p.keeps(200, true, Duration::ZERO, never));
+        assert!(p.keeps(200, false, Duration::from_secs(2), never));
+        assert!(!p.keeps(200, false, Duration::from_millis(10), never));
+        let half = LogPlan {
+            sample_ppm: 500_000,
+            ..LogPlan::default()
+        };
+        assert!(half.keeps(200, false, Duration::ZERO, || 499_999));
+        assert!(!half.keeps(200, false, Duration::ZERO, || 500_000));
+        assert!(LogPlan::default().keeps(200, false, Duration::ZERO, never), "no sample: every line");
+    }
 }
