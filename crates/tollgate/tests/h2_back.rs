@@ -409,7 +409,12 @@ fn access_log_records_and_counters_as_for_h1_servers() {
     let origin = h2_origin(H2Options::default());
     let dir = TempDir::new();
     let log = dir.path("access.log");
-    let table = format!("[log]\naccess = \"{}\"\nformat = \"json\"\n[global]\n", log.display());
+    let table = format!(
+        "[log]\naccess = \"{}\"\nformat = \"json\"\nfields = [\"backend\", \"server\", \"status\", \
+         \"termination_code\", \"bytes_to_server\", \"bytes_to_client\", \"response_ms\", \"version\", \
+         \"response_header.x-origin\"]\n[global]\n",
+        log.display()
+    );
     let proxy = Proxy::start(&h2_config(1, origin.addr, "").replacen("[global]\n", &table, 1));
     let ok = raw(
         proxy.addr,
@@ -439,6 +444,16 @@ fn access_log_records_and_counters_as_for_h1_servers() {
     assert!(first["bytes_to_server"].as_u64().unwrap() > 0, "{first}");
     assert!(first["bytes_to_client"].as_u64().unwrap() > 0, "{first}");
     assert!(first["response_ms"].as_f64().is_some(), "{first}");
+    // A response field kept from the HTTP/2 server's head, for an HTTP/1.1 client.
+    assert_eq!(
+        (&first["version"], &first["response_header.x-origin"]),
+        (&"HTTP/1.1".into(), &"h2".into())
+    );
+    assert_eq!(
+        second["response_header.x-origin"],
+        serde_json::Value::Null,
+        "no head came: {second}"
+    );
     assert_eq!(second["status"], 502, "{second}");
     assert_eq!(second["server"], "o", "{second}");
     assert!(

@@ -559,7 +559,12 @@ fn access_log_records_h2_to_h2_streams_and_grpc_failures() {
     let log = dir.path("access.log");
     let text = config(origin.addr, "h2c = true", "", "").replacen(
         "[[frontend]]",
-        &format!("[log]\naccess = \"{}\"\nformat = \"json\"\n[[frontend]]", log.display()),
+        &format!(
+            "[log]\naccess = \"{}\"\nformat = \"json\"\nfields = [\"path\", \"status\", \"termination\", \
+             \"backend\", \"server\", \"bytes_to_server\", \"bytes_to_client\", \"version\", \"host\", \
+             \"response_header.x-origin\"]\n[[frontend]]",
+            log.display()
+        ),
         1,
     );
     let proxy = Proxy::start(&text);
@@ -594,6 +599,12 @@ fn access_log_records_h2_to_h2_streams_and_grpc_failures() {
     );
     assert_eq!((&ok["backend"], &ok["server"]), (&"be".into(), &"o".into()), "{ok}");
     assert!(ok["bytes_to_client"].as_u64().unwrap() >= 1000, "{ok}");
+    // The HTTP/2 request's version and `:authority`, and a field of the HTTP/2 server's head.
+    assert_eq!(
+        (&ok["version"], &ok["host"], &ok["response_header.x-origin"]),
+        (&"HTTP/2.0".into(), &addr.to_string().into(), &"h2".into()),
+        "{ok}"
+    );
     let failed = find("/grpc-kill");
     assert_eq!(failed["server"], "o", "{failed}");
     assert_ne!(

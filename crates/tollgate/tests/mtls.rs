@@ -583,3 +583,134 @@ fn a_server_requiring_a_client_certificate_is_reached_with_cert_and_key() {
     let err = tollgate::config::parse(&plain, "t.toml").unwrap_err().to_string();
     assert!(err.contains("`cert` needs `tls = true`"), "{err}");
 }
+
+/// Every named log field, a header, a cookie, the host and a response field, against known
+/// requests from curl over HTTP/1.1 and HTTP/2 with a client certificate: what each field
+/// must say, checked one by one.
+#[test]
+fn every_log_field_is_what_the_request_was_over_http1_and_http2() {
+    let p = pki();
+    let origin = http_origin(|_| {
+        common::http::Reply::Bytes(b"HTTP/1.1 200 OK\r\nX-Served-By: o1\r\nContent-Length: 5\r\n\r\nhello".to_vec())
+    });
+    let log = p.dir.path("access.log");
+    let fields = [
+        "time",
+        "client",
+        "client_ip",
+        "client_port",
+        "frontend",
+        "backend",
+        "server",
+        "server_address",
+        "route",
+        "method",
+        "path",
+        "query",
+        "scheme",
+        "version",
+        "status",
+        "bytes_to_server",
+        "bytes_to_client",
+        "head_ms",
+        "queued_ms",
+        "connected_ms",
+        "response_ms",
+        "total_ms",
+        "retries",
+        "termination",
+        "termination_code",
+        "tls_version",
+        "tls_cipher",
+        "sni",
+        "client_cert_subject",
+        "request_id",
+        "host",
+        "user_agent",
+        "referer",
+        "header.x-note",
+        "cookie.sid",
+        "response_header.x-served-by",
+    ];
+    let list: Vec<String> = fields.iter().map(|f| format!("\"{f}\"")).collect();
+    let config = format!(
+        "[log]\naccess = \"{}\"\nfields = [{}]\n{}",
+        path_str(&log),
+        list.join(", "),
+        http_config(
+            &p,
+            "",
+            "request_id = {}\n[[frontend.route]]\nname = \"api\"\npath_prefix = \"/api/\"\nbackend = \"be\"",
+            origin.addr,
+            "",
+        )
+    );
+    let proxy = Proxy::start(&config);
+    let headers = [
+        "User-Agent: t-agent/1",
+        "Referer: https://r.example/",
+        "X-Note: a \"quoted\" note",
+        "Cookie: a=1; sid=s1",
+    ];
+    for h2 in [false, true] {
+        let (code, body, err) = curl(&p, proxy.addr, Some(&p.alice), h2, "/api/x?k=v", &headers);
+        assert_eq!((code, body.as_str()), (0, "hello"), "h2 {h2}: {err}");
+    }
+    proxy.wait_idle(Duration::from_secs(5));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.lines().count() >= 2 || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let raw: Vec<&str> = lines.lines().collect();
+    let lines: Vec<serde_json::Value> = raw.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    for l in &raw {
+        let at: Vec<usize> = fields.iter().map(|f| l.find(&format!("\"{f}\":")).unwrap()).collect();
+        assert!(
+            at.windows(2).all(|w| w[0] < w[1]),
+            "the keys, in the order written: {l}"
+        );
+    }
+    let port = proxy.addr.port();
+    let sent_ids: Vec<String> = origin
+        .requests()
+        .iter()
+        .map(|r| r.header("x-request-id").unwrap().to_string())
+        .collect();
+    for (line, (version, id)) in lines
+        .iter()
+        .zip([("HTTP/1.1", &sent_ids[0]), ("HTTP/2.0", &sent_ids[1])])
+    {
+        assert_eq!(line.as_object().unwrap().len(), fields.len(), "{line}");
+        let client = line["client"].as_str().unwrap();
+        assert_eq!(client, format!("127.0.0.1:{}", line["client_port"]), "{line}");
+        let want = serde_json::json!({
+            "client_ip": "127.0.0.1", "frontend": "fe", "backend": "be", "server": "o",
+            "server_address": origin.addr.to_string(), "route": "api", "method": "GET",
+            "path": "/api/x?k=v", "query": "k=v", "scheme": "https", "version": version, "status": 200,
+            "retries": 0, "termination": "normal", "termination_code": "--", "tls_version": "TLSv1.3",
+            "sni": "a.example", "client_cert_subject": "CN=alice,O=Example", "request_id": id,
+            "host": format!("a.example:{port}"), "user_agent": "t-agent/1", "referer": "https://r.example/",
+            "header.x-note": "a \"quoted\" note", "cookie.sid": "s1", "response_header.x-served-by": "o1",
+        });
+        for (k, v) in want.as_object().unwrap() {
+            assert_eq!(&line[k], v, "{k} ({version}): {line}");
+        }
+        let cipher = line["tls_cipher"].as_str().unwrap();
+        assert!(
+            cipher.starts_with("TLS_") && cipher.contains("_SHA"),
+            "an IANA suite name: {cipher}"
+        );
+        assert!(line["time"].as_str().unwrap().ends_with('Z'));
+        assert!(line["bytes_to_server"].as_u64().unwrap() > 0 && line["bytes_to_client"].as_u64().unwrap() > 5);
+        let steps: Vec<f64> = ["head_ms", "queued_ms", "connected_ms", "response_ms", "total_ms"]
+            .iter()
+            .map(|k| line[k].as_f64().unwrap_or_else(|| panic!("{k}: {line}")))
+            .collect();
+        assert!(steps.windows(2).all(|w| w[0] <= w[1]), "timings move forward: {line}");
+    }
+}

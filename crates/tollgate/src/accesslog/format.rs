@@ -804,7 +804,14 @@ mod tests {
     #[test]
     fn captures_keep_the_first_value_cut_at_the_limit() {
         let plan = capture_plan(
-            &["header.x-a", "cookie.sid", "cookie.Other", "host", "response_header.server", "header.x-missing"],
+            &[
+                "header.x-a",
+                "cookie.sid",
+                "cookie.Other",
+                "host",
+                "response_header.server",
+                "header.x-missing",
+            ],
             8,
         );
         let mut line = RequestLine::with_capacity();
@@ -820,7 +827,11 @@ mod tests {
         line.capture_response(&plan, [(&b"Server"[..], &b"nginx"[..])].into_iter());
         assert_eq!(line.captured(0), Some((&b"first"[..], false)), "the first instance");
         assert_eq!(line.captured(1), Some((&b"abcdefgh"[..], true)), "cut at 8 bytes");
-        assert_eq!(line.captured(2), Some((&b"y"[..], false)), "cookie names are case-sensitive");
+        assert_eq!(
+            line.captured(2),
+            Some((&b"y"[..], false)),
+            "cookie names are case-sensitive"
+        );
         assert_eq!(line.captured(3), Some((&b"h.exampl"[..], true)));
         assert_eq!(line.captured(4), Some((&b"nginx"[..], false)));
         assert_eq!(line.captured(5), None);
@@ -871,7 +882,10 @@ mod tests {
             super::line(&plan.layout, &e, &mut out);
             assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1, "{out:?}");
             assert_eq!(out.last(), Some(&b'\n'));
-            assert!(out.iter().all(|&b| b == b'\n' || (0x20..0x7f).contains(&b)), "printable: {out:?}");
+            assert!(
+                out.iter().all(|&b| b == b'\n' || (0x20..0x7f).contains(&b)),
+                "printable: {out:?}"
+            );
             let text = String::from_utf8(out.clone()).unwrap();
             match &plan.layout {
                 Layout::Json(_) => {
@@ -938,5 +952,4 @@ mod tests {
              server timeout while waiting for the response head|sH|TLSv1.3|TLS_AES_128_GCM_SHA256|a.example|CN=c|id-1|\n"
         );
     }
-
 }

@@ -588,7 +588,14 @@ mod tests {
         let names: Vec<&str> = keys.iter().map(|(n, _)| &**n).collect();
         assert_eq!(
             names,
-            ["status", "header.User-Agent", "user_agent", "cookie.SID", "response_header.Server", "host"]
+            [
+                "status",
+                "header.User-Agent",
+                "user_agent",
+                "cookie.SID",
+                "response_header.Server",
+                "host"
+            ]
         );
         assert_eq!(keys[1].1, Field::Captured(0));
         assert_eq!(keys[2].1, Field::Captured(0), "the same field, captured once");
@@ -602,14 +609,19 @@ mod tests {
                 (CaptureKind::Host, b"host"),
             ]
         );
-        assert_eq!((p.sample_ppm, p.slow, p.capture_limit), (1_000_000, None, DEFAULT_CAPTURE_LIMIT));
+        assert_eq!(
+            (p.sample_ppm, p.slow, p.capture_limit),
+            (1_000_000, None, DEFAULT_CAPTURE_LIMIT)
+        );
         assert_eq!(plan(""), LogPlan::default(), "no fields: the documented default line");
     }
 
     #[test]
     fn a_template_splits_into_text_and_fields() {
         let p = plan("format = \"text\"\ntemplate = '{client} \"{method} {path}\" {{x}} {status}'");
-        let Layout::Template(pieces) = &p.layout else { panic!("{p:?}") };
+        let Layout::Template(pieces) = &p.layout else {
+            panic!("{p:?}")
+        };
         let lit = |s: &str| Piece::Literal(s.as_bytes().into());
         assert_eq!(
             *pieces,
@@ -629,14 +641,23 @@ mod tests {
     #[test]
     fn unknown_and_misplaced_keys_are_refused_with_the_valid_list() {
         let e = refused("fields = [\"status\", \"user-agent\"]", "http", "");
-        assert!(e.contains("log.fields") && e.contains("unknown field `user-agent`"), "{e}");
-        assert!(e.contains("user_agent") && e.contains("header.NAME") && e.contains("tls_cipher"), "{e}");
+        assert!(
+            e.contains("log.fields") && e.contains("unknown field `user-agent`"),
+            "{e}"
+        );
+        assert!(
+            e.contains("user_agent") && e.contains("header.NAME") && e.contains("tls_cipher"),
+            "{e}"
+        );
         let e = refused("format = \"text\"\ntemplate = \"{status} {nope}\"", "http", "");
         assert!(e.contains("log.template") && e.contains("unknown field `nope`"), "{e}");
         let e = refused("fields = [\"status\"]\nformat = \"text\"", "http", "");
         assert!(e.contains("write a `template`"), "{e}");
         let e = refused("template = \"{status}\"", "http", "");
-        assert!(e.contains("log.format = \\\"text\\\"") || e.contains("set `log.format"), "{e}");
+        assert!(
+            e.contains("log.format = \\\"text\\\"") || e.contains("set `log.format"),
+            "{e}"
+        );
         let e = refused("fields = [\"status\", \"status\"]", "http", "");
         assert!(e.contains("listed twice"), "{e}");
         let e = refused("fields = []", "http", "");
@@ -664,7 +685,10 @@ mod tests {
     #[test]
     fn sample_slow_and_capture_limit_are_bounded() {
         let p = plan("sample = 0.25\nslow = \"1s\"\ncapture_limit = 64");
-        assert_eq!((p.sample_ppm, p.slow, p.capture_limit), (250_000, Some(Duration::from_secs(1)), 64));
+        assert_eq!(
+            (p.sample_ppm, p.slow, p.capture_limit),
+            (250_000, Some(Duration::from_secs(1)), 64)
+        );
         assert!(refused("sample = 1.5", "http", "").contains("from 0.0 to 1.0"));
         assert!(refused("sample = -0.1", "http", "").contains("from 0.0 to 1.0"));
         assert!(refused("slow = \"0s\"", "http", "").contains("at least 1ms"));
@@ -687,7 +711,12 @@ mod tests {
         assert_eq!(p.layout, c.log.plan.layout, "the global line");
         assert_eq!(p.captures, c.log.plan.captures);
         assert_eq!((p.sample_ppm, p.slow), (500_000, Some(Duration::from_millis(200))));
-        let c = parse("sample = 0.5", "http", "[frontend.log]\nfields = [\"path\", \"cookie.s\"]\nsample = 1.0").unwrap();
+        let c = parse(
+            "sample = 0.5",
+            "http",
+            "[frontend.log]\nfields = [\"path\", \"cookie.s\"]\nsample = 1.0",
+        )
+        .unwrap();
         let p = &c.frontends[0].log;
         assert_eq!(p.sample_ppm, 1_000_000);
         assert_eq!(p.captures.len(), 1);
@@ -699,11 +728,20 @@ mod tests {
 
     #[test]
     fn a_tcp_frontend_refuses_request_fields_of_its_own() {
-        let e = refused("", "tcp", "[frontend.log]\nfields = [\"client\", \"header.user-agent\"]");
+        let e = refused(
+            "",
+            "tcp",
+            "[frontend.log]\nfields = [\"client\", \"header.user-agent\"]",
+        );
         assert!(e.contains("frontend[0].log") && e.contains("tcp-mode frontend"), "{e}");
         let e = refused("", "tcp", "[frontend.log]\nfields = [\"client\", \"path\"]");
         assert!(e.contains("`path`"), "{e}");
-        let c = parse("", "tcp", "[frontend.log]\nfields = [\"client\", \"sni\", \"tls_cipher\", \"total_ms\"]").unwrap();
+        let c = parse(
+            "",
+            "tcp",
+            "[frontend.log]\nfields = [\"client\", \"sni\", \"tls_cipher\", \"total_ms\"]",
+        )
+        .unwrap();
         assert!(matches!(c.frontends[0].log.layout, Layout::Json(ref k) if k.len() == 4));
         // `[log]`'s line serves both modes: a TCP session's line shows request fields empty.
         assert!(parse("fields = [\"client\", \"path\"]", "tcp", "").is_ok());
@@ -728,6 +766,9 @@ mod tests {
         };
         assert!(half.keeps(200, false, Duration::ZERO, || 499_999));
         assert!(!half.keeps(200, false, Duration::ZERO, || 500_000));
-        assert!(LogPlan::default().keeps(200, false, Duration::ZERO, never), "no sample: every line");
+        assert!(
+            LogPlan::default().keeps(200, false, Duration::ZERO, never),
+            "no sample: every line"
+        );
     }
 }

@@ -158,7 +158,8 @@ async fn handle(
     let (parts, mut body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let arg = |prefix: &str| path.strip_prefix(prefix).and_then(|n| n.parse::<u64>().ok());
-    let ok = || http::Response::builder().status(200);
+    // Every answer names its origin: what a proxy keeps of response fields is visible.
+    let ok = || http::Response::builder().status(200).header("x-origin", "h2");
     let _ = async {
         if path == "/echo" {
             let mut send = respond.send_response(ok().body(()).unwrap(), false)?;
