@@ -255,6 +255,93 @@ fn text_lines_follow_the_documented_layout() {
     assert_eq!(f[14], "-", "no SNI: {line}");
 }
 
+/// A template of the operator's: the line as written, with hostile header bytes (quotes,
+/// backslashes, a tab, a header whose value looks like a JSON line; bytes outside ASCII:
+/// the unit tests, as the test origin reads text)
+/// escaped so they neither break out of the template's quotes nor start another line; a
+/// normal client is served alongside.
+#[test]
+fn a_template_lays_out_the_line_and_escapes_what_a_client_sent() {
+    let origin = http_origin(|_| Reply::Bytes(b"HTTP/1.1 200 OK\r\nX-Cache: HIT\r\nContent-Length: 2\r\n\r\nok".to_vec()));
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let table = format!(
+        "[log]\naccess = \"{}\"\nformat = \"text\"\n\
+         template = '{{client_ip}} {{host}} \"{{method}} {{path}}\" {{status}} \"{{user_agent}}\" \"{{header.x-note}}\" \
+         {{cookie.sid}} {{response_header.x-cache}} {{query}} {{version}} {{{{end}}}}'\n",
+        log.display()
+    );
+    let proxy = Proxy::start(&http_config(&table, origin.addr));
+    let hostile = b"GET /h?x=1 HTTP/1.1\r\nHost: t.example\r\nUser-Agent: ua\" \\ \t\"\r\n\
+        X-Note: {\"status\":200}\"\r\nCookie: sid=\"s\"\r\nConnection: close\r\n\r\n";
+    let reply = raw_exchange(proxy.addr, hostile);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let reply = raw_exchange(proxy.addr, b"GET /plain HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert!(reply.starts_with("HTTP/1.1 200"), "a normal client is served: {reply}");
+    let lines = wait_lines(&log, 2);
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(
+        lines[0],
+        "127.0.0.1 t.example \"GET /h?x=1\" 200 \"ua\\x22 \\x5c \\x09\\x22\" \"{\\x22status\\x22:200}\\x22\" \
+         \\x22s\\x22 HIT x=1 HTTP/1.1 {end}"
+    );
+    assert_eq!(lines[1], "127.0.0.1 t \"GET /plain\" 200 \"-\" \"-\" - HIT - HTTP/1.1 {end}");
+}
+
+/// `sample = 0` with `slow`: a normal quick request leaves no line; one the server answered
+/// 404, one the proxy refused itself (no route: 503) and one slower than `slow` each do.
+/// A frontend's `[frontend.log]` keeps every line of its own, in its own fields.
+#[test]
+fn sampling_keeps_errors_and_slow_requests_and_a_frontend_can_override_it() {
+    let origin = http_origin(|r| match r.target.as_str() {
+        "/missing" => Reply::Bytes(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec()),
+        "/slow" => {
+            std::thread::sleep(Duration::from_millis(300));
+            ok("slow")
+        }
+        _ => ok("fast"),
+    });
+    let dir = TempDir::new();
+    let log = dir.path("access.log");
+    let config = format!(
+        "[global]\nworkers = 1\n[log]\naccess = \"{}\"\nfields = [\"frontend\", \"path\", \"status\", \"route\"]\n\
+         sample = 0.0\nslow = \"200ms\"\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\n\
+         [[frontend.route]]\nname = \"app\"\npath_prefix = [\"/fast\", \"/missing\", \"/slow\"]\nbackend = \"be\"\n\
+         [[frontend]]\nname = \"all\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [frontend.log]\nsample = 1.0\nfields = [\"frontend\", \"path\", \"client_port\"]\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        log.display(),
+        origin.addr
+    );
+    let proxy = Proxy::start(&config);
+    let get = |addr, path: &str| {
+        raw_exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+    };
+    for _ in 0..20 {
+        assert!(get(proxy.addr, "/fast").starts_with("HTTP/1.1 200"));
+    }
+    assert!(get(proxy.addr, "/missing").starts_with("HTTP/1.1 404"));
+    assert!(get(proxy.addr, "/nowhere").starts_with("HTTP/1.1 503"));
+    assert!(get(proxy.addr, "/slow").starts_with("HTTP/1.1 200"));
+    let all = proxy.running().local_addr("all").unwrap();
+    assert!(get(all, "/fast").starts_with("HTTP/1.1 200"));
+    let lines = json_lines(&log, 4);
+    let seen: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|v| (v["frontend"].as_str().unwrap(), v["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("fe", "/missing"), ("fe", "/nowhere"), ("fe", "/slow"), ("all", "/fast")],
+        "{lines:#?}"
+    );
+    assert_eq!((&lines[0]["status"], &lines[0]["route"]), (&404.into(), &"app".into()));
+    assert_eq!((&lines[1]["status"], &lines[1]["route"]), (&503.into(), &Value::Null), "no route matched");
+    assert!(lines[3]["client_port"].as_u64().unwrap() > 0 && lines[3].get("status").is_none());
+    assert_eq!(proxy.running().stats().log_dropped, 0, "sampled out is not dropped");
+}
+
 #[test]
 fn syslog_gets_one_rfc5424_datagram_per_line() {
     let origin = http_origin(|_| ok("x"));
