@@ -262,7 +262,8 @@ fn text_lines_follow_the_documented_layout() {
 /// normal client is served alongside.
 #[test]
 fn a_template_lays_out_the_line_and_escapes_what_a_client_sent() {
-    let origin = http_origin(|_| Reply::Bytes(b"HTTP/1.1 200 OK\r\nX-Cache: HIT\r\nContent-Length: 2\r\n\r\nok".to_vec()));
+    let origin =
+        http_origin(|_| Reply::Bytes(b"HTTP/1.1 200 OK\r\nX-Cache: HIT\r\nContent-Length: 2\r\n\r\nok".to_vec()));
     let dir = TempDir::new();
     let log = dir.path("access.log");
     let table = format!(
@@ -276,7 +277,10 @@ fn a_template_lays_out_the_line_and_escapes_what_a_client_sent() {
         X-Note: {\"status\":200}\"\r\nCookie: sid=\"s\"\r\nConnection: close\r\n\r\n";
     let reply = raw_exchange(proxy.addr, hostile);
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-    let reply = raw_exchange(proxy.addr, b"GET /plain HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let reply = raw_exchange(
+        proxy.addr,
+        b"GET /plain HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
     assert!(reply.starts_with("HTTP/1.1 200"), "a normal client is served: {reply}");
     let lines = wait_lines(&log, 2);
     assert_eq!(lines.len(), 2, "{lines:#?}");
@@ -285,7 +289,10 @@ fn a_template_lays_out_the_line_and_escapes_what_a_client_sent() {
         "127.0.0.1 t.example \"GET /h?x=1\" 200 \"ua\\x22 \\x5c \\x09\\x22\" \"{\\x22status\\x22:200}\\x22\" \
          \\x22s\\x22 HIT x=1 HTTP/1.1 {end}"
     );
-    assert_eq!(lines[1], "127.0.0.1 t \"GET /plain\" 200 \"-\" \"-\" - HIT - HTTP/1.1 {end}");
+    assert_eq!(
+        lines[1],
+        "127.0.0.1 t \"GET /plain\" 200 \"-\" \"-\" - HIT - HTTP/1.1 {end}"
+    );
 }
 
 /// `sample = 0` with `slow`: a normal quick request leaves no line; one the server answered
@@ -316,7 +323,10 @@ fn sampling_keeps_errors_and_slow_requests_and_a_frontend_can_override_it() {
     );
     let proxy = Proxy::start(&config);
     let get = |addr, path: &str| {
-        raw_exchange(addr, format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        raw_exchange(
+            addr,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
     };
     for _ in 0..20 {
         assert!(get(proxy.addr, "/fast").starts_with("HTTP/1.1 200"));
@@ -333,11 +343,20 @@ fn sampling_keeps_errors_and_slow_requests_and_a_frontend_can_override_it() {
         .collect();
     assert_eq!(
         seen,
-        [("fe", "/missing"), ("fe", "/nowhere"), ("fe", "/slow"), ("all", "/fast")],
+        [
+            ("fe", "/missing"),
+            ("fe", "/nowhere"),
+            ("fe", "/slow"),
+            ("all", "/fast")
+        ],
         "{lines:#?}"
     );
     assert_eq!((&lines[0]["status"], &lines[0]["route"]), (&404.into(), &"app".into()));
-    assert_eq!((&lines[1]["status"], &lines[1]["route"]), (&503.into(), &Value::Null), "no route matched");
+    assert_eq!(
+        (&lines[1]["status"], &lines[1]["route"]),
+        (&503.into(), &Value::Null),
+        "no route matched"
+    );
     assert!(lines[3]["client_port"].as_u64().unwrap() > 0 && lines[3].get("status").is_none());
     assert_eq!(proxy.running().stats().log_dropped, 0, "sampled out is not dropped");
 }
@@ -574,7 +593,8 @@ fn a_passthrough_session_logs_the_peeked_sni() {
     let log = dir.path("access.log");
     let toml = format!(
         "{}[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\n\
-         [[frontend.route]]\nsni = \"b.example\"\nbackend = \"be_b\"\n\
+         [frontend.log]\nfields = [\"sni\", \"tls_version\", \"server\", \"bytes_to_server\", \"route\", \"server_address\"]\n\
+         [[frontend.route]]\nname = \"to-b\"\nsni = \"b.example\"\nbackend = \"be_b\"\n\
          [[backend]]\nname = \"be_b\"\n[[backend.server]]\nname = \"b\"\naddress = \"{origin}\"\n",
         log_table(&log, "json")
     );
@@ -587,6 +607,11 @@ fn a_passthrough_session_logs_the_peeked_sni() {
         (&v["sni"], &v["tls_version"], &v["server"]),
         (&"b.example".into(), &Value::Null, &"b".into()),
         "{v}"
+    );
+    assert_eq!(
+        (&v["route"], &v["server_address"]),
+        (&"to-b".into(), &origin.to_string().into()),
+        "a TCP route's name, in the frontend's own fields: {v}"
     );
     assert!(
         v["bytes_to_server"].as_u64().unwrap() > 4,

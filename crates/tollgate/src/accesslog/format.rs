@@ -37,7 +37,7 @@ pub(crate) struct Entry<'a> {
     pub backend: Option<&'a str>,
     pub server: Option<&'a str>,
     pub server_address: Option<SocketAddr>,
-    /// HTTP: the route that matched (`None`: the default backend, or none).
+    /// The route that decided (`None`: the default backend, or nothing).
     pub route: Option<&'a str>,
     /// HTTP only: the captured method and target, version, headers (`RequestLine`).
     pub request: Option<&'a RequestLine>,

@@ -84,8 +84,7 @@ impl Field {
     fn http_only(self) -> bool {
         matches!(
             self,
-            Field::Route
-                | Field::Method
+            Field::Method
                 | Field::Path
                 | Field::Query
                 | Field::Version

@@ -79,8 +79,8 @@ pub(crate) struct StreamRecord {
     /// The status the client got (0: none, as in TCP mode or when the client left first).
     pub status: u16,
     pub termination: Termination,
-    /// HTTP: the index of the route that matched in the frontend's routes (`None`: none
-    /// did; the default backend took it, or nothing).
+    /// The index of the route that decided, in the frontend's routes (`None`: none did;
+    /// the default backend took it, or nothing).
     pub route: Option<u16>,
 }
 

@@ -28,6 +28,9 @@ use crate::limit::Held;
 use crate::relay::{Endpoint, Layered, Moved, relay_endpoints};
 use crate::tls::{ktls, passthrough};
 
+/// A backend, and the index of the route that chose it (`None`: the default backend).
+type Routed = (usize, Option<u16>);
+
 pub(crate) async fn serve(
     ctx: &Rc<WorkerCtx>,
     frontend: usize,
@@ -48,7 +51,7 @@ pub(crate) async fn serve(
     // Source-only routes decide before any byte is read (`config::route::tcp`).
     let early = match tcp_route::at_accept(fe, rec.client.ip()) {
         Some((_, TcpTarget::Close)) => return Err(denied(ctx, frontend)),
-        Some((_, TcpTarget::Backend(b))) => Some(b),
+        Some((i, TcpTarget::Backend(b))) => Some((b, u16::try_from(i).ok())),
         None => None,
     };
     if let Some(tls) = &fe.tls {
@@ -56,12 +59,13 @@ pub(crate) async fn serve(
         // into its task) their size.
         return Box::pin(serve_tls(ctx, fe, tls, early, client, rec, seen, &mut held)).await;
     }
-    let backend = match (early, &fe.sni_routes) {
-        (Some(b), _) => b,
+    let (backend, route) = match (early, &fe.sni_routes) {
+        (Some(routed), _) => routed,
         // Boxed: the ClientHello peek's state (1.1 KB) is needed only until the route is known.
         (None, Some(_)) => Box::pin(inspect(ctx, fe, &client, rec, seen, &mut held)).await?,
         (None, None) => route_sni(ctx, fe, rec, None)?,
     };
+    rec.route = route;
     to_server(ctx, fe, backend, &client, rec).await
 }
 
@@ -134,7 +138,7 @@ async fn serve_tls<'a>(
     ctx: &'a Rc<WorkerCtx>,
     fe: &Frontend,
     tls: &crate::config::model::FrontendTls,
-    early: Option<usize>,
+    early: Option<Routed>,
     client: TcpStream,
     rec: &mut StreamRecord,
     seen: &mut TlsSeen,
@@ -147,12 +151,14 @@ async fn serve_tls<'a>(
         // per process at startup, cached): rustls over a CorkStream, handed to the kernel
         // after `after_bytes` (tls::ktls).
         let client = crate::tls::terminate::accept(ctx, tls, hello, ktls::CorkStream::new(client)).await?;
-        let backend = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
+        let (backend, route) = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
+        rec.route = route;
         let client = ktls::KtlsClient::new(client, tls.ktls.after_bytes, &ctx.stats);
         return to_server(ctx, fe, backend, client, rec).await;
     }
     let client = crate::tls::terminate::accept(ctx, tls, hello, client).await?;
-    let backend = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
+    let (backend, route) = after_handshake(ctx, fe, early, rec, client.get_ref().1, seen, held).await?;
+    rec.route = route;
     to_server(ctx, fe, backend, Layered(client), rec).await
 }
 
@@ -162,17 +168,17 @@ async fn serve_tls<'a>(
 async fn after_handshake<'a>(
     ctx: &'a WorkerCtx,
     fe: &Frontend,
-    early: Option<usize>,
+    early: Option<Routed>,
     rec: &StreamRecord,
     conn: &rustls::ServerConnection,
     seen: &mut TlsSeen,
     held: &mut Held<'a>,
-) -> Result<usize, Error> {
+) -> Result<Routed, Error> {
     note_tls(ctx, fe, conn, seen);
     let sni_limits = |_: usize, k: &LimitKey| *k == LimitKey::Sni;
     over_limit(ctx, rec.frontend, rec, conn.server_name(), sni_limits, held).await?;
     match early {
-        Some(b) => Ok(b),
+        Some(routed) => Ok(routed),
         None => route_sni(ctx, fe, rec, conn.server_name()),
     }
 }
@@ -186,10 +192,12 @@ fn note_tls(ctx: &WorkerCtx, fe: &Frontend, conn: &rustls::ServerConnection, see
     }
 }
 
-fn route_sni(ctx: &WorkerCtx, fe: &Frontend, rec: &StreamRecord, sni: Option<&str>) -> Result<usize, Error> {
-    match tcp_route::after_sni(fe, rec.client.ip(), sni) {
-        Some(TcpTarget::Backend(b)) => Ok(b),
-        Some(TcpTarget::Close) => Err(denied(ctx, rec.frontend)),
+/// The backend the SNI (or its absence) leads to, and the route that decided (`None`: the
+/// default backend).
+fn route_sni(ctx: &WorkerCtx, fe: &Frontend, rec: &StreamRecord, sni: Option<&str>) -> Result<Routed, Error> {
+    match tcp_route::routed_after_sni(fe, rec.client.ip(), sni) {
+        Some((i, TcpTarget::Backend(b))) => Ok((b, i.and_then(|i| u16::try_from(i).ok()))),
+        Some((_, TcpTarget::Close)) => Err(denied(ctx, rec.frontend)),
         None if fe.sni_routes.is_none() && fe.tls.is_none() => Err(Error::new(
             ErrorKind::NoServer,
             Side::Internal,
@@ -214,7 +222,7 @@ async fn inspect<'a>(
     rec: &StreamRecord,
     seen: &mut TlsSeen,
     held: &mut Held<'a>,
-) -> Result<usize, Error> {
+) -> Result<Routed, Error> {
     let deadline = Instant::now() + ctx.shared.config.timeouts.tls_inspect;
     match passthrough::peek_client_hello(client, deadline).await {
         Ok(info) => {

@@ -52,21 +52,31 @@ pub fn at_accept(fe: &Frontend, client: IpAddr) -> Option<(usize, TcpTarget)> {
 
 /// Steps 2 and 3 (step 1 found nothing): `None` when nothing takes the connection.
 pub fn after_sni(fe: &Frontend, client: IpAddr, sni: Option<&str>) -> Option<TcpTarget> {
+    routed_after_sni(fe, client, sni).map(|(_, t)| t)
+}
+
+/// `after_sni`, with the index of the route that decided (`None`: the default backend).
+pub fn routed_after_sni(fe: &Frontend, client: IpAddr, sni: Option<&str>) -> Option<(Option<usize>, TcpTarget)> {
     let by_name = fe
         .sni_routes
         .as_ref()
         .zip(sni)
         .and_then(|(m, name)| m.lookup(name))
-        .and_then(|i| fe.routes.get(i))
-        .filter(|r| source_holds(r, client));
-    if let Some(r) = by_name {
-        return target(r);
+        .and_then(|i| Some((i, fe.routes.get(i)?)))
+        .filter(|(_, r)| source_holds(r, client));
+    if let Some((i, r)) = by_name {
+        return Some((Some(i), target(r)?));
     }
     if fe.reject_unknown_sni {
         return None;
     }
-    let unconditional = fe.routes.iter().find(|r| r.when.is_empty()).and_then(target);
-    unconditional.or(fe.default_backend.map(TcpTarget::Backend))
+    let unconditional = fe
+        .routes
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.when.is_empty())
+        .and_then(|(i, r)| Some((Some(i), target(r)?)));
+    unconditional.or(fe.default_backend.map(|b| (None, TcpTarget::Backend(b))))
 }
 
 /// All three steps at once (for `explain`, and connections with no SNI to wait for).
