@@ -22,7 +22,8 @@
 # Needs valgrind, h2load, nginx (the origin), openssl; haproxy for that contestant.
 # tollgate's configs are the peerbench templates in bench/peerbench/ (h2.toml, http.toml;
 # TEMPLATE=NAME for bench/peerbench/NAME.toml instead, e.g. TEMPLATE=routes50/http;
-# {{origin_pp_port}} is the origin's PROXY protocol listener, for TEMPLATE=limited/http).
+# {{origin_pp_port}} is the origin's PROXY protocol listener, for TEMPLATE=limited/http;
+# {{workdir}}, {{name}} and {{scenario}} place an access log in the work folder).
 # tcp-close runs wrk for a time (wrk has no request count; it reconnects per request) and
 # divides by the requests wrk completed: the <= 50 requests cut off at its end are noise
 # below 1 % at the default 20 s. The `command` contestant runs PROXY_CMD (the template
@@ -111,6 +112,7 @@ case $contestant in
     tollgate)
         sed -e "s|{{threads}}|1|g; s|{{listen_port}}|$listen_port|g; s|{{origin_port}}|$origin_port|g; s|{{origin_pp_port}}|$origin_pp_port|g" \
             -e "s|{{cert_crt}}|$work/cert.crt|g; s|{{cert_key}}|$work/cert.key|g" \
+            -e "s|{{workdir}}|$work|g; s|{{name}}|tollgate|g; s|{{scenario}}|$scenario|g" \
             "$root/bench/peerbench/$config_template.toml" >"$work/proxy.toml"
         if grep -q '{{' "$work/proxy.toml"; then echo "unrendered placeholder in $config_template.toml" >&2; exit 1; fi
         "$tollgate" check --config "$work/proxy.toml" >/dev/null

@@ -56,9 +56,11 @@ struct Setup {
 fn config(global: &str, good: SocketAddr, echo: SocketAddr, bad: SocketAddr) -> String {
     format!(
         "{global}\n\
-         [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"app\"\n\n\
+         [[frontend]]\nname = \"web\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"app\"\n\
+         request_id = {{}}\n\n\
          [[frontend]]\nname = \"raw\"\nbind = [\"127.0.0.1:0\"]\ndefault_backend = \"echo\"\n\n\
-         [[frontend]]\nname = \"edge\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"broken\"\n\n\
+         [[frontend]]\nname = \"edge\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"broken\"\n\
+         request_id = {{}}\n\n\
          [[backend]]\nname = \"app\"\nmode = \"http\"\n\
          [[backend.server]]\nname = \"a\"\naddress = \"{good}\"\n\n\
          [[backend]]\nname = \"echo\"\n\
@@ -263,6 +265,11 @@ fn show_sessions_lists_live_connections_where_they_are() {
     );
     assert_eq!(web["state"], "forwarding", "{web}");
     assert_eq!(web["client"], slow.local_addr().unwrap().to_string());
+    // The request in flight shows its ID (`request_id = {}`): a UUIDv7.
+    let id = web["request_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an ID in flight: {web}"));
+    assert_eq!((id.len(), &id[14..15]), (36, "7"), "{web}");
     let raw = named(&Value::Array(rows), "frontend", "raw").clone();
     assert_eq!(
         (raw["backend"].as_str(), raw["server"].as_str()),
@@ -275,6 +282,7 @@ fn show_sessions_lists_live_connections_where_they_are() {
         "{raw}"
     );
     assert!(raw["worker"].as_u64().unwrap() < 2);
+    assert_eq!(raw["request_id"], Value::Null, "a TCP session has no request: {raw}");
 
     // Filters: a backend, a server, a server with no session.
     let on = |filter: &str| -> Vec<String> {
@@ -311,7 +319,12 @@ fn show_sessions_lists_live_connections_where_they_are() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r["frontend"] == "web" && r["state"] == "idle-keepalive" && r["server"].is_null());
+            .any(|r| {
+                r["frontend"] == "web"
+                    && r["state"] == "idle-keepalive"
+                    && r["server"].is_null()
+                    && r["request_id"].is_null()
+            });
         if rows.is_empty() && idle {
             break;
         }
@@ -358,6 +371,10 @@ fn show_errors_keeps_malformed_requests_and_responses_with_the_offending_byte() 
         "{response}"
     );
     assert_eq!(response["error"], "bad header name");
+    // The response's request had its ID; the refused request never got one.
+    let id = response["request_id"].as_str().unwrap_or_else(|| panic!("{response}"));
+    assert_eq!(id.len(), 36, "{response}");
+    assert_eq!(request["request_id"], Value::Null, "{request}");
     assert_eq!(response["offset"], 39, "{response}");
     assert_eq!(BAD_RESPONSE[39], b' ');
     assert!(errors[0]["time_ms"].as_u64() <= errors[1]["time_ms"].as_u64());
@@ -371,7 +388,9 @@ fn show_errors_keeps_malformed_requests_and_responses_with_the_offending_byte() 
     assert!(text.contains("invalid request from 127.0.0.1:"), "{text}");
     assert!(text.contains("conflicting content-length at offset 60"), "{text}");
     assert!(
-        text.contains("backend broken server b: bad header name at offset 39"),
+        text.contains(&format!(
+            "backend broken server b request {id}: bad header name at offset 39"
+        )),
         "{text}"
     );
     // The caret sits under the space in `Bad Header`.

@@ -231,6 +231,7 @@ fn sessions_table(report: &ShowReport, out: &mut String) {
                     s.bytes_out.to_string(),
                     s.state.clone(),
                     if s.tls { "tls" } else { "-" }.to_string(),
+                    dash(&s.request_id),
                 ]
             })
         })
@@ -248,6 +249,7 @@ fn sessions_table(report: &ShowReport, out: &mut String) {
         "BYTES OUT",
         "STATE",
         "TLS",
+        "REQUEST ID",
     ];
     let listed = rows.len();
     out.push_str(&table(&header, &rows));
@@ -363,11 +365,14 @@ fn errors_text(errors: &[ErrorCapture], out: &mut String) {
             std::time::UNIX_EPOCH + std::time::Duration::from_millis(e.time_ms),
             &mut time,
         );
-        let place = match (&e.backend, &e.server) {
+        let mut place = match (&e.backend, &e.server) {
             (Some(b), Some(s)) => format!(" backend {b} server {s}"),
             (Some(b), None) => format!(" backend {b}"),
             _ => String::new(),
         };
+        if let Some(id) = &e.request_id {
+            place.push_str(&format!(" request {id}"));
+        }
         out.push_str(&format!(
             "{} generation {} worker {}: invalid {} from {} on frontend {}{place}: {} at offset {} ({} bytes, {} captured)\n",
             String::from_utf8_lossy(&time),

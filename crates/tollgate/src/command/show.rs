@@ -253,6 +253,11 @@ pub struct SessionView {
     pub state: String,
     #[serde(default)]
     pub tls: bool,
+    /// The ID of the request in flight on an HTTP/1 connection (`[frontend] request_id`);
+    /// none between requests, and on HTTP/2 connections (each stream has its own: see the
+    /// access log).
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// A request or response refused as malformed, as captured when it was refused.
@@ -282,6 +287,10 @@ pub struct ErrorCapture {
     pub escaped: String,
     /// Where the offending byte starts in `escaped` (in chars; `escaped.len()` if past it).
     pub escaped_offset: u64,
+    /// The request's ID (`[frontend] request_id`), when it had one: a malformed response's
+    /// request always does, a malformed request never (it is refused before).
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// One worker thread's budgets.

@@ -40,6 +40,9 @@ pub(crate) struct Refused<'a> {
     pub error: &'static str,
     pub offset: usize,
     pub bytes: &'a [u8],
+    /// The request's ID (`[frontend] request_id`; empty: none, as for a request refused
+    /// before it got one).
+    pub request_id: &'a [u8],
 }
 
 #[derive(Debug)]
@@ -54,6 +57,7 @@ struct Capture {
     offset: usize,
     length: usize,
     bytes: Vec<u8>,
+    request_id: Option<Box<str>>,
 }
 
 #[derive(Debug, Default)]
@@ -84,6 +88,8 @@ impl ErrorRing {
             offset: r.offset,
             length: r.bytes.len(),
             bytes,
+            // `http::request_id` lets only printable ASCII through; lossy all the same.
+            request_id: (!r.request_id.is_empty()).then(|| String::from_utf8_lossy(r.request_id).into()),
         });
     }
 
@@ -114,6 +120,7 @@ fn view_of(c: &Capture, worker: u32, names: &dyn Names) -> ErrorCapture {
         captured: c.bytes.len() as u64,
         escaped,
         escaped_offset,
+        request_id: c.request_id.as_deref().map(str::to_string),
     }
 }
 
@@ -170,6 +177,7 @@ mod tests {
             error: "bad header name",
             offset,
             bytes,
+            request_id: b"",
         }
     }
 

@@ -17,6 +17,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use crate::command::show::SessionView;
+use crate::http::request_id::IdSlot;
 use crate::ids::ServerId;
 use crate::relay::Moved;
 
@@ -68,6 +69,22 @@ pub(crate) struct SessionEntry {
     pub bytes_out: Cell<u64>,
     /// What a relay (TCP session, tunnel) has moved so far, live.
     pub moved: Moved,
+    /// A copy of the ID of the HTTP/1 request in flight (`[frontend] request_id`), only
+    /// while one is: an idle connection holds none (the box goes back to the thread).
+    request_id: ShownId,
+}
+
+/// `Cell` of a box: taken and put back, never borrowed across anything.
+#[derive(Default)]
+struct ShownId(Cell<Option<Box<IdSlot>>>);
+
+impl std::fmt::Debug for ShownId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id = self.0.take();
+        let r = write!(f, "{id:?}");
+        self.0.set(id);
+        r
+    }
 }
 
 impl SessionEntry {
@@ -85,6 +102,7 @@ impl SessionEntry {
             bytes_in: Cell::new(0),
             bytes_out: Cell::new(0),
             moved: Moved::default(),
+            request_id: ShownId::default(),
         }
     }
 
@@ -102,6 +120,20 @@ impl SessionEntry {
         self.bytes_out.set(0);
         self.moved.to_server.set(0);
         self.moved.to_client.set(0);
+        self.request_id.0.set(None);
+    }
+
+    /// The request in flight has this ID; `spare` gives storage for it when the entry has
+    /// none (the thread's spares: no allocation per request).
+    pub(crate) fn show_request_id(&self, id: &IdSlot, spare: impl FnOnce() -> Box<IdSlot>) {
+        let mut shown = self.request_id.0.take().unwrap_or_else(spare);
+        shown.copy_from(id);
+        self.request_id.0.set(Some(shown));
+    }
+
+    /// The request ended: its ID's storage, for the thread's spares.
+    pub(crate) fn take_request_id(&self) -> Option<Box<IdSlot>> {
+        self.request_id.0.take()
     }
 
     pub(crate) fn frontend(&self) -> usize {
@@ -249,6 +281,14 @@ fn view_of(e: &SessionEntry, worker: u32, names: &dyn Names, now: Instant) -> Se
         bytes_out: e.bytes_out.get() + e.moved.to_client.get(),
         state: e.state.get().as_str().to_string(),
         tls: e.tls.get(),
+        request_id: {
+            let id = e.request_id.0.take();
+            let text = id
+                .as_deref()
+                .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
+            e.request_id.0.set(id);
+            text.filter(|t| !t.is_empty())
+        },
     }
 }
 

@@ -118,10 +118,25 @@ impl WorkerCtx {
     /// Storage for one session's request IDs, from this thread's spares: no allocation per
     /// connection once a few have ended.
     pub(crate) fn id_lease(&self) -> IdLease<'_> {
-        let spare = self.id_slots.try_borrow_mut().ok().and_then(|mut s| s.pop());
         IdLease {
             ctx: self,
-            slot: Some(spare.unwrap_or_default()),
+            slot: Some(self.spare_id_slot()),
+        }
+    }
+
+    /// Request-ID storage from this thread's spares (made when none is left).
+    pub(crate) fn spare_id_slot(&self) -> Box<crate::http::request_id::IdSlot> {
+        let spare = self.id_slots.try_borrow_mut().ok().and_then(|mut s| s.pop());
+        spare.unwrap_or_default()
+    }
+
+    /// Request-ID storage back to this thread's spares.
+    pub(crate) fn give_id_slot(&self, mut slot: Box<crate::http::request_id::IdSlot>) {
+        if let Ok(mut spares) = self.id_slots.try_borrow_mut()
+            && spares.len() < 1024
+        {
+            slot.clear();
+            spares.push(slot);
         }
     }
 
@@ -347,11 +362,8 @@ impl IdLease<'_> {
 
 impl Drop for IdLease<'_> {
     fn drop(&mut self) {
-        if let (Some(mut slot), Ok(mut spares)) = (self.slot.take(), self.ctx.id_slots.try_borrow_mut())
-            && spares.len() < 1024
-        {
-            slot.clear();
-            spares.push(slot);
+        if let Some(slot) = self.slot.take() {
+            self.ctx.give_id_slot(slot);
         }
     }
 }

@@ -100,6 +100,15 @@ impl IdSlot {
         self.buf.get(..usize::from(self.len)).unwrap_or_default()
     }
 
+    /// The same ID as `other` (copied: `show sessions` reads its own copy).
+    pub fn copy_from(&mut self, other: &IdSlot) {
+        let n = usize::from(other.len);
+        if let (Some(dst), Some(src)) = (self.buf.get_mut(..n), other.buf.get(..n)) {
+            dst.copy_from_slice(src);
+            self.len = other.len;
+        }
+    }
+
     /// No ID (a stream refused before its head was read has none).
     pub fn clear(&mut self) {
         self.len = 0;

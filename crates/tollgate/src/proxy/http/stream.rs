@@ -342,6 +342,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             .filter(|(name, _)| name.eq_ignore_ascii_case(ids.header.as_bytes()))
             .map(|(_, value)| value);
         slot.assign(ids.trusts(self.peer.ip()), sent, std::time::SystemTime::now());
+        sessions::note(|e| e.show_request_id(slot, || ctx.spare_id_slot()));
     }
 
     /// Copies the method, target, version and the fields the frontend's line captures, for
@@ -383,7 +384,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 .filter(|id| !id.is_empty()),
         };
         crate::proxy::record::sink(self.ctx, &self.rec, seen);
-        sessions::note(|e| e.add_bytes(self.rec.bytes_to_server, self.rec.bytes_to_client));
+        sessions::note(|e| {
+            e.add_bytes(self.rec.bytes_to_server, self.rec.bytes_to_client);
+            if let Some(shown) = e.take_request_id() {
+                self.ctx.give_id_slot(shown);
+            }
+        });
         self.stream_began = self.rec.timing.began + self.rec.timing.end;
     }
 
@@ -592,6 +598,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             error: e.as_str(),
             offset: h1::locate::offending_byte(bytes, e),
             bytes,
+            request_id: self.request_id.as_ref().map_or(&[][..], |l| l.as_bytes()),
         });
     }
 
