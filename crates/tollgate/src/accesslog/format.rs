@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
-use crate::config::log_layout::{CaptureKind, Field, Layout, LogPlan, Piece};
+use crate::config::log_layout::{CaptureKind, Field, JsonKey, Layout, LogPlan, Piece};
 use crate::error::Termination;
 
 /// Bytes of a request target kept for the log; a longer target is cut here and ends in `...`.
@@ -334,15 +334,11 @@ pub(crate) fn line(layout: &Layout, e: &Entry<'_>, out: &mut Vec<u8>) {
 }
 
 /// Appends `e` as one JSON object of `keys` and a newline.
-pub(crate) fn json(keys: &[(Box<str>, Field)], e: &Entry<'_>, out: &mut Vec<u8>) {
+pub(crate) fn json(keys: &[JsonKey], e: &Entry<'_>, out: &mut Vec<u8>) {
     out.push(b'{');
-    for (i, (key, field)) in keys.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        json_str(Some(key.as_bytes()), out);
-        out.push(b':');
-        match value(e, *field) {
+    for key in keys {
+        out.extend_from_slice(&key.prefix);
+        match value(e, key.field) {
             Value::Null => out.extend_from_slice(b"null"),
             Value::Bytes(b, cut) => {
                 out.push(b'"');
@@ -420,23 +416,6 @@ fn addr_or_ip(a: SocketAddr, out: &mut Vec<u8>) {
         }
         std::net::IpAddr::V6(v6) => {
             let _ = write!(out, "{v6}");
-        }
-    }
-}
-
-/// `"`, `\`, controls and bytes outside ASCII as `\xHH`, a space kept (a template's values).
-fn quoted_escape(s: &[u8], out: &mut Vec<u8>) {
-    for &b in s {
-        match b {
-            b'"' | b'\\' => {
-                out.extend_from_slice(b"\\x");
-                hex(b, out);
-            }
-            0x20..=0x7e => out.push(b),
-            _ => {
-                out.extend_from_slice(b"\\x");
-                hex(b, out);
-            }
         }
     }
 }
@@ -554,49 +533,64 @@ fn addr(a: SocketAddr, out: &mut Vec<u8>) {
     }
 }
 
-fn json_str(s: Option<&[u8]>, out: &mut Vec<u8>) {
-    match s {
-        Some(s) => {
-            out.push(b'"');
-            json_escape(s, out);
-            out.push(b'"');
+/// Copies `s` to `out` in runs of bytes `plain` accepts (one copy per run, not a push per
+/// byte: a line is written per request), each other byte written by `escaped`.
+#[inline]
+fn escape_runs(s: &[u8], out: &mut Vec<u8>, plain: impl Fn(u8) -> bool, escaped: impl Fn(u8, &mut Vec<u8>)) {
+    let mut rest = s;
+    while let Some(at) = rest.iter().position(|&b| !plain(b)) {
+        out.extend_from_slice(rest.get(..at).unwrap_or_default());
+        if let Some(&b) = rest.get(at) {
+            escaped(b, out);
         }
-        None => out.extend_from_slice(b"null"),
+        rest = rest.get(at + 1..).unwrap_or_default();
     }
+    out.extend_from_slice(rest);
 }
 
 /// `"` and `\` escaped, control bytes and bytes outside ASCII as `\u00XX` (a request
 /// target is bytes, not necessarily UTF-8: each byte stands for itself).
 fn json_escape(s: &[u8], out: &mut Vec<u8>) {
-    for &b in s {
-        match b {
+    escape_runs(
+        s,
+        out,
+        |b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\',
+        |b, out| match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
-            0x20..=0x7e => out.push(b),
             _ => {
                 out.extend_from_slice(b"\\u00");
                 hex(b, out);
             }
-        }
-    }
+        },
+    );
+}
+
+/// `\xHH` for a byte a text line must not carry as it is.
+fn hex_escaped(b: u8, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"\\x");
+    hex(b, out);
+}
+
+/// `"`, `\`, controls and bytes outside ASCII as `\xHH`, a space kept (a template's values).
+fn quoted_escape(s: &[u8], out: &mut Vec<u8>) {
+    escape_runs(
+        s,
+        out,
+        |b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\',
+        hex_escaped,
+    );
 }
 
 /// Bytes outside printable ASCII, space, `"` and `\` as `\xHH`: a field never contains a
 /// space, so the layout splits on spaces.
 fn text_escape(s: &[u8], out: &mut Vec<u8>) {
-    for &b in s {
-        match b {
-            b'"' | b'\\' => {
-                out.extend_from_slice(b"\\x");
-                hex(b, out);
-            }
-            0x21..=0x7e => out.push(b),
-            _ => {
-                out.extend_from_slice(b"\\x");
-                hex(b, out);
-            }
-        }
-    }
+    escape_runs(
+        s,
+        out,
+        |b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\',
+        hex_escaped,
+    );
 }
 
 fn hex(b: u8, out: &mut Vec<u8>) {
@@ -605,10 +599,33 @@ fn hex(b: u8, out: &mut Vec<u8>) {
     out.push(digit(b & 0xf));
 }
 
+thread_local! {
+    /// The last second `rfc3339` wrote, and its text up to the seconds: lines of one
+    /// second share it (the calendar is worked out once a second, not once a line).
+    static SECOND: std::cell::Cell<(u64, [u8; 19])> = const { std::cell::Cell::new((u64::MAX, [0; 19])) };
+}
+
 /// `2026-01-02T03:04:05.678Z`.
 pub(crate) fn rfc3339(t: SystemTime, out: &mut Vec<u8>) {
     let since = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
+    let (cached, mut text) = SECOND.with(std::cell::Cell::get);
+    if cached != secs {
+        let mut fresh = Vec::with_capacity(24);
+        calendar(secs, &mut fresh);
+        if let Some(head) = fresh.get(..19) {
+            text.copy_from_slice(head);
+            SECOND.with(|s| s.set((secs, text)));
+        }
+    }
+    out.extend_from_slice(&text);
+    out.push(b'.');
+    padded(u64::from(since.subsec_millis()), 3, out);
+    out.push(b'Z');
+}
+
+/// `2026-01-02T03:04:05`: the date and time of `secs` since the epoch.
+fn calendar(secs: u64, out: &mut Vec<u8>) {
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     let day = secs % 86_400;
     padded(y.max(0) as u64, 4, out);
@@ -618,13 +635,11 @@ pub(crate) fn rfc3339(t: SystemTime, out: &mut Vec<u8>) {
         (b'T', day / 3600, 2),
         (b':', day % 3600 / 60, 2),
         (b':', day % 60, 2),
-        (b'.', u64::from(since.subsec_millis()), 3),
     ];
     for (sep, n, width) in parts {
         out.push(sep);
         padded(n, width, out);
     }
-    out.push(b'Z');
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).

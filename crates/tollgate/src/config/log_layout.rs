@@ -121,10 +121,32 @@ pub enum Piece {
     Field(Field),
 }
 
+/// One key of a JSON line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonKey {
+    pub name: Box<str>,
+    pub field: Field,
+    /// What goes before the value: `"name":`, with `,` before every key but the first
+    /// (one copy per key when a line is written). A name needs no escaping: every field
+    /// name is letters, digits and token bytes, never a quote, a backslash or a control.
+    pub prefix: Box<[u8]>,
+}
+
+impl JsonKey {
+    fn new(name: &str, field: Field, first: bool) -> Self {
+        let comma = if first { "" } else { "," };
+        JsonKey {
+            name: name.into(),
+            field,
+            prefix: format!("{comma}\"{name}\":").into_bytes().into_boxed_slice(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
     /// One JSON object: these keys, in this order.
-    Json(Vec<(Box<str>, Field)>),
+    Json(Vec<JsonKey>),
     /// The fixed text layout of docs/logging.md (`format = "text"` without a template).
     FixedText,
     Template(Vec<Piece>),
@@ -160,7 +182,7 @@ impl LogPlan {
     /// Whether the line has `field` (what is costly to gather is gathered only then).
     pub fn shows(&self, field: Field) -> bool {
         match &self.layout {
-            Layout::Json(keys) => keys.iter().any(|(_, f)| *f == field),
+            Layout::Json(keys) => keys.iter().any(|k| k.field == field),
             Layout::FixedText => false,
             Layout::Template(pieces) => pieces.iter().any(|p| *p == Piece::Field(field)),
         }
@@ -251,12 +273,13 @@ const DEFAULT_JSON: &[&str] = &[
     "request_id",
 ];
 
-fn default_json() -> Vec<(Box<str>, Field)> {
+fn default_json() -> Vec<JsonKey> {
     DEFAULT_JSON
         .iter()
-        .filter_map(|name| {
+        .enumerate()
+        .filter_map(|(i, name)| {
             let field = FIELDS.iter().find(|(n, _)| n == name)?.1;
-            Some((Box::from(*name), field))
+            Some(JsonKey::new(name, field, i == 0))
         })
         .collect()
 }
@@ -326,17 +349,17 @@ impl Builder<'_> {
         Some(Field::Captured(at as u8))
     }
 
-    fn json(&mut self, fields: &Spanned<Vec<Spanned<String>>>, key: &str) -> Vec<(Box<str>, Field)> {
+    fn json(&mut self, fields: &Spanned<Vec<Spanned<String>>>, key: &str) -> Vec<JsonKey> {
         let key = format!("{key}.fields");
         if fields.get_ref().is_empty() {
             self.errors.push((fields.span(), key.clone(), "names no field".into()));
         }
-        let mut out: Vec<(Box<str>, Field)> = Vec::new();
+        let mut out: Vec<JsonKey> = Vec::new();
         for name in fields.get_ref() {
             let Some(field) = self.field(name.get_ref(), name.span(), &key) else {
                 continue;
             };
-            if out.iter().any(|(n, _)| **n == **name.get_ref()) {
+            if out.iter().any(|k| *k.name == **name.get_ref()) {
                 self.errors.push((
                     name.span(),
                     key.clone(),
@@ -344,7 +367,7 @@ impl Builder<'_> {
                 ));
                 continue;
             }
-            out.push((name.get_ref().as_str().into(), field));
+            out.push(JsonKey::new(name.get_ref(), field, out.is_empty()));
         }
         out
     }
@@ -535,7 +558,7 @@ fn build(
 /// The name of the first field of `layout` only HTTP requests have, if any.
 fn http_field(layout: &Layout) -> Option<String> {
     let fields: Vec<Field> = match layout {
-        Layout::Json(keys) => keys.iter().map(|(_, f)| *f).collect(),
+        Layout::Json(keys) => keys.iter().map(|k| k.field).collect(),
         Layout::FixedText => Vec::new(),
         Layout::Template(pieces) => pieces
             .iter()
@@ -584,7 +607,7 @@ mod tests {
             "fields = [\"status\", \"header.User-Agent\", \"user_agent\", \"cookie.SID\", \"response_header.Server\", \"host\"]",
         );
         let Layout::Json(keys) = &p.layout else { panic!("{p:?}") };
-        let names: Vec<&str> = keys.iter().map(|(n, _)| &**n).collect();
+        let names: Vec<&str> = keys.iter().map(|k| &*k.name).collect();
         assert_eq!(
             names,
             [
@@ -596,8 +619,12 @@ mod tests {
                 "host"
             ]
         );
-        assert_eq!(keys[1].1, Field::Captured(0));
-        assert_eq!(keys[2].1, Field::Captured(0), "the same field, captured once");
+        assert_eq!(keys[1].field, Field::Captured(0));
+        assert_eq!(keys[2].field, Field::Captured(0), "the same field, captured once");
+        assert_eq!(
+            (&*keys[0].prefix, &*keys[1].prefix),
+            (&b"\"status\":"[..], &b",\"header.User-Agent\":"[..])
+        );
         let caps: Vec<(CaptureKind, &[u8])> = p.captures.iter().map(|c| (c.kind, &*c.name)).collect();
         assert_eq!(
             caps,
