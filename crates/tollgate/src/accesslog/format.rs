@@ -57,6 +57,8 @@ pub(crate) struct Entry<'a> {
     /// HTTP: the request's ID, on a frontend with `request_id` (`http::request_id`: only
     /// bytes that need no escaping, escaped all the same).
     pub request_id: Option<&'a [u8]>,
+    /// HTTP: the ID of the trace tollgate started for the request (`[frontend] trace`).
+    pub trace_id: Option<&'a [u8]>,
 }
 
 #[cfg(test)]
@@ -84,6 +86,7 @@ impl Entry<'_> {
             sni: None,
             client_cert_subject: None,
             request_id: None,
+            trace_id: None,
         }
     }
 }
@@ -197,7 +200,13 @@ impl RequestLine {
                     CaptureKind::ResponseHeader | CaptureKind::Cookie => false,
                 };
                 if wanted {
-                    self.keep(i, value, plan.capture_limit);
+                    // A `traceparent` is kept whole whatever the limit: `trace_id` reads it.
+                    let limit = if *c.name == *b"traceparent" {
+                        plan.capture_limit.max(crate::http::trace::TRACEPARENT_LEN + 1)
+                    } else {
+                        plan.capture_limit
+                    };
+                    self.keep(i, value, limit);
                 }
             }
             if wants_cookie && name.eq_ignore_ascii_case(b"cookie") {
@@ -317,6 +326,13 @@ fn value<'a>(e: &'a Entry<'a>, field: Field) -> Value<'a> {
         Field::Sni => s(e.sni),
         Field::ClientCertSubject => s(e.client_cert_subject),
         Field::RequestId => e.request_id.map_or(Value::Null, |id| Value::Bytes(id, false)),
+        Field::TraceId(i) => e
+            .trace_id
+            .or_else(|| {
+                let (sent, cut) = e.request?.captured(usize::from(i))?;
+                (!cut).then(|| crate::http::trace::trace_id(sent)).flatten()
+            })
+            .map_or(Value::Null, |id| Value::Bytes(id, false)),
         Field::Captured(i) => e
             .request
             .and_then(|r| r.captured(usize::from(i)))

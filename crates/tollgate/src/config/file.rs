@@ -268,6 +268,8 @@ pub(crate) struct FrontendSection {
     pub limit: Vec<super::limit::LimitSection>,
     /// HTTP mode: an ID per request, to servers, clients and logs (`config::request_id`).
     pub request_id: Option<Spanned<super::request_id::RequestIdSection>>,
+    /// HTTP mode: start a W3C trace for requests without one (`config::trace`).
+    pub trace: Option<Spanned<super::trace::TraceSection>>,
     /// `[frontend.log]`: this frontend's access log line, if not `[log]`'s.
     pub log: Option<Spanned<super::log_layout::FrontendLogSection>>,
 }

@@ -75,6 +75,9 @@ pub enum Field {
     Sni,
     ClientCertSubject,
     RequestId,
+    /// The W3C trace ID: of the trace tollgate started (`[frontend] trace`), else of the
+    /// `traceparent` the client sent, kept by the plan's capture at this index.
+    TraceId(u8),
     /// The value kept by the plan's capture at this index.
     Captured(u8),
 }
@@ -91,6 +94,7 @@ impl Field {
                 | Field::HeadMs
                 | Field::ResponseMs
                 | Field::RequestId
+                | Field::TraceId(_)
                 | Field::Captured(_)
         )
     }
@@ -288,6 +292,7 @@ fn default_json() -> Vec<JsonKey> {
 fn valid_list() -> String {
     let mut names: Vec<&str> = FIELDS.iter().map(|(n, _)| *n).collect();
     names.extend(CAPTURED.iter().map(|(n, _, _)| *n));
+    names.push("trace_id");
     names.extend(["header.NAME", "response_header.NAME", "cookie.NAME"]);
     names.join(", ")
 }
@@ -303,6 +308,12 @@ impl Builder<'_> {
     fn field(&mut self, name: &str, span: Range<usize>, key: &str) -> Option<Field> {
         if let Some((_, f)) = FIELDS.iter().find(|(n, _)| *n == name) {
             return Some(*f);
+        }
+        if name == "trace_id" {
+            return match self.field("header.traceparent", span, key)? {
+                Field::Captured(i) => Some(Field::TraceId(i)),
+                other => Some(other),
+            };
         }
         let capture = if let Some((_, kind, header)) = CAPTURED.iter().find(|(n, _, _)| *n == name) {
             Some((*kind, header.as_bytes().to_vec()))

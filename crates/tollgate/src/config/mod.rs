@@ -39,6 +39,7 @@ pub mod sni;
 pub mod tickets;
 pub(crate) mod tls;
 mod tls_policy;
+pub mod trace;
 pub(crate) mod units;
 mod users;
 mod validate;

@@ -447,6 +447,8 @@ pub struct Frontend {
     pub unrouted_limits: u8,
     /// HTTP mode: `request_id` (`config::request_id`).
     pub request_ids: Option<super::request_id::RequestIds>,
+    /// HTTP mode: `trace` (`config::trace`).
+    pub trace: Option<super::trace::Trace>,
     /// The access log's line and sampling for this frontend's streams (`config::log_layout`).
     pub log: std::sync::Arc<super::log_layout::LogPlan>,
 }

@@ -894,6 +894,7 @@ impl<'a> Validator<'a> {
                 limits,
                 unrouted_limits,
                 request_ids: super::request_id::request_ids(f.request_id.as_ref(), mode, &key, &mut self.errors),
+                trace: super::trace::trace(f.trace.as_ref(), mode, &key, &mut self.errors),
                 log: std::sync::Arc::new(super::log_layout::frontend_plan(
                     f.log.as_ref(),
                     &log.plan,

@@ -23,3 +23,4 @@ pub mod path_regex;
 pub mod request_id;
 pub mod rewrite;
 pub(crate) mod status;
+pub mod trace;

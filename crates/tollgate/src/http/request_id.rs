@@ -142,6 +142,11 @@ fn next_u64() -> u64 {
     })
 }
 
+/// 64 bits from the thread's generator (`next_u64`): unique, not unguessable.
+pub fn random_u64() -> u64 {
+    next_u64()
+}
+
 /// A uniform draw in `0..1_000_000`, for sampling (`[log] sample`): the thread's generator,
 /// not the cryptographic one (a sample needs to be fair, not unguessable).
 pub fn sample_draw() -> u32 {

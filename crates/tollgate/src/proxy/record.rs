@@ -143,6 +143,8 @@ pub(crate) struct Seen<'a> {
     pub tls: TlsFacts<'a>,
     /// HTTP: the request's ID (`[frontend] request_id`).
     pub request_id: Option<&'a [u8]>,
+    /// HTTP: the ID of the trace tollgate started for it (`[frontend] trace`).
+    pub trace_id: Option<&'a [u8]>,
 }
 
 /// What a client's TLS handshake settled, for the log.
@@ -335,6 +337,7 @@ fn entry<'a>(
         sni: seen.tls.sni,
         client_cert_subject: seen.tls.client_cert_subject,
         request_id: seen.request_id,
+        trace_id: seen.trace_id,
     }
 }
 

@@ -98,6 +98,9 @@ pub struct HeadEdits<'a> {
     /// The request's ID field (`[frontend] request_id`): name and value. Received fields of
     /// that name are dropped and this one written last. Requests and responses.
     pub id_field: Option<(&'a [u8], &'a [u8])>,
+    /// A `traceparent` tollgate started (`[frontend] trace`): received `traceparent` and
+    /// `tracestate` fields are dropped and this one written last. Requests only.
+    pub traceparent: Option<&'a [u8]>,
 }
 
 impl HeadEdits<'_> {
@@ -105,6 +108,8 @@ impl HeadEdits<'_> {
     fn strips(&self, name: &[u8]) -> bool {
         self.strip.iter().any(|n| n.as_bytes().eq_ignore_ascii_case(name))
             || self.id_field.is_some_and(|(id, _)| id.eq_ignore_ascii_case(name))
+            || (self.traceparent.is_some()
+                && (name.eq_ignore_ascii_case(b"traceparent") || name.eq_ignore_ascii_case(b"tracestate")))
     }
 }
 
@@ -245,7 +250,7 @@ fn write_fields_with(
 ) {
     let keep_upgrade = is_upgrade && edits.connection == ConnectionOut::Upgrade;
     // Most heads strip nothing: one test per head, not a call per field.
-    let strips = !edits.strip.is_empty() || edits.id_field.is_some();
+    let strips = !edits.strip.is_empty() || edits.id_field.is_some() || edits.traceparent.is_some();
     for e in entries {
         if keep_upgrade && e.kind == HeaderKind::Upgrade {
             push_upgrade_without_h2c(e.name.of(buf), e.value.of(buf), out);
@@ -303,6 +308,9 @@ fn write_fields_with(
     out.extend_from_slice(edits.append);
     if let Some((name, value)) = edits.id_field {
         push_field(name, value, out);
+    }
+    if let Some(value) = edits.traceparent {
+        push_field(b"traceparent", value, out);
     }
     match edits.connection {
         ConnectionOut::Omit => {}

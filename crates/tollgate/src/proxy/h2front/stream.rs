@@ -156,6 +156,8 @@ pub(crate) async fn serve(
         slot.line.capture_request(&fe.log, headers, authority);
         slot
     });
+    // After the log's captures, which keep what the client sent.
+    let trace = fe.trace.and_then(|t| start_trace(t, &mut parts.headers));
     let grpc = parts
         .headers
         .get(http::header::CONTENT_TYPE)
@@ -189,6 +191,7 @@ pub(crate) async fn serve(
         scheme: Some(conn.proto.as_str()),
         tls: conn.tls.facts(),
         request_id: request_id.as_ref().map(|id| id.as_bytes()),
+        trace_id: trace.as_ref().map(crate::http::trace::Traceparent::trace_id),
     };
     crate::proxy::record::sink(ctx, &rec, seen);
 }
@@ -228,6 +231,23 @@ fn assign_request_id(
     slot.assign(ids.trusts(client), sent, std::time::SystemTime::now());
     set_id_field(headers, Some((ids.header.as_bytes(), slot.as_bytes())));
     slot
+}
+
+/// Starts a trace for a stream without a readable `traceparent`, as `trace` samples them:
+/// the received `traceparent` and `tracestate` fields give way to the new `traceparent`.
+fn start_trace(
+    trace: crate::config::trace::Trace,
+    headers: &mut http::HeaderMap,
+) -> Option<crate::http::trace::Traceparent> {
+    use crate::http::trace::{TRACEPARENT, TRACESTATE, Traceparent};
+    let sent = headers.get_all(TRACEPARENT).iter().map(http::HeaderValue::as_bytes);
+    if !crate::http::trace::starts(sent, trace.sample_ppm, crate::http::request_id::sample_draw) {
+        return None;
+    }
+    let started = Traceparent::generate();
+    headers.remove(TRACESTATE);
+    set_id_field(headers, Some((TRACEPARENT.as_bytes(), started.as_bytes())));
+    Some(started)
 }
 
 /// What the forwarding needs to know of the request once its head is written.

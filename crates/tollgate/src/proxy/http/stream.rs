@@ -119,6 +119,10 @@ pub(super) struct Session<'a, C> {
     line: Option<crate::accesslog::LineSlot>,
     /// The verified client certificate's subject, when the access log line shows it.
     cert_subject: Option<Box<str>>,
+    /// The trace tollgate started (`[frontend] trace`): made at the first request that
+    /// starts one, reused by the next; `traced` says whether the current request did.
+    trace: Option<Box<crate::http::trace::Traceparent>>,
+    traced: bool,
     /// The current request's ID (`[frontend] request_id`; taken from the thread's spares at
     /// the first request of a frontend that has them).
     pub(super) request_id: Option<crate::ctx::worker::IdLease<'a>>,
@@ -178,6 +182,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
             client_mark: 0,
             line: None,
             cert_subject,
+            trace: None,
+            traced: false,
             request_id: None,
             rewrite: None,
             client_cert,
@@ -258,6 +264,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 self.rec.timing.head = Some(self.rec.timing.now());
                 self.capture_line(&head);
                 self.assign_request_id(&head);
+                self.start_trace(&head);
                 self.served += 1;
                 let served = serve_boxed(&mut self, head, kills.as_mut()).await;
                 if let Err(e) = &served {
@@ -345,6 +352,34 @@ impl<'a, C: ClientStream> Session<'a, C> {
         sessions::note(|e| e.show_request_id(slot, || ctx.spare_id_slot()));
     }
 
+    /// Starts a trace for a request without a readable `traceparent`, as the frontend's
+    /// `trace` samples them (`http::trace`); a client's own goes to the server untouched.
+    fn start_trace(&mut self, head: &RequestHead) {
+        use crate::http::h1::MessageHead;
+        use crate::http::trace::{TRACEPARENT, Traceparent};
+        self.traced = false;
+        let Some(trace) = self.fe.trace else {
+            return;
+        };
+        let sent = head
+            .headers(self.front.data())
+            .filter(|(name, _)| name.eq_ignore_ascii_case(TRACEPARENT.as_bytes()))
+            .map(|(_, value)| value);
+        if crate::http::trace::starts(sent, trace.sample_ppm, crate::http::request_id::sample_draw) {
+            let started = Traceparent::generate();
+            match &mut self.trace {
+                Some(kept) => **kept = started,
+                None => self.trace = Some(Box::new(started)),
+            }
+            self.traced = true;
+        }
+    }
+
+    /// The `traceparent` tollgate started for the current request, if it did.
+    fn started_trace(&self) -> Option<&crate::http::trace::Traceparent> {
+        self.trace.as_deref().filter(|_| self.traced)
+    }
+
     /// Copies the method, target, version and the fields the frontend's line captures, for
     /// the access log (bounded: `accesslog::format`).
     fn capture_line(&mut self, head: &RequestHead) {
@@ -382,6 +417,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 .as_ref()
                 .map(|l| l.as_bytes())
                 .filter(|id| !id.is_empty()),
+            trace_id: self.started_trace().map(crate::http::trace::Traceparent::trace_id),
         };
         crate::proxy::record::sink(self.ctx, &self.rec, seen);
         sessions::note(|e| {
@@ -741,6 +777,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     append: &self.cert_lines,
                     target: normalized.as_deref(),
                     id_field: id_field(self.fe, self.request_id.as_ref(), false),
+                    traceparent: self.trace.as_deref().filter(|_| self.traced).map(|t| t.as_bytes()),
                     ..self.request_edits(&req)
                 };
                 let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
