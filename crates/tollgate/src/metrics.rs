@@ -57,6 +57,41 @@ impl HistogramCell {
     }
 }
 
+/// Status classes, in the order of a [`Responses`] row: `1xx` to `5xx`, then any other.
+pub(crate) const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+/// Who made a response: its server, or tollgate itself (an error it answered, a `return`,
+/// a redirect, a refusal).
+pub(crate) const RESPONSE_SOURCES: [&str; 2] = ["server", "proxy"];
+const RESPONSE_SLOTS: usize = STATUS_CLASSES.len() * RESPONSE_SOURCES.len();
+
+/// Responses by status class and by who made them: slot `source * 6 + class`.
+#[derive(Debug, Default)]
+pub(crate) struct Responses([Counter; RESPONSE_SLOTS]);
+
+impl Responses {
+    /// Only the owning thread may call this. Status 0 (no response) counts nothing.
+    #[inline]
+    fn count(&self, status: u16, by_proxy: bool) {
+        if status == 0 {
+            return;
+        }
+        let class = match status {
+            100..=599 => usize::from(status / 100 - 1),
+            _ => STATUS_CLASSES.len() - 1,
+        };
+        if let Some(c) = self.0.get(usize::from(by_proxy) * STATUS_CLASSES.len() + class) {
+            c.add(1);
+        }
+    }
+
+    fn add_to(&self, out: &mut Vec<u64>) {
+        out.resize(RESPONSE_SLOTS, 0);
+        for (total, c) in out.iter_mut().zip(&self.0) {
+            *total += c.get();
+        }
+    }
+}
+
 /// One thread's counters of one frontend.
 #[derive(Debug, Default)]
 #[repr(align(128))]
@@ -69,12 +104,31 @@ pub(crate) struct FrontendCell {
     /// Connections closed by the frontend's `allow` / `deny` lists (at accept) or by a TCP
     /// `deny = true` route.
     pub conn_denied: Counter,
+    responses: Responses,
+    /// Request head (TCP: accept) to the end of the stream.
+    duration: HistogramCell,
+    /// HTTP/2 streams opened by clients; streams the client reset (RST_STREAM) and streams
+    /// refused as malformed (a stream error).
+    pub h2_streams: Counter,
+    pub h2_client_resets: Counter,
+    pub h2_stream_errors: Counter,
+}
+
+/// One thread's counters of one route (`[[frontend.route]]`).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct RouteCell {
+    requests: Counter,
+    responses: Responses,
+    duration: HistogramCell,
 }
 
 /// One thread's timing histograms of one backend.
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct BackendCell {
+    /// Streams that reached the backend (a server chosen or tried).
+    pub requests: Counter,
     pub connect: HistogramCell,
     pub response: HistogramCell,
     pub total: HistogramCell,
@@ -86,6 +140,9 @@ pub(crate) struct BackendCell {
 pub(crate) struct ThreadCells {
     pub frontends: Box<[FrontendCell]>,
     pub backends: Box<[BackendCell]>,
+    /// Every frontend's routes, one after the other: frontend i's start at `route_base[i]`.
+    routes: Box<[RouteCell]>,
+    route_base: Box<[usize]>,
 }
 
 /// How long the steps of one stream took, as the sink measured them (`None`: not reached).
@@ -96,23 +153,64 @@ pub(crate) struct StreamTimes {
     pub total: Duration,
 }
 
+/// One ended stream, as the metrics count it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    pub frontend: usize,
+    /// The route that decided, by index in the frontend's routes.
+    pub route: Option<u16>,
+    pub backend: Option<usize>,
+    /// Bytes in (client to server) and out (to the client).
+    pub bytes: (u64, u64),
+    /// The status the client got (0: none) and whether tollgate made that response.
+    pub status: u16,
+    pub by_proxy: bool,
+    pub times: StreamTimes,
+}
+
 impl ThreadCells {
-    pub(crate) fn new(frontends: usize, backends: usize) -> Self {
+    /// Cells for `routes[i]` routes of each frontend i, and `backends` backends.
+    pub(crate) fn new(routes: &[usize], backends: usize) -> Self {
+        let mut route_base = Vec::with_capacity(routes.len());
+        let mut total = 0;
+        for n in routes {
+            route_base.push(total);
+            total += n;
+        }
         ThreadCells {
-            frontends: (0..frontends).map(|_| FrontendCell::default()).collect(),
+            frontends: routes.iter().map(|_| FrontendCell::default()).collect(),
             backends: (0..backends).map(|_| BackendCell::default()).collect(),
+            routes: (0..total).map(|_| RouteCell::default()).collect(),
+            route_base: route_base.into_boxed_slice(),
         }
     }
 
-    /// One ended stream of `frontend` (and of `backend`, if it reached one).
+    pub(crate) fn frontend(&self, frontend: usize) -> Option<&FrontendCell> {
+        self.frontends.get(frontend)
+    }
+
+    fn route(&self, frontend: usize, route: u16) -> Option<&RouteCell> {
+        self.routes.get(self.route_base.get(frontend)? + usize::from(route))
+    }
+
+    /// One ended stream: its frontend's (and route's, and backend's, if it had them).
     #[inline]
-    pub(crate) fn stream(&self, frontend: usize, bytes: (u64, u64), backend: Option<usize>, times: &StreamTimes) {
-        if let Some(f) = self.frontends.get(frontend) {
+    pub(crate) fn stream(&self, e: &Ended) {
+        let times = &e.times;
+        if let Some(f) = self.frontends.get(e.frontend) {
             f.streams.add(1);
-            f.bytes_in.add(bytes.0);
-            f.bytes_out.add(bytes.1);
+            f.bytes_in.add(e.bytes.0);
+            f.bytes_out.add(e.bytes.1);
+            f.responses.count(e.status, e.by_proxy);
+            f.duration.observe(times.total);
         }
-        if let Some(b) = backend.and_then(|b| self.backends.get(b)) {
+        if let Some(r) = e.route.and_then(|r| self.route(e.frontend, r)) {
+            r.requests.add(1);
+            r.responses.count(e.status, e.by_proxy);
+            r.duration.observe(times.total);
+        }
+        if let Some(b) = e.backend.and_then(|b| self.backends.get(b)) {
+            b.requests.add(1);
             if let Some(d) = times.connect {
                 b.connect.observe(d);
             }
@@ -158,6 +256,23 @@ pub struct BudgetMetrics {
 pub struct FrontendMetrics {
     pub name: String,
     pub streams: u64,
+    /// Responses by status class and source: `responses[source * 6 + class]`
+    /// ([`STATUS_CLASSES`], [`RESPONSE_SOURCES`]).
+    #[serde(default)]
+    pub responses: Vec<u64>,
+    /// Request head (TCP: accept) to the end of each stream.
+    #[serde(default)]
+    pub duration: HistogramSnapshot,
+    /// HTTP/2: streams clients opened, reset themselves, and had refused as malformed.
+    #[serde(default)]
+    pub h2_streams: u64,
+    #[serde(default)]
+    pub h2_client_resets: u64,
+    #[serde(default)]
+    pub h2_stream_errors: u64,
+    /// The frontend's routes, in config order.
+    #[serde(default)]
+    pub routes: Vec<RouteMetrics>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// The frontend's `maxconn` (0: none) and its open connections now: those holding its
@@ -182,9 +297,23 @@ pub struct FrontendMetrics {
     pub ocsp_fetch_failed: Option<u64>,
 }
 
+/// One route's streams: how many, their responses (as a frontend's), their durations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteMetrics {
+    pub name: String,
+    pub requests: u64,
+    #[serde(default)]
+    pub responses: Vec<u64>,
+    #[serde(default)]
+    pub duration: HistogramSnapshot,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendMetrics {
     pub name: String,
+    /// Streams that reached it (a server chosen or tried).
+    #[serde(default)]
+    pub requests: u64,
     /// Requests waiting for a slot on one of its servers now.
     #[serde(default)]
     pub queued: u32,
@@ -253,6 +382,32 @@ pub struct CertMetrics {
     pub not_after: i64,
 }
 
+impl FrontendCell {
+    /// This thread's figures added to `m` (the frontend's, and its routes').
+    pub(crate) fn add_to(&self, m: &mut FrontendMetrics) {
+        m.streams += self.streams.get();
+        m.bytes_in += self.bytes_in.get();
+        m.bytes_out += self.bytes_out.get();
+        m.conn_denied += self.conn_denied.get();
+        m.h2_streams += self.h2_streams.get();
+        m.h2_client_resets += self.h2_client_resets.get();
+        m.h2_stream_errors += self.h2_stream_errors.get();
+        self.responses.add_to(&mut m.responses);
+        self.duration.add_to(&mut m.duration);
+    }
+}
+
+impl ThreadCells {
+    /// This thread's figures of `frontend`'s route `route` added to `m`.
+    pub(crate) fn add_route_to(&self, frontend: usize, route: u16, m: &mut RouteMetrics) {
+        if let Some(r) = self.route(frontend, route) {
+            m.requests += r.requests.get();
+            r.responses.add_to(&mut m.responses);
+            r.duration.add_to(&mut m.duration);
+        }
+    }
+}
+
 /// Sums one histogram over every thread.
 pub(crate) fn sum_histogram<'a>(cells: impl IntoIterator<Item = &'a HistogramCell>) -> HistogramSnapshot {
     let mut out = HistogramSnapshot::default();
@@ -272,16 +427,24 @@ mod tests {
 
     #[test]
     fn observations_land_in_the_first_bucket_whose_bound_holds_them() {
-        let cells = [ThreadCells::new(1, 1), ThreadCells::new(1, 1)];
+        let cells = [ThreadCells::new(&[1], 1), ThreadCells::new(&[1], 1)];
         let ms = Duration::from_millis;
-        let times = |connect, response, total| StreamTimes {
-            connect,
-            response,
-            total,
+        let ended = |bytes, backend, connect, response, total| Ended {
+            frontend: 0,
+            route: None,
+            backend,
+            bytes,
+            status: 200,
+            by_proxy: false,
+            times: StreamTimes {
+                connect,
+                response,
+                total,
+            },
         };
-        cells[0].stream(0, (10, 20), Some(0), &times(Some(ms(1)), None, ms(40)));
-        cells[1].stream(0, (1, 2), Some(0), &times(None, Some(ms(2)), ms(60_000)));
-        cells[1].stream(0, (1, 2), None, &times(None, None, ms(1)));
+        cells[0].stream(&ended((10, 20), Some(0), Some(ms(1)), None, ms(40)));
+        cells[1].stream(&ended((1, 2), Some(0), None, Some(ms(2)), ms(60_000)));
+        cells[1].stream(&ended((1, 2), None, None, None, ms(1)));
         let f = &cells[1].frontends[0];
         assert_eq!((f.streams.get(), f.bytes_in.get(), f.bytes_out.get()), (2, 2, 4));
         let connect = sum_histogram(cells.iter().map(|c| &c.backends[0].connect));
@@ -292,6 +455,69 @@ mod tests {
         assert_eq!(total.buckets[6], 1, "40 ms is le=0.05: {total:?}");
         assert_eq!(total.buckets[SLOTS - 1], 1, "60 s is +Inf");
         assert_eq!(total.sum_us, 60_040_000);
+        assert_eq!(cells.iter().map(|c| c.backends[0].requests.get()).sum::<u64>(), 2);
         assert!(std::mem::align_of::<BackendCell>() >= 128);
+    }
+
+    #[test]
+    fn responses_count_by_class_and_source_per_frontend_and_route() {
+        // Frontend 0 has no route, frontend 1 has two.
+        let cells = ThreadCells::new(&[0, 2], 0);
+        let ended = |frontend, route, status, by_proxy| Ended {
+            frontend,
+            route,
+            backend: None,
+            bytes: (0, 0),
+            status,
+            by_proxy,
+            times: StreamTimes {
+                connect: None,
+                response: None,
+                total: Duration::from_millis(3),
+            },
+        };
+        for e in [
+            ended(1, Some(1), 200, false),
+            ended(1, Some(1), 503, true),
+            ended(1, Some(0), 404, false),
+            ended(1, None, 404, true),
+            ended(1, Some(1), 0, false),
+            ended(1, Some(1), 999, false),
+            ended(0, None, 101, false),
+            ended(1, Some(7), 200, false),
+        ] {
+            cells.stream(&e);
+        }
+        let mut f = FrontendMetrics::default();
+        cells.frontends[1].add_to(&mut f);
+        let at = |class: usize, proxy: bool| usize::from(proxy) * 6 + class;
+        let mut want = vec![0u64; 12];
+        want[at(1, false)] = 2; // two 200s from servers (the unknown route's too)
+        want[at(4, true)] = 1;
+        want[at(3, false)] = 1;
+        want[at(3, true)] = 1;
+        want[at(5, false)] = 1; // 999
+        assert_eq!(f.responses, want, "status 0 is no response");
+        assert_eq!((f.streams, f.duration.count()), (7, 7));
+        let route = |r| {
+            let mut m = RouteMetrics::default();
+            cells.add_route_to(1, r, &mut m);
+            m
+        };
+        let r1 = route(1);
+        assert_eq!(r1.requests, 4);
+        assert_eq!(
+            (
+                r1.responses[at(1, false)],
+                r1.responses[at(4, true)],
+                r1.responses[at(5, false)]
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(route(0).requests, 1);
+        assert_eq!(route(9).requests, 0, "no such route: nothing, no panic");
+        let mut f0 = FrontendMetrics::default();
+        cells.frontends[0].add_to(&mut f0);
+        assert_eq!(f0.responses[at(0, false)], 1);
     }
 }

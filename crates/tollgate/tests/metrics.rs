@@ -241,6 +241,160 @@ fn counters_match_the_traffic_sent() {
     assert!(!scrape(admin).is_empty());
 }
 
+/// Responses by status class and by who made them, per frontend and per route (named and
+/// unnamed), with the ones tollgate answered itself (a `return`, no route, no server);
+/// request durations per frontend and route; requests per backend; HTTP/2 streams.
+#[test]
+fn status_classes_per_frontend_and_route_say_who_answered() {
+    let origin = http_origin(|req| {
+        if req.target.ends_with("/missing") {
+            Reply::Bytes(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec())
+        } else {
+            ok("hello")
+        }
+    });
+    let dead = common::ReservedPort::new(); // refuses connections while held
+    let dir = TempDir::new("metrics-status");
+    let config = format!(
+        "{}\n[admin]\nbind = \"127.0.0.1:0\"\n\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\n\
+         [[frontend.route]]\nname = \"api\"\npath_prefix = \"/api/\"\nbackend = \"be\"\n\
+         [[frontend.route]]\nname = \"teapot\"\npath = \"/tea\"\nreturn = {{ status = 418 }}\n\
+         [[frontend.route]]\npath = \"/down\"\nbackend = \"dead\"\n\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"a\"\naddress = \"{}\"\n\
+         [[backend]]\nname = \"dead\"\nmode = \"http\"\nretries = 0\n[[backend.server]]\nname = \"d\"\naddress = \"{}\"\n",
+        global(&dir.0, ""),
+        origin.addr,
+        dead.addr
+    );
+    let master = Master::start(dir, &config, &[]);
+    let admin = admin_addr(&master);
+    let get = |path: &str| {
+        http(
+            master.addr,
+            &format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+        )
+        .0
+    };
+    assert_eq!(
+        [
+            get("/api/ok"),
+            get("/api/missing"),
+            get("/tea"),
+            get("/down"),
+            get("/nowhere")
+        ],
+        [200, 404, 418, 503, 503]
+    );
+    let h2 = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--http2-prior-knowledge",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg(format!("http://{}/api/ok", master.addr))
+        .output();
+    let h2_streams = match h2 {
+        Ok(out) => {
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "200",
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            1.0
+        }
+        Err(_) => {
+            assert!(std::env::var_os("CI").is_none(), "curl is missing under CI");
+            0.0
+        }
+    };
+    let streams = 5.0 + h2_streams;
+    let s = scrape_after(admin, streams);
+    let responses = |metric: &str, labels: &[(&str, &str)], class: &str, source: &str| {
+        let mut all = labels.to_vec();
+        all.extend([("class", class), ("source", source)]);
+        sum(&s, metric, &all)
+    };
+    let fe = |class, source| {
+        responses(
+            "tollgate_frontend_responses_total",
+            &[("frontend", "fe")],
+            class,
+            source,
+        )
+    };
+    assert_eq!(
+        (
+            fe("2xx", "server"),
+            fe("4xx", "server"),
+            fe("4xx", "proxy"),
+            fe("5xx", "proxy"),
+            fe("5xx", "server")
+        ),
+        (1.0 + h2_streams, 1.0, 1.0, 2.0, 0.0)
+    );
+    let route = |name, class, source| {
+        responses(
+            "tollgate_route_responses_total",
+            &[("frontend", "fe"), ("route", name)],
+            class,
+            source,
+        )
+    };
+    assert_eq!(
+        (route("api", "2xx", "server"), route("api", "4xx", "server")),
+        (1.0 + h2_streams, 1.0)
+    );
+    assert_eq!(route("teapot", "4xx", "proxy"), 1.0);
+    assert_eq!(route("route[2]", "5xx", "proxy"), 1.0, "an unnamed route is route[N]");
+    let requests = |name| {
+        sum(
+            &s,
+            "tollgate_route_requests_total",
+            &[("frontend", "fe"), ("route", name)],
+        )
+    };
+    assert_eq!(
+        (requests("api"), requests("teapot"), requests("route[2]")),
+        (2.0 + h2_streams, 1.0, 1.0)
+    );
+    assert_eq!(
+        sum(&s, "tollgate_backend_requests_total", &[("backend", "be")]),
+        2.0 + h2_streams
+    );
+    assert_eq!(sum(&s, "tollgate_backend_requests_total", &[("backend", "dead")]), 1.0);
+    assert_eq!(
+        sum(
+            &s,
+            "tollgate_frontend_request_duration_seconds_count",
+            &[("frontend", "fe")]
+        ),
+        streams
+    );
+    assert_eq!(
+        sum(
+            &s,
+            "tollgate_route_request_duration_seconds_count",
+            &[("frontend", "fe"), ("route", "api")]
+        ),
+        2.0 + h2_streams
+    );
+    assert_eq!(
+        sum(&s, "tollgate_frontend_h2_streams_total", &[("frontend", "fe")]),
+        h2_streams
+    );
+    assert_eq!(
+        sum(&s, "tollgate_frontend_h2_client_resets_total", &[("frontend", "fe")]),
+        0.0
+    );
+}
+
 #[test]
 fn a_scrape_of_a_thousand_servers_is_fast() {
     let origin = http_origin(|_| ok("x"));

@@ -476,9 +476,159 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
             }
         }
     }
+    responses_family(
+        out,
+        "tollgate_frontend_responses_total",
+        "Responses by status class and by who made them (server, or proxy: an error, a return, a redirect tollgate answered).",
+        gens,
+        |m| {
+            m.frontends
+                .iter()
+                .map(|f| (vec![("frontend", f.name.as_str())], &f.responses))
+                .collect()
+        },
+    );
+    let name = "tollgate_frontend_request_duration_seconds";
+    out.family(
+        name,
+        "histogram",
+        "Request head received (TCP: accept) to the end of the stream.",
+    );
+    for (g, m) in gens {
+        for f in &m.metrics.frontends {
+            out.histogram(name, &[("generation", g), ("frontend", &f.name)], &f.duration);
+        }
+    }
+    type H2Pick = fn(&crate::metrics::FrontendMetrics) -> u64;
+    let h2: [(&str, &str, H2Pick); 3] = [
+        (
+            "tollgate_frontend_h2_streams_total",
+            "HTTP/2 streams clients opened.",
+            |f| f.h2_streams,
+        ),
+        (
+            "tollgate_frontend_h2_client_resets_total",
+            "HTTP/2 streams the client reset (RST_STREAM).",
+            |f| f.h2_client_resets,
+        ),
+        (
+            "tollgate_frontend_h2_stream_errors_total",
+            "HTTP/2 streams refused as malformed (a stream error, RST_STREAM sent).",
+            |f| f.h2_stream_errors,
+        ),
+    ];
+    for (name, help, pick) in h2 {
+        out.family(name, "counter", help);
+        for (g, m) in gens {
+            for f in &m.metrics.frontends {
+                out.sample(name, &[("generation", g), ("frontend", &f.name)], pick(f));
+            }
+        }
+    }
+    routes(out, gens);
+}
+
+/// Per route (`[[frontend.route]]`, named by `name` or `route[N]`): requests, responses by
+/// class and source, durations.
+fn routes(out: &mut Out, gens: &Gens<'_>) {
+    let name = "tollgate_route_requests_total";
+    out.family(name, "counter", "Streams the route decided.");
+    for (g, m) in gens {
+        for f in &m.metrics.frontends {
+            for r in &f.routes {
+                out.sample(
+                    name,
+                    &[("generation", g), ("frontend", &f.name), ("route", &r.name)],
+                    r.requests,
+                );
+            }
+        }
+    }
+    responses_family(
+        out,
+        "tollgate_route_responses_total",
+        "Responses of the route's streams by status class and by who made them.",
+        gens,
+        |m| {
+            m.frontends
+                .iter()
+                .flat_map(|f| {
+                    f.routes.iter().map(move |r| {
+                        (
+                            vec![("frontend", f.name.as_str()), ("route", r.name.as_str())],
+                            &r.responses,
+                        )
+                    })
+                })
+                .collect()
+        },
+    );
+    let name = "tollgate_route_request_duration_seconds";
+    out.family(
+        name,
+        "histogram",
+        "Request head received to the end of the stream, per route.",
+    );
+    for (g, m) in gens {
+        for f in &m.metrics.frontends {
+            for r in &f.routes {
+                out.histogram(
+                    name,
+                    &[("generation", g), ("frontend", &f.name), ("route", &r.name)],
+                    &r.duration,
+                );
+            }
+        }
+    }
+}
+
+/// The labels of one row of responses, and the row (`metrics::Responses` order).
+type ResponseRows<'a> = Vec<(Vec<(&'static str, &'a str)>, &'a Vec<u64>)>;
+
+/// A `..._responses_total` family: one sample per class and source with a count.
+fn responses_family(
+    out: &mut Out,
+    name: &str,
+    help: &str,
+    gens: &Gens<'_>,
+    rows: impl for<'a> Fn(&'a crate::metrics::MetricsSnapshot) -> ResponseRows<'a>,
+) {
+    use crate::metrics::{RESPONSE_SOURCES, STATUS_CLASSES};
+    out.family(name, "counter", help);
+    for (g, m) in gens {
+        for (labels, row) in rows(&m.metrics) {
+            for (i, &n) in row.iter().enumerate() {
+                let (Some(class), Some(source)) = (
+                    STATUS_CLASSES.get(i % STATUS_CLASSES.len()),
+                    RESPONSE_SOURCES.get(i / STATUS_CLASSES.len()),
+                ) else {
+                    continue;
+                };
+                // Every class a server can answer is always there; the proxy's only once seen.
+                if n == 0 && *source == "proxy" {
+                    continue;
+                }
+                let mut all = vec![("generation", g.as_str())];
+                all.extend(labels.iter().copied());
+                all.extend([("class", *class), ("source", *source)]);
+                out.sample(name, &all, n);
+            }
+        }
+    }
 }
 
 fn backends(out: &mut Out, gens: &Gens<'_>) {
+    let name = "tollgate_backend_requests_total";
+    out.family(
+        name,
+        "counter",
+        "Streams that reached the backend (a server chosen or tried).",
+    );
+    for (g, m) in gens {
+        for b in &m.metrics.backends {
+            out.sample(name, &[("generation", g), ("backend", &b.name)], b.requests);
+        }
+    }
     let name = "tollgate_backend_queue_length";
     out.family(name, "gauge", "Requests waiting for a server slot now.");
     for (g, m) in gens {

@@ -267,12 +267,16 @@ pub(crate) fn sink(ctx: &WorkerCtx, r: &StreamRecord, seen: Seen<'_>) {
         );
     }
     if let Some(cells) = ctx.shared.metrics.get(ctx.id) {
-        cells.stream(
-            r.frontend,
-            (r.bytes_to_server, r.bytes_to_client),
-            r.backend,
-            &times(&r.timing),
-        );
+        cells.stream(&crate::metrics::Ended {
+            frontend: r.frontend,
+            route: r.route,
+            backend: r.backend,
+            bytes: (r.bytes_to_server, r.bytes_to_client),
+            status: r.status,
+            // A status with no response head from a server is one tollgate made.
+            by_proxy: r.timing.response.is_none(),
+            times: times(&r.timing),
+        });
     }
     let us = |d: Option<Duration>| d.map_or(-1, |d| d.as_micros() as i64);
     tracing::trace!(

@@ -3,7 +3,9 @@
 //! histograms, servers). Reads atomics only; never blocks a worker thread.
 
 use crate::ctx::Shared;
-use crate::metrics::{BackendMetrics, BudgetMetrics, FrontendMetrics, LimitMetrics, MetricsSnapshot, sum_histogram};
+use crate::metrics::{
+    BackendMetrics, BudgetMetrics, FrontendMetrics, LimitMetrics, MetricsSnapshot, RouteMetrics, sum_histogram,
+};
 use crate::stats::{self, Snapshot};
 
 /// Sums the cells of every worker thread of this process.
@@ -165,11 +167,23 @@ fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
                 m.ocsp_fetch_failed = load(&tls.certs.ocsp_fetch_failed);
             }
             for c in cells {
-                m.streams += c.streams.get();
-                m.bytes_in += c.bytes_in.get();
-                m.bytes_out += c.bytes_out.get();
-                m.conn_denied += c.conn_denied.get();
+                c.add_to(&mut m);
             }
+            m.routes = f
+                .routes
+                .iter()
+                .enumerate()
+                .map(|(r, route)| {
+                    let mut rm = RouteMetrics {
+                        name: route.name.to_string(),
+                        ..RouteMetrics::default()
+                    };
+                    for t in shared.metrics.iter() {
+                        t.add_route_to(i, u16::try_from(r).unwrap_or(u16::MAX), &mut rm);
+                    }
+                    rm
+                })
+                .collect();
             m
         })
         .collect()
@@ -184,6 +198,7 @@ fn backends(shared: &Shared) -> Vec<BackendMetrics> {
             let cells = || shared.metrics.iter().filter_map(move |t| t.backends.get(i));
             BackendMetrics {
                 name: b.name.to_string(),
+                requests: cells().map(|c| c.requests.get()).sum(),
                 queued: b.queued(),
                 connect: sum_histogram(cells().map(|c| &c.connect)),
                 response: sum_histogram(cells().map(|c| &c.response)),

@@ -153,7 +153,10 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         pending_tls: crate::ctx::pending_tls::PendingBySource::new(config.global.max_handshakes_per_source),
         access_log: crate::accesslog::AccessLog::start(&config.log, workers)?,
         metrics: (0..workers)
-            .map(|_| crate::metrics::ThreadCells::new(config.frontends.len(), config.backends.len()))
+            .map(|_| {
+                let route_counts: Vec<usize> = config.frontends.iter().map(|f| f.routes.len()).collect();
+                crate::metrics::ThreadCells::new(&route_counts, config.backends.len())
+            })
             .collect(),
         stat: (0..workers)
             .map(|_| crate::ctx::stat::ThreadStat::new(config.frontends.len(), config.backends.len()))

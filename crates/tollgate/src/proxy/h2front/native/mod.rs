@@ -322,6 +322,9 @@ fn dispatch<'s, F, S>(
         match event {
             Event::Request { id, head, end_stream } => {
                 ctx.stats.h2_streams.add(1);
+                if let Some(f) = ctx.shared.metrics.get(ctx.id).and_then(|t| t.frontend(info.frontend)) {
+                    f.h2_streams.add(1);
+                }
                 let checked = check::request(&head, end_stream);
                 let parts = request_parts(&head, info.header_map());
                 shared.conn.borrow_mut().recycle(head);
@@ -336,6 +339,9 @@ fn dispatch<'s, F, S>(
             }
             Event::HeadTooLarge { id, .. } => {
                 ctx.stats.h2_streams.add(1);
+                if let Some(f) = ctx.shared.metrics.get(ctx.id).and_then(|t| t.frontend(info.frontend)) {
+                    f.h2_streams.add(1);
+                }
                 let _ = shared.conn.borrow_mut().send_headers(id, 431, std::iter::empty(), true);
             }
             Event::Data { id, data, end_stream } => shared.on_data(id, data, end_stream),
@@ -345,6 +351,12 @@ fn dispatch<'s, F, S>(
                 shared.on_trailers(id, map);
             }
             Event::Reset { id, code, why } => {
+                if let Some(f) = ctx.shared.metrics.get(ctx.id).and_then(|t| t.frontend(info.frontend)) {
+                    match why {
+                        None => f.h2_client_resets.add(1),
+                        Some(_) => f.h2_stream_errors.add(1),
+                    }
+                }
                 if let Some(why) = why {
                     tracing::debug!(peer = %info.peer, stream = id.0, code = code.as_str(), why, "h2 stream refused");
                 }
