@@ -408,6 +408,233 @@ impl ThreadCells {
     }
 }
 
+/// Process counters (`stats::Snapshot::fields`) that are gauges: the rest count up.
+pub(crate) const PROCESS_GAUGES: &[&str] = &[
+    "sessions_active",
+    "sessions_parked",
+    "buffers_allocated",
+    "buffers_in_use",
+    "buffer_waiters",
+    "tls_handshakes_active",
+    "tls_hello_waiting",
+    "pipes_in_use",
+    "pipes_pooled",
+    "shared_redis_down",
+];
+
+impl HistogramSnapshot {
+    fn add(&mut self, other: &HistogramSnapshot) {
+        if self.buckets.len() < other.buckets.len() {
+            self.buckets.resize(other.buckets.len(), 0);
+        }
+        for (total, n) in self.buckets.iter_mut().zip(&other.buckets) {
+            *total += n;
+        }
+        self.sum_us += other.sum_us;
+    }
+}
+
+fn add_rows(total: &mut Vec<u64>, other: &[u64]) {
+    if total.len() < other.len() {
+        total.resize(other.len(), 0);
+    }
+    for (t, n) in total.iter_mut().zip(other) {
+        *t += n;
+    }
+}
+
+fn add_opt(total: &mut Option<u64>, other: Option<u64>) {
+    if let Some(n) = other {
+        *total = Some(total.unwrap_or(0) + n);
+    }
+}
+
+impl MetricsSnapshot {
+    /// Adds `other`, one generation's figures, to these: every counter, series matched by
+    /// name. A `live` generation's gauges are added too (connections open now, in every
+    /// live generation) and its settings and states (limits, weights, server states) taken,
+    /// so generations absorbed oldest first leave the newest's; a retired generation (one
+    /// that exited) adds its counters only.
+    pub fn absorb(&mut self, other: &MetricsSnapshot, live: bool) {
+        if live {
+            self.workers = other.workers;
+            self.certs.clone_from(&other.certs);
+        }
+        for (name, v) in &other.counters {
+            if !live && PROCESS_GAUGES.contains(&name.as_str()) {
+                continue;
+            }
+            match self.counters.iter_mut().find(|(n, _)| n == name) {
+                Some((_, total)) => *total += v,
+                None => self.counters.push((name.clone(), *v)),
+            }
+        }
+        for b in &other.budgets {
+            let i = match self.budgets.iter().position(|x| x.name == b.name) {
+                Some(i) => i,
+                None => {
+                    self.budgets.push(BudgetMetrics {
+                        name: b.name.clone(),
+                        limit: b.limit,
+                        ..BudgetMetrics::default()
+                    });
+                    self.budgets.len() - 1
+                }
+            };
+            let Some(t) = self.budgets.get_mut(i) else { continue };
+            add_opt(&mut t.parked, b.parked);
+            if live {
+                t.limit = b.limit;
+                add_opt(&mut t.in_use, b.in_use);
+                add_opt(&mut t.waiting, b.waiting);
+            }
+        }
+        for f in &other.frontends {
+            let t = entry(
+                &mut self.frontends,
+                |x| x.name == f.name,
+                || FrontendMetrics {
+                    name: f.name.clone(),
+                    ..FrontendMetrics::default()
+                },
+            );
+            t.absorb(f, live);
+        }
+        for b in &other.backends {
+            let t = entry(
+                &mut self.backends,
+                |x| x.name == b.name,
+                || BackendMetrics {
+                    name: b.name.clone(),
+                    ..BackendMetrics::default()
+                },
+            );
+            t.requests += b.requests;
+            t.connect.add(&b.connect);
+            t.response.add(&b.response);
+            t.total.add(&b.total);
+            if live {
+                t.queued += b.queued;
+            }
+        }
+        for s in &other.servers {
+            absorb_server(&mut self.servers, s, live);
+        }
+        for l in &other.limits {
+            let t = entry(
+                &mut self.limits,
+                |x| x.name == l.name && x.frontend == l.frontend,
+                || LimitMetrics {
+                    name: l.name.clone(),
+                    frontend: l.frontend.clone(),
+                    ..LimitMetrics::default()
+                },
+            );
+            t.denied += l.denied;
+            t.tarpitted += l.tarpitted;
+            t.evicted += l.evicted;
+            t.expired += l.expired;
+            t.untracked += l.untracked;
+            if live {
+                t.entries += l.entries;
+                t.size = l.size;
+            }
+        }
+    }
+}
+
+impl FrontendMetrics {
+    fn absorb(&mut self, f: &FrontendMetrics, live: bool) {
+        self.streams += f.streams;
+        self.bytes_in += f.bytes_in;
+        self.bytes_out += f.bytes_out;
+        self.conn_denied += f.conn_denied;
+        self.h2_streams += f.h2_streams;
+        self.h2_client_resets += f.h2_client_resets;
+        self.h2_stream_errors += f.h2_stream_errors;
+        add_rows(&mut self.responses, &f.responses);
+        self.duration.add(&f.duration);
+        add_opt(&mut self.ocsp_staples, f.ocsp_staples);
+        add_opt(&mut self.ocsp_fetch_ok, f.ocsp_fetch_ok);
+        add_opt(&mut self.ocsp_fetch_failed, f.ocsp_fetch_failed);
+        if live {
+            self.maxconn = f.maxconn;
+            self.disabled = f.disabled;
+            add_opt(&mut self.connections, f.connections);
+        }
+        for r in &f.routes {
+            let t = entry(
+                &mut self.routes,
+                |x| x.name == r.name,
+                || RouteMetrics {
+                    name: r.name.clone(),
+                    ..RouteMetrics::default()
+                },
+            );
+            t.requests += r.requests;
+            add_rows(&mut t.responses, &r.responses);
+            t.duration.add(&r.duration);
+        }
+    }
+}
+
+/// A server's counters added to its row (matched by backend and name); a live
+/// generation's row gives the states and adds its gauges.
+fn absorb_server(rows: &mut Vec<ServerView>, s: &ServerView, live: bool) {
+    let at = rows.iter().position(|x| x.backend == s.backend && x.name == s.name);
+    let Some(row) = at.and_then(|i| rows.get_mut(i)) else {
+        let mut row = s.clone();
+        if !live {
+            (row.active, row.queued, row.backend_queued) = (0, 0, 0);
+        }
+        rows.push(row);
+        return;
+    };
+    let c = &mut row.counters;
+    let o = &s.counters;
+    for (t, n) in [
+        (&mut c.connections, o.connections),
+        (&mut c.requests, o.requests),
+        (&mut c.bytes_to_server, o.bytes_to_server),
+        (&mut c.bytes_to_client, o.bytes_to_client),
+        (&mut c.connect_failures, o.connect_failures),
+        (&mut c.retries, o.retries),
+        (&mut c.responses_1xx, o.responses_1xx),
+        (&mut c.responses_2xx, o.responses_2xx),
+        (&mut c.responses_3xx, o.responses_3xx),
+        (&mut c.responses_4xx, o.responses_4xx),
+        (&mut c.responses_5xx, o.responses_5xx),
+        (&mut c.responses_other, o.responses_other),
+    ] {
+        *t += n;
+    }
+    row.backend_queue_full += s.backend_queue_full;
+    if live {
+        let (counters, full) = (row.counters.clone(), row.backend_queue_full);
+        let (active, queued, backend_queued) = (row.active, row.queued, row.backend_queued);
+        *row = s.clone();
+        row.counters = counters;
+        row.backend_queue_full = full;
+        row.active += active;
+        row.queued += queued;
+        row.backend_queued += backend_queued;
+    }
+}
+
+/// The element `matches` finds, or a new one `make` builds, pushed.
+fn entry<T>(items: &mut Vec<T>, matches: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> &mut T {
+    let at = match items.iter().position(matches) {
+        Some(i) => i,
+        None => {
+            items.push(make());
+            items.len() - 1
+        }
+    };
+    // `at` is in range: found, or just pushed.
+    #[expect(clippy::indexing_slicing, reason = "the index was found or pushed just above")]
+    &mut items[at]
+}
+
 /// Sums one histogram over every thread.
 pub(crate) fn sum_histogram<'a>(cells: impl IntoIterator<Item = &'a HistogramCell>) -> HistogramSnapshot {
     let mut out = HistogramSnapshot::default();

@@ -97,11 +97,11 @@ fn tcp_frontend_deny_list_closes_at_accept_and_counts() {
     let m = proxy.running().metrics();
     assert_eq!(m.frontends[0].conn_denied, 3);
     let report = tollgate::command::MetricsReport {
-        master: None,
         generations: vec![tollgate::command::GenerationMetrics {
             generation: 1,
             metrics: m,
         }],
+        ..Default::default()
     };
     let text = tollgate::admin::prometheus::render(&report);
     assert!(

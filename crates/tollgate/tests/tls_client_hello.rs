@@ -266,11 +266,12 @@ fn one_source_is_bounded_before_its_handshake() {
     assert_eq!(counter(&s.proxy, "tls_handshakes_full"), 3);
     // /metrics shows the refusals and the wait.
     let report = tollgate::command::MetricsReport {
-        master: None,
         generations: vec![tollgate::command::GenerationMetrics {
             generation: 1,
             metrics: s.proxy.running().metrics(),
         }],
+        generation_label: true,
+        ..Default::default()
     };
     let text = tollgate::admin::prometheus::render(&report);
     for line in [

@@ -140,11 +140,12 @@ impl Commands for Process {
     fn run(&self, command: Command) -> Ran {
         let answer = match command {
             Command::Metrics => Ok(Answer::Metrics(MetricsReport {
-                master: None,
                 generations: vec![GenerationMetrics {
                     generation: 1,
                     metrics: crate::runtime::metrics::snapshot(&self.0),
                 }],
+                generation_label: self.0.config.admin.generation_label,
+                ..MetricsReport::default()
             })),
             other => Err(Failed::Refused(format!(
                 "`{}` needs the master (this process runs without one)",

@@ -13,21 +13,7 @@ use std::fmt::Write;
 
 use crate::command::{GenerationMetrics, MetricsReport};
 use crate::live::server::{AdminState, OperState, ServerView};
-use crate::metrics::{BUCKETS_US, HistogramSnapshot};
-
-/// Process counters that are gauges (the rest of `stats` count up).
-const GAUGES: &[&str] = &[
-    "sessions_active",
-    "sessions_parked",
-    "buffers_allocated",
-    "buffers_in_use",
-    "buffer_waiters",
-    "tls_handshakes_active",
-    "tls_hello_waiting",
-    "pipes_in_use",
-    "pipes_pooled",
-    "shared_redis_down",
-];
+use crate::metrics::{BUCKETS_US, HistogramSnapshot, PROCESS_GAUGES};
 
 /// Handshake counters shown as one family by outcome instead of one family each.
 const TLS_OUTCOMES: &[(&str, &str)] = &[
@@ -129,11 +115,20 @@ pub fn render(report: &MetricsReport) -> String {
             out.sample("tollgate_generations", &[("state", state)], n);
         }
     }
-    let gens: Vec<(String, &GenerationMetrics)> = report
-        .generations
-        .iter()
-        .map(|g| (g.generation.to_string(), g))
-        .collect();
+    // Without `generation_label`: one set of series, the exited generations' counters
+    // carried by the master (`retired`) plus every live generation's, so no counter goes
+    // back when a reload retires a generation. With it: a series per live generation.
+    let merged;
+    let gens: Vec<(String, &GenerationMetrics)> = if report.generation_label {
+        report
+            .generations
+            .iter()
+            .map(|g| (g.generation.to_string(), g))
+            .collect()
+    } else {
+        merged = report.merged();
+        vec![(String::new(), &merged)]
+    };
     process(&mut out, &gens);
     budgets(&mut out, &gens);
     frontends(&mut out, &gens);
@@ -270,6 +265,7 @@ impl Out {
     }
 
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        let labels = &labels_shown(labels);
         self.0.push_str(name);
         if !labels.is_empty() {
             self.0.push('{');
@@ -289,6 +285,7 @@ impl Out {
 
     /// `_bucket` (cumulative, `le` in seconds), `_sum` (seconds) and `_count`.
     fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &HistogramSnapshot) {
+        let labels = &labels_shown(labels);
         let bucket = format!("{name}_bucket");
         let mut with_le: Vec<(&str, &str)> = labels.to_vec();
         let mut cumulative = 0;
@@ -355,7 +352,7 @@ fn process(out: &mut Out, gens: &Gens<'_>) {
         }
     }
     for name in names {
-        let gauge = GAUGES.contains(&name);
+        let gauge = PROCESS_GAUGES.contains(&name);
         // A counter whose name already ends in `_total` (`sessions_total`) gets no second one.
         let metric = if gauge {
             format!("tollgate_{name}")
@@ -777,6 +774,15 @@ fn servers_families(out: &mut Out, gens: &Gens<'_>) {
             }
         }
     }
+}
+
+/// `labels` without an empty `generation` (the merged series carry none).
+fn labels_shown<'a>(labels: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    labels
+        .iter()
+        .filter(|(k, v)| !(*k == "generation" && v.is_empty()))
+        .copied()
+        .collect()
 }
 
 #[cfg(test)]

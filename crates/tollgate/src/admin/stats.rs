@@ -432,6 +432,7 @@ mod tests {
                 generation(1, vec![server("a", "old")]),
                 generation(2, vec![server("a", "x"), server("b", "y"), server("a", "z")]),
             ],
+            ..MetricsReport::default()
         };
         let v = view(&report, true).unwrap();
         assert_eq!(v.generation, 2);

@@ -255,6 +255,30 @@ pub struct MetricsReport {
     pub master: Option<MasterMetrics>,
     #[serde(default)]
     pub generations: Vec<GenerationMetrics>,
+    /// The counters of every generation that exited since the master started, as each
+    /// reported them at its end (`None` without a master).
+    #[serde(default)]
+    pub retired: Option<crate::metrics::MetricsSnapshot>,
+    /// `[admin] generation_label`: a series per live generation instead of merged ones.
+    #[serde(default)]
+    pub generation_label: bool,
+}
+
+impl MetricsReport {
+    /// One generation's worth of series: the retired counters, then every live generation's
+    /// figures, oldest first (`MetricsSnapshot::absorb`).
+    pub fn merged(&self) -> GenerationMetrics {
+        let mut metrics = self.retired.clone().unwrap_or_default();
+        let mut live: Vec<&GenerationMetrics> = self.generations.iter().collect();
+        live.sort_by_key(|g| g.generation);
+        for g in live {
+            metrics.absorb(&g.metrics, true);
+        }
+        GenerationMetrics {
+            generation: self.generations.iter().map(|g| g.generation).max().unwrap_or(0),
+            metrics,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -507,4 +531,7 @@ pub(crate) enum ToMaster {
     Reply(Reply),
     /// A server's health changed (checks, agent, live-traffic errors).
     Health(HealthReport),
+    /// The generation's counters as it ends (its last message): the master carries them
+    /// into the merged metrics, so no counter goes back when a generation exits.
+    Final(Box<crate::metrics::MetricsSnapshot>),
 }

@@ -148,6 +148,8 @@ pub(crate) struct AdminSection {
     pub bind: Option<Spanned<String>>,
     /// `user:password` for the stats page; with it, the page offers drain/maint/ready.
     pub stats_auth: Option<Spanned<String>>,
+    /// A series per live worker generation (`generation` label) instead of merged ones.
+    pub generation_label: Option<bool>,
 }
 
 /// `[watchdog]`: per-worker-thread stall detection.

@@ -155,6 +155,9 @@ pub struct Admin {
     pub bind: Option<SocketAddr>,
     /// `stats_auth`: who may use the stats page (`None`: anyone, read-only).
     pub stats_auth: Option<StatsAuth>,
+    /// `generation_label`: `/metrics` has a series per live generation, labelled, instead
+    /// of one series carrying the exited generations' counts (`admin::prometheus`).
+    pub generation_label: bool,
 }
 
 /// `[admin] stats_auth = "user:password"`: HTTP Basic credentials for the stats page and

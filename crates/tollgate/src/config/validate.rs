@@ -169,7 +169,11 @@ impl<'a> Validator<'a> {
                 .map_err(|msg| self.err(auth.span(), "admin.stats_auth".into(), msg))
                 .ok()
         });
-        Admin { bind, stats_auth }
+        Admin {
+            bind,
+            stats_auth,
+            generation_label: file.admin.generation_label.unwrap_or(false),
+        }
     }
 
     fn global(&mut self, file: &ConfigFile) -> Global {

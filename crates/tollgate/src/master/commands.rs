@@ -34,8 +34,13 @@ enum Gather {
     Servers,
     /// An acknowledgement from every generation.
     Applied { what: String },
-    /// A metrics snapshot from every live generation, with the master's own figures.
-    Metrics { master: MasterMetrics },
+    /// A metrics snapshot from every live generation, with the master's own figures and
+    /// the exited generations' counters (read when the answer is made).
+    Metrics {
+        master: MasterMetrics,
+        retired: Retired,
+        label: bool,
+    },
     /// The serving generation's servers, to explain `query` against `config` (its config).
     Explain {
         config: Arc<Config>,
@@ -94,14 +99,17 @@ impl Pending {
                         servers: std::mem::take(&mut self.servers),
                     },
                 ),
-                Gather::Metrics { master } => {
+                Gather::Metrics { master, retired, label } => {
                     let mut generations = std::mem::take(&mut self.metrics);
                     generations.sort_by_key(|g| g.generation);
+                    let retired = retired.answer(&mut generations);
                     Reply::ok(
                         self.client_id,
                         Answer::Metrics(MetricsReport {
                             master: Some(master.clone()),
                             generations,
+                            retired: Some(retired),
+                            generation_label: *label,
                         }),
                     )
                 }
@@ -194,17 +202,22 @@ impl Master {
                 self.gather_servers(id, reply, None, gather).await;
             }
             Command::Metrics => {
-                // Every live generation: a stopping one still serves connections.
+                // Every live generation: a stopping one still serves connections; one that
+                // sent its last counters is as good as gone.
                 let generations: Vec<u64> = self
                     .gens
                     .iter()
-                    .filter(|g| g.state != GenState::Starting)
+                    .filter(|g| g.state != GenState::Starting && !self.retired.has(g.id))
                     .map(|g| g.id)
                     .collect();
                 let request = self.next_request_id();
-                let master = self.master_metrics();
+                let gather = Gather::Metrics {
+                    master: self.master_metrics(),
+                    retired: self.retired.clone(),
+                    label: self.config.admin.generation_label,
+                };
                 let msg = ToWorker::Metrics { id: request };
-                self.send_and_gather(request, id, reply, Gather::Metrics { master }, &generations, &msg)
+                self.send_and_gather(request, id, reply, gather, &generations, &msg)
                     .await;
             }
             Command::Show { query } => {
@@ -585,5 +598,60 @@ impl Master {
         for u in undo {
             self.desired.restore(u);
         }
+    }
+}
+
+/// The counters of the generations that exited, carried by the master so the merged
+/// metrics never go back (HAProxy's reset at every reload). Shared with the metrics answers
+/// in flight: an answer reads it when it is made, not when it was asked.
+///
+/// A generation's figures are in exactly one place: its live answers until it retires,
+/// then here. `retire` with its last counters (`ToMaster::Final`) adds those; a generation
+/// that exited without them (a crash) adds the last ones it answered a scrape with: what it
+/// counted after that scrape is lost, but no counter a scraper saw goes back.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Retired(Arc<std::sync::Mutex<RetiredCounts>>);
+
+#[derive(Debug, Default)]
+struct RetiredCounts {
+    counters: crate::metrics::MetricsSnapshot,
+    /// Generations retired (their answers are no longer counted).
+    gens: HashSet<u64>,
+    /// Each live generation's last answer, for `retire` without last counters.
+    last: std::collections::HashMap<u64, crate::metrics::MetricsSnapshot>,
+}
+
+impl Retired {
+    pub(crate) fn has(&self, generation: u64) -> bool {
+        self.0.lock().is_ok_and(|r| r.gens.contains(&generation))
+    }
+
+    /// `generation` is gone: its `last` counters (else what it answered last) join the
+    /// retired ones, once.
+    pub(crate) fn retire(&self, generation: u64, last: Option<&crate::metrics::MetricsSnapshot>) {
+        let Ok(mut r) = self.0.lock() else {
+            return;
+        };
+        let answered = r.last.remove(&generation);
+        if !r.gens.insert(generation) {
+            return;
+        }
+        if let Some(counts) = last.or(answered.as_ref()) {
+            r.counters.absorb(counts, false);
+        }
+    }
+
+    /// For an answer: drops from `live` the generations retired since they answered (their
+    /// counters are in the retired ones now), keeps what the others answered, and returns
+    /// the retired counters.
+    fn answer(&self, live: &mut Vec<GenerationMetrics>) -> crate::metrics::MetricsSnapshot {
+        let Ok(mut r) = self.0.lock() else {
+            return crate::metrics::MetricsSnapshot::default();
+        };
+        live.retain(|g| !r.gens.contains(&g.generation));
+        for g in live.iter() {
+            r.last.insert(g.generation, g.metrics.clone());
+        }
+        r.counters.clone()
     }
 }

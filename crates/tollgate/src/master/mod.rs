@@ -100,6 +100,8 @@ enum Event {
     Reply(u64, Reply),
     /// A worker's checker saw a server's health change.
     Health(u64, HealthReport),
+    /// A generation's counters as it ended (its last message before it exits).
+    Final(u64, Box<crate::metrics::MetricsSnapshot>),
 }
 
 struct Master {
@@ -127,6 +129,8 @@ struct Master {
     /// systemd's `NOTIFY_SOCKET`, if set.
     notify: notify::Notifier,
     reloads: ReloadCounts,
+    /// The counters of the generations that exited (`commands::Retired`).
+    retired: commands::Retired,
 }
 
 /// Reloads by outcome since the master started (for metrics).
@@ -198,6 +202,7 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
             events: events_tx,
             desired,
             pending: HashMap::new(),
+            retired: commands::Retired::default(),
             next_request: 1,
             notify: notify::Notifier::from_env(),
             reloads: ReloadCounts::default(),
@@ -573,7 +578,10 @@ impl Master {
                     self.desired.record_health(report);
                 }
             }
+            Event::Final(id, metrics) => self.retired.retire(id, Some(&metrics)),
             Event::Exited(id, status) => {
+                // Without its last word (a crash): the counters it last reported.
+                self.retired.retire(id, None);
                 self.forget_generation(id);
                 let Some(pos) = self.gens.iter().position(|g| g.id == id) else {
                     return;
@@ -755,6 +763,7 @@ async fn watch(
             Ok(ToMaster::Failed { message }) => Event::Failed(id, message),
             Ok(ToMaster::Reply(reply)) => Event::Reply(id, reply),
             Ok(ToMaster::Health(report)) => Event::Health(id, report),
+            Ok(ToMaster::Final(metrics)) => Event::Final(id, metrics),
             Err(e) => {
                 tracing::warn!(generation = id, error = %e, "bad message from a worker");
                 continue;

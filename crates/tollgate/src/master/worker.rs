@@ -198,6 +198,7 @@ async fn control(
     };
     if hard {
         running.hard_stop();
+        send_final(&mut replies, running).await;
         return Ok(());
     }
     tracing::info!(
@@ -237,7 +238,16 @@ async fn control(
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
+    send_final(&mut replies, running).await;
     Ok(())
+}
+
+/// The generation's last word: its counters, for the master to carry past its exit.
+async fn send_final(to_master: &mut tokio::net::UnixStream, running: &Running) {
+    let last = ToMaster::Final(Box::new(running.metrics()));
+    if let Err(e) = codec::write_async(to_master, &last).await {
+        tracing::warn!(error = %e, "could not hand the master this generation's last counters");
+    }
 }
 
 /// Carries out a runtime command from the master and answers it.
@@ -265,11 +275,11 @@ async fn answer(to_master: &mut tokio::net::UnixStream, running: &Running, cmd: 
         ToWorker::Metrics { id } => Reply::ok(
             id,
             Answer::Metrics(MetricsReport {
-                master: None,
                 generations: vec![GenerationMetrics {
                     generation: 0,
                     metrics: running.metrics(),
                 }],
+                ..MetricsReport::default()
             }),
         ),
         ToWorker::Table { id, op } => match running.table(&op) {
