@@ -610,7 +610,7 @@ fn absorb_server(rows: &mut Vec<ServerView>, s: &ServerView, live: bool) {
     }
     row.backend_queue_full += s.backend_queue_full;
     if live {
-        let (counters, full) = (row.counters.clone(), row.backend_queue_full);
+        let (counters, full) = (row.counters, row.backend_queue_full);
         let (active, queued, backend_queued) = (row.active, row.queued, row.backend_queued);
         *row = s.clone();
         row.counters = counters;

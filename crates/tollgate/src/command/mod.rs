@@ -258,7 +258,7 @@ pub struct MetricsReport {
     /// The counters of every generation that exited since the master started, as each
     /// reported them at its end (`None` without a master).
     #[serde(default)]
-    pub retired: Option<crate::metrics::MetricsSnapshot>,
+    pub retired: Option<Box<crate::metrics::MetricsSnapshot>>,
     /// `[admin] generation_label`: a series per live generation instead of merged ones.
     #[serde(default)]
     pub generation_label: bool,
@@ -268,7 +268,7 @@ impl MetricsReport {
     /// One generation's worth of series: the retired counters, then every live generation's
     /// figures, oldest first (`MetricsSnapshot::absorb`).
     pub fn merged(&self) -> GenerationMetrics {
-        let mut metrics = self.retired.clone().unwrap_or_default();
+        let mut metrics = self.retired.as_deref().cloned().unwrap_or_default();
         let mut live: Vec<&GenerationMetrics> = self.generations.iter().collect();
         live.sort_by_key(|g| g.generation);
         for g in live {

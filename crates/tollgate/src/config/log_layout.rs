@@ -188,7 +188,7 @@ impl LogPlan {
         match &self.layout {
             Layout::Json(keys) => keys.iter().any(|k| k.field == field),
             Layout::FixedText => false,
-            Layout::Template(pieces) => pieces.iter().any(|p| *p == Piece::Field(field)),
+            Layout::Template(pieces) => pieces.contains(&Piece::Field(field)),
         }
     }
 
@@ -538,7 +538,7 @@ fn build(
         if let Some(f) = http_field(&out.layout) {
             b.errors.push((
                 span,
-                format!("{key}"),
+                key.to_string(),
                 format!("`{f}` is an HTTP request's: a tcp-mode frontend's lines never have it"),
             ));
         }

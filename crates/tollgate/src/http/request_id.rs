@@ -151,7 +151,7 @@ pub fn random_u64() -> u64 {
 /// not the cryptographic one (a sample needs to be fair, not unguessable).
 pub fn sample_draw() -> u32 {
     // The high 32 bits scaled: bias below one part in 4,000.
-    ((next_u64() >> 32) * 1_000_000 >> 32) as u32
+    (((next_u64() >> 32) * 1_000_000) >> 32) as u32
 }
 
 /// A seed from the cryptographic generator; the time and a stack address if that fails

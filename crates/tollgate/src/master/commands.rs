@@ -108,7 +108,7 @@ impl Pending {
                         Answer::Metrics(MetricsReport {
                             master: Some(master.clone()),
                             generations,
-                            retired: Some(retired),
+                            retired: Some(Box::new(retired)),
                             generation_label: *label,
                         }),
                     )
