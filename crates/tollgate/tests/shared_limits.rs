@@ -245,7 +245,7 @@ fn two_instances_share_one_limit_and_fall_back_to_local_counts_while_redis_is_do
     let sample = |name: &str| {
         metrics
             .lines()
-            .find(|l| l.starts_with(&format!("{name}{{")))
+            .find(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or_else(|| panic!("no {name} in {metrics}"))
