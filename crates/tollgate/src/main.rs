@@ -68,9 +68,9 @@ enum Command {
     },
     /// Ask the running master to reload its config file; waits for the outcome
     /// (exit 0: the new generation serves; exit 2: refused, the old one keeps serving).
-    Reload(ControlArgs),
+    Reload(AnswerArgs),
     /// Show the running master's worker generations.
-    Status(ControlArgs),
+    Status(AnswerArgs),
     /// Runtime API of the running master: show and change live server state.
     Ctl(CtlArgs),
     /// Print a shell completion script: `tollgate completions bash > /etc/bash_completion.d/tollgate`.
@@ -102,6 +102,15 @@ struct ControlArgs {
     /// The config file the master runs (only read for `global.control_socket`).
     #[arg(long, short)]
     config: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct AnswerArgs {
+    #[command(flatten)]
+    target: ControlArgs,
+    /// Print the master's answer as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -414,8 +423,8 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_USAGE)
             }
         },
-        Some(Command::Reload(args)) => control(&args, tollgate::command::Command::Reload, false),
-        Some(Command::Status(args)) => control(&args, tollgate::command::Command::Status, false),
+        Some(Command::Reload(args)) => control(&args.target, tollgate::command::Command::Reload, args.json),
+        Some(Command::Status(args)) => control(&args.target, tollgate::command::Command::Status, args.json),
         Some(Command::Ctl(args)) => ctl(args),
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man) => man(),

@@ -244,6 +244,7 @@ pub fn render(reply: &Reply, json: bool) -> (String, bool) {
             Answer::Explained { text, .. } => text.trim_end().to_string(),
             Answer::Metrics(report) => super::prometheus::render(report),
             Answer::Table(report) => table_text(report),
+            Answer::Status(report) => report.text().trim_end().to_string(),
             // Tables (never back here: `render_show` renders a `show` answer itself).
             Answer::Show(_) => return super::show::render_show(reply, false),
             Answer::Reload(report) => {
@@ -310,8 +311,24 @@ pub(crate) fn table_text(t: &crate::command::table::TableReport) -> String {
 /// One line a server, columns aligned.
 pub(crate) fn servers_table(servers: &[ServerView]) -> String {
     let header = [
-        "BACKEND", "SERVER", "ID", "SRC", "ADDRESS", "ADMIN", "OPER", "WEIGHT", "ACTIVE", "QUEUED", "CONNS", "REQS",
-        "FAILS", "5XX", "CHECK", "CHECKS", "HOST",
+        "BACKEND",
+        "SERVER",
+        "ID",
+        "SRC",
+        "ADDRESS",
+        "ADMIN",
+        "OPER",
+        "WEIGHT",
+        "ACTIVE",
+        "QUEUED",
+        "CONNS",
+        "REQS",
+        "FAILS",
+        "5XX",
+        "CHECK",
+        "CHECKS",
+        "HOST",
+        "LAST CHANGE",
     ];
     let rows: Vec<Vec<String>> = servers
         .iter()
@@ -346,6 +363,7 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                     .as_ref()
                     .map_or_else(|| "-".into(), |c| format!("{}/{}", c.checks, c.failed)),
                 s.host.clone().unwrap_or_else(|| "-".to_string()),
+                super::show::since(s.last_change),
             ]
         })
         .collect();

@@ -409,7 +409,7 @@ fn marked_lines(escaped: &str, mark: usize, out: &mut String) {
 
 /// How long ago a server last changed state (`epoch_secs`, 0: never), as `show stat`
 /// prints it: `3m12s ago` (HAProxy's `lastchg`, in words; JSON keeps the epoch seconds).
-fn since(epoch_secs: u64) -> String {
+pub(crate) fn since(epoch_secs: u64) -> String {
     if epoch_secs == 0 {
         return "-".into();
     }

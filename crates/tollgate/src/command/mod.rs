@@ -245,6 +245,50 @@ pub enum Answer {
     Show(show::ShowReport),
     /// `show table`.
     Table(table::TableReport),
+    /// `tollgate status`.
+    Status(StatusReport),
+}
+
+/// `tollgate status`: the master and its worker generations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The master's process id, the config file it runs, the listening sockets it holds.
+    pub pid: u32,
+    pub config: String,
+    pub sockets: usize,
+    /// The generation serving now (`None`: none, e.g. while the first one starts).
+    #[serde(default)]
+    pub serving: Option<u64>,
+    /// Every live generation, oldest first.
+    pub generations: Vec<GenerationStatus>,
+}
+
+/// One worker generation in `tollgate status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationStatus {
+    pub generation: u64,
+    pub pid: u32,
+    /// `starting`, `serving` or `stopping`.
+    pub state: String,
+    /// Milliseconds since it was started.
+    pub up_ms: u64,
+}
+
+impl StatusReport {
+    /// The lines `tollgate status` prints.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "master pid {} config {} sockets {}\n",
+            self.pid, self.config, self.sockets
+        );
+        for g in &self.generations {
+            out.push_str(&format!(
+                "generation {} pid {} {} up {} ms\n",
+                g.generation, g.pid, g.state, g.up_ms
+            ));
+        }
+        out
+    }
 }
 
 /// The master's own figures and one snapshot per live worker generation.

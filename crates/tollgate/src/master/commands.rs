@@ -183,7 +183,7 @@ impl Master {
                 let _ = reply.send(answer);
             }
             Command::Status => {
-                let _ = reply.send(Reply::text(id, self.status()));
+                let _ = reply.send(Reply::ok(id, Answer::Status(self.status())));
             }
             Command::ShowServers { backend } => {
                 if let Some(b) = &backend

@@ -729,23 +729,23 @@ impl Master {
         }
     }
 
-    fn status(&self) -> String {
-        let mut out = format!(
-            "master pid {} config {} sockets {}\n",
-            std::process::id(),
-            self.config_path.display(),
-            self.sockets.len()
-        );
-        for g in &self.gens {
-            out.push_str(&format!(
-                "generation {} pid {} {} up {} ms\n",
-                g.id,
-                g.pid,
-                g.state.as_str(),
-                g.started.elapsed().as_millis()
-            ));
+    fn status(&self) -> crate::command::StatusReport {
+        crate::command::StatusReport {
+            pid: std::process::id(),
+            config: self.config_path.display().to_string(),
+            sockets: self.sockets.len(),
+            serving: self.serving_generation(),
+            generations: self
+                .gens
+                .iter()
+                .map(|g| crate::command::GenerationStatus {
+                    generation: g.id,
+                    pid: g.pid,
+                    state: g.state.as_str().to_string(),
+                    up_ms: u64::try_from(g.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                })
+                .collect(),
         }
-        out
     }
 }
 
