@@ -590,24 +590,7 @@ fn absorb_server(rows: &mut Vec<ServerView>, s: &ServerView, live: bool) {
         rows.push(row);
         return;
     };
-    let c = &mut row.counters;
-    let o = &s.counters;
-    for (t, n) in [
-        (&mut c.connections, o.connections),
-        (&mut c.requests, o.requests),
-        (&mut c.bytes_to_server, o.bytes_to_server),
-        (&mut c.bytes_to_client, o.bytes_to_client),
-        (&mut c.connect_failures, o.connect_failures),
-        (&mut c.retries, o.retries),
-        (&mut c.responses_1xx, o.responses_1xx),
-        (&mut c.responses_2xx, o.responses_2xx),
-        (&mut c.responses_3xx, o.responses_3xx),
-        (&mut c.responses_4xx, o.responses_4xx),
-        (&mut c.responses_5xx, o.responses_5xx),
-        (&mut c.responses_other, o.responses_other),
-    ] {
-        *t += n;
-    }
+    row.counters.add(&s.counters);
     row.backend_queue_full += s.backend_queue_full;
     if live {
         let (counters, full) = (row.counters, row.backend_queue_full);

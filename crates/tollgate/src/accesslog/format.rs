@@ -112,6 +112,8 @@ pub(crate) struct RequestLine {
     captured: Vec<u8>,
     /// Indexed like the plan's captures; `None`: not seen.
     spans: Vec<Option<Span>>,
+    /// The client certificate's subject, when the line shows it (empty: none).
+    subject: String,
 }
 
 impl RequestLine {
@@ -143,6 +145,16 @@ impl RequestLine {
         self.version = None;
         self.captured.clear();
         self.spans.clear();
+        self.subject.clear();
+    }
+
+    /// Storage for the client certificate's subject, for `write` to fill (cleared).
+    pub(crate) fn set_client_cert_subject(&mut self, write: impl FnOnce(&mut String)) {
+        write(&mut self.subject);
+    }
+
+    pub(crate) fn client_cert_subject(&self) -> Option<&str> {
+        (!self.subject.is_empty()).then_some(self.subject.as_str())
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -324,7 +336,9 @@ fn value<'a>(e: &'a Entry<'a>, field: Field) -> Value<'a> {
         Field::TlsVersion => s(e.tls_version),
         Field::TlsCipher => s(e.tls_cipher),
         Field::Sni => s(e.sni),
-        Field::ClientCertSubject => s(e.client_cert_subject),
+        Field::ClientCertSubject => s(e
+            .client_cert_subject
+            .or_else(|| e.request.and_then(RequestLine::client_cert_subject))),
         Field::RequestId => e.request_id.map_or(Value::Null, |id| Value::Bytes(id, false)),
         Field::TraceId(i) => e
             .trace_id

@@ -168,6 +168,8 @@ pub struct LogPlan {
     pub sample_ppm: u32,
     /// A stream that lasted at least this long is always logged.
     pub slow: Option<Duration>,
+    /// The line shows `client_cert_subject` (worked out per request only then).
+    pub client_cert_subject: bool,
 }
 
 impl Default for LogPlan {
@@ -178,6 +180,7 @@ impl Default for LogPlan {
             capture_limit: DEFAULT_CAPTURE_LIMIT,
             sample_ppm: 1_000_000,
             slow: None,
+            client_cert_subject: false,
         }
     }
 }
@@ -555,6 +558,7 @@ fn build(
             out.sample_ppm = (v * 1_000_000.0).round() as u32;
         }
     }
+    out.client_cert_subject = out.shows(Field::ClientCertSubject);
     if let Some(slow) = keys.slow {
         if slow.get_ref().0 < Duration::from_millis(1) {
             b.errors

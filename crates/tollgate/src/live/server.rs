@@ -162,6 +162,28 @@ pub struct CounterTotals {
     pub responses_other: u64,
 }
 
+impl CounterTotals {
+    /// Adds `o`'s counts to these (a backend's servers, or generations, summed).
+    pub fn add(&mut self, o: &CounterTotals) {
+        for (t, n) in [
+            (&mut self.connections, o.connections),
+            (&mut self.requests, o.requests),
+            (&mut self.bytes_to_server, o.bytes_to_server),
+            (&mut self.bytes_to_client, o.bytes_to_client),
+            (&mut self.connect_failures, o.connect_failures),
+            (&mut self.retries, o.retries),
+            (&mut self.responses_1xx, o.responses_1xx),
+            (&mut self.responses_2xx, o.responses_2xx),
+            (&mut self.responses_3xx, o.responses_3xx),
+            (&mut self.responses_4xx, o.responses_4xx),
+            (&mut self.responses_5xx, o.responses_5xx),
+            (&mut self.responses_other, o.responses_other),
+        ] {
+            *t += n;
+        }
+    }
+}
+
 impl ServerCounters {
     pub(crate) const fn new() -> Self {
         ServerCounters {

@@ -225,15 +225,8 @@ fn backend_stat(shared: &Shared, i: usize, now_ms: u64) -> Option<BackendStat> {
     let mut t = CounterTotals::default();
     let mut active = 0u64;
     for s in &set.servers {
-        let c = s.totals();
         active += u64::from(s.active());
-        t.connections += c.connections;
-        t.requests += c.requests;
-        t.bytes_to_server += c.bytes_to_server;
-        t.bytes_to_client += c.bytes_to_client;
-        t.connect_failures += c.connect_failures;
-        t.retries += c.retries;
-        t.responses_5xx += c.responses_5xx;
+        t.add(&s.totals());
     }
     Some(BackendStat {
         name: b.name.to_string(),

@@ -38,10 +38,16 @@ pub(crate) fn fingerprint(der: &[u8]) -> String {
 /// empty when the DER is not a certificate this walk understands.
 pub(crate) fn subject(cert: &[u8]) -> String {
     let mut out = String::new();
-    if subject_rdns(cert).and_then(|rdns| write_rdns(rdns, &mut out)).is_none() {
+    subject_into(cert, &mut out);
+    out
+}
+
+/// `subject`, written into `out` (cleared first; storage reused from request to request).
+pub(crate) fn subject_into(cert: &[u8], out: &mut String) {
+    out.clear();
+    if subject_rdns(cert).and_then(|rdns| write_rdns(rdns, out)).is_none() {
         out.clear();
     }
-    out
 }
 
 /// The content of the subject Name.

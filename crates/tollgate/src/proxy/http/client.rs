@@ -147,6 +147,10 @@ impl<C: ClientStream> ClientStream for Counted<'_, C> {
         self.get_ref().tls_seen()
     }
 
+    fn peer_leaf(&self) -> Option<&[u8]> {
+        self.get_ref().peer_leaf()
+    }
+
     fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.get_ref().local_addr()
     }

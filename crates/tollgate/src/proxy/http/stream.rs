@@ -117,12 +117,10 @@ pub(super) struct Session<'a, C> {
     /// The current request's method and target for the access log (taken from the
     /// thread's spares at the first request, only when access logs are on).
     line: Option<crate::accesslog::LineSlot>,
-    /// The verified client certificate's subject, when the access log line shows it.
-    cert_subject: Option<Box<str>>,
     /// The trace tollgate started (`[frontend] trace`): made at the first request that
-    /// starts one, reused by the next; `traced` says whether the current request did.
-    trace: Option<Box<crate::http::trace::Traceparent>>,
-    traced: bool,
+    /// starts one, reused by the next (boxed: most sessions never start one, and every
+    /// session's state carries this field).
+    trace: Option<Box<StartedTrace>>,
     /// The current request's ID (`[frontend] request_id`; taken from the thread's spares at
     /// the first request of a frontend that has them).
     pub(super) request_id: Option<crate::ctx::worker::IdLease<'a>>,
@@ -147,6 +145,12 @@ pub(super) struct Session<'a, C> {
     park_at_once: bool,
 }
 
+/// A trace tollgate started: its `traceparent`, and whether the current request has it.
+struct StartedTrace {
+    parent: crate::http::trace::Traceparent,
+    current: bool,
+}
+
 impl<'a, C: ClientStream> Session<'a, C> {
     pub(super) fn new(ctx: &'a Rc<WorkerCtx>, frontend: usize, client: C, peer: SocketAddr) -> Option<Self> {
         let fe = ctx.shared.config.frontends.get(frontend)?;
@@ -160,10 +164,6 @@ impl<'a, C: ClientStream> Session<'a, C> {
             None => (&[][..], Vec::new()),
         };
         let client_cert = leaf.is_some();
-        let cert_subject = ctx
-            .access_log
-            .as_ref()
-            .and_then(|_| crate::proxy::record::cert_subject(leaf, &fe.log));
         Some(Session {
             ctx,
             fe,
@@ -181,9 +181,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             stream_began: accepted,
             client_mark: 0,
             line: None,
-            cert_subject,
             trace: None,
-            traced: false,
             request_id: None,
             rewrite: None,
             client_cert,
@@ -357,7 +355,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
     fn start_trace(&mut self, head: &RequestHead) {
         use crate::http::h1::MessageHead;
         use crate::http::trace::{TRACEPARENT, Traceparent};
-        self.traced = false;
+        if let Some(t) = &mut self.trace {
+            t.current = false;
+        }
         let Some(trace) = self.fe.trace else {
             return;
         };
@@ -366,18 +366,20 @@ impl<'a, C: ClientStream> Session<'a, C> {
             .filter(|(name, _)| name.eq_ignore_ascii_case(TRACEPARENT.as_bytes()))
             .map(|(_, value)| value);
         if crate::http::trace::starts(sent, trace.sample_ppm, crate::http::request_id::sample_draw) {
-            let started = Traceparent::generate();
+            let started = StartedTrace {
+                parent: Traceparent::generate(),
+                current: true,
+            };
             match &mut self.trace {
                 Some(kept) => **kept = started,
                 None => self.trace = Some(Box::new(started)),
             }
-            self.traced = true;
         }
     }
 
     /// The `traceparent` tollgate started for the current request, if it did.
     fn started_trace(&self) -> Option<&crate::http::trace::Traceparent> {
-        self.trace.as_deref().filter(|_| self.traced)
+        self.trace.as_deref().filter(|t| t.current).map(|t| &t.parent)
     }
 
     /// Copies the method, target, version and the fields the frontend's line captures, for
@@ -397,6 +399,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
         // The absolute form's authority wins over Host (RFC 9112 §3.2.2), as routes see it.
         let authority = (head.target_form == TargetForm::Absolute).then(|| route::authority_of(head.target.of(buf)));
         slot.line.capture_request(&self.fe.log, head.headers(buf), authority);
+        if self.fe.log.client_cert_subject
+            && let Some(leaf) = self.client.peer_leaf()
+        {
+            slot.line
+                .set_client_cert_subject(|out| crate::tls::client_cert::subject_into(leaf, out));
+        }
     }
 
     /// The stream's record is complete: hand it to the worker's sink.
@@ -405,7 +413,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         self.rec.bytes_to_client += self.client.written() - self.client_mark;
         self.rec.close();
         let tls = crate::proxy::record::TlsFacts {
-            client_cert_subject: self.cert_subject.as_deref(),
+            client_cert_subject: None,
             ..self.client.tls_seen()
         };
         let seen = crate::proxy::record::Seen {
@@ -777,7 +785,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
                     append: &self.cert_lines,
                     target: normalized.as_deref(),
                     id_field: id_field(self.fe, self.request_id.as_ref(), false),
-                    traceparent: self.trace.as_deref().filter(|_| self.traced).map(|t| t.as_bytes()),
+                    traceparent: self.trace.as_deref().filter(|t| t.current).map(|t| t.parent.as_bytes()),
                     ..self.request_edits(&req)
                 };
                 let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
