@@ -158,33 +158,52 @@ pub(crate) struct TlsFacts<'a> {
 }
 
 /// The TLS facts of a TCP session or an HTTP/2 connection, kept past the TLS stream's
-/// life or shared by its streams.
+/// life or shared by its streams. Boxed: a TCP session carries this in its state for its
+/// whole life, and most have no TLS facts to keep (no TLS, or access logs off).
 #[derive(Debug, Default)]
-pub(crate) struct TlsSeen {
-    pub version: Option<&'static str>,
-    pub cipher: Option<&'static str>,
-    pub sni: Option<Box<str>>,
+pub(crate) struct TlsSeen(Option<Box<TlsKept>>);
+
+#[derive(Debug, Default)]
+struct TlsKept {
+    version: Option<&'static str>,
+    cipher: Option<&'static str>,
+    sni: Option<Box<str>>,
     /// Only when the frontend's log line shows it (`client_cert_subject`).
-    pub cert_subject: Option<Box<str>>,
+    cert_subject: Option<Box<str>>,
 }
 
 impl TlsSeen {
     /// What `conn` settled; the client certificate's subject only if `plan` logs it.
     pub(crate) fn of(conn: &rustls::ServerConnection, leaf: Option<&[u8]>, plan: &LogPlan) -> Self {
-        TlsSeen {
+        TlsSeen(Some(Box::new(TlsKept {
             version: tls_version_name(conn.protocol_version()),
             cipher: cipher_name(conn),
             sni: conn.server_name().map(Box::from),
             cert_subject: cert_subject(leaf, plan),
-        }
+        })))
+    }
+
+    /// A peeked ClientHello's SNI (TLS passthrough: no handshake of ours).
+    pub(crate) fn peeked(sni: Option<&str>) -> Self {
+        TlsSeen(Some(Box::new(TlsKept {
+            sni: sni.map(Box::from),
+            ..TlsKept::default()
+        })))
+    }
+
+    pub(crate) fn sni(&self) -> Option<&str> {
+        self.0.as_ref()?.sni.as_deref()
     }
 
     pub(crate) fn facts(&self) -> TlsFacts<'_> {
+        let Some(k) = self.0.as_deref() else {
+            return TlsFacts::default();
+        };
         TlsFacts {
-            version: self.version,
-            cipher: self.cipher,
-            sni: self.sni.as_deref(),
-            client_cert_subject: self.cert_subject.as_deref(),
+            version: k.version,
+            cipher: k.cipher,
+            sni: k.sni.as_deref(),
+            client_cert_subject: k.cert_subject.as_deref(),
         }
     }
 

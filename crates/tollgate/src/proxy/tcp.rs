@@ -228,7 +228,7 @@ async fn inspect<'a>(
         Ok(info) => {
             crate::ctx::origin::note_sni(info.sni());
             if ctx.access_log.is_some() {
-                seen.sni = info.sni().map(Box::from);
+                *seen = TlsSeen::peeked(info.sni());
             }
             over_limit(ctx, rec.frontend, rec, info.sni(), |_, k| *k == LimitKey::Sni, held).await?;
             route_sni(ctx, fe, rec, info.sni())

@@ -298,15 +298,15 @@ impl Stream<'_> {
         let conn = route::ConnFacts {
             scheme: self.conn.proto,
             source: self.conn.peer.ip(),
-            sni: self.conn.tls.sni.as_deref(),
+            sni: self.conn.tls.sni(),
             client_cert: self.conn.client_cert,
         };
-        let route::Routed {
-            decision,
-            counted_by,
-            route,
-        } = route::decide_h2(self.fe, parts, &conn);
-        self.rec.route = route;
+        // The route's index goes to the record at once: no local of it spans an await.
+        let (decision, counted_by) = {
+            let routed = route::decide_h2(self.fe, parts, &conn);
+            self.rec.route = routed.route;
+            (routed.decision, routed.counted_by)
+        };
         let config = &self.conn.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -318,7 +318,7 @@ impl Stream<'_> {
         if !set.is_empty() {
             let facts = super::limited::H2Facts {
                 source: self.conn.peer.ip(),
-                sni: self.conn.tls.sni.as_deref(),
+                sni: self.conn.tls.sni(),
                 parts,
                 path: normalize::path(parts.uri.path().as_bytes()),
             };

@@ -661,12 +661,12 @@ impl<'a, C: ClientStream> Session<'a, C> {
             sni: self.client.tls_seen().sni,
             client_cert: self.client_cert,
         };
-        let route::Routed {
-            decision,
-            counted_by,
-            route,
-        } = route::decide(self.fe, &head, self.front.data(), &conn);
-        self.rec.route = route;
+        // The route's index goes to the record at once: no local of it spans an await.
+        let (decision, counted_by) = {
+            let routed = route::decide(self.fe, &head, self.front.data(), &conn);
+            self.rec.route = routed.route;
+            (routed.decision, routed.counted_by)
+        };
         let config = &self.ctx.shared.config;
         let limits = match decision {
             Decision::Backend(backend, _, overrides) => config.request_limits(Some(backend), overrides),
@@ -766,29 +766,33 @@ impl<'a, C: ClientStream> Session<'a, C> {
                 self.out.clear();
                 let ctx = self.ctx;
                 let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
-                // The server gets the target the route matched (`forward_target`), as does a
-                // route's path rewrite (it was matched there); a buffer only when the path
-                // was not normal already.
-                let normalized = (self.fe.forward_target == ForwardTarget::Normalized
-                    || rewrite.is_some_and(|r| r.path.is_some()))
-                .then(|| match normalize::target(head.target.of(self.front.data())) {
-                    Cow::Owned(t) => Some(t),
-                    Cow::Borrowed(_) => None,
-                })
-                .flatten();
-                let edits = HeadEdits {
-                    // The proxy's cookie is its own business: the server never sees it.
-                    cookie: sticky.map(|t| t.cookie()),
-                    rewrite,
-                    scheme: Some(C::PROTO),
-                    strip: self.cert_names,
-                    append: &self.cert_lines,
-                    target: normalized.as_deref(),
-                    id_field: id_field(self.fe, self.request_id.as_ref(), false),
-                    traceparent: self.trace.as_deref().filter(|t| t.current).map(|t| t.parent.as_bytes()),
-                    ..self.request_edits(&req)
+                // In a block of its own: what writing the head needs is not kept in the
+                // session's state over the exchange's awaits (nor is the target buffer).
+                let skipped = {
+                    // The server gets the target the route matched (`forward_target`), as
+                    // does a route's path rewrite (it was matched there); a buffer only when
+                    // the path was not normal already.
+                    let normalized = (self.fe.forward_target == ForwardTarget::Normalized
+                        || rewrite.is_some_and(|r| r.path.is_some()))
+                    .then(|| match normalize::target(head.target.of(self.front.data())) {
+                        Cow::Owned(t) => Some(t),
+                        Cow::Borrowed(_) => None,
+                    })
+                    .flatten();
+                    let edits = HeadEdits {
+                        // The proxy's cookie is its own business: the server never sees it.
+                        cookie: sticky.map(|t| t.cookie()),
+                        rewrite,
+                        scheme: Some(C::PROTO),
+                        strip: self.cert_names,
+                        append: &self.cert_lines,
+                        target: normalized.as_deref(),
+                        id_field: id_field(self.fe, self.request_id.as_ref(), false),
+                        traceparent: self.trace.as_deref().filter(|t| t.current).map(|t| t.parent.as_bytes()),
+                        ..self.request_edits(&req)
+                    };
+                    h1::write_request_head(&head, self.front.data(), &edits, &mut self.out)
                 };
-                let skipped = h1::write_request_head(&head, self.front.data(), &edits, &mut self.out);
                 if skipped > 0 {
                     ctx.stats.http_rewrite_skipped.add(u64::from(skipped));
                 }
