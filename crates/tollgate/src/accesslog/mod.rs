@@ -174,7 +174,11 @@ struct LocalState {
     /// The flush task was woken for the lines in `buf`.
     armed: bool,
     /// Request-line slots given back by ended sessions.
-    spare_lines: Vec<RequestLine>,
+    #[expect(
+        clippy::vec_box,
+        reason = "a slot moves between here and a session: boxed, so a session holds a pointer, not the slot"
+    )]
+    spare_lines: Vec<Box<RequestLine>>,
 }
 
 impl Local {
@@ -247,12 +251,12 @@ impl Local {
     }
 
     /// Storage for a session's request lines (reused from ended sessions).
-    pub(crate) fn take_line(&self) -> RequestLine {
+    pub(crate) fn take_line(&self) -> Box<RequestLine> {
         self.state
             .try_borrow_mut()
             .ok()
             .and_then(|mut s| s.spare_lines.pop())
-            .unwrap_or_else(RequestLine::with_capacity)
+            .unwrap_or_else(|| Box::new(RequestLine::with_capacity()))
     }
 
     /// A session's request-line storage, given back to this thread when the session ends.
@@ -263,7 +267,7 @@ impl Local {
         }
     }
 
-    pub(crate) fn give_line(&self, mut line: RequestLine) {
+    pub(crate) fn give_line(&self, mut line: Box<RequestLine>) {
         line.clear();
         if let Ok(mut s) = self.state.try_borrow_mut()
             && s.spare_lines.len() < 1024
@@ -273,10 +277,11 @@ impl Local {
     }
 }
 
-/// One session's request line; back to its thread's spares when dropped.
+/// One session's request line; back to its thread's spares when dropped. Boxed: every
+/// HTTP session's state has room for this slot (two pointers), used or not.
 pub(crate) struct LineSlot {
     local: std::rc::Rc<Local>,
-    pub(crate) line: RequestLine,
+    pub(crate) line: Box<RequestLine>,
 }
 
 impl Drop for LineSlot {

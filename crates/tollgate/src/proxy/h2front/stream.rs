@@ -187,7 +187,7 @@ pub(crate) async fn serve(
     conn.give_back_header_map(std::mem::take(&mut parts.headers));
     rec.close();
     let seen = Seen {
-        request: line.as_ref().map(|l| &l.line),
+        request: line.as_ref().map(|l| &*l.line),
         scheme: Some(conn.proto.as_str()),
         tls: conn.tls.facts(),
         request_id: request_id.as_ref().map(|id| id.as_bytes()),

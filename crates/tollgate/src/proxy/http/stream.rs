@@ -417,7 +417,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             ..self.client.tls_seen()
         };
         let seen = crate::proxy::record::Seen {
-            request: self.line.as_ref().map(|s| &s.line),
+            request: self.line.as_ref().map(|s| &*s.line),
             scheme: Some(C::PROTO.as_str()),
             tls,
             request_id: self
