@@ -69,22 +69,6 @@ pub(crate) struct SessionEntry {
     pub bytes_out: Cell<u64>,
     /// What a relay (TCP session, tunnel) has moved so far, live.
     pub moved: Moved,
-    /// A copy of the ID of the HTTP/1 request in flight (`[frontend] request_id`), only
-    /// while one is: an idle connection holds none (the box goes back to the thread).
-    request_id: ShownId,
-}
-
-/// `Cell` of a box: taken and put back, never borrowed across anything.
-#[derive(Default)]
-struct ShownId(Cell<Option<Box<IdSlot>>>);
-
-impl std::fmt::Debug for ShownId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let id = self.0.take();
-        let r = write!(f, "{id:?}");
-        self.0.set(id);
-        r
-    }
 }
 
 impl SessionEntry {
@@ -102,7 +86,6 @@ impl SessionEntry {
             bytes_in: Cell::new(0),
             bytes_out: Cell::new(0),
             moved: Moved::default(),
-            request_id: ShownId::default(),
         }
     }
 
@@ -120,20 +103,11 @@ impl SessionEntry {
         self.bytes_out.set(0);
         self.moved.to_server.set(0);
         self.moved.to_client.set(0);
-        self.request_id.0.set(None);
     }
 
-    /// The request in flight has this ID; `spare` gives storage for it when the entry has
-    /// none (the thread's spares: no allocation per request).
-    pub(crate) fn show_request_id(&self, id: &IdSlot, spare: impl FnOnce() -> Box<IdSlot>) {
-        let mut shown = self.request_id.0.take().unwrap_or_else(spare);
-        shown.copy_from(id);
-        self.request_id.0.set(Some(shown));
-    }
-
-    /// The request ended: its ID's storage, for the thread's spares.
-    pub(crate) fn take_request_id(&self) -> Option<Box<IdSlot>> {
-        self.request_id.0.take()
+    /// Its place in the registry (`SessionTable::show_request_id`).
+    pub(crate) fn slot(&self) -> usize {
+        self.slot.get()
     }
 
     pub(crate) fn frontend(&self) -> usize {
@@ -186,6 +160,14 @@ const SHRINK_EMPTY_AT: usize = 1024;
 #[derive(Debug, Default)]
 pub(crate) struct SessionTable {
     slots: RefCell<Vec<Option<Rc<SessionEntry>>>>,
+    /// By slot: a copy of the ID of the HTTP/1 request in flight there (`[frontend]
+    /// request_id`), for `show sessions`. Beside the entries, not in them: a thread whose
+    /// frontends have no request IDs keeps this empty, and no entry carries room for it.
+    #[expect(
+        clippy::vec_box,
+        reason = "a slot's ID storage moves to and from the thread's spares"
+    )]
+    shown_ids: RefCell<Vec<Option<Box<IdSlot>>>>,
     free: RefCell<Vec<usize>>,
     spare: RefCell<Vec<Rc<SessionEntry>>>,
     next_id: Cell<u64>,
@@ -229,8 +211,32 @@ impl SessionTable {
         }
     }
 
+    /// The request in flight on the connection at `slot` has this ID; `spare` gives storage
+    /// for it the first time (the thread's spares: no allocation per request).
+    pub(crate) fn show_request_id(&self, slot: usize, id: &IdSlot, spare: impl FnOnce() -> Box<IdSlot>) {
+        let Ok(mut shown) = self.shown_ids.try_borrow_mut() else {
+            return;
+        };
+        if shown.len() <= slot {
+            shown.resize_with(slot + 1, || None);
+        }
+        if let Some(place) = shown.get_mut(slot) {
+            place.get_or_insert_with(spare).copy_from(id);
+        }
+    }
+
+    /// The request at `slot` ended: its ID's storage, for the thread's spares.
+    pub(crate) fn take_request_id(&self, slot: usize) -> Option<Box<IdSlot>> {
+        self.shown_ids.try_borrow_mut().ok()?.get_mut(slot)?.take()
+    }
+
     fn close(&self, entry: &Rc<SessionEntry>) {
         let slot = entry.slot.get();
+        if let Ok(mut shown) = self.shown_ids.try_borrow_mut()
+            && let Some(place) = shown.get_mut(slot)
+        {
+            *place = None;
+        }
         let mut slots = self.slots.borrow_mut();
         if slots.get_mut(slot).and_then(Option::take).is_some() {
             let mut free = self.free.borrow_mut();
@@ -239,6 +245,9 @@ impl SessionTable {
             if free.len() == slots.len() && slots.len() >= SHRINK_EMPTY_AT {
                 *slots = Vec::new();
                 *free = Vec::new();
+                if let Ok(mut shown) = self.shown_ids.try_borrow_mut() {
+                    *shown = Vec::new();
+                }
             }
         }
     }
@@ -254,6 +263,7 @@ impl SessionTable {
     ) -> (Vec<SessionView>, u64) {
         let now = Instant::now();
         let slots = self.slots.borrow();
+        let shown = self.shown_ids.try_borrow().ok();
         let mut out = Vec::new();
         let mut left_out = 0;
         for e in slots.iter().flatten().filter(|e| keep(e)) {
@@ -261,13 +271,19 @@ impl SessionTable {
                 left_out += 1;
                 continue;
             }
-            out.push(view_of(e, worker, names, now));
+            out.push(view_of(e, shown.as_deref().map(Vec::as_slice), worker, names, now));
         }
         (out, left_out)
     }
 }
 
-fn view_of(e: &SessionEntry, worker: u32, names: &dyn Names, now: Instant) -> SessionView {
+fn view_of(
+    e: &SessionEntry,
+    shown: Option<&[Option<Box<IdSlot>>]>,
+    worker: u32,
+    names: &dyn Names,
+    now: Instant,
+) -> SessionView {
     let backend = e.backend.get();
     SessionView {
         id: e.id.get(),
@@ -281,14 +297,10 @@ fn view_of(e: &SessionEntry, worker: u32, names: &dyn Names, now: Instant) -> Se
         bytes_out: e.bytes_out.get() + e.moved.to_client.get(),
         state: e.state.get().as_str().to_string(),
         tls: e.tls.get(),
-        request_id: {
-            let id = e.request_id.0.take();
-            let text = id
-                .as_deref()
-                .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
-            e.request_id.0.set(id);
-            text.filter(|t| !t.is_empty())
-        },
+        request_id: shown
+            .and_then(|ids| ids.get(e.slot.get())?.as_deref())
+            .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned())
+            .filter(|t| !t.is_empty()),
     }
 }
 

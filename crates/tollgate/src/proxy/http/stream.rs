@@ -347,7 +347,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
             .filter(|(name, _)| name.eq_ignore_ascii_case(ids.header.as_bytes()))
             .map(|(_, value)| value);
         slot.assign(ids.trusts(self.peer.ip()), sent, std::time::SystemTime::now());
-        sessions::note(|e| e.show_request_id(slot, || ctx.spare_id_slot()));
+        if let Some(at) = sessions::current().map(|e| e.slot()) {
+            ctx.sessions.show_request_id(at, slot, || ctx.spare_id_slot());
+        }
     }
 
     /// Starts a trace for a request without a readable `traceparent`, as the frontend's
@@ -430,7 +432,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
         crate::proxy::record::sink(self.ctx, &self.rec, seen);
         sessions::note(|e| {
             e.add_bytes(self.rec.bytes_to_server, self.rec.bytes_to_client);
-            if let Some(shown) = e.take_request_id() {
+            if self.request_id.is_some()
+                && let Some(shown) = self.ctx.sessions.take_request_id(e.slot())
+            {
                 self.ctx.give_id_slot(shown);
             }
         });
