@@ -327,8 +327,8 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
         "5XX",
         "CHECK",
         "CHECKS",
-        "HOST",
         "LAST CHANGE",
+        "HOST",
     ];
     let rows: Vec<Vec<String>> = servers
         .iter()
@@ -362,8 +362,8 @@ pub(crate) fn servers_table(servers: &[ServerView]) -> String {
                 s.check
                     .as_ref()
                     .map_or_else(|| "-".into(), |c| format!("{}/{}", c.checks, c.failed)),
-                s.host.clone().unwrap_or_else(|| "-".to_string()),
                 super::show::since(s.last_change),
+                s.host.clone().unwrap_or_else(|| "-".to_string()),
             ]
         })
         .collect();
@@ -482,7 +482,7 @@ mod tests {
             view("later", Some("new.example"), false),
         ]);
         let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[0].ends_with("CHECKS  HOST"), "{table}");
+        assert!(lines[0].ends_with("CHECKS  LAST CHANGE  HOST"), "{table}");
         assert!(lines[1].contains("127.0.0.2:80") && lines[1].ends_with(" -"), "{table}");
         assert!(
             lines[2].contains("127.0.0.2:80") && lines[2].ends_with("app.example"),
