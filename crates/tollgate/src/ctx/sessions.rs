@@ -163,10 +163,6 @@ pub(crate) struct SessionTable {
     /// By slot: a copy of the ID of the HTTP/1 request in flight there (`[frontend]
     /// request_id`), for `show sessions`. Beside the entries, not in them: a thread whose
     /// frontends have no request IDs keeps this empty, and no entry carries room for it.
-    #[expect(
-        clippy::vec_box,
-        reason = "a slot's ID storage moves to and from the thread's spares"
-    )]
     shown_ids: RefCell<Vec<Option<Box<IdSlot>>>>,
     free: RefCell<Vec<usize>>,
     spare: RefCell<Vec<Rc<SessionEntry>>>,
