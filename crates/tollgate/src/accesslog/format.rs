@@ -436,14 +436,7 @@ fn addr_or_ip(a: SocketAddr, out: &mut Vec<u8>) {
         return addr(a, out);
     }
     match a.ip() {
-        std::net::IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                num(u64::from(octet), out);
-            }
-        }
+        std::net::IpAddr::V4(v4) => ipv4(v4, out),
         std::net::IpAddr::V6(v6) => {
             let _ = write!(out, "{v6}");
         }
@@ -548,18 +541,23 @@ fn padded(mut n: u64, width: usize, out: &mut Vec<u8>) {
 fn addr(a: SocketAddr, out: &mut Vec<u8>) {
     match a {
         SocketAddr::V4(v4) => {
-            for (i, octet) in v4.ip().octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                num(u64::from(octet), out);
-            }
+            ipv4(*v4.ip(), out);
             out.push(b':');
             num(u64::from(v4.port()), out);
         }
         SocketAddr::V6(_) => {
             let _ = write!(out, "{a}");
         }
+    }
+}
+
+/// Dotted decimal, without `core::fmt`.
+fn ipv4(ip: std::net::Ipv4Addr, out: &mut Vec<u8>) {
+    for (i, octet) in ip.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push(b'.');
+        }
+        num(u64::from(octet), out);
     }
 }
 

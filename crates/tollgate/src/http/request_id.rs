@@ -181,8 +181,6 @@ pub fn generate(now: SystemTime) -> RequestId {
 /// `v` as 8-4-4-4-12 lowercase hex digits (a byte at a time: a u128 shift per digit
 /// costs more than the rest of the ID).
 fn text(v: u128) -> [u8; UUID_LEN] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hex = |n: u8| HEX.get(usize::from(n & 0xf)).copied().unwrap_or(b'0');
     let mut out = [b'-'; UUID_LEN];
     let mut at = 0;
     for (i, byte) in v.to_be_bytes().into_iter().enumerate() {
@@ -190,11 +188,18 @@ fn text(v: u128) -> [u8; UUID_LEN] {
             at += 1;
         }
         if let Some(pair) = out.get_mut(at..at + 2) {
-            pair.copy_from_slice(&[hex(byte >> 4), hex(byte)]);
+            pair.copy_from_slice(&hex_pair(byte));
         }
         at += 2;
     }
     out
+}
+
+/// A byte as two lowercase hex digits.
+pub fn hex_pair(byte: u8) -> [u8; 2] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digit = |n: u8| HEX.get(usize::from(n & 0xf)).copied().unwrap_or(b'0');
+    [digit(byte >> 4), digit(byte)]
 }
 
 /// Writes the ID field (name, value) in `headers`, replacing any field of that name; a

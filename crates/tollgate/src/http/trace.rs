@@ -53,7 +53,6 @@ pub struct Traceparent([u8; TRACEPARENT_LEN]);
 
 impl Traceparent {
     pub fn generate() -> Self {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = *b"00-00000000000000000000000000000000-0000000000000000-01";
         let random = [random_u64() | 1, random_u64(), random_u64() | 1];
         // Trace ID: two words (the first made non-zero), parent ID: one (non-zero).
@@ -62,8 +61,7 @@ impl Traceparent {
             for (i, byte) in word.to_be_bytes().into_iter().enumerate() {
                 let pos = at + 2 * i;
                 if let Some(pair) = out.get_mut(pos..pos + 2) {
-                    let hex = |n: u8| HEX.get(usize::from(n & 0xf)).copied().unwrap_or(b'0');
-                    pair.copy_from_slice(&[hex(byte >> 4), hex(byte)]);
+                    pair.copy_from_slice(&super::request_id::hex_pair(byte));
                 }
             }
         }
