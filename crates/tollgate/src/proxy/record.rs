@@ -218,7 +218,7 @@ impl TlsSeen {
 /// The subject of a verified client certificate, when `plan` logs it (made once per
 /// connection; `tls::client_cert::subject` escapes it to printable ASCII).
 pub(crate) fn cert_subject(leaf: Option<&[u8]>, plan: &LogPlan) -> Option<Box<str>> {
-    if !plan.shows(crate::config::log_layout::Field::ClientCertSubject) {
+    if !plan.client_cert_subject {
         return None;
     }
     Some(crate::tls::client_cert::subject(leaf?).into_boxed_str())
