@@ -419,6 +419,7 @@ pub(crate) const PROCESS_GAUGES: &[&str] = &[
     "tls_hello_waiting",
     "pipes_in_use",
     "pipes_pooled",
+    "compressors_in_use",
     "shared_redis_down",
 ];
 

@@ -247,6 +247,15 @@ worker_stats! {
     /// splice(2) pipes lent to relays now, and idle in this worker's pool.
     pipes_in_use,
     pipes_pooled,
+    /// Responses being compressed now (`global.max_compressors` per worker); responses
+    /// compressed (counted when their compressor starts); eligible responses sent as they
+    /// were because the worker's compressors were all busy; bytes into and out of the
+    /// compressors of finished responses (their ratio is the compression ratio).
+    compressors_in_use,
+    compressed_responses,
+    compress_over_budget,
+    compress_bytes_in,
+    compress_bytes_out,
     /// Bytes moved with splice, any mode: TCP relays, HTTP tunnels, HTTP bodies (also
     /// counted in bytes_to_server / bytes_to_client).
     bytes_spliced,

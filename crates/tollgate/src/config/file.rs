@@ -90,6 +90,8 @@ pub(crate) struct GlobalSection {
     /// The master's Unix control socket (`tollgate reload` talks to it).
     pub control_socket: Option<Spanned<String>>,
     pub max_pipes: Option<u32>,
+    /// Responses one worker compresses at once (`http::compress`); beyond it, sent as they are.
+    pub max_compressors: Option<u32>,
     pub pipe_size: Option<Spanned<ByteSize>>,
     pub max_handshakes: Option<Spanned<u32>>,
     /// TLS connections one source may have before the end of their handshake.
@@ -274,6 +276,8 @@ pub(crate) struct FrontendSection {
     pub trace: Option<Spanned<super::trace::TraceSection>>,
     /// `[frontend.log]`: this frontend's access log line, if not `[log]`'s.
     pub log: Option<Spanned<super::log_layout::FrontendLogSection>>,
+    /// HTTP mode: compress responses (`config::compress`).
+    pub compress: Option<Spanned<super::compress::CompressSection>>,
 }
 
 /// `[frontend.tls]`.
@@ -429,6 +433,8 @@ pub(crate) struct RouteSection {
     /// HTTP mode: the `[[frontend.limit]]` names that count this route's requests (a limit
     /// some route names counts only those routes' requests).
     pub limits: Option<Spanned<Vec<Spanned<String>>>>,
+    /// HTTP mode: compress this route's responses (replaces the frontend's `compress`).
+    pub compress: Option<Spanned<super::compress::CompressSection>>,
 }
 
 /// `timeouts = { … }` on a route or a backend: the global `[timeouts]` it overrides.

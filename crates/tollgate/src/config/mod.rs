@@ -40,6 +40,7 @@ pub mod tickets;
 pub(crate) mod tls;
 mod tls_policy;
 pub mod trace;
+pub(crate) mod compress;
 pub(crate) mod units;
 mod users;
 mod validate;

@@ -22,6 +22,9 @@ pub const DEFAULT_BUFFER_SIZE: usize = 64 * 1024;
 pub const DEFAULT_BUFFER_BUDGET: u64 = 1 << 30;
 pub const DEFAULT_RETRIES: u32 = 3;
 pub const DEFAULT_MAX_PIPES: u32 = 64;
+/// `max_compressors`: 64 compressors hold at most ~40 MiB (zstd's state is the largest,
+/// ~600 KiB at the default level and window; docs/benchmarks.md "Compression").
+pub const DEFAULT_MAX_COMPRESSORS: u32 = 64;
 /// The kernel's own default pipe size: sixteen pages.
 pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 pub const DEFAULT_MAX_HANDSHAKES: u32 = 1000;
@@ -96,6 +99,8 @@ pub struct Global {
     pub control_socket: PathBuf,
     /// splice(2) pipes one worker keeps (in use + pooled); beyond it relays copy.
     pub max_pipes: u32,
+    /// Responses one worker compresses at once; beyond it responses go uncompressed.
+    pub max_compressors: u32,
     /// Capacity asked of the kernel for each splice pipe: bytes moved per splice(2) call.
     pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
@@ -452,6 +457,8 @@ pub struct Frontend {
     pub request_ids: Option<super::request_id::RequestIds>,
     /// HTTP mode: `trace` (`config::trace`).
     pub trace: Option<super::trace::Trace>,
+    /// HTTP mode: response compression for routes without their own (`config::compress`).
+    pub compress: Option<std::sync::Arc<crate::http::compress::Policy>>,
     /// The access log's line and sampling for this frontend's streams (`config::log_layout`).
     pub log: std::sync::Arc<super::log_layout::LogPlan>,
 }
@@ -552,6 +559,8 @@ pub struct Route {
     pub action: RouteAction,
     /// The frontend's `limits` (bit i: `Frontend::limits[i]`) this route names.
     pub limits: u8,
+    /// `compress`: replaces the frontend's (no codings: off for this route).
+    pub compress: Option<std::sync::Arc<crate::http::compress::Policy>>,
 }
 
 /// What a matched route does (`config::route_action` builds it).

@@ -245,6 +245,7 @@ impl<'a> Validator<'a> {
             master: g.master.unwrap_or(true),
             control_socket: self.control_socket(g.control_socket.as_ref()),
             max_pipes: g.max_pipes.unwrap_or(DEFAULT_MAX_PIPES),
+            max_compressors: g.max_compressors.unwrap_or(DEFAULT_MAX_COMPRESSORS),
             pipe_size,
             max_handshakes: match &g.max_handshakes {
                 Some(m) if *m.get_ref() == 0 => {
@@ -899,6 +900,7 @@ impl<'a> Validator<'a> {
                 unrouted_limits,
                 request_ids: super::request_id::request_ids(f.request_id.as_ref(), mode, &key, &mut self.errors),
                 trace: super::trace::trace(f.trace.as_ref(), mode, &key, &mut self.errors),
+                compress: super::compress::policy(f.compress.as_ref(), mode, &key, &mut self.errors),
                 log: std::sync::Arc::new(super::log_layout::frontend_plan(
                     f.log.as_ref(),
                     &log.plan,
@@ -1458,6 +1460,7 @@ impl<'a> Validator<'a> {
             name,
             when,
             overrides: super::limits::route(r, &key, mode, &mut self.errors),
+            compress: super::compress::policy(r.compress.as_ref(), mode, &key, &mut self.errors),
             action,
             limits: 0,
         })

@@ -12,6 +12,7 @@
 //! - [`sticky`]: a sticky backend's cookie values and `Set-Cookie` lines, per thread.
 //! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
 //! - [`loglimit`]: the warn-line budget (sans-io).
+//! - [`compressors`]: the thread's budget of response compressors.
 //! - [`origin`]: a session's client and TLS facts, for a server's PROXY protocol header.
 //! - [`park`]: idle HTTP/1 client connections held outside any task (no future, no
 //!   reactor registration, no buffer), watched by one epoll instance per thread.
@@ -25,6 +26,7 @@
 
 pub(crate) mod backends;
 pub(crate) mod chunked;
+pub(crate) mod compressors;
 pub(crate) mod errors;
 pub(crate) mod inbox;
 pub(crate) mod loglimit;

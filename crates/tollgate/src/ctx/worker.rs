@@ -32,6 +32,8 @@ pub(crate) struct WorkerCtx {
     pub buffers: Rc<BufferPool>,
     /// splice(2) pipes, this worker's own (`global.max_pipes`).
     pub pipes: Rc<PipePool>,
+    /// Response compressors running on this thread (`global.max_compressors`).
+    pub compressors: super::compressors::Compressors,
     /// This thread's view of each backend (balancer over the live server set), in config order.
     pub backends: Vec<LocalBackend>,
     /// Idle HTTP server connections of this worker.
@@ -88,6 +90,8 @@ impl WorkerCtx {
             .map(|(spec, live)| LocalBackend::new(spec, Arc::clone(live), id))
             .collect();
         let http_pool = ServerPool::new(&shared.config);
+        let compressors =
+            super::compressors::Compressors::new(shared.config.global.max_compressors, Arc::clone(&stats));
         let park = super::park::Park::new(Arc::clone(&stats));
         let access_log = shared
             .access_log
@@ -98,6 +102,7 @@ impl WorkerCtx {
             shared,
             stats,
             progress,
+            compressors,
             buffers,
             pipes,
             backends,

@@ -14,6 +14,7 @@
 //! - [`request_id`]: a request's ID, generated (UUIDv7) or judged when a client sent one.
 //! - `status`: reason phrases for the statuses tollgate writes itself.
 
+pub mod compress;
 pub mod cookie;
 pub mod h1;
 pub mod h2;

@@ -131,6 +131,13 @@ fn budgets(shared: &Shared, c: &Snapshot) -> Vec<BudgetMetrics> {
             parked: None,
             waiting: None,
         },
+        BudgetMetrics {
+            name: "compressors".into(),
+            limit: u64::from(g.max_compressors) * workers,
+            in_use: Some(c.compressors_in_use),
+            parked: Some(c.compress_over_budget),
+            waiting: None,
+        },
     ]
 }
 

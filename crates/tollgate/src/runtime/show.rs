@@ -327,6 +327,14 @@ pub(crate) fn budgets(shared: &Shared) -> Vec<ThreadBudgets> {
                     None,
                 ),
                 budget("pipes", u64::from(g.max_pipes), Some(s.pipes_in_use.get()), None, None),
+                // Over it a response goes uncompressed: "parked" counts those.
+                budget(
+                    "compressors",
+                    u64::from(g.max_compressors),
+                    Some(s.compressors_in_use.get()),
+                    Some(s.compress_over_budget.get()),
+                    None,
+                ),
             ],
         })
         .collect()

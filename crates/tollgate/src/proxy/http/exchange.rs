@@ -36,7 +36,8 @@ use super::upload::{self, Upload};
 use crate::buffer::BufferPool;
 use crate::config::model::Timeouts;
 use crate::error::{Error, ErrorKind, Phase, Side};
-use crate::http::h1::{self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
+use crate::http::compress::{self, Encoder, Facts, Verdict};
+use crate::http::h1::{self, Method, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
 use crate::proxy::connect::{Connected, Retries};
 use crate::relay::counted::Counted;
 use crate::relay::idle::{self, Progress};
@@ -268,6 +269,23 @@ async fn exchange<C: ClientStream>(
     } else {
         ConnectionOut::Omit
     };
+    // Compression (`compress`): never for an HTTP/1.0 client (as nginx's default), nor a
+    // 101; a response eligible but over the thread's compressor budget only gains `Vary`.
+    let mut verdict = match s.compress {
+        Some(n) if !http10 && !switching => n.verdict(&Facts::gather(
+            response.status,
+            req.method == Method::Head,
+            h1::MessageHead::headers(&response, back.data()),
+        )),
+        _ => Verdict::Untouched,
+    };
+    let mut compressing = match (verdict, s.compress) {
+        (Verdict::Compress(coding), Some(n)) => ctx.compressors.start(coding, n.policy),
+        _ => None,
+    };
+    if compressing.is_none() && matches!(verdict, Verdict::Compress(_)) {
+        verdict = Verdict::VaryOnly;
+    }
     s.out.clear();
     let sticky = ctx.backends.get(backend).and_then(|b| b.sticky.as_ref());
     let rewrite = s.rewrite;
@@ -293,6 +311,7 @@ async fn exchange<C: ClientStream>(
         }
         _ => write_head(b""),
     }
+    compress::edit_h1_head(&mut s.out, verdict, true);
     back.consume(response.head_len);
     let framing = response.body;
     response.reclaim(&mut s.scratch);
@@ -310,24 +329,40 @@ async fn exchange<C: ClientStream>(
             pipes: &ctx.pipes,
             stats: &ctx.stats,
         });
-    let sent = transfer(
-        pin!(forward_body(
-            &mut response_body,
-            &mut back,
-            &mut server,
-            &mut s.client,
-            &mut prefix,
-            &ctx.buffers,
-            front_holds,
-            !keep_client,
-            dechunk,
-            splice,
-            &progress,
-        )),
-        &progress,
-        timeouts.server,
-    )
-    .await;
+    let sent = match &mut compressing {
+        Some(comp) => {
+            let body = forward_compressed(
+                &mut response_body,
+                &mut back,
+                &mut server,
+                &mut s.client,
+                &mut prefix,
+                &ctx.buffers,
+                front_holds,
+                !keep_client,
+                &mut comp.encoder,
+                &progress,
+            );
+            transfer(pin!(body), &progress, timeouts.server).await
+        }
+        None => {
+            let body = forward_body(
+                &mut response_body,
+                &mut back,
+                &mut server,
+                &mut s.client,
+                &mut prefix,
+                &ctx.buffers,
+                front_holds,
+                !keep_client,
+                dechunk,
+                splice,
+                &progress,
+            );
+            transfer(pin!(body), &progress, timeouts.server).await
+        }
+    };
+    drop(compressing);
     // Closing after this response: its tail goes out with the FIN.
     let sent = match sent {
         Ok(()) if !prefix.is_empty() => {
@@ -708,6 +743,93 @@ where
             Err(e) => return Err(BodyError::Read(e)),
         }
     }
+}
+
+/// [`forward_body`] through a compressor (`compress`): the body's content (de-chunked) goes
+/// into `encoder`, its output to `dst` as chunks, after `prefix` (the head). Whenever the
+/// next read from `src` would wait, what was compressed so far is flushed and sent first,
+/// so a streamed response (SSE, long polling) reaches the client as the server writes it;
+/// otherwise output collects up to `COALESCE` bytes per write. Ends with the coding's last
+/// bytes and the last chunk (the server's trailers are dropped: they described the
+/// uncompressed body). With `hold_last`, the final bytes stay in `prefix`, as `forward_body`.
+#[allow(clippy::too_many_arguments)]
+async fn forward_compressed<R, W>(
+    tracker: &mut BodyTracker,
+    inbound: &mut Inbound,
+    src: &mut R,
+    dst: &mut W,
+    prefix: &mut Vec<u8>,
+    pool: &Rc<BufferPool>,
+    second: bool,
+    hold_last: bool,
+    encoder: &mut Encoder,
+    progress: &Progress,
+) -> Result<(), BodyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let compress_failed = |e: std::io::Error| BodyError::Write(std::io::Error::other(format!("compression: {e}")));
+    loop {
+        if !inbound.is_empty() && !tracker.is_done() {
+            let r = tracker.decode(inbound.data_mut()).map_err(BodyError::Framing)?;
+            let content = inbound.data().get(..r.out).unwrap_or_default();
+            encoder.push(content).map_err(compress_failed)?;
+            progress.moved(r.consumed);
+            inbound.consume(r.consumed);
+            encoder.drain(|out| push_chunk(prefix, out));
+            if prefix.len() >= COALESCE {
+                flush(dst, prefix).await?;
+            }
+        }
+        if tracker.is_done() {
+            break;
+        }
+        let mut read = pin!(inbound.read_from(src, pool, second));
+        let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(r) => r,
+            Poll::Pending => {
+                // The server has nothing more for now: what it sent goes out whole.
+                encoder.flush().map_err(compress_failed)?;
+                encoder.drain(|out| push_chunk(prefix, out));
+                flush(dst, prefix).await?;
+                read.await
+            }
+        };
+        match read {
+            Ok(0) => {
+                tracker.on_eof().map_err(BodyError::Framing)?;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => return Err(BodyError::Read(e)),
+        }
+    }
+    encoder.finish().map_err(compress_failed)?;
+    encoder.drain(|out| push_chunk(prefix, out));
+    prefix.extend_from_slice(b"0\r\n\r\n");
+    if hold_last { Ok(()) } else { flush(dst, prefix).await }
+}
+
+/// `data` as one chunk of a chunked body.
+fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    let mut hex = [0u8; 16];
+    let mut n = data.len();
+    let mut at = hex.len();
+    loop {
+        at -= 1;
+        if let Some(d) = hex.get_mut(at) {
+            *d = b"0123456789abcdef".get(n & 15).copied().unwrap_or(b'0');
+        }
+        n >>= 4;
+        if n == 0 || at == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(hex.get(at..).unwrap_or_default());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
 }
 
 async fn flush<W: AsyncWrite + Unpin>(dst: &mut W, prefix: &mut Vec<u8>) -> Result<(), BodyError> {

@@ -11,6 +11,7 @@
 use std::net::IpAddr;
 
 use crate::config::model::{Answer, Frontend, Overrides, Redirect, Route, RouteAction};
+use crate::http::compress::Policy;
 use crate::config::route::{Headers, RequestView, Scheme};
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 use crate::http::normalize;
@@ -117,6 +118,9 @@ pub(crate) struct Routed<'a> {
     pub decision: Decision<'a>,
     pub counted_by: u8,
     pub route: Option<u16>,
+    /// The response compression it runs under: the route's `compress`, else the
+    /// frontend's; none when that offers no coding.
+    pub compress: Option<&'a Policy>,
 }
 
 fn routed(fe: &Frontend, matched: Option<usize>) -> Routed<'_> {
@@ -125,6 +129,10 @@ fn routed(fe: &Frontend, matched: Option<usize>) -> Routed<'_> {
         decision: action(fe, route),
         counted_by: fe.unrouted_limits | route.map_or(0, |r| r.limits),
         route: matched.and_then(|i| u16::try_from(i).ok()),
+        compress: route
+            .and_then(|r| r.compress.as_deref())
+            .or(fe.compress.as_deref())
+            .filter(|p| !p.codings.is_empty()),
     }
 }
 

@@ -25,6 +25,7 @@ use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
 use crate::http::normalize;
+use crate::http::compress::Negotiated;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::record::StreamRecord;
@@ -126,6 +127,8 @@ pub(super) struct Session<'a, C> {
     pub(super) request_id: Option<crate::ctx::worker::IdLease<'a>>,
     /// The matched route's rewrites for the request being forwarded (its response too).
     pub(super) rewrite: Option<&'a Rewrite>,
+    /// The request's response compression (its route's `compress` and `Accept-Encoding`).
+    pub(super) compress: Option<Negotiated<'a>>,
     /// The client presented a verified certificate (`client_cert` routes).
     client_cert: bool,
     /// `[frontend.tls.client_auth] headers`: the names dropped from every request and the
@@ -184,6 +187,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
             trace: None,
             request_id: None,
             rewrite: None,
+            compress: None,
             client_cert,
             cert_names,
             cert_lines,
@@ -320,6 +324,7 @@ impl<'a, C: ClientStream> Session<'a, C> {
         });
         self.rec = StreamRecord::new(self.frontend, self.peer, self.stream_began);
         self.rewrite = None;
+        self.compress = None;
         self.client_mark = self.client.written();
         if let Some(slot) = &mut self.line {
             slot.line.clear();
@@ -669,6 +674,9 @@ impl<'a, C: ClientStream> Session<'a, C> {
         let (decision, counted_by) = {
             let routed = route::decide(self.fe, &head, self.front.data(), &conn);
             self.rec.route = routed.route;
+            self.compress = routed
+                .compress
+                .map(|policy| Negotiated::of(policy, h1::MessageHead::headers(&head, self.front.data())));
             (routed.decision, routed.counted_by)
         };
         let config = &self.ctx.shared.config;
