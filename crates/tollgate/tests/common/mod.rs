@@ -220,3 +220,14 @@ pub fn open_fds() -> usize {
 pub mod h2_origin;
 pub mod http;
 pub mod tls;
+
+/// Whether `tool` runs (`tool --version`); without it a test prints `skipped:` and returns,
+/// except under CI, where `.ci/run` installs it and its absence fails the test.
+pub fn have(tool: &str) -> bool {
+    let there = std::process::Command::new(tool).arg("--version").output().is_ok();
+    if !there {
+        assert!(std::env::var_os("CI").is_none(), "{tool} is missing under CI");
+        println!("skipped: {tool} is not installed");
+    }
+    there
+}

@@ -43,6 +43,7 @@ use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, HeaderKind, L
 use crate::http::h2::Reason;
 use crate::http::normalize;
 use crate::http::request_id::set_field as set_id_field;
+use crate::http::compress::{self, Encoder, Facts, Negotiated, Verdict};
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};
@@ -171,6 +172,7 @@ pub(crate) async fn serve(
         send: None,
         grpc,
         rewrite: None,
+        compress: None,
         id_field: fe
             .request_ids
             .as_ref()
@@ -212,6 +214,8 @@ pub(super) struct Stream<'s> {
     pub(super) grpc: bool,
     /// The matched route's rewrites (its request already applied to the head).
     pub(super) rewrite: Option<&'s Rewrite>,
+    /// The stream's response compression (its route's `compress` and `Accept-Encoding`).
+    pub(super) compress: Option<Negotiated<'s>>,
     /// The request's ID field for the response (`request_id.response`): name, value.
     pub(super) id_field: Option<(&'s [u8], &'s [u8])>,
     /// The access log's request line and captures (logs on).
@@ -305,6 +309,10 @@ impl Stream<'_> {
         let (decision, counted_by) = {
             let routed = route::decide_h2(self.fe, parts, &conn);
             self.rec.route = routed.route;
+            self.compress = routed.compress.map(|policy| {
+                let accept = parts.headers.get_all(http::header::ACCEPT_ENCODING).iter();
+                Negotiated::of(policy, accept.map(|v| (&b"accept-encoding"[..], v.as_bytes())))
+            });
             (routed.decision, routed.counted_by)
         };
         let config = &self.conn.ctx.shared.config;
@@ -646,8 +654,24 @@ impl Stream<'_> {
         let end = framing == BodyFraming::None || framing == BodyFraming::ContentLength(0);
         // A body of announced length cannot end early with gRPC trailers.
         self.grpc = self.grpc && !response.entries().iter().any(|e| e.kind == HeaderKind::ContentLength);
-        let sent = if rewritten || sets_cookie || self.id_field.is_some() {
+        let mut verdict = match self.compress {
+            Some(n) => n.verdict(&Facts::gather(
+                response.status,
+                req.method == Method::Head,
+                response.headers(back.data()),
+            )),
+            None => Verdict::Untouched,
+        };
+        let mut compressing = match (verdict, self.compress) {
+            (Verdict::Compress(coding), Some(n)) if !end => ctx.compressors.start(coding, n.policy),
+            _ => None,
+        };
+        if compressing.is_none() && matches!(verdict, Verdict::Compress(_)) {
+            verdict = Verdict::VaryOnly;
+        }
+        let sent = if rewritten || sets_cookie || self.id_field.is_some() || verdict != Verdict::Untouched {
             let mut head = to_h1::response_head(&response, back.data(), cookie);
+            compress::edit_h2_head(head.headers_mut(), verdict);
             if let Some(rewrite) = self.rewrite {
                 rewrite
                     .response_headers
@@ -670,10 +694,12 @@ impl Stream<'_> {
         self.answered = true;
         if !end {
             let send = self.send.insert(send);
-            let moved = relay_response(ctx, &mut server, &mut back, framing, send, timeouts).await;
+            let encoder = compressing.as_mut().map(|c| &mut c.encoder);
+            let moved = relay_response(ctx, &mut server, &mut back, framing, send, encoder, timeouts).await;
             self.rec.bytes_to_client += moved.bytes;
             moved.result.map_err(at)?;
         }
+        drop(compressing);
         if keep_server && back.is_empty() {
             drop(slot);
             ctx.http_pool.put(id, tls, address, server.into_inner());
@@ -1077,13 +1103,17 @@ struct Moved {
     result: Result<(), Error>,
 }
 
-/// The response body to the client, de-chunked, its trailers as h2 trailers.
+/// The response body to the client, de-chunked, its trailers as h2 trailers. With an
+/// `encoder` (`compress`), the content goes through it: its output is sent as it comes,
+/// flushed whenever the next read from the server would wait (a stream streams), and the
+/// server's trailers are dropped (they described the uncompressed body).
 async fn relay_response(
     ctx: &WorkerCtx,
     server: &mut Counted<'_, ServerConn>,
     back: &mut Inbound,
     framing: BodyFraming,
     send: &mut SendStream,
+    mut encoder: Option<&mut Encoder>,
     timeouts: crate::config::model::Timeouts,
 ) -> Moved {
     let mut moved = Moved {
@@ -1092,6 +1122,10 @@ async fn relay_response(
     };
     let mut tracker = BodyTracker::new(framing, h1::Side::Response);
     let mut dechunk = (framing == BodyFraming::Chunked).then(Dechunk::default);
+    let mut out = Vec::new();
+    let compress_failed = |e: std::io::Error| {
+        Error::new(ErrorKind::Io, Side::Internal, format!("compression: {e}")).during(Phase::Data)
+    };
     moved.result = async {
         loop {
             if !back.is_empty() {
@@ -1099,38 +1133,59 @@ async fn relay_response(
                     .advance(back.data())
                     .map_err(|e| Error::new(ErrorKind::BadResponse, Side::Back, e.as_str()).during(Phase::Data))?;
                 let body = back.data().get(..p.consumed).unwrap_or_default();
-                match &mut dechunk {
-                    Some(d) => {
+                match (&mut dechunk, &mut encoder) {
+                    (Some(d), enc) => {
                         let mut at = 0;
                         while at < body.len() {
                             let (used, run) = d.step(body.get(at..).unwrap_or_default());
                             if let Some(r) = run {
                                 let data = body.get(at + r.start..at + r.end).unwrap_or_default();
-                                moved.bytes += send_data(send, data, false, timeouts.client).await?;
+                                match enc {
+                                    Some(e) => e.push(data).map_err(compress_failed)?,
+                                    None => moved.bytes += send_data(send, data, false, timeouts.client).await?,
+                                }
                             }
                             at += used;
                         }
                     }
+                    (None, Some(e)) => e.push(body).map_err(compress_failed)?,
                     // The last piece of a length-framed body ends the stream itself (no
                     // empty DATA frame after it).
-                    None if p.done && !body.is_empty() => {
+                    (None, None) if p.done && !body.is_empty() => {
                         moved.bytes += send_data(send, body, true, timeouts.client).await?;
                         back.consume(p.consumed);
                         return Ok(());
                     }
-                    None => moved.bytes += send_data(send, body, false, timeouts.client).await?,
+                    (None, None) => moved.bytes += send_data(send, body, false, timeouts.client).await?,
                 }
                 back.consume(p.consumed);
+                if let Some(e) = &mut encoder {
+                    e.swap_output(&mut out);
+                    moved.bytes += send_data(send, &out, false, timeouts.client).await?;
+                }
                 if p.done {
                     break;
                 }
             }
-            let read = tokio::time::timeout(timeouts.server, back.read_from(server, &ctx.buffers, false))
-                .await
-                .map_err(|_| {
-                    ctx.stats.idle_timeouts.add(1);
-                    Error::new(ErrorKind::IdleTimeout, Side::Back, "response body idle").during(Phase::Data)
-                })?;
+            let read = {
+                let mut read = std::pin::pin!(back.read_from(server, &ctx.buffers, false));
+                match std::future::poll_fn(|cx| std::task::Poll::Ready(read.as_mut().poll(cx))).await {
+                    std::task::Poll::Ready(r) => Ok(r),
+                    std::task::Poll::Pending => {
+                        // The server has nothing more for now: what it sent goes out whole.
+                        if let Some(e) = &mut encoder {
+                            e.flush().map_err(compress_failed)?;
+                            e.swap_output(&mut out);
+                            moved.bytes += send_data(send, &out, false, timeouts.client).await?;
+                        }
+                        tokio::time::timeout(timeouts.server, read).await
+                    }
+                }
+            }
+            .map_err(|_| {
+                ctx.stats.idle_timeouts.add(1);
+                Error::new(ErrorKind::IdleTimeout, Side::Back, "response body idle").during(Phase::Data)
+            })?;
             match read {
                 Ok(0) => {
                     tracker
@@ -1141,6 +1196,12 @@ async fn relay_response(
                 Ok(_) => {}
                 Err(e) => return Err(Error::io(Side::Back, "read response body", e).during(Phase::Data)),
             }
+        }
+        if let Some(e) = &mut encoder {
+            e.finish().map_err(compress_failed)?;
+            e.swap_output(&mut out);
+            moved.bytes += send_data(send, &out, true, timeouts.client).await?;
+            return Ok(());
         }
         let trailers = dechunk.as_ref().map(|d| to_h1::trailer_map(d.trailer_section()));
         match trailers {
