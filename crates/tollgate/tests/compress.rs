@@ -53,7 +53,11 @@ fn origin() -> common::http::HttpOrigin {
         let body = json_body(20_000);
         let json = "Content-Type: application/json\r\n";
         match req.target.as_str() {
-            "/json" => reply("200 OK", &format!("{json}ETag: \"v1\"\r\nAccept-Ranges: bytes\r\n"), &body),
+            "/json" => reply(
+                "200 OK",
+                &format!("{json}ETag: \"v1\"\r\nAccept-Ranges: bytes\r\n"),
+                &body,
+            ),
             "/chunked" => {
                 let mut r = format!("HTTP/1.1 200 OK\r\n{json}Transfer-Encoding: chunked\r\n\r\n").into_bytes();
                 for piece in body.chunks(3000) {
@@ -70,8 +74,16 @@ fn origin() -> common::http::HttpOrigin {
                 Reply::BytesThenClose(r)
             }
             "/encoded" => reply("200 OK", &format!("{json}Content-Encoding: br\r\n"), &body),
-            "/no-transform" => reply("200 OK", &format!("{json}Cache-Control: public, no-transform\r\n"), &body),
-            "/partial" => reply("206 Partial Content", &format!("{json}Content-Range: bytes 0-19999/40000\r\n"), &body),
+            "/no-transform" => reply(
+                "200 OK",
+                &format!("{json}Cache-Control: public, no-transform\r\n"),
+                &body,
+            ),
+            "/partial" => reply(
+                "206 Partial Content",
+                &format!("{json}Content-Range: bytes 0-19999/40000\r\n"),
+                &body,
+            ),
             "/small" => reply("200 OK", json, &body[..500]),
             "/png" => reply("200 OK", "Content-Type: image/png\r\n", &body),
             "/untyped" => reply("200 OK", "", &body),
@@ -149,7 +161,11 @@ fn each_coding_is_negotiated_and_decodes_with_the_head_edited() {
         for path in ["/json", "/chunked", "/close-delimited"] {
             let (status, fields, body) = get(proxy.addr, path, accept);
             assert_eq!(status, 200);
-            assert_eq!(field(&fields, "content-encoding"), Some(want), "{accept} {path}: {fields:?}");
+            assert_eq!(
+                field(&fields, "content-encoding"),
+                Some(want),
+                "{accept} {path}: {fields:?}"
+            );
             assert_eq!(field(&fields, "transfer-encoding"), Some("chunked"), "{path}");
             assert_eq!(field(&fields, "content-length"), None);
             assert_eq!(field(&fields, "vary"), Some("Accept-Encoding"));
@@ -193,7 +209,8 @@ fn curl_decodes_what_it_asked_for() {
             let text = String::from_utf8_lossy(&out.stdout);
             let (head, body) = text.split_once("\r\n\r\n").unwrap();
             assert!(
-                head.to_ascii_lowercase().contains(&format!("content-encoding: {accept}")),
+                head.to_ascii_lowercase()
+                    .contains(&format!("content-encoding: {accept}")),
                 "h2={h2}: {head}"
             );
             assert_eq!(body.as_bytes(), plain, "h2={h2} {accept}: curl decoded it");
@@ -207,17 +224,37 @@ fn what_is_never_compressed_goes_untouched() {
     let proxy = Proxy::start(&config(o.addr, COMPRESS, ""));
     let plain = json_body(20_000);
     let untouched = |path: &str, fields: &[(String, String)], body: &[u8]| {
-        assert_eq!(field(fields, "content-encoding").filter(|e| *e != "br"), None, "{path}: {fields:?}");
+        assert_eq!(
+            field(fields, "content-encoding").filter(|e| *e != "br"),
+            None,
+            "{path}: {fields:?}"
+        );
         assert_eq!(field(fields, "transfer-encoding"), None, "{path}");
         if !body.is_empty() {
-            assert_eq!(field(fields, "content-length"), Some(body.len().to_string().as_str()), "{path}");
+            assert_eq!(
+                field(fields, "content-length"),
+                Some(body.len().to_string().as_str()),
+                "{path}"
+            );
         }
     };
-    for path in ["/encoded", "/no-transform", "/partial", "/small", "/png", "/untyped", "/plain/json"] {
+    for path in [
+        "/encoded",
+        "/no-transform",
+        "/partial",
+        "/small",
+        "/png",
+        "/untyped",
+        "/plain/json",
+    ] {
         let (_, fields, body) = get(proxy.addr, path, "gzip, br, zstd");
         untouched(path, &fields, &body);
         if path == "/encoded" {
-            assert_eq!(field(&fields, "content-encoding"), Some("br"), "the server's coding stays");
+            assert_eq!(
+                field(&fields, "content-encoding"),
+                Some("br"),
+                "the server's coding stays"
+            );
         }
         if ["/png", "/untyped", "/plain/json"].contains(&path) {
             assert_eq!(body, plain, "{path}");
@@ -232,7 +269,8 @@ fn what_is_never_compressed_goes_untouched() {
     }
     // HEAD: the head a GET would get without a body, not a compressed one.
     let c = TcpStream::connect(proxy.addr).unwrap();
-    (&c).write_all(b"HEAD /json HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n").unwrap();
+    (&c).write_all(b"HEAD /json HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
     let mut r = BufReader::new(c);
     let mut head = String::new();
     while !head.ends_with("\r\n\r\n") {
@@ -245,7 +283,12 @@ fn what_is_never_compressed_goes_untouched() {
     assert_eq!(body, plain);
     // No Accept-Encoding, identity only, or q=0 everywhere: as the server sent it, with Vary
     // for caches.
-    for accept in [None, Some("identity"), Some("gzip;q=0, br;q=0, zstd;q=0"), Some("*;q=0")] {
+    for accept in [
+        None,
+        Some("identity"),
+        Some("gzip;q=0, br;q=0, zstd;q=0"),
+        Some("*;q=0"),
+    ] {
         let extra = accept.map(|a| format!("Accept-Encoding: {a}\r\n")).unwrap_or_default();
         let (_, fields, body) = fetch(
             proxy.addr,
@@ -253,7 +296,11 @@ fn what_is_never_compressed_goes_untouched() {
         );
         assert_eq!(field(&fields, "content-encoding"), None, "{accept:?}");
         assert_eq!(field(&fields, "vary"), Some("Accept-Encoding"), "{accept:?}");
-        assert_eq!(field(&fields, "etag"), Some("\"v1\""), "{accept:?}: strong when not compressed");
+        assert_eq!(
+            field(&fields, "etag"),
+            Some("\"v1\""),
+            "{accept:?}: strong when not compressed"
+        );
         assert_eq!(body, plain);
     }
 }
@@ -309,16 +356,22 @@ fn a_server_sent_event_stream_arrives_event_by_event() {
         let rx = seen_rx.lock().unwrap();
         for i in 0..5 {
             let event = format!("data: event {i}\n\n");
-            s.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes()).unwrap();
+            s.write_all(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes())
+                .unwrap();
             // Waits (bounded) for the client to have decoded it.
-            assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(i), "event {i} never reached the client");
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(10)),
+                Ok(i),
+                "event {i} never reached the client"
+            );
         }
         let _ = s.write_all(b"0\r\n\r\n");
     });
     let proxy = Proxy::start(&config(o.addr, "compress = { types = [\"text/event-stream\"] }\n", ""));
     let c = TcpStream::connect(proxy.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    (&c).write_all(b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n").unwrap();
+    (&c).write_all(b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
     let mut r = BufReader::new(c);
     let mut head = String::new();
     while !head.ends_with("\r\n\r\n") {
@@ -361,7 +414,11 @@ fn a_server_sent_event_stream_arrives_event_by_event() {
     }
     wire.extend_from_slice(&rest);
     let all: String = (0..5).map(|i| format!("data: event {i}\n\n")).collect();
-    assert_eq!(decode("gzip", &wire), all.as_bytes(), "the finished stream decodes whole");
+    assert_eq!(
+        decode("gzip", &wire),
+        all.as_bytes(),
+        "the finished stream decodes whole"
+    );
 }
 
 /// 100 MiB through gzip: the decoded sha256 is the origin's.
@@ -444,7 +501,10 @@ fn a_100_mib_compressed_transfer_decodes_to_the_same_bytes() {
     assert_eq!(n, TOTAL as u64);
     assert_eq!(hash.as_slice(), expected.as_slice(), "decoded sha256");
     let wire = d.get_ref().wire;
-    println!("100 MiB of JSON went as {wire} bytes of gzip ({:.1}x)", TOTAL as f64 / wire as f64);
+    println!(
+        "100 MiB of JSON went as {wire} bytes of gzip ({:.1}x)",
+        TOTAL as f64 / wire as f64
+    );
     assert!(wire * 3 < TOTAL as u64);
 }
 
@@ -465,14 +525,18 @@ fn over_the_compressor_budget_responses_go_uncompressed_and_counted() {
             line.clear();
         }
         if first.starts_with("GET /hold") {
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
-                .unwrap();
+            s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+            )
+            .unwrap();
             let _ = release_rx.lock().unwrap().recv_timeout(Duration::from_secs(20));
             let _ = s.write_all(b"0\r\n\r\n");
         } else {
-            let mut reply =
-                format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", p.len())
-                    .into_bytes();
+            let mut reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                p.len()
+            )
+            .into_bytes();
             reply.extend_from_slice(&p);
             s.write_all(&reply).unwrap();
         }
@@ -480,7 +544,9 @@ fn over_the_compressor_budget_responses_go_uncompressed_and_counted() {
     let proxy = Proxy::start(&config(o.addr, "compress = {}\n", "max_compressors = 1"));
     let holder = TcpStream::connect(proxy.addr).unwrap();
     holder.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    (&holder).write_all(b"GET /hold HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n").unwrap();
+    (&holder)
+        .write_all(b"GET /hold HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
     proxy.wait_for("the first response holds the compressor", |s| s.compressors_in_use == 1);
     let (_, fields, body) = get(proxy.addr, "/json", "gzip");
     assert_eq!(field(&fields, "content-encoding"), None, "over budget: as it is");
@@ -500,7 +566,10 @@ fn over_the_compressor_budget_responses_go_uncompressed_and_counted() {
 fn check_refuses_bad_compress_tables() {
     let o = SocketAddr::from(([127, 0, 0, 1], 9));
     for (extra, want) in [
-        ("compress = { algorithms = [\"deflate\"] }", "unknown algorithm `deflate`"),
+        (
+            "compress = { algorithms = [\"deflate\"] }",
+            "unknown algorithm `deflate`",
+        ),
         ("compress = { algorithms = [\"gzip\", \"gzip\"] }", "listed twice"),
         ("compress = { types = [\"*/*\"] }", "is not a media type"),
         ("compress = { level = { gzip = 10 } }", "gzip levels go from 1 to 9"),
@@ -515,4 +584,93 @@ fn check_refuses_bad_compress_tables() {
                [[backend]]\nname = \"b\"\n[[backend.server]]\nname = \"s\"\naddress = \"127.0.0.1:9\"\n";
     let e = tollgate::config::parse(tcp, "t.toml").unwrap_err().to_string();
     assert!(e.contains("compression needs http mode"), "{e}");
+}
+
+fn h2_server_config(origin: SocketAddr) -> String {
+    format!(
+        "[global]\nworkers = 1\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\nh2c = true\n\
+         default_backend = \"be\"\ncompress = {{}}\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\nproto = \"h2\"\n"
+    )
+}
+
+/// HTTP/2 servers: an HTTP/1.1 client and an HTTP/2 client (curl) get compressed bodies
+/// that decode to the server's bytes.
+#[test]
+fn responses_of_http2_servers_compress_for_both_kinds_of_client() {
+    let o = common::h2_origin::h2_origin(common::h2_origin::H2Options::default());
+    let proxy = Proxy::start(&h2_server_config(o.addr));
+    let plain = common::h2_origin::pattern(0, 200_000);
+    for coding in ["gzip", "br", "zstd"] {
+        let (status, fields, body) = get(proxy.addr, "/text/200000", coding);
+        assert_eq!(status, 200);
+        assert_eq!(field(&fields, "content-encoding"), Some(coding), "{fields:?}");
+        assert_eq!(field(&fields, "transfer-encoding"), Some("chunked"));
+        assert_eq!(field(&fields, "content-length"), None);
+        assert_eq!(decode(coding, &body), plain, "h1 client, {coding}");
+    }
+    if common::have("curl") {
+        for coding in ["gzip", "br", "zstd"] {
+            let out = Command::new("curl")
+                .args([
+                    "-sS",
+                    "--max-time",
+                    "10",
+                    "--compressed",
+                    "-D",
+                    "-",
+                    "--http2-prior-knowledge",
+                ])
+                .args(["-H", &format!("Accept-Encoding: {coding}")])
+                .arg(format!("http://{}/text/200000", proxy.addr))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let split = out.stdout.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+            let head = String::from_utf8_lossy(&out.stdout[..split]).to_ascii_lowercase();
+            assert!(head.contains(&format!("content-encoding: {coding}")), "{head}");
+            assert!(!head.contains("content-length"), "{head}");
+            assert_eq!(&out.stdout[split + 4..], &plain[..], "h2 client, {coding}");
+        }
+    }
+    assert_eq!(proxy.running().stats().compressors_in_use, 0);
+}
+
+/// An HTTP/2 server's event stream (an event every 20 ms) through the compressor: the
+/// first event decodes while the stream is still going.
+#[test]
+fn an_http2_servers_event_stream_is_flushed_as_it_comes() {
+    let o = common::h2_origin::h2_origin(common::h2_origin::H2Options::default());
+    let proxy = Proxy::start(&h2_server_config(o.addr));
+    let c = TcpStream::connect(proxy.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (&c).write_all(b"GET /text-stream/100 HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+        .unwrap();
+    let mut r = BufReader::new(c);
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        r.read_line(&mut head).unwrap();
+    }
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let mut wire = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        assert_ne!(n, 0, "the stream ended before its first event could be decoded");
+        let mut chunk = vec![0; n + 2];
+        r.read_exact(&mut chunk).unwrap();
+        wire.extend_from_slice(&chunk[..n]);
+        let mut got = Vec::new();
+        let _ = flate2::read::GzDecoder::new(&wire[..]).read_to_end(&mut got);
+        if got.starts_with(b"data: event 0\n\n") {
+            break;
+        }
+    }
+    // The origin takes 2 s for its 100 events: the stream is still open.
+    assert!(
+        o.counts.active.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        "the server is still sending"
+    );
 }

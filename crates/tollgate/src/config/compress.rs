@@ -115,16 +115,34 @@ pub(super) fn policy(
         }
     };
     let levels = s.level.as_ref().map(Spanned::get_ref);
-    let gzip = level(levels.and_then(|l| l.gzip.as_ref()), "gzip", 1..10, compress::DEFAULT_GZIP_LEVEL.into());
-    let br = level(levels.and_then(|l| l.br.as_ref()), "br", 0..12, compress::DEFAULT_BR_LEVEL.into());
-    let zstd = level(levels.and_then(|l| l.zstd.as_ref()), "zstd", 1..20, compress::DEFAULT_ZSTD_LEVEL.into());
+    let gzip = level(
+        levels.and_then(|l| l.gzip.as_ref()),
+        "gzip",
+        1..10,
+        compress::DEFAULT_GZIP_LEVEL.into(),
+    );
+    let br = level(
+        levels.and_then(|l| l.br.as_ref()),
+        "br",
+        0..12,
+        compress::DEFAULT_BR_LEVEL.into(),
+    );
+    let zstd = level(
+        levels.and_then(|l| l.zstd.as_ref()),
+        "zstd",
+        1..20,
+        compress::DEFAULT_ZSTD_LEVEL.into(),
+    );
     if errors.len() > before {
         return None;
     }
     Some(Arc::new(Policy {
         codings,
         types,
-        min_size: s.min_size.as_ref().map_or(compress::DEFAULT_MIN_SIZE, |m| m.get_ref().0),
+        min_size: s
+            .min_size
+            .as_ref()
+            .map_or(compress::DEFAULT_MIN_SIZE, |m| m.get_ref().0),
         gzip_level: u32::try_from(gzip).unwrap_or(compress::DEFAULT_GZIP_LEVEL),
         br_level: u32::try_from(br).unwrap_or(compress::DEFAULT_BR_LEVEL),
         zstd_level: i32::try_from(zstd).unwrap_or(compress::DEFAULT_ZSTD_LEVEL),

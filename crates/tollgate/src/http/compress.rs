@@ -90,7 +90,11 @@ pub const DEFAULT_MIN_SIZE: u64 = 1024;
 impl Policy {
     /// Whether `content_type` (a field value, parameters allowed) is one of `types`.
     pub fn compresses_type(&self, content_type: &[u8]) -> bool {
-        let essence = content_type.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
+        let essence = content_type
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
         let Some((top, sub)) = split_media_type(essence) else {
             return false;
         };
@@ -149,7 +153,8 @@ pub fn negotiate<'a>(accept: impl IntoIterator<Item = &'a [u8]>, offered: &[Codi
                 continue;
             }
             let named = Coding::ALL.iter().position(|c| {
-                name.eq_ignore_ascii_case(c.token().as_bytes()) || (*c == Coding::Gzip && name.eq_ignore_ascii_case(b"x-gzip"))
+                name.eq_ignore_ascii_case(c.token().as_bytes())
+                    || (*c == Coding::Gzip && name.eq_ignore_ascii_case(b"x-gzip"))
             });
             if let Some(slot) = named.and_then(|i| listed.get_mut(i)) {
                 *slot = Some(slot.map_or(q, |s| s.max(q)));
@@ -362,7 +367,11 @@ fn add_vary_in_place(head: &mut Vec<u8>) {
     }
     match vary_end {
         Some((end, empty)) => {
-            let add: &[u8] = if empty { b"Accept-Encoding" } else { b", Accept-Encoding" };
+            let add: &[u8] = if empty {
+                b"Accept-Encoding"
+            } else {
+                b", Accept-Encoding"
+            };
             head.splice(end..end, add.iter().copied());
         }
         None => {

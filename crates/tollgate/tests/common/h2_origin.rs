@@ -179,6 +179,31 @@ async fn handle(
                 send_all(&mut send, Bytes::from(pattern(off, len as usize)), off + len == n).await?;
                 off += len;
             }
+        } else if let Some(n) = arg("/text/") {
+            // As `/size/`, typed as text (what compression takes).
+            drain(&mut body).await;
+            let head = ok()
+                .header("content-length", n)
+                .header("content-type", "text/plain")
+                .body(())
+                .unwrap();
+            let mut send = respond.send_response(head, n == 0)?;
+            let mut off = 0u64;
+            while off < n {
+                let len = (n - off).min(64 * 1024);
+                send_all(&mut send, Bytes::from(pattern(off, len as usize)), off + len == n).await?;
+                off += len;
+            }
+        } else if let Some(n) = arg("/text-stream/") {
+            // `n` events, 20 ms apart, as server-sent events.
+            drain(&mut body).await;
+            let head = ok().header("content-type", "text/event-stream").body(()).unwrap();
+            let mut send = respond.send_response(head, false)?;
+            for i in 0..n {
+                send_all(&mut send, Bytes::from(format!("data: event {i}\n\n")), false).await?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            send.send_data(Bytes::new(), true)?;
         } else if path == "/trailers" {
             drain(&mut body).await;
             let mut send = respond.send_response(ok().body(()).unwrap(), false)?;

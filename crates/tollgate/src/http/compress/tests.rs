@@ -26,11 +26,19 @@ fn negotiation_follows_q_values_then_the_proxy_order() {
     assert_eq!(pick(&["GZIP"]), Some(Coding::Gzip));
     assert_eq!(pick(&["x-gzip"]), Some(Coding::Gzip));
     assert_eq!(pick(&["gzip;q=1.0, br;q=0.5"]), Some(Coding::Gzip));
-    assert_eq!(pick(&["gzip;q=0.5", "br;q=0.9"]), Some(Coding::Br), "several field lines");
+    assert_eq!(
+        pick(&["gzip;q=0.5", "br;q=0.9"]),
+        Some(Coding::Br),
+        "several field lines"
+    );
     assert_eq!(pick(&["identity"]), None);
     assert_eq!(pick(&["identity;q=0"]), None, "nothing offered that it takes");
     assert_eq!(pick(&["*"]), Some(Coding::Zstd));
-    assert_eq!(pick(&["*;q=0.5, zstd;q=0"]), Some(Coding::Br), "q=0 refuses a listed coding");
+    assert_eq!(
+        pick(&["*;q=0.5, zstd;q=0"]),
+        Some(Coding::Br),
+        "q=0 refuses a listed coding"
+    );
     assert_eq!(pick(&["gzip;q=0"]), None);
     assert_eq!(pick(&["br;q=2"]), None, "malformed q: ignored");
     assert_eq!(pick(&["br;q=0.0001"]), None);
@@ -63,20 +71,39 @@ fn facts(status: u16, fields: &[(&str, &str)]) -> Verdict {
 fn what_is_never_compressed() {
     let json = ("content-type", "application/json; charset=utf-8");
     assert_eq!(facts(200, &[json]), Verdict::Compress(Coding::Gzip));
-    assert_eq!(facts(200, &[json, ("content-length", "5000")]), Verdict::Compress(Coding::Gzip));
+    assert_eq!(
+        facts(200, &[json, ("content-length", "5000")]),
+        Verdict::Compress(Coding::Gzip)
+    );
     assert_eq!(facts(404, &[json]), Verdict::Compress(Coding::Gzip));
-    assert_eq!(facts(200, &[json, ("content-length", "1023")]), Verdict::Untouched, "under min_size");
+    assert_eq!(
+        facts(200, &[json, ("content-length", "1023")]),
+        Verdict::Untouched,
+        "under min_size"
+    );
     assert_eq!(facts(200, &[json, ("content-encoding", "br")]), Verdict::Untouched);
-    assert_eq!(facts(200, &[json, ("content-encoding", "identity")]), Verdict::Compress(Coding::Gzip));
+    assert_eq!(
+        facts(200, &[json, ("content-encoding", "identity")]),
+        Verdict::Compress(Coding::Gzip)
+    );
     assert_eq!(facts(206, &[json]), Verdict::Untouched);
-    assert_eq!(facts(200, &[json, ("content-range", "bytes 0-1/2")]), Verdict::Untouched);
-    assert_eq!(facts(200, &[json, ("cache-control", "public, No-Transform")]), Verdict::Untouched);
+    assert_eq!(
+        facts(200, &[json, ("content-range", "bytes 0-1/2")]),
+        Verdict::Untouched
+    );
+    assert_eq!(
+        facts(200, &[json, ("cache-control", "public, No-Transform")]),
+        Verdict::Untouched
+    );
     for status in [101, 103, 204, 304] {
         assert_eq!(facts(status, &[json]), Verdict::Untouched, "{status}");
     }
     assert_eq!(facts(200, &[("content-type", "image/png")]), Verdict::Untouched);
     assert_eq!(facts(200, &[]), Verdict::Untouched, "no type");
-    assert_eq!(facts(200, &[("content-type", "TEXT/HTML")]), Verdict::Compress(Coding::Gzip));
+    assert_eq!(
+        facts(200, &[("content-type", "TEXT/HTML")]),
+        Verdict::Compress(Coding::Gzip)
+    );
     let head = Facts::gather(200, true, [(&b"content-type"[..], &b"text/html"[..])]);
     assert_eq!(head.verdict(&policy(), Some(Coding::Gzip)), Verdict::Untouched);
     let plain = Facts::gather(200, false, [(&b"content-type"[..], &b"text/html"[..])]);
@@ -106,7 +133,8 @@ fn h1_head_edits() {
         String::from_utf8_lossy(&head),
         "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nETag: W/\"abc\"\r\nVary: Origin, Accept-Encoding\r\nX-Other: 1\r\nContent-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n"
     );
-    let mut head = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\nETag: W/\"abc\"\r\nVary: accept-encoding\r\n\r\n".to_vec();
+    let mut head =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\nETag: W/\"abc\"\r\nVary: accept-encoding\r\n\r\n".to_vec();
     edit_h1_head(&mut head, Verdict::VaryOnly, true);
     assert_eq!(
         String::from_utf8_lossy(&head),
@@ -189,7 +217,10 @@ fn every_coding_streams_and_round_trips() {
                 out
             }
         };
-        assert_eq!(partial, b"event: one\n\n", "{coding:?}: a flush makes the data decodable");
+        assert_eq!(
+            partial, b"event: one\n\n",
+            "{coding:?}: a flush makes the data decodable"
+        );
         for piece in text.chunks(7000) {
             e.push(piece).unwrap();
             e.swap_output(&mut buf);
@@ -203,6 +234,11 @@ fn every_coding_streams_and_round_trips() {
         assert_eq!(decode(coding, &wire), expected, "{coding:?}");
         assert_eq!(e.bytes_in, expected.len() as u64);
         assert_eq!(e.bytes_out, wire.len() as u64);
-        assert!(wire.len() * 4 < expected.len(), "{coding:?}: {} -> {}", expected.len(), wire.len());
+        assert!(
+            wire.len() * 4 < expected.len(),
+            "{coding:?}: {} -> {}",
+            expected.len(),
+            wire.len()
+        );
     }
 }

@@ -406,6 +406,28 @@ fn push_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// `data` as one chunk of a chunked body (`{hex}\r\n{data}\r\n`); nothing for no data
+/// (an empty chunk would end the body).
+pub fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    let mut hex = [0u8; 16];
+    let mut n = data.len();
+    let mut at = hex.len();
+    while n > 0 && at > 0 {
+        at -= 1;
+        if let Some(d) = hex.get_mut(at) {
+            *d = b"0123456789abcdef".get(n & 15).copied().unwrap_or(b'0');
+        }
+        n >>= 4;
+    }
+    out.extend_from_slice(hex.get(at..).unwrap_or_default());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Adds `name: value` as the last field of the head at the start of `out` (a response the
 /// proxy made itself, in full); nothing if `out` holds no complete head.
 pub fn add_response_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

@@ -39,11 +39,11 @@ use super::to_h2;
 use crate::config::model::{ForwardTarget, Frontend, Overrides, RequestLimits};
 use crate::ctx::WorkerCtx;
 use crate::error::{Error, ErrorKind, Phase, Side};
+use crate::http::compress::{self, Encoder, Facts, Negotiated, Verdict};
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, HeaderKind, Limits, MessageHead, Method, Proto};
 use crate::http::h2::Reason;
 use crate::http::normalize;
 use crate::http::request_id::set_field as set_id_field;
-use crate::http::compress::{self, Encoder, Facts, Negotiated, Verdict};
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::connect::{Connected, Retries};
@@ -256,7 +256,7 @@ fn start_trace(
 
 /// What the forwarding needs to know of the request once its head is written.
 pub(super) struct Request {
-    method: Method,
+    pub(super) method: Method,
     body: BodyOut,
     head: Vec<u8>,
     /// The server the sticky cookie named (that client keeps its cookie as it is).
@@ -1123,9 +1123,8 @@ async fn relay_response(
     let mut tracker = BodyTracker::new(framing, h1::Side::Response);
     let mut dechunk = (framing == BodyFraming::Chunked).then(Dechunk::default);
     let mut out = Vec::new();
-    let compress_failed = |e: std::io::Error| {
-        Error::new(ErrorKind::Io, Side::Internal, format!("compression: {e}")).during(Phase::Data)
-    };
+    let compress_failed =
+        |e: std::io::Error| Error::new(ErrorKind::Io, Side::Internal, format!("compression: {e}")).during(Phase::Data);
     moved.result = async {
         loop {
             if !back.is_empty() {

@@ -30,7 +30,8 @@ use super::stream::{BodyBudget, Interim, Stream, h2_error};
 use super::to_h1::Forwarding;
 use crate::config::model::Forwarded;
 use crate::error::{Error, ErrorKind, Phase, Side};
-use crate::http::h1::HeaderKind;
+use crate::http::compress::{self, Encoder, Facts, Verdict};
+use crate::http::h1::{HeaderKind, Method};
 use crate::proxy::connect::Connected;
 use crate::proxy::h2back::{self, Lease, RequestBody, ResponseBody};
 use crate::relay::idle::{self, Progress};
@@ -125,8 +126,28 @@ pub(super) async fn exchange(
     s.rec.timing.response = Some(s.rec.timing.now());
     s.rec.status = parts.status.as_u16();
     s.capture_response(parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())));
-    let response = response_head(s, backend, id, asked.prefer, parts);
+    let mut response = response_head(s, backend, id, asked.prefer, parts);
     let end = down.is_end_stream();
+    // Compression (`compress`), as the h1 server path.
+    let mut verdict = match s.compress {
+        Some(n) => n.verdict(&Facts::gather(
+            response.status().as_u16(),
+            req.method == Method::Head,
+            response
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        )),
+        None => Verdict::Untouched,
+    };
+    let mut compressing = match (verdict, s.compress) {
+        (Verdict::Compress(coding), Some(n)) if !end => ctx.compressors.start(coding, n.policy),
+        _ => None,
+    };
+    if compressing.is_none() && matches!(verdict, Verdict::Compress(_)) {
+        verdict = Verdict::VaryOnly;
+    }
+    compress::edit_h2_head(response.headers_mut(), verdict);
     // A body of announced length cannot end early with gRPC trailers: a failure resets it.
     s.grpc &= !response.headers().contains_key(http::header::CONTENT_LENGTH);
     let send = s
@@ -138,7 +159,8 @@ pub(super) async fn exchange(
         return Ok(());
     }
     let send = s.send.insert(send);
-    let mut relay = pin!(relay_down(&mut down, send, &progress, timeouts.client));
+    let encoder = compressing.as_mut().map(|c| &mut c.encoder);
+    let mut relay = pin!(relay_down(&mut down, send, encoder, &progress, timeouts.client));
     let moved = loop {
         tokio::select! {
             biased;
@@ -335,28 +357,76 @@ struct Moved {
 }
 
 /// The response body and trailers down, under the client's flow control.
-async fn relay_down(down: &mut ResponseBody, send: &mut SendStream, progress: &Progress, idle: Duration) -> Moved {
+async fn relay_down(
+    down: &mut ResponseBody,
+    send: &mut SendStream,
+    mut encoder: Option<&mut Encoder>,
+    progress: &Progress,
+    idle: Duration,
+) -> Moved {
     let mut moved = Moved {
         bytes: 0,
         result: Ok(()),
     };
+    let compress_failed =
+        |e: std::io::Error| Error::new(ErrorKind::Io, Side::Internal, format!("compression: {e}")).during(Phase::Data);
+    let mut out = Vec::new();
     moved.result = async {
         loop {
-            let next = tokio::select! {
-                next = down.data() => next,
-                reason = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err(client_reset(reason, Phase::Data)),
+            let next = {
+                let mut data = pin!(down.data());
+                match std::future::poll_fn(|cx| std::task::Poll::Ready(data.as_mut().poll(cx))).await {
+                    std::task::Poll::Ready(next) => next,
+                    std::task::Poll::Pending => {
+                        // The server has nothing more for now: what it sent goes out whole.
+                        if let Some(e) = &mut encoder {
+                            e.flush().map_err(compress_failed)?;
+                            e.swap_output(&mut out);
+                            moved.bytes += out.len() as u64;
+                            if !out.is_empty() {
+                                send_bytes(send, Bytes::from(std::mem::take(&mut out)), false, idle).await?;
+                            }
+                        }
+                        tokio::select! {
+                            next = data => next,
+                            reason = std::future::poll_fn(|cx| send.poll_reset(cx)) => return Err(client_reset(reason, Phase::Data)),
+                        }
+                    }
+                }
             };
             let Some(data) = next else { break };
             let data = data?;
             let n = data.len();
             let last = down.is_end_stream();
-            send_bytes(send, data, last, idle).await?;
+            match &mut encoder {
+                Some(e) => {
+                    e.push(&data).map_err(compress_failed)?;
+                    e.swap_output(&mut out);
+                    moved.bytes += out.len() as u64;
+                    if !out.is_empty() {
+                        send_bytes(send, Bytes::from(std::mem::take(&mut out)), false, idle).await?;
+                    }
+                }
+                None => {
+                    send_bytes(send, data, last, idle).await?;
+                    moved.bytes += n as u64;
+                }
+            }
             down.release(n);
             progress.moved(n.max(1));
-            moved.bytes += n as u64;
-            if last {
+            if last && encoder.is_none() {
                 return Ok(());
             }
+            if last {
+                break;
+            }
+        }
+        if let Some(e) = &mut encoder {
+            // The server's trailers described the uncompressed body: dropped.
+            e.finish().map_err(compress_failed)?;
+            e.swap_output(&mut out);
+            moved.bytes += out.len() as u64;
+            return send_bytes(send, Bytes::from(std::mem::take(&mut out)), true, idle).await;
         }
         match down.trailers().await? {
             Some(trailers) => send.send_trailers(trailers),

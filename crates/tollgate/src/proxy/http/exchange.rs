@@ -37,7 +37,9 @@ use crate::buffer::BufferPool;
 use crate::config::model::Timeouts;
 use crate::error::{Error, ErrorKind, Phase, Side};
 use crate::http::compress::{self, Encoder, Facts, Verdict};
-use crate::http::h1::{self, Method, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, ResponseHead, Version};
+use crate::http::h1::{
+    self, BodyFraming, BodyTracker, ConnectionOut, H1Error, HeadEdits, Method, ResponseHead, Version,
+};
 use crate::proxy::connect::{Connected, Retries};
 use crate::relay::counted::Counted;
 use crate::relay::idle::{self, Progress};
@@ -777,7 +779,7 @@ where
             encoder.push(content).map_err(compress_failed)?;
             progress.moved(r.consumed);
             inbound.consume(r.consumed);
-            encoder.drain(|out| push_chunk(prefix, out));
+            encoder.drain(|out| h1::push_chunk(prefix, out));
             if prefix.len() >= COALESCE {
                 flush(dst, prefix).await?;
             }
@@ -791,7 +793,7 @@ where
             Poll::Pending => {
                 // The server has nothing more for now: what it sent goes out whole.
                 encoder.flush().map_err(compress_failed)?;
-                encoder.drain(|out| push_chunk(prefix, out));
+                encoder.drain(|out| h1::push_chunk(prefix, out));
                 flush(dst, prefix).await?;
                 read.await
             }
@@ -806,30 +808,9 @@ where
         }
     }
     encoder.finish().map_err(compress_failed)?;
-    encoder.drain(|out| push_chunk(prefix, out));
+    encoder.drain(|out| h1::push_chunk(prefix, out));
     prefix.extend_from_slice(b"0\r\n\r\n");
     if hold_last { Ok(()) } else { flush(dst, prefix).await }
-}
-
-/// `data` as one chunk of a chunked body.
-fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
-    let mut hex = [0u8; 16];
-    let mut n = data.len();
-    let mut at = hex.len();
-    loop {
-        at -= 1;
-        if let Some(d) = hex.get_mut(at) {
-            *d = b"0123456789abcdef".get(n & 15).copied().unwrap_or(b'0');
-        }
-        n >>= 4;
-        if n == 0 || at == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(hex.get(at..).unwrap_or_default());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
 }
 
 async fn flush<W: AsyncWrite + Unpin>(dst: &mut W, prefix: &mut Vec<u8>) -> Result<(), BodyError> {

@@ -11,8 +11,8 @@
 use std::net::IpAddr;
 
 use crate::config::model::{Answer, Frontend, Overrides, Redirect, Route, RouteAction};
-use crate::http::compress::Policy;
 use crate::config::route::{Headers, RequestView, Scheme};
+use crate::http::compress::Policy;
 use crate::http::h1::{MessageHead, RequestHead, TargetForm};
 use crate::http::normalize;
 use crate::http::rewrite::Rewrite;

@@ -21,11 +21,11 @@ use crate::ctx::errors::{Direction, Refused};
 use crate::ctx::park::{IdleConn, Opening, ParkedAt};
 use crate::ctx::sessions::{self, SessionState};
 use crate::error::{Error, ErrorKind, Side};
+use crate::http::compress::Negotiated;
 use crate::http::h1::{
     self, BodyFraming, BodyTracker, ConnectionOut, HeadEdits, HeadScratch, Limits, Method, RequestHead, Version,
 };
 use crate::http::normalize;
-use crate::http::compress::Negotiated;
 use crate::http::rewrite::{RequestVars, Rewrite};
 use crate::live::ServerId;
 use crate::proxy::record::StreamRecord;

@@ -28,7 +28,8 @@ use super::inbound::Inbound;
 use super::stream::{RequestInfo, Session};
 use crate::buffer::BufferPool;
 use crate::error::{Error, ErrorKind, Phase, Side};
-use crate::http::h1::{BodyTracker, Method, Version};
+use crate::http::compress::{self, Encoder, Facts, Verdict};
+use crate::http::h1::{self, BodyTracker, Method, Version};
 use crate::proxy::connect::Connected;
 use crate::proxy::h2back::{self, Lease, RequestBody, ResponseBody};
 use crate::relay::idle::{self, Progress};
@@ -339,6 +340,24 @@ async fn respond<C: ClientStream>(
         super::stream::id_field(s.fe, s.request_id.as_ref(), true),
     );
     let bodiless = req.method == Method::Head || matches!(status, 100..=199 | 204 | 304);
+    // Compression (`compress`), as the h1 path: not for an HTTP/1.0 client, the head edited
+    // before it is written, over the compressor budget only `Vary`.
+    let mut verdict = match s.compress {
+        Some(n) if req.version == Version::Http11 => n.verdict(&Facts::gather(
+            status,
+            req.method == Method::Head,
+            parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        )),
+        _ => Verdict::Untouched,
+    };
+    let mut compressing = match (verdict, s.compress) {
+        (Verdict::Compress(coding), Some(n)) if !body.is_end_stream() => s.ctx.compressors.start(coding, n.policy),
+        _ => None,
+    };
+    if compressing.is_none() && matches!(verdict, Verdict::Compress(_)) {
+        verdict = Verdict::VaryOnly;
+    }
+    compress::edit_h2_head(&mut parts.headers, verdict);
     let length = parts
         .headers
         .get(http::header::CONTENT_LENGTH)
@@ -374,11 +393,22 @@ async fn respond<C: ClientStream>(
     }
     let progress = Progress::default();
     let idle = req.limits.timeouts.server;
-    let trailers = asked.trailers && framing == Framing::Chunked;
+    // Trailers describe the body as the server sent it: not a compressed one.
+    let trailers = asked.trailers && framing == Framing::Chunked && compressing.is_none();
+    let mut encoder = compressing.as_mut().map(|c| &mut c.encoder);
     let mut cut = false;
     let transfer = async {
         let Some((request, tracker, pending)) = rest else {
-            return send_body(&mut s.client, &mut body, &mut out, framing, trailers, &progress).await;
+            return send_body(
+                &mut s.client,
+                &mut body,
+                &mut out,
+                framing,
+                trailers,
+                encoder,
+                &progress,
+            )
+            .await;
         };
         let (mut rd, mut wr) = tokio::io::split(&mut s.client);
         let up = Upload {
@@ -390,7 +420,15 @@ async fn respond<C: ClientStream>(
             progress: &progress,
         };
         let mut up = pin!(up.run(&mut rd, request, tracker));
-        let mut down = pin!(send_body(&mut wr, &mut body, &mut out, framing, trailers, &progress));
+        let mut down = pin!(send_body(
+            &mut wr,
+            &mut body,
+            &mut out,
+            framing,
+            trailers,
+            encoder.take(),
+            &progress
+        ));
         let mut uploading = true;
         loop {
             tokio::select! {
@@ -513,21 +551,54 @@ fn write_head(out: &mut Vec<u8>, head: &Head<'_>) {
 }
 
 /// The response body (and trailers) to the client. What is left in `out` at the end is for
-/// the caller to write (with the FIN when the connection closes).
+/// the caller to write (with the FIN when the connection closes). With an `encoder`
+/// (`compress`, always chunked), the data goes through it and its output out as chunks,
+/// flushed whenever the server's next DATA is not there yet.
 async fn send_body<W: AsyncWrite + Unpin>(
     client: &mut W,
     body: &mut ResponseBody,
     out: &mut Vec<u8>,
     framing: Framing,
     trailers: bool,
+    mut encoder: Option<&mut Encoder>,
     progress: &Progress,
 ) -> Result<(), Error> {
     let write_error = |e: std::io::Error| Error::io(Side::Front, "write response body", e).during(Phase::Data);
+    let compress_failed =
+        |e: std::io::Error| Error::new(ErrorKind::Io, Side::Internal, format!("compression: {e}")).during(Phase::Data);
     if framing != Framing::None && framing != Framing::Empty {
-        while let Some(data) = body.data().await {
+        loop {
+            let next = {
+                let mut next = pin!(body.data());
+                match std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await {
+                    std::task::Poll::Ready(d) => d,
+                    std::task::Poll::Pending => {
+                        // The server has nothing more for now: what it sent goes out whole.
+                        if let Some(e) = &mut encoder {
+                            e.flush().map_err(compress_failed)?;
+                            e.drain(|o| h1::push_chunk(out, o));
+                            client.write_all(out).await.map_err(write_error)?;
+                            out.clear();
+                        }
+                        next.await
+                    }
+                }
+            };
+            let Some(data) = next else { break };
             let data = data?;
             let n = data.len();
             if n == 0 {
+                continue;
+            }
+            if let Some(e) = &mut encoder {
+                e.push(&data).map_err(compress_failed)?;
+                e.drain(|o| h1::push_chunk(out, o));
+                if out.len() >= 16 * 1024 {
+                    client.write_all(out).await.map_err(write_error)?;
+                    out.clear();
+                }
+                body.release(n);
+                progress.moved(n);
                 continue;
             }
             if framing == Framing::Chunked {
@@ -549,6 +620,10 @@ async fn send_body<W: AsyncWrite + Unpin>(
             body.release(n);
             progress.moved(n);
         }
+    }
+    if let Some(e) = &mut encoder {
+        e.finish().map_err(compress_failed)?;
+        e.drain(|o| h1::push_chunk(out, o));
     }
     if framing == Framing::Chunked {
         out.extend_from_slice(b"0\r\n");
