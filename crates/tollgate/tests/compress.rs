@@ -3,10 +3,12 @@
 //! `Vary`, weak `ETag`), a server-sent-events stream that arrives event by event through
 //! the compressor, a 100 MiB compressed transfer whose decoded sha256 matches, the
 //! per-worker compressor budget (over it: sent as is, counted), hostile `Accept-Encoding`
-//! values, HTTP/2 clients (h2c), and a route that turns compression off.
+//! values, HTTP/2 clients (h2c) and servers, a route that turns compression off, and a page
+//! whose HTML, script and JSON reach headless Chromium compressed and decode right.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
+mod browser_support;
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -673,4 +675,70 @@ fn an_http2_servers_event_stream_is_flushed_as_it_comes() {
         o.counts.active.load(std::sync::atomic::Ordering::SeqCst) == 1,
         "the server is still sending"
     );
+}
+
+/// A page, its script and its JSON, each compressed on the way to headless Chromium: the
+/// script runs and reads the JSON right (Chromium offers gzip, br and zstd).
+#[test]
+fn a_browser_decodes_a_compressed_page_script_and_json() {
+    let binary = match browser_support::chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{why}: .ci/run installs chromium; CI may not skip this test"
+            );
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let items: Vec<String> = (0..2000)
+        .map(|i| format!("{{\"n\":{i},\"name\":\"item {i}\"}}"))
+        .collect();
+    let json = format!("{{\"check\":\"ok-1234\",\"items\":[{}]}}", items.join(","));
+    let script = format!(
+        "// {}\nfetch('/data.json').then(r => r.json()).then(d => {{ window.result = d.items.length + ':' + d.check; }});\n",
+        "padding so the script is over min_size ".repeat(100)
+    );
+    let page = format!(
+        "<!doctype html><html><head><title>t</title></head><body><p>{}</p><script src=\"/app.js\"></script></body></html>",
+        "a paragraph of text. ".repeat(200)
+    );
+    let o = http_origin(move |req| {
+        let (ty, body) = match req.target.as_str() {
+            "/app.js" => ("text/javascript", script.as_bytes()),
+            "/data.json" => ("application/json", json.as_bytes()),
+            "/" => ("text/html; charset=utf-8", page.as_bytes()),
+            // The favicon, and anything else: under min_size, never compressed.
+            _ => return reply("404 Not Found", "Content-Type: text/plain\r\n", b"none"),
+        };
+        reply(
+            "200 OK",
+            &format!("Content-Type: {ty}\r\nCache-Control: no-store\r\n"),
+            body,
+        )
+    });
+    let proxy = Proxy::start(&config(o.addr, "compress = {}\n", ""));
+    let mut browser = browser_support::Browser::launch(&binary);
+    browser.call("Page.enable", serde_json::json!({}));
+    browser.call(
+        "Page.navigate",
+        serde_json::json!({"url": format!("http://{}/", proxy.addr)}),
+    );
+    browser.wait_value(
+        "window.result || null",
+        &serde_json::json!("2000:ok-1234"),
+        Duration::from_secs(20),
+    );
+    let stats = proxy.running().stats();
+    assert_eq!(
+        stats.compressed_responses, 3,
+        "page, script and JSON went compressed: {stats:?}"
+    );
+    let offered: Vec<String> = o
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("accept-encoding").map(str::to_string))
+        .collect();
+    assert!(offered.iter().all(|a| a.contains("gzip")), "{offered:?}");
 }
