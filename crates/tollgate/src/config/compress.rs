@@ -22,7 +22,7 @@ type Errors = Vec<(Range<usize>, String, String)>;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompressSection {
-    /// In order of preference; default `["zstd", "br", "gzip"]`.
+    /// In order of preference; default `["zstd", "gzip", "br"]`.
     pub algorithms: Option<Spanned<Vec<Spanned<String>>>>,
     /// Media types (`text/*`, `application/json`); default `http::compress::DEFAULT_TYPES`.
     pub types: Option<Spanned<Vec<Spanned<String>>>>,
@@ -74,7 +74,7 @@ pub(super) fn policy(
                     None => errors.push((
                         name.span(),
                         format!("{key}.algorithms"),
-                        format!("unknown algorithm `{}`: one of zstd, br, gzip", name.get_ref()),
+                        format!("unknown algorithm `{}`: one of zstd, gzip, br", name.get_ref()),
                     )),
                 }
             }

@@ -4,7 +4,7 @@ use super::*;
 
 fn policy() -> Policy {
     Policy {
-        codings: vec![Coding::Zstd, Coding::Br, Coding::Gzip],
+        codings: Coding::ALL.to_vec(),
         types: DEFAULT_TYPES.iter().map(|t| Box::from(*t)).collect(),
         min_size: DEFAULT_MIN_SIZE,
         gzip_level: DEFAULT_GZIP_LEVEL,
@@ -21,7 +21,8 @@ fn pick(accept: &[&str]) -> Option<Coding> {
 fn negotiation_follows_q_values_then_the_proxy_order() {
     assert_eq!(pick(&[]), None, "no Accept-Encoding: nothing");
     assert_eq!(pick(&["gzip, deflate, br, zstd"]), Some(Coding::Zstd));
-    assert_eq!(pick(&["gzip, deflate, br"]), Some(Coding::Br));
+    assert_eq!(pick(&["gzip, deflate, br"]), Some(Coding::Gzip), "gzip before br by default");
+    assert_eq!(pick(&["deflate, br"]), Some(Coding::Br));
     assert_eq!(pick(&["gzip"]), Some(Coding::Gzip));
     assert_eq!(pick(&["GZIP"]), Some(Coding::Gzip));
     assert_eq!(pick(&["x-gzip"]), Some(Coding::Gzip));
@@ -31,12 +32,14 @@ fn negotiation_follows_q_values_then_the_proxy_order() {
         Some(Coding::Br),
         "several field lines"
     );
+    let br_first = [Coding::Br, Coding::Gzip];
+    assert_eq!(negotiate([&b"gzip, br"[..]], &br_first), Some(Coding::Br), "the configured order");
     assert_eq!(pick(&["identity"]), None);
     assert_eq!(pick(&["identity;q=0"]), None, "nothing offered that it takes");
     assert_eq!(pick(&["*"]), Some(Coding::Zstd));
     assert_eq!(
         pick(&["*;q=0.5, zstd;q=0"]),
-        Some(Coding::Br),
+        Some(Coding::Gzip),
         "q=0 refuses a listed coding"
     );
     assert_eq!(pick(&["gzip;q=0"]), None);
