@@ -50,6 +50,7 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod accesslog;
+pub mod auth;
 pub(crate) mod acme;
 pub mod admin;
 pub(crate) mod background;
