@@ -50,9 +50,9 @@
 #![warn(unreachable_pub)]
 
 pub(crate) mod accesslog;
-pub mod auth;
 pub(crate) mod acme;
 pub mod admin;
+pub mod auth;
 pub(crate) mod background;
 pub(crate) mod balance;
 pub(crate) mod budget;

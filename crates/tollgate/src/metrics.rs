@@ -119,6 +119,8 @@ pub(crate) struct FrontendCell {
 #[repr(align(128))]
 pub(crate) struct RouteCell {
     requests: Counter,
+    /// Requests its `auth` refused (401/403, or the forward auth server's answer).
+    auth_refused: Counter,
     responses: Responses,
     duration: HistogramCell,
 }
@@ -191,6 +193,13 @@ impl ThreadCells {
 
     fn route(&self, frontend: usize, route: u16) -> Option<&RouteCell> {
         self.routes.get(self.route_base.get(frontend)? + usize::from(route))
+    }
+
+    /// A request of `frontend`'s route `route` its `auth` refused.
+    pub(crate) fn auth_refused(&self, frontend: usize, route: u16) {
+        if let Some(r) = self.route(frontend, route) {
+            r.auth_refused.add(1);
+        }
     }
 
     /// One ended stream: its frontend's (and route's, and backend's, if it had them).
@@ -303,6 +312,8 @@ pub struct RouteMetrics {
     pub name: String,
     pub requests: u64,
     #[serde(default)]
+    pub auth_refused: u64,
+    #[serde(default)]
     pub responses: Vec<u64>,
     #[serde(default)]
     pub duration: HistogramSnapshot,
@@ -402,6 +413,7 @@ impl ThreadCells {
     pub(crate) fn add_route_to(&self, frontend: usize, route: u16, m: &mut RouteMetrics) {
         if let Some(r) = self.route(frontend, route) {
             m.requests += r.requests.get();
+            m.auth_refused += r.auth_refused.get();
             r.responses.add_to(&mut m.responses);
             r.duration.add_to(&mut m.duration);
         }
@@ -420,6 +432,7 @@ pub(crate) const PROCESS_GAUGES: &[&str] = &[
     "pipes_in_use",
     "pipes_pooled",
     "compressors_in_use",
+    "auth_verifying",
     "shared_redis_down",
 ];
 
@@ -573,6 +586,7 @@ impl FrontendMetrics {
                 },
             );
             t.requests += r.requests;
+            t.auth_refused += r.auth_refused;
             add_rows(&mut t.responses, &r.responses);
             t.duration.add(&r.duration);
         }

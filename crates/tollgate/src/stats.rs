@@ -252,6 +252,18 @@ worker_stats! {
     /// were because the worker's compressors were all busy; bytes into and out of the
     /// compressors of finished responses (their ratio is the compression ratio).
     compressors_in_use,
+    /// Route authentication (`auth`): requests checked; refused; let through by a cached
+    /// success (no password check); password checks run (off the worker thread); checks
+    /// in flight now (`global.max_auth_checks` per worker) and those that waited for a slot;
+    /// forward checks that got no usable answer (the auth server unreachable, slow or
+    /// malformed).
+    auth_checks,
+    auth_refused,
+    auth_cache_hits,
+    auth_verifications,
+    auth_verifying,
+    auth_verify_waits,
+    auth_forward_failures,
     compressed_responses,
     compress_over_budget,
     compress_bytes_in,

@@ -541,6 +541,19 @@ fn routes(out: &mut Out, gens: &Gens<'_>) {
             }
         }
     }
+    let name = "tollgate_route_auth_refused_total";
+    out.family(name, "counter", "Requests the route's auth refused.");
+    for (g, m) in gens {
+        for f in &m.metrics.frontends {
+            for r in &f.routes {
+                out.sample(
+                    name,
+                    &[("generation", g), ("frontend", &f.name), ("route", &r.name)],
+                    r.auth_refused,
+                );
+            }
+        }
+    }
     responses_family(
         out,
         "tollgate_route_responses_total",

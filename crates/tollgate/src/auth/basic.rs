@@ -48,10 +48,8 @@ impl Hash {
     pub fn verify(&self, password: &[u8]) -> bool {
         match self {
             Hash::Bcrypt(h) => bcrypt::verify(password, h).unwrap_or(false),
-            Hash::Sha256Crypt(h) => std::str::from_utf8(password)
-                .is_ok_and(|p| sha_crypt::sha256_check(p, h).is_ok()),
-            Hash::Sha512Crypt(h) => std::str::from_utf8(password)
-                .is_ok_and(|p| sha_crypt::sha512_check(p, h).is_ok()),
+            Hash::Sha256Crypt(h) => std::str::from_utf8(password).is_ok_and(|p| sha_crypt::sha256_check(p, h).is_ok()),
+            Hash::Sha512Crypt(h) => std::str::from_utf8(password).is_ok_and(|p| sha_crypt::sha512_check(p, h).is_ok()),
         }
     }
 }
@@ -63,12 +61,18 @@ pub struct Users {
     /// Verified in place of an unknown user's hash, so that an unknown name costs what a
     /// known one does (no user enumeration by timing).
     decoy: Option<Hash>,
+    /// Random, per parse: what a cached success is tied to, so a changed file (a reload)
+    /// forgets every success of the old one.
+    pub id: u64,
 }
 
 impl Users {
     /// Parses an htpasswd file's text: `user:hash` lines, `#` comments and blank lines.
     pub fn parse(text: &str) -> Result<Users, String> {
-        let mut users = Users::default();
+        let mut users = Users {
+            id: crate::http::request_id::random_u64(),
+            ..Users::default()
+        };
         for (n, line) in text.lines().enumerate() {
             let line = line.trim_end_matches('\r');
             if line.trim().is_empty() || line.trim_start().starts_with('#') {

@@ -8,3 +8,32 @@
 //! are stripped from every request of the route, so a client cannot forge them.
 
 pub mod basic;
+pub mod forward;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A route's `auth`, validated.
+#[derive(Debug)]
+pub struct RouteAuth {
+    pub method: Method,
+    /// Lowercase names of the request fields this auth owns: never forwarded as the client
+    /// sent them (`authorization` unless `pass_authorization`, the fields it sets).
+    pub strip: Vec<Box<str>>,
+}
+
+#[derive(Debug)]
+pub enum Method {
+    Basic(BasicAuth),
+    Forward(forward::Forward),
+}
+
+/// `auth.basic`, validated.
+#[derive(Debug)]
+pub struct BasicAuth {
+    /// The `WWW-Authenticate` value of a 401.
+    pub challenge: Box<str>,
+    pub users: Arc<basic::Users>,
+    /// The htpasswd file (re-read by every reload).
+    pub source: PathBuf,
+}

@@ -92,6 +92,8 @@ pub(crate) struct GlobalSection {
     pub max_pipes: Option<u32>,
     /// Responses one worker compresses at once (`http::compress`); beyond it, sent as they are.
     pub max_compressors: Option<u32>,
+    /// Password checks (bcrypt and the like) one worker runs at once (`auth.basic`).
+    pub max_auth_checks: Option<Spanned<u32>>,
     pub pipe_size: Option<Spanned<ByteSize>>,
     pub max_handshakes: Option<Spanned<u32>>,
     /// TLS connections one source may have before the end of their handshake.
@@ -435,6 +437,8 @@ pub(crate) struct RouteSection {
     pub limits: Option<Spanned<Vec<Spanned<String>>>>,
     /// HTTP mode: compress this route's responses (replaces the frontend's `compress`).
     pub compress: Option<Spanned<super::compress::CompressSection>>,
+    /// HTTP mode: who may use this route (`config::auth`).
+    pub auth: Option<Spanned<super::auth::AuthSection>>,
 }
 
 /// `timeouts = { … }` on a route or a backend: the global `[timeouts]` it overrides.

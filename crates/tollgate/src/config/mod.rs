@@ -18,6 +18,7 @@
 //! `tollgate check` and a refused reload can say exactly what to fix.
 
 pub mod acme;
+pub(crate) mod auth;
 pub(crate) mod bounded;
 pub mod cert_store;
 mod client_auth;

@@ -25,6 +25,9 @@ pub const DEFAULT_MAX_PIPES: u32 = 64;
 /// `max_compressors`: 64 compressors hold at most ~40 MiB (zstd's state is the largest,
 /// ~600 KiB at the default level and window; docs/benchmarks.md "Compression").
 pub const DEFAULT_MAX_COMPRESSORS: u32 = 64;
+/// `max_auth_checks`: a bcrypt check at htpasswd's default cost takes a few ms of a core;
+/// 4 per worker keep a password-guessing flood from taking more than that many cores.
+pub const DEFAULT_MAX_AUTH_CHECKS: u32 = 4;
 /// The kernel's own default pipe size: sixteen pages.
 pub const DEFAULT_PIPE_SIZE: usize = 64 * 1024;
 pub const DEFAULT_MAX_HANDSHAKES: u32 = 1000;
@@ -101,6 +104,8 @@ pub struct Global {
     pub max_pipes: u32,
     /// Responses one worker compresses at once; beyond it responses go uncompressed.
     pub max_compressors: u32,
+    /// Password checks one worker runs at once, off its thread; more wait for a slot.
+    pub max_auth_checks: u32,
     /// Capacity asked of the kernel for each splice pipe: bytes moved per splice(2) call.
     pub pipe_size: usize,
     /// TLS handshakes in progress at once, process-wide; more wait for a slot.
@@ -561,6 +566,8 @@ pub struct Route {
     pub limits: u8,
     /// `compress`: replaces the frontend's (no codings: off for this route).
     pub compress: Option<std::sync::Arc<crate::http::compress::Policy>>,
+    /// `auth`: who may use this route.
+    pub auth: Option<std::sync::Arc<crate::auth::RouteAuth>>,
 }
 
 /// What a matched route does (`config::route_action` builds it).

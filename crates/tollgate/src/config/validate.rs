@@ -246,6 +246,14 @@ impl<'a> Validator<'a> {
             control_socket: self.control_socket(g.control_socket.as_ref()),
             max_pipes: g.max_pipes.unwrap_or(DEFAULT_MAX_PIPES),
             max_compressors: g.max_compressors.unwrap_or(DEFAULT_MAX_COMPRESSORS),
+            max_auth_checks: match &g.max_auth_checks {
+                Some(m) if *m.get_ref() == 0 => {
+                    self.err(m.span(), "global.max_auth_checks".into(), "must be at least 1".into());
+                    1
+                }
+                Some(m) => *m.get_ref(),
+                None => DEFAULT_MAX_AUTH_CHECKS,
+            },
             pipe_size,
             max_handshakes: match &g.max_handshakes {
                 Some(m) if *m.get_ref() == 0 => {
@@ -1461,6 +1469,14 @@ impl<'a> Validator<'a> {
             when,
             overrides: super::limits::route(r, &key, mode, &mut self.errors),
             compress: super::compress::policy(r.compress.as_ref(), mode, &key, &mut self.errors),
+            auth: {
+                let base = self.base_dir.clone();
+                let path = move |text: &str| match &base {
+                    Some(b) if std::path::Path::new(text).is_relative() => b.join(text),
+                    _ => std::path::PathBuf::from(text),
+                };
+                super::auth::route_auth(r.auth.as_ref(), mode, &key, path, &mut self.errors)
+            },
             action,
             limits: 0,
         })

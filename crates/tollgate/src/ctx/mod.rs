@@ -13,6 +13,7 @@
 //! - [`inbox`]: the messages a thread's inbox carries (connection handoffs, commands).
 //! - [`loglimit`]: the warn-line budget (sans-io).
 //! - [`compressors`]: the thread's budget of response compressors.
+//! - [`auth`]: the thread's budget of password checks and its cache of recent successes.
 //! - [`origin`]: a session's client and TLS facts, for a server's PROXY protocol header.
 //! - [`park`]: idle HTTP/1 client connections held outside any task (no future, no
 //!   reactor registration, no buffer), watched by one epoll instance per thread.
@@ -24,6 +25,7 @@
 //! Invariant: nothing here imports `runtime`, `listener`, `proxy` or `tls`; a worker's
 //! context is plain state plus the few methods sessions need, built once per thread.
 
+pub(crate) mod auth;
 pub(crate) mod backends;
 pub(crate) mod chunked;
 pub(crate) mod compressors;

@@ -34,6 +34,8 @@ pub(crate) struct WorkerCtx {
     pub pipes: Rc<PipePool>,
     /// Response compressors running on this thread (`global.max_compressors`).
     pub compressors: super::compressors::Compressors,
+    /// Route authentication's password checks and cached successes (`global.max_auth_checks`).
+    pub auth: super::auth::AuthWork,
     /// This thread's view of each backend (balancer over the live server set), in config order.
     pub backends: Vec<LocalBackend>,
     /// Idle HTTP server connections of this worker.
@@ -90,6 +92,7 @@ impl WorkerCtx {
             .map(|(spec, live)| LocalBackend::new(spec, Arc::clone(live), id))
             .collect();
         let http_pool = ServerPool::new(&shared.config);
+        let auth = super::auth::AuthWork::new(shared.config.global.max_auth_checks);
         let compressors =
             super::compressors::Compressors::new(shared.config.global.max_compressors, Arc::clone(&stats));
         let park = super::park::Park::new(Arc::clone(&stats));
@@ -103,6 +106,7 @@ impl WorkerCtx {
             stats,
             progress,
             compressors,
+            auth,
             buffers,
             pipes,
             backends,

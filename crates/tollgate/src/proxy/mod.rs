@@ -6,6 +6,7 @@
 //! the verified identity to servers in HTTP mode (`client_cert`).
 
 pub(crate) mod accept_proxy;
+pub(crate) mod auth;
 pub(crate) mod client_cert;
 pub(crate) mod connect;
 pub(crate) mod h2back;

@@ -28,14 +28,23 @@ fn htpasswd_hashes_verify() {
 #[test]
 fn weak_and_malformed_entries_are_refused_with_the_line_and_the_fix() {
     for (line, want) in [
-        ("dave:$apr1$CqB7/UG7$WQsKV7N/WqD.BMu2aZ519.", "line 1: user `dave`: MD5 hashes are refused"),
+        (
+            "dave:$apr1$CqB7/UG7$WQsKV7N/WqD.BMu2aZ519.",
+            "line 1: user `dave`: MD5 hashes are refused",
+        ),
         ("eve:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=", "unsalted SHA-1"),
         ("frank:secret", "plain text are refused"),
         ("gina:abJnggxhB/yWI", "DES crypt"),
         ("nocolon", "not `user:hash`"),
-        (":$2y$05$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e", "printable text"),
+        (
+            ":$2y$05$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e",
+            "printable text",
+        ),
         ("h:$2y$05$short", "malformed bcrypt"),
-        ("h:$2y$99$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e", "malformed bcrypt"),
+        (
+            "h:$2y$99$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e",
+            "malformed bcrypt",
+        ),
         ("h:$6$rounds=999999999$salt$x", "rounds must be"),
         ("h:$5$salt$tooshort", "malformed SHA-crypt"),
     ] {
@@ -47,7 +56,11 @@ fn weak_and_malformed_entries_are_refused_with_the_line_and_the_fix() {
     }
     let twice = "a:$2y$05$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e\n\
                  a:$2y$05$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e\n";
-    assert!(Users::parse(twice).unwrap_err().contains("line 2: user `a` is listed twice"));
+    assert!(
+        Users::parse(twice)
+            .unwrap_err()
+            .contains("line 2: user `a` is listed twice")
+    );
     assert!(Users::parse("# nothing\n\n").unwrap().is_empty());
 }
 

@@ -21,7 +21,11 @@ fn pick(accept: &[&str]) -> Option<Coding> {
 fn negotiation_follows_q_values_then_the_proxy_order() {
     assert_eq!(pick(&[]), None, "no Accept-Encoding: nothing");
     assert_eq!(pick(&["gzip, deflate, br, zstd"]), Some(Coding::Zstd));
-    assert_eq!(pick(&["gzip, deflate, br"]), Some(Coding::Gzip), "gzip before br by default");
+    assert_eq!(
+        pick(&["gzip, deflate, br"]),
+        Some(Coding::Gzip),
+        "gzip before br by default"
+    );
     assert_eq!(pick(&["deflate, br"]), Some(Coding::Br));
     assert_eq!(pick(&["gzip"]), Some(Coding::Gzip));
     assert_eq!(pick(&["GZIP"]), Some(Coding::Gzip));
@@ -33,7 +37,11 @@ fn negotiation_follows_q_values_then_the_proxy_order() {
         "several field lines"
     );
     let br_first = [Coding::Br, Coding::Gzip];
-    assert_eq!(negotiate([&b"gzip, br"[..]], &br_first), Some(Coding::Br), "the configured order");
+    assert_eq!(
+        negotiate([&b"gzip, br"[..]], &br_first),
+        Some(Coding::Br),
+        "the configured order"
+    );
     assert_eq!(pick(&["identity"]), None);
     assert_eq!(pick(&["identity;q=0"]), None, "nothing offered that it takes");
     assert_eq!(pick(&["*"]), Some(Coding::Zstd));

@@ -101,12 +101,19 @@ pub struct HeadEdits<'a> {
     /// A `traceparent` tollgate started (`[frontend] trace`): received `traceparent` and
     /// `tracestate` fields are dropped and this one written last. Requests only.
     pub traceparent: Option<&'a [u8]>,
+    /// Fields a route's `auth` owns (lowercase): received ones dropped, `auth_lines`
+    /// written instead. Requests only.
+    pub auth_strip: &'a [Box<str>],
+    /// Complete lines (CRLF-terminated) the route's `auth` adds (a forward auth server's
+    /// copied fields).
+    pub auth_lines: &'a [u8],
 }
 
 impl HeadEdits<'_> {
     #[inline]
     fn strips(&self, name: &[u8]) -> bool {
         self.strip.iter().any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+            || self.auth_strip.iter().any(|n| n.as_bytes().eq_ignore_ascii_case(name))
             || self.id_field.is_some_and(|(id, _)| id.eq_ignore_ascii_case(name))
             || (self.traceparent.is_some()
                 && (name.eq_ignore_ascii_case(b"traceparent") || name.eq_ignore_ascii_case(b"tracestate")))
@@ -250,7 +257,10 @@ fn write_fields_with(
 ) {
     let keep_upgrade = is_upgrade && edits.connection == ConnectionOut::Upgrade;
     // Most heads strip nothing: one test per head, not a call per field.
-    let strips = !edits.strip.is_empty() || edits.id_field.is_some() || edits.traceparent.is_some();
+    let strips = !edits.strip.is_empty()
+        || !edits.auth_strip.is_empty()
+        || edits.id_field.is_some()
+        || edits.traceparent.is_some();
     for e in entries {
         if keep_upgrade && e.kind == HeaderKind::Upgrade {
             push_upgrade_without_h2c(e.name.of(buf), e.value.of(buf), out);
@@ -306,6 +316,7 @@ fn write_fields_with(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(edits.append);
+    out.extend_from_slice(edits.auth_lines);
     if let Some((name, value)) = edits.id_field {
         push_field(name, value, out);
     }

@@ -306,14 +306,14 @@ impl Stream<'_> {
             client_cert: self.conn.client_cert,
         };
         // The route's index goes to the record at once: no local of it spans an await.
-        let (decision, counted_by) = {
+        let (decision, counted_by, auth) = {
             let routed = route::decide_h2(self.fe, parts, &conn);
             self.rec.route = routed.route;
             self.compress = routed.compress.map(|policy| {
                 let accept = parts.headers.get_all(http::header::ACCEPT_ENCODING).iter();
                 Negotiated::of(policy, accept.map(|v| (&b"accept-encoding"[..], v.as_bytes())))
             });
-            (routed.decision, routed.counted_by)
+            (routed.decision, routed.counted_by, routed.auth)
         };
         let config = &self.conn.ctx.shared.config;
         let limits = match decision {
@@ -337,6 +337,62 @@ impl Stream<'_> {
         let max_body = limits.max_body_size;
         if max_body > 0 && checked.content_length.is_some_and(|n| n > max_body) {
             return Err(refused(413, "content-length over max_body_size"));
+        }
+        // The route's `auth`, before anything is answered or forwarded.
+        if let Some(auth) = auth {
+            let ctx = std::rc::Rc::clone(&self.conn.ctx);
+            let mut authorization = parts.headers.get_all(http::header::AUTHORIZATION).iter();
+            let only = match (authorization.next(), authorization.next()) {
+                (Some(v), None) => Some(v.as_bytes()),
+                _ => None,
+            };
+            let host = parts.headers.get(http::header::HOST).map(http::HeaderValue::as_bytes);
+            let facts = crate::proxy::auth::Facts {
+                method: parts.method.as_str().as_bytes(),
+                target: parts.uri.path_and_query().map_or("/", |p| p.as_str()).as_bytes(),
+                host: parts
+                    .uri
+                    .authority()
+                    .map(|a| a.as_str().as_bytes())
+                    .or(host)
+                    .unwrap_or_default(),
+                proto: self.conn.proto.as_str(),
+                client: self.conn.peer.ip(),
+                authorization: only,
+                fields: parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+            };
+            match crate::proxy::auth::check(&ctx, auth, facts, limits.timeouts.http_request).await {
+                crate::proxy::auth::Checked::Allow(fields) => {
+                    for name in &auth.strip {
+                        parts.headers.remove(&**name);
+                    }
+                    for (name, value) in fields {
+                        if let (Ok(n), Ok(v)) = (
+                            http::HeaderName::from_bytes(name.as_bytes()),
+                            http::HeaderValue::from_bytes(&value),
+                        ) {
+                            parts.headers.append(n, v);
+                        }
+                    }
+                }
+                crate::proxy::auth::Checked::Refuse(r) => {
+                    crate::proxy::auth::count_route(&ctx, self.conn.frontend, self.rec.route);
+                    let mut resp = http::Response::new(());
+                    for (name, value) in &r.fields {
+                        if let (Ok(n), Ok(v)) =
+                            (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value))
+                        {
+                            resp.headers_mut().append(n, v);
+                        }
+                    }
+                    let body: &[u8] = if parts.method == http::Method::HEAD {
+                        b""
+                    } else {
+                        &r.body
+                    };
+                    return self.answer_with(resp, r.status, "", body);
+                }
+            }
         }
         match decision {
             Decision::NoRoute => Err(Error::new(

@@ -121,6 +121,8 @@ pub(crate) struct Routed<'a> {
     /// The response compression it runs under: the route's `compress`, else the
     /// frontend's; none when that offers no coding.
     pub compress: Option<&'a Policy>,
+    /// The route's `auth` (none without a route: the default backend has none).
+    pub auth: Option<&'a crate::auth::RouteAuth>,
 }
 
 fn routed(fe: &Frontend, matched: Option<usize>) -> Routed<'_> {
@@ -133,6 +135,7 @@ fn routed(fe: &Frontend, matched: Option<usize>) -> Routed<'_> {
             .and_then(|r| r.compress.as_deref())
             .or(fe.compress.as_deref())
             .filter(|p| !p.codings.is_empty()),
+        auth: route.and_then(|r| r.auth.as_deref()),
     }
 }
 

@@ -671,13 +671,13 @@ impl<'a, C: ClientStream> Session<'a, C> {
             client_cert: self.client_cert,
         };
         // The route's index goes to the record at once: no local of it spans an await.
-        let (decision, counted_by) = {
+        let (decision, counted_by, auth) = {
             let routed = route::decide(self.fe, &head, self.front.data(), &conn);
             self.rec.route = routed.route;
             self.compress = routed
                 .compress
                 .map(|policy| Negotiated::of(policy, h1::MessageHead::headers(&head, self.front.data())));
-            (routed.decision, routed.counted_by)
+            (routed.decision, routed.counted_by, routed.auth)
         };
         let config = &self.ctx.shared.config;
         let limits = match decision {
@@ -726,6 +726,33 @@ impl<'a, C: ClientStream> Session<'a, C> {
             );
             self.fail(&cause).await?;
             return Ok(false);
+        }
+        // The route's `auth`, before anything is answered or forwarded.
+        let (mut auth_lines, mut auth_strip): (Vec<u8>, &[Box<str>]) = (Vec::new(), &[]);
+        if let Some(auth) = auth {
+            let ctx = self.ctx;
+            let buf = self.front.data();
+            let facts = crate::proxy::auth::Facts {
+                method: head.method_span.of(buf),
+                target: head.target.of(buf),
+                host: head.host.map_or(&b""[..], |h| h.of(buf)),
+                proto: C::PROTO.as_str(),
+                client: self.peer.ip(),
+                authorization: only_field(h1::MessageHead::headers(&head, buf), b"authorization"),
+                fields: h1::MessageHead::headers(&head, buf),
+            };
+            let wait = limits.timeouts.http_request;
+            match crate::proxy::auth::check(ctx, auth, facts, wait).await {
+                crate::proxy::auth::Checked::Allow(fields) => {
+                    (auth_lines, auth_strip) = (crate::proxy::auth::h1_lines(&fields), &auth.strip);
+                }
+                crate::proxy::auth::Checked::Refuse(r) => {
+                    crate::proxy::auth::count_route(ctx, self.frontend, self.rec.route);
+                    let keep = req.keep_alive && !ctx.is_stopping();
+                    r.write_h1(keep, req.method == Method::Head, &mut self.out);
+                    return self.answer_here(head, &req, r.status, keep).await;
+                }
+            }
         }
         match decision {
             Decision::NoRoute => {
@@ -801,6 +828,8 @@ impl<'a, C: ClientStream> Session<'a, C> {
                         target: normalized.as_deref(),
                         id_field: id_field(self.fe, self.request_id.as_ref(), false),
                         traceparent: self.trace.as_deref().filter(|t| t.current).map(|t| t.parent.as_bytes()),
+                        auth_strip,
+                        auth_lines: &auth_lines,
                         ..self.request_edits(&req)
                     };
                     h1::write_request_head(&head, self.front.data(), &edits, &mut self.out)
@@ -978,6 +1007,21 @@ enum Waited {
     TimedOut,
     Park,
     Failed(std::io::Error),
+}
+
+/// The value of the one field named `name` (lowercase); `None` when there is none or more
+/// than one (two `Authorization` fields say nothing a check can trust).
+pub(crate) fn only_field<'b>(fields: impl Iterator<Item = (&'b [u8], &'b [u8])>, name: &[u8]) -> Option<&'b [u8]> {
+    let mut found = None;
+    for (n, v) in fields {
+        if n.eq_ignore_ascii_case(name) {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(v);
+        }
+    }
+    found
 }
 
 fn request_timeout() -> Error {
