@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
 mod common;
+mod master_support;
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -398,4 +399,44 @@ fn forward_auth_for_http2_clients() {
     };
     assert_eq!(curl("good"), "auth=- user=alice\n200");
     assert_eq!(curl("bad"), "go away\n\n401");
+}
+
+/// Master mode: a reload re-reads the users file (a user added works at once); a file that
+/// became invalid makes the reload fail, naming the line, while the old generation serves.
+#[test]
+fn a_reload_re_reads_the_users_file() {
+    if !common::have("htpasswd") {
+        return;
+    }
+    let dir = master_support::TempDir::new("auth-reload");
+    let users = dir.0.join("users");
+    let htpasswd = |args: &[&str]| {
+        let out = Command::new("htpasswd").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    htpasswd(&["-cbB", users.to_str().unwrap(), "alice", "secret"]);
+    let o = echo_origin();
+    let text = format!(
+        "{}[[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n\
+         [[frontend.route]]\npath_prefix = \"/\"\nbackend = \"be\"\nauth = {{ basic = {{ users_file = \"users\" }} }}\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{}\"\n",
+        master_support::global(&dir.0, ""),
+        o.addr
+    );
+    let master = master_support::Master::start(dir, &text, &[]);
+    assert_eq!(get(master.addr, "/", &basic("alice", "secret")).0, 200);
+    assert_eq!(get(master.addr, "/", &basic("dave", "hunter2")).0, 401);
+    htpasswd(&["-bB", users.to_str().unwrap(), "dave", "hunter2"]);
+    master.reload_ok();
+    assert_eq!(
+        get(master.addr, "/", &basic("dave", "hunter2")).0,
+        200,
+        "the new user, after a reload"
+    );
+    // An MD5 entry: the reload is refused, the running generation keeps the old file.
+    std::fs::write(&users, "eve:$apr1$CqB7/UG7$WQsKV7N/WqD.BMu2aZ519.\n").unwrap();
+    let (code, out, err) = master.reload();
+    assert_ne!(code, 0);
+    assert!(format!("{out}{err}").contains("MD5 hashes are refused"), "{out}{err}");
+    assert_eq!(get(master.addr, "/", &basic("dave", "hunter2")).0, 200);
 }
