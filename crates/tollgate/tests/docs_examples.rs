@@ -7,9 +7,9 @@
 //! element). `toml check-fails` must be refused, with the first line of the ```` ```text ````
 //! block right after it somewhere in `check`'s message.
 //!
-//! The files an example names (certificates, keys, CA bundles, a `body_file`) are paths on
+//! The files an example names (certificates, keys, CA bundles, a `body_file`, a `users_file`) are paths on
 //! the reader's machine, not this one: each is replaced by a file this test makes (a chain
-//! and key from a test CA, the CA itself, a small body), and `[global] user` and `group` by
+//! and key from a test CA, the CA itself, a small body, an htpasswd file), and `[global] user` and `group` by
 //! the user running the test (`control_socket_group` by a group no worker runs in). Nothing else is changed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -156,6 +156,8 @@ struct Fixtures {
     key: PathBuf,
     ca: PathBuf,
     body: PathBuf,
+    /// An htpasswd file (a bcrypt entry) for `users_file`.
+    users: PathBuf,
     state_dir: PathBuf,
     uid: String,
     gid: String,
@@ -176,8 +178,15 @@ impl Fixtures {
         let ca_path = ca.write(&dir, "ca.pem");
         let body = dir.path("body.html");
         std::fs::write(&body, "<h1>maintenance</h1>\n").unwrap();
+        let users = dir.path("users.htpasswd");
+        std::fs::write(
+            &users,
+            "alice:$2y$05$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e\n",
+        )
+        .unwrap();
         let state_dir = dir.path("state");
         Fixtures {
+            users,
             chain,
             key,
             ca: ca_path,
@@ -214,6 +223,7 @@ impl Fixtures {
                         "key" if pair => Some(Self::path_str(&self.key)),
                         "ca_file" | "directory_ca" => Some(Self::path_str(&self.ca)),
                         "body_file" => Some(Self::path_str(&self.body)),
+                        "users_file" => Some(Self::path_str(&self.users)),
                         "state_dir" => Some(Self::path_str(&self.state_dir)),
                         _ => None,
                     };

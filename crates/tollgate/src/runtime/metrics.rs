@@ -132,6 +132,13 @@ fn budgets(shared: &Shared, c: &Snapshot) -> Vec<BudgetMetrics> {
             waiting: None,
         },
         BudgetMetrics {
+            name: "auth_checks".into(),
+            limit: u64::from(g.max_auth_checks) * workers,
+            in_use: Some(c.auth_verifying),
+            parked: Some(c.auth_verify_waits),
+            waiting: None,
+        },
+        BudgetMetrics {
             name: "compressors".into(),
             limit: u64::from(g.max_compressors) * workers,
             in_use: Some(c.compressors_in_use),

@@ -327,6 +327,13 @@ pub(crate) fn budgets(shared: &Shared) -> Vec<ThreadBudgets> {
                     None,
                 ),
                 budget("pipes", u64::from(g.max_pipes), Some(s.pipes_in_use.get()), None, None),
+                budget(
+                    "auth_checks",
+                    u64::from(g.max_auth_checks),
+                    Some(s.auth_verifying.get()),
+                    Some(s.auth_verify_waits.get()),
+                    None,
+                ),
                 // Over it a response goes uncompressed: "parked" counts those.
                 budget(
                     "compressors",
