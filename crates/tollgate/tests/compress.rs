@@ -34,7 +34,7 @@ fn json_body(len: usize) -> Vec<u8> {
                 "{{\"id\":{i},\"user\":\"u{}\",\"score\":{},\"ok\":{}}},",
                 h % 10_000,
                 h % 1000,
-                h % 2 == 0
+                h.is_multiple_of(2)
             )
             .as_bytes(),
         );
