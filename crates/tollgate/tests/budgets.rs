@@ -208,7 +208,17 @@ fn frontend_maxconn_is_shared_by_workers(workers: u32) {
         }
         proxy.wait_idle(Duration::from_secs(5));
     }
-    let m = proxy.running().metrics();
+    // A closed session gives its slot back as its task ends, a moment after it stopped
+    // counting as active: wait (bounded) for the budget to read it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let m = loop {
+        let m = proxy.running().metrics();
+        let fe = m.frontends.iter().find(|f| f.name == "fe").unwrap();
+        if fe.connections == Some(0) || std::time::Instant::now() > deadline {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
     let fe = m.frontends.iter().find(|f| f.name == "fe").unwrap();
     assert_eq!(fe.connections, Some(0), "frontend slots in use while idle: {fe:?}");
     let maxconn = m.budgets.iter().find(|b| b.name == "maxconn").unwrap();

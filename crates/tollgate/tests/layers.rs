@@ -28,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["live"],
     &["limit"],
     &["budget", "buffer", "stats", "accesslog", "background"],
-    &["config", "http", "error", "ids", "origin", "proxyproto"],
+    &["config", "http", "auth", "error", "ids", "origin", "proxyproto"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -70,11 +70,11 @@ impl Target {
         {
             return Err("must be `http://host[:port]/path` (no user info, no spaces)".into());
         }
-        let with_port = if authority
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.ends_with(']') || p.is_empty())
-            && !authority.ends_with(']')
-        {
+        let has_port = match authority.strip_prefix('[') {
+            Some(v6) => v6.split_once(']').is_some_and(|(_, tail)| tail.starts_with(':')),
+            None => authority.contains(':'),
+        };
+        let with_port = if has_port {
             authority.to_string()
         } else {
             format!("{authority}:80")
