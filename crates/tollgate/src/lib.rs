@@ -52,6 +52,7 @@
 pub(crate) mod accesslog;
 pub(crate) mod acme;
 pub mod admin;
+pub mod auth;
 pub(crate) mod background;
 pub(crate) mod balance;
 pub(crate) mod budget;

@@ -28,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["live"],
     &["limit"],
     &["budget", "buffer", "stats", "accesslog", "background"],
-    &["config", "http", "error", "ids", "origin", "proxyproto"],
+    &["config", "http", "error", "ids", "origin", "proxyproto", "auth"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
