@@ -3,12 +3,20 @@
 //! for a request (the slow parts off the worker thread, within the thread's budget), and
 //! `config::auth` builds these from the config.
 //!
-//! Invariant: a credential never reaches a log or an error message; the request headers an
-//! auth method owns (`Authorization` unless passed on, the headers it sets for the server)
-//! are stripped from every request of the route, so a client cannot forge them.
+//! - [`basic`]: htpasswd files and `Authorization: Basic`.
+//! - [`forward`]: the subrequest to a forward auth server and what its answer decides.
+//! - [`jwt`]: bearer tokens (RFC 7519) verified against a JWKS: the sans-io check, the key
+//!   set swapped whole, and the `jwks_url` refresher thread.
+//!
+//! Invariants: a credential never reaches a log or an error message (a refusal names its
+//! reason in a fixed word); the request headers an auth method owns (`Authorization` unless
+//! passed on, the headers it sets for the server) are stripped from every request of the
+//! route, so a client cannot forge them; a request never waits on a key fetch (JWKS are
+//! fetched in the background and read lock-free).
 
 pub mod basic;
 pub mod forward;
+pub mod jwt;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -26,6 +26,7 @@ pub(crate) mod compress;
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
+pub(crate) mod jwt;
 pub mod limit;
 mod limits;
 pub mod log_layout;
