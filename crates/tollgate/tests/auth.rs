@@ -440,3 +440,180 @@ fn a_reload_re_reads_the_users_file() {
     assert!(format!("{out}{err}").contains("MD5 hashes are refused"), "{out}{err}");
     assert_eq!(get(master.addr, "/", &basic("dave", "hunter2")).0, 200);
 }
+
+// --- JWT -------------------------------------------------------------------------------
+
+mod jwt_keys {
+    use aws_lc_rs::rand::SystemRandom;
+    use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    use serde_json::{Value, json};
+
+    pub fn b64(bytes: &[u8]) -> String {
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    pub struct Key {
+        pub kid: &'static str,
+        pub alg: Algorithm,
+        encoding: EncodingKey,
+        pub jwk: Value,
+    }
+
+    impl Key {
+        pub fn sign(&self, claims: &Value) -> String {
+            let mut header = Header::new(self.alg);
+            header.kid = Some(self.kid.into());
+            jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
+        }
+    }
+
+    pub fn es256(kid: &'static str) -> Key {
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new()).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref()).unwrap();
+        let point = pair.public_key().as_ref();
+        Key {
+            kid,
+            alg: Algorithm::ES256,
+            encoding: EncodingKey::from_ec_der(pkcs8.as_ref()),
+            jwk: json!({"kty": "EC", "kid": kid, "crv": "P-256", "alg": "ES256",
+                        "x": b64(&point[1..33]), "y": b64(&point[33..65])}),
+        }
+    }
+
+    pub fn ed25519(kid: &'static str) -> Key {
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).unwrap();
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        Key {
+            kid,
+            alg: Algorithm::EdDSA,
+            encoding: EncodingKey::from_ed_der(pkcs8.as_ref()),
+            jwk: json!({"kty": "OKP", "kid": kid, "crv": "Ed25519", "x": b64(pair.public_key().as_ref())}),
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn claims(aud: &str, exp_in: i64) -> serde_json::Value {
+    serde_json::json!({"iss": "https://issuer.test", "aud": aud, "sub": "alice", "exp": unix_now() + exp_in, "iat": unix_now()})
+}
+
+fn jwt_route(source: &str) -> String {
+    format!(
+        "auth = {{ jwt = {{ {source}, issuer = \"https://issuer.test\", audience = \"api\", \
+         algorithms = [\"ES256\", \"EdDSA\"], claims_to_headers = {{ sub = \"x-user\" }} }} }}"
+    )
+}
+
+/// Tokens the test signs with keys it generates: good ones pass with the claim header (a
+/// client's forged one dropped); expired, wrong audience, wrong key type, `none`, tampered
+/// and missing ones get RFC 6750's 401. HTTP/1.1 and HTTP/2 (curl) clients.
+#[test]
+fn jwt_bearer_tokens_from_a_jwks_file() {
+    let dir = TempDir::new();
+    let (es, ed, stranger) = (jwt_keys::es256("k1"), jwt_keys::ed25519("k2"), jwt_keys::es256("k1"));
+    let jwks = dir.path("jwks.json");
+    std::fs::write(&jwks, serde_json::json!({"keys": [es.jwk, ed.jwk]}).to_string()).unwrap();
+    let o = echo_origin();
+    let route = jwt_route(&format!("jwks_file = \"{}\"", jwks.display()));
+    let proxy = Proxy::start(&config(o.addr, &route, ""));
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\nX-User: root\r\n");
+    for key in [&es, &ed] {
+        let (status, _, body) = get(proxy.addr, "/private/x", &bearer(&key.sign(&claims("api", 300))));
+        assert_eq!(status, 200, "{:?}", key.alg);
+        let body = String::from_utf8(body).unwrap();
+        assert!(
+            body.ends_with(" user=alice"),
+            "the claim, not the client's X-User: {body}"
+        );
+        assert!(
+            body.starts_with("auth=Bearer "),
+            "the token goes on to the server: {body}"
+        );
+    }
+    let good = es.sign(&claims("api", 300));
+    let (head, rest) = good.rsplit_once('.').unwrap();
+    let tampered = format!(
+        "{head}.{}",
+        if rest.starts_with('A') {
+            rest.replacen('A', "B", 1)
+        } else {
+            rest.replacen(&rest[..1], "A", 1)
+        }
+    );
+    let none = format!(
+        "{}.{}.",
+        jwt_keys::b64(br#"{"alg":"none","typ":"JWT"}"#),
+        jwt_keys::b64(claims("api", 300).to_string().as_bytes())
+    );
+    for (what, token) in [
+        ("expired", es.sign(&claims("api", -3600))),
+        ("wrong audience", es.sign(&claims("other", 300))),
+        ("a key the JWKS does not have", stranger.sign(&claims("api", 300))),
+        ("alg none", none),
+        ("tampered", tampered),
+        ("garbage", "a.b.c".to_string()),
+    ] {
+        let (status, fields, _) = get(proxy.addr, "/private/x", &bearer(&token));
+        assert_eq!(status, 401, "{what}");
+        assert_eq!(
+            field(&fields, "www-authenticate"),
+            Some("Bearer realm=\"tollgate\", error=\"invalid_token\""),
+            "{what}"
+        );
+    }
+    let (status, fields, _) = get(proxy.addr, "/private/x", "");
+    assert_eq!(
+        (status, field(&fields, "www-authenticate")),
+        (401, Some("Bearer realm=\"tollgate\""))
+    );
+    assert_eq!(proxy.running().metrics().frontends[0].routes[0].auth_refused, 7);
+    if common::have("curl") {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                "--http2-prior-knowledge",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .args(["-H", &format!("Authorization: Bearer {good}"), "-H", "X-User: root"])
+            .arg(format!("http://{}/private/h2", proxy.addr))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.ends_with(" user=alice\n200"), "{text}");
+    }
+}
+
+/// `jwks_url`: the key set is fetched before the proxy serves (a token is accepted at once).
+#[test]
+fn jwt_keys_from_a_jwks_url() {
+    let es = jwt_keys::es256("url-key");
+    let document = serde_json::json!({"keys": [es.jwk]}).to_string();
+    let keys = http_origin(move |_| {
+        Reply::Bytes(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{document}",
+                document.len()
+            )
+            .into_bytes(),
+        )
+    });
+    let o = echo_origin();
+    let route = jwt_route(&format!("jwks_url = \"http://{}/jwks.json\"", keys.addr));
+    let proxy = Proxy::start(&config(o.addr, &route, ""));
+    let token = es.sign(&claims("api", 300));
+    let (status, _, body) = get(proxy.addr, "/private/x", &format!("Authorization: Bearer {token}\r\n"));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(keys.requests().len(), 1, "one fetch at start");
+}

@@ -34,6 +34,27 @@ pub struct RouteAuth {
 pub enum Method {
     Basic(BasicAuth),
     Forward(forward::Forward),
+    Jwt(JwtAuth),
+}
+
+/// `auth.jwt`, validated.
+#[derive(Debug)]
+pub struct JwtAuth {
+    pub policy: jwt::JwtPolicy,
+    /// The key set (a `jwks_url`'s kept fresh by the generation's refresher thread).
+    pub jwks: Arc<jwt::Jwks>,
+    /// The `WWW-Authenticate` value of a 401 (RFC 6750 §3).
+    pub challenge: Box<str>,
+}
+
+impl RouteAuth {
+    /// The key set of a JWT method, for the refresher.
+    pub fn jwks(&self) -> Option<&Arc<jwt::Jwks>> {
+        match &self.method {
+            Method::Jwt(j) => Some(&j.jwks),
+            _ => None,
+        }
+    }
 }
 
 /// `auth.basic`, validated.

@@ -1,5 +1,5 @@
-//! `auth = { basic = { … } | forward = { … } }` on an http route: who may use it
-//! (`auth` holds the methods, `proxy::auth` runs them).
+//! `auth = { basic = { … } | forward = { … } | jwt = { … } }` on an http route: who may
+//! use it (`auth` holds the methods, `proxy::auth` runs them; `config::jwt` reads `jwt`).
 //!
 //! Refused at load: on a tcp-mode route, none or more than one method, an unreadable or
 //! refused htpasswd file (`auth::basic` says which line and why), a forward `url` that is
@@ -18,7 +18,8 @@ use super::file::ModeName;
 use super::units::DurationValue;
 use crate::auth::basic::{MAX_USERS_FILE, Users};
 use crate::auth::forward::{FailMode, Forward};
-use crate::auth::{BasicAuth, Method, RouteAuth};
+use crate::auth::jwt::Jwks;
+use crate::auth::{BasicAuth, JwtAuth, Method, RouteAuth};
 
 type Errors = Vec<(Range<usize>, String, String)>;
 
@@ -28,6 +29,7 @@ type Errors = Vec<(Range<usize>, String, String)>;
 pub(crate) struct AuthSection {
     pub basic: Option<Spanned<BasicSection>>,
     pub forward: Option<Spanned<ForwardSection>>,
+    pub jwt: Option<Spanned<super::jwt::JwtSection>>,
 }
 
 /// `auth.basic`.
@@ -85,6 +87,7 @@ pub(super) fn route_auth(
     mode: ModeName,
     key: &str,
     path: impl Fn(&str) -> std::path::PathBuf,
+    base_dir: Option<&std::path::Path>,
     errors: &mut Errors,
 ) -> Option<Arc<RouteAuth>> {
     let section = section?;
@@ -102,22 +105,42 @@ pub(super) fn route_auth(
         );
     }
     let s = section.get_ref();
-    match (&s.basic, &s.forward) {
-        (Some(b), None) => basic(b, &key, path, errors),
-        (None, Some(f)) => forward(f, &key, errors),
-        (None, None) => refuse(
+    match (&s.basic, &s.forward, &s.jwt) {
+        (Some(b), None, None) => basic(b, &key, path, errors),
+        (None, Some(f), None) => forward(f, &key, errors),
+        (None, None, Some(j)) => jwt(j, &key, base_dir, errors),
+        (None, None, None) => refuse(
             errors,
             section.span(),
             key,
-            "needs one method: `basic` or `forward`".into(),
+            "needs one method: `basic`, `forward` or `jwt`".into(),
         ),
-        (Some(_), Some(_)) => refuse(
+        _ => refuse(
             errors,
             section.span(),
             key,
-            "one method per route: `basic` or `forward`, not both".into(),
+            "one method per route: `basic`, `forward` or `jwt`".into(),
         ),
     }
+}
+
+fn jwt(
+    j: &Spanned<super::jwt::JwtSection>,
+    key: &str,
+    base_dir: Option<&std::path::Path>,
+    errors: &mut Errors,
+) -> Option<Arc<RouteAuth>> {
+    let (policy, source) = super::jwt::policy(j, &format!("{key}.jwt"), base_dir, errors)?;
+    // The claims' fields are the proxy's to write: a client's own are always dropped.
+    let strip = policy.header_names().map(|n| Box::from(n.as_str())).collect();
+    Some(Arc::new(RouteAuth {
+        strip,
+        method: Method::Jwt(JwtAuth {
+            challenge: "Bearer realm=\"tollgate\"".into(),
+            policy,
+            jwks: Arc::new(Jwks::new(source)),
+        }),
+    }))
 }
 
 fn basic(

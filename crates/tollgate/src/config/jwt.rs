@@ -16,10 +16,6 @@
 //! the proxy owns (hop-by-hop fields, `host`, `content-length`, `authorization`).
 //! Whether `auth` may appear where it is (http mode) is the caller's check.
 
-// Nothing outside the tests calls `policy` until the frontend's and routes' `auth` table
-// takes this section (`config::file`): remove this then.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;

@@ -1475,7 +1475,8 @@ impl<'a> Validator<'a> {
                     Some(b) if std::path::Path::new(text).is_relative() => b.join(text),
                     _ => std::path::PathBuf::from(text),
                 };
-                super::auth::route_auth(r.auth.as_ref(), mode, &key, path, &mut self.errors)
+                let base = self.base_dir.clone();
+                super::auth::route_auth(r.auth.as_ref(), mode, &key, path, base.as_deref(), &mut self.errors)
             },
             action,
             limits: 0,

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::auth::forward::{self, Answer, FailMode, Forward, Original};
-use crate::auth::{BasicAuth, Method, RouteAuth, basic};
+use crate::auth::jwt::Refusal as TokenRefusal;
+use crate::auth::{BasicAuth, JwtAuth, Method, RouteAuth, basic};
 use crate::ctx::worker::WorkerCtx;
 use crate::http::h1::{self, BodyFraming, BodyTracker, HeadScratch, MessageHead};
 
@@ -97,6 +98,7 @@ where
     let checked = match &auth.method {
         Method::Basic(b) => basic_check(ctx, b, facts.authorization, wait).await,
         Method::Forward(f) => forward_check(ctx, f, facts).await,
+        Method::Jwt(j) => jwt_check(j, facts.authorization),
     };
     if let Checked::Refuse(r) = &checked {
         ctx.stats.auth_refused.add(1);
@@ -169,6 +171,30 @@ async fn basic_check(ctx: &WorkerCtx, b: &BasicAuth, authorization: Option<&[u8]
         Checked::Allow(Vec::new())
     } else {
         challenge("wrong user or password")
+    }
+}
+
+/// A bearer token against the route's key set: no I/O, no wait (the keys are fetched in
+/// the background). A refusal is RFC 6750's: 401 with `error="invalid_token"` when a token
+/// came, the bare challenge when none did.
+fn jwt_check(j: &JwtAuth, authorization: Option<&[u8]>) -> Checked {
+    match j.jwks.verify(&j.policy, authorization, std::time::SystemTime::now()) {
+        Ok(verified) => Checked::Allow(
+            verified
+                .headers
+                .into_iter()
+                .map(|(n, v)| (Box::from(n.as_str()), v.as_bytes().to_vec()))
+                .collect(),
+        ),
+        Err(refusal) => {
+            let mut r = Refusal::text(401, refusal.as_str());
+            let challenge = match refusal {
+                TokenRefusal::Missing => j.challenge.to_string(),
+                _ => format!("{}, error=\"invalid_token\"", j.challenge),
+            };
+            r.fields.push((b"WWW-Authenticate".to_vec(), challenge.into_bytes()));
+            Checked::Refuse(r)
+        }
     }
 }
 

@@ -56,6 +56,8 @@ pub struct Running {
     _discover: Option<crate::discover::Handle>,
     /// The ACME thread (when a frontend orders certificates); stops when dropped.
     _acme: Option<crate::acme::Handle>,
+    /// The JWKS refresher (when a route's `auth.jwt` has a `jwks_url`); stops when dropped.
+    _jwks: Option<crate::background::Stopper<tokio::sync::oneshot::Sender<()>>>,
     /// The certificate file watch and OCSP fetcher (when a certificate asks); stops when dropped.
     _cert_refresh: Option<crate::tls::refresh::Handle>,
     /// The Redis sync of shared limits (with `[shared]` and a `shared = true` limit); stops
@@ -181,6 +183,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     // Host names resolve (or are given up on) before any worker serves.
     let discover = crate::discover::start(&shared, senders.clone())?;
     let acme = crate::acme::start(&shared)?;
+    let jwks = start_jwks(&shared)?;
     let sharing = crate::sharing::start(
         shared.config.sharing.as_ref(),
         shared_tables(&shared),
@@ -253,10 +256,42 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         checker,
         _discover: discover,
         _acme: acme,
+        _jwks: jwks,
         _cert_refresh: cert_refresh,
         _sharing: sharing,
         retired: servers::Retired::default(),
     })
+}
+
+/// Starts the refresher of every `jwks_url` key set the routes use, and waits (bounded by
+/// one fetch's timeout) for each set's first fetch, so a new generation does not begin by
+/// refusing every token while its keys are on the way. A fetch that fails leaves the set
+/// empty (tokens refused, counted, retried in the background): the generation starts anyway.
+fn start_jwks(
+    shared: &Shared,
+) -> std::io::Result<Option<crate::background::Stopper<tokio::sync::oneshot::Sender<()>>>> {
+    use std::sync::atomic::Ordering;
+    let sets: Vec<Arc<crate::auth::jwt::Jwks>> = shared
+        .config
+        .frontends
+        .iter()
+        .flat_map(|f| f.routes.iter())
+        .filter_map(|r| r.auth.as_ref()?.jwks().cloned())
+        .collect();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let Some(thread) = crate::auth::jwt::spawn_refresher(sets.clone(), stopped)? else {
+        return Ok(None);
+    };
+    let deadline = std::time::Instant::now() + crate::auth::jwt::FETCH_TIMEOUT + std::time::Duration::from_secs(1);
+    let tried = |s: &crate::auth::jwt::Jwks| {
+        s.url().is_none()
+            || s.stats().fetches_ok.load(Ordering::Relaxed) + s.stats().fetches_failed.load(Ordering::Relaxed) > 0
+    };
+    // Start-up only: polled, as the refresher has no signal of its own to wait on.
+    while !sets.iter().all(|s| tried(s)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(Some(crate::background::Stopper::new(stop, thread)))
 }
 
 /// The stick tables of the limits `[shared]` lists (`shared = true`).
