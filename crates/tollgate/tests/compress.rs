@@ -126,6 +126,15 @@ fn get(addr: SocketAddr, path: &str, accept: &str) -> (u16, Vec<(String, String)
     )
 }
 
+/// The response head, read line by line up to its empty line.
+fn read_head(r: &mut impl BufRead) -> String {
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        r.read_line(&mut head).unwrap();
+    }
+    head
+}
+
 fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
     fields
         .iter()
@@ -275,10 +284,7 @@ fn what_is_never_compressed_goes_untouched() {
     (&c).write_all(b"HEAD /json HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(c);
-    let mut head = String::new();
-    while !head.ends_with("\r\n\r\n") {
-        r.read_line(&mut head).unwrap();
-    }
+    let head = read_head(&mut r);
     assert!(!head.to_ascii_lowercase().contains("content-encoding"), "{head}");
     // An HTTP/1.0 client (as nginx's default, gzip_http_version 1.1).
     let (_, fields, body) = fetch(proxy.addr, "GET /json HTTP/1.0\r\nAccept-Encoding: gzip\r\n\r\n");
@@ -376,10 +382,7 @@ fn a_server_sent_event_stream_arrives_event_by_event() {
     (&c).write_all(b"GET /events HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(c);
-    let mut head = String::new();
-    while !head.ends_with("\r\n\r\n") {
-        r.read_line(&mut head).unwrap();
-    }
+    let head = read_head(&mut r);
     assert!(head.contains("Content-Encoding: gzip"), "{head}");
     let mut wire = Vec::new();
     let mut decoded_upto = 0;
@@ -457,10 +460,7 @@ fn a_100_mib_compressed_transfer_decodes_to_the_same_bytes() {
     (&c).write_all(b"GET /big HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(c);
-    let mut head = String::new();
-    while !head.ends_with("\r\n\r\n") {
-        r.read_line(&mut head).unwrap();
-    }
+    let head = read_head(&mut r);
     assert!(head.contains("Content-Encoding: gzip"), "{head}");
     // De-chunk and decode as it streams.
     struct Dechunk<R> {
@@ -651,10 +651,7 @@ fn an_http2_servers_event_stream_is_flushed_as_it_comes() {
     (&c).write_all(b"GET /text-stream/100 HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(c);
-    let mut head = String::new();
-    while !head.ends_with("\r\n\r\n") {
-        r.read_line(&mut head).unwrap();
-    }
+    let head = read_head(&mut r);
     assert!(head.contains("content-encoding: gzip"), "{head}");
     let mut wire = Vec::new();
     loop {

@@ -528,29 +528,27 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
 /// Per route (`[[frontend.route]]`, named by `name` or `route[N]`): requests, responses by
 /// class and source, durations.
 fn routes(out: &mut Out, gens: &Gens<'_>) {
-    let name = "tollgate_route_requests_total";
-    out.family(name, "counter", "Streams the route decided.");
-    for (g, m) in gens {
-        for f in &m.metrics.frontends {
-            for r in &f.routes {
-                out.sample(
-                    name,
-                    &[("generation", g), ("frontend", &f.name), ("route", &r.name)],
-                    r.requests,
-                );
-            }
-        }
-    }
-    let name = "tollgate_route_auth_refused_total";
-    out.family(name, "counter", "Requests the route's auth refused.");
-    for (g, m) in gens {
-        for f in &m.metrics.frontends {
-            for r in &f.routes {
-                out.sample(
-                    name,
-                    &[("generation", g), ("frontend", &f.name), ("route", &r.name)],
-                    r.auth_refused,
-                );
+    let counters: [(&str, &str, fn(&crate::metrics::RouteMetrics) -> u64); 2] = [
+        ("tollgate_route_requests_total", "Streams the route decided.", |r| {
+            r.requests
+        }),
+        (
+            "tollgate_route_auth_refused_total",
+            "Requests the route's auth refused.",
+            |r| r.auth_refused,
+        ),
+    ];
+    for (name, help, pick) in counters {
+        out.family(name, "counter", help);
+        for (g, m) in gens {
+            for f in &m.metrics.frontends {
+                for r in &f.routes {
+                    out.sample(
+                        name,
+                        &[("generation", g), ("frontend", &f.name), ("route", &r.name)],
+                        pick(r),
+                    );
+                }
             }
         }
     }

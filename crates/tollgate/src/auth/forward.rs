@@ -103,11 +103,9 @@ pub struct Original<'a, I> {
     pub fields: I,
 }
 
-/// Fields never sent to the auth server: hop-by-hop, framing (no body goes), and the
-/// forwarding fields tollgate writes itself.
-fn never_sent(name: &[u8]) -> bool {
+/// Hop-by-hop and framing fields: the proxy writes its own, never a peer's.
+pub fn hop_or_framing(name: &[u8]) -> bool {
     const NAMES: &[&[u8]] = &[
-        b"host",
         b"content-length",
         b"transfer-encoding",
         b"connection",
@@ -116,6 +114,15 @@ fn never_sent(name: &[u8]) -> bool {
         b"te",
         b"trailer",
         b"proxy-connection",
+    ];
+    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// Fields never sent to the auth server: hop-by-hop and framing (no body goes), `Host`
+/// and `Expect`, and the forwarding fields tollgate writes itself.
+fn never_sent(name: &[u8]) -> bool {
+    const NAMES: &[&[u8]] = &[
+        b"host",
         b"expect",
         b"x-forwarded-method",
         b"x-forwarded-proto",
@@ -124,7 +131,7 @@ fn never_sent(name: &[u8]) -> bool {
         b"x-original-uri",
         b"x-forwarded-for",
     ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+    hop_or_framing(name) || NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// The auth request's head, into `out`.
@@ -180,21 +187,6 @@ pub enum Answer {
     },
 }
 
-/// Fields of a refusal not passed to the client: the proxy frames the answer itself.
-fn not_passed(name: &[u8]) -> bool {
-    const NAMES: &[&[u8]] = &[
-        b"content-length",
-        b"transfer-encoding",
-        b"connection",
-        b"keep-alive",
-        b"upgrade",
-        b"te",
-        b"trailer",
-        b"proxy-connection",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
 /// The decision for an answer with `status` and `fields`, its body `body`.
 pub fn decide<'a>(f: &Forward, status: u16, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>, body: &[u8]) -> Answer {
     if (200..300).contains(&status) {
@@ -209,7 +201,7 @@ pub fn decide<'a>(f: &Forward, status: u16, fields: impl Iterator<Item = (&'a [u
     Answer::Deny {
         status,
         fields: fields
-            .filter(|(n, _)| !not_passed(n))
+            .filter(|(n, _)| !hop_or_framing(n))
             .map(|(n, v)| (n.to_vec(), v.to_vec()))
             .collect(),
         body: body.to_vec(),

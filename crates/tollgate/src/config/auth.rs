@@ -66,19 +66,9 @@ pub(crate) struct ForwardSection {
 /// Whether `name` may be set or copied by an auth method: a token, not a field tollgate
 /// writes or frames by.
 fn settable(name: &str) -> bool {
-    const OWNED: &[&str] = &[
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "upgrade",
-        "te",
-        "trailer",
-        "proxy-connection",
-        "expect",
-    ];
-    crate::http::h1::headers::is_token(name.as_bytes()) && !OWNED.contains(&name)
+    crate::http::h1::headers::is_token(name.as_bytes())
+        && !crate::auth::forward::hop_or_framing(name.as_bytes())
+        && !matches!(name, "host" | "expect")
 }
 
 /// The route's auth, or `None` (absent, or refused: errors pushed).

@@ -64,28 +64,8 @@ impl Refusal {
 
     /// The whole HTTP/1.1 response (the body left out for a HEAD), into `out`.
     pub(crate) fn write_h1(&self, keep: bool, head_only: bool, out: &mut Vec<u8>) {
-        use std::io::Write;
-        out.clear();
-        let _ = write!(
-            out,
-            "HTTP/1.1 {} {}\r\nContent-Length: {}\r\n",
-            self.status,
-            crate::http::status::reason(self.status),
-            self.body.len()
-        );
-        for (name, value) in &self.fields {
-            out.extend_from_slice(name);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        if !keep {
-            out.extend_from_slice(b"Connection: close\r\n");
-        }
-        out.extend_from_slice(b"\r\n");
-        if !head_only {
-            out.extend_from_slice(&self.body);
-        }
+        let fields = self.fields.iter().map(|(n, v)| (&n[..], &v[..]));
+        h1::write_made_response(self.status, None, fields, &self.body, (keep, head_only), out);
     }
 }
 

@@ -417,6 +417,40 @@ fn push_field(name: &[u8], value: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// A whole response the proxy makes, into `out` (cleared first): the status line, the
+/// `Content-Type` when given, `Content-Length`, `fields`, `Connection: close` unless
+/// `keep`, and `body` unless `head_only` (the answer to a HEAD).
+pub fn write_made_response<'f>(
+    status: u16,
+    content_type: Option<&[u8]>,
+    fields: impl IntoIterator<Item = (&'f [u8], &'f [u8])>,
+    body: &[u8],
+    (keep, head_only): (bool, bool),
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(status, out);
+    out.push(b' ');
+    out.extend_from_slice(crate::http::status::reason(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(t) = content_type {
+        push_field(b"Content-Type", t, out);
+    }
+    let mut n = itoa::Buffer::new();
+    push_field(b"Content-Length", n.format(body.len()).as_bytes(), out);
+    for (name, value) in fields {
+        push_field(name, value, out);
+    }
+    if !keep {
+        push_field(b"Connection", b"close", out);
+    }
+    out.extend_from_slice(b"\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+}
+
 /// `data` as one chunk of a chunked body (`{hex}\r\n{data}\r\n`); nothing for no data
 /// (an empty chunk would end the body).
 pub fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {

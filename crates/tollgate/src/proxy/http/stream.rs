@@ -1085,29 +1085,15 @@ pub(super) fn id_field<'s>(
 
 /// A response made by a `return` or `deny` route (to a HEAD request: its head only).
 fn fixed_response(answer: &crate::config::model::Answer, keep: bool, head_only: bool, out: &mut Vec<u8>) {
-    use std::io::Write;
-    out.clear();
-    let _ = write!(
-        out,
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+    let fields = answer.headers.iter().map(|(n, v)| (n.as_bytes(), &v[..]));
+    h1::write_made_response(
         answer.status,
-        reason(answer.status),
-        answer.content_type,
-        answer.body.len(),
+        Some(answer.content_type.as_bytes()),
+        fields,
+        &answer.body,
+        (keep, head_only),
+        out,
     );
-    for (name, value) in &answer.headers {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
-    if !keep {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if !head_only {
-        out.extend_from_slice(&answer.body);
-    }
 }
 
 /// A `redirect` route's response; false (nothing usable in `out`) if the request makes a
