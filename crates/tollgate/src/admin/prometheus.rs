@@ -525,10 +525,13 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
     routes(out, gens);
 }
 
+/// One counter of a route's figures.
+type RouteCounter = fn(&crate::metrics::RouteMetrics) -> u64;
+
 /// Per route (`[[frontend.route]]`, named by `name` or `route[N]`): requests, responses by
 /// class and source, durations.
 fn routes(out: &mut Out, gens: &Gens<'_>) {
-    let counters: [(&str, &str, fn(&crate::metrics::RouteMetrics) -> u64); 2] = [
+    let counters: [(&str, &str, RouteCounter); 2] = [
         ("tollgate_route_requests_total", "Streams the route decided.", |r| {
             r.requests
         }),
