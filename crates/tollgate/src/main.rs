@@ -59,7 +59,8 @@ struct Cli {
 enum Command {
     /// Run the proxy (the default command).
     Run(RunArgs),
-    /// Validate a config file and print a one-line summary.
+    /// Validate a config file (with the files it includes): print a one-line summary and
+    /// the files read.
     Check {
         /// Config file (TOML) to validate; default, as for `run`: ./tollgate.toml, then
         /// /etc/tollgate/tollgate.toml.
@@ -507,6 +508,10 @@ fn check(path: &Path) -> ExitCode {
                 eprintln!("{}: warning: {warning}", path.display());
             }
             stdout_line(&format!("{}: ok: {}", path.display(), c.summary()));
+            // The main file, then each included one, in the order read.
+            for file in &c.files {
+                stdout_line(&format!("read {}", file.display()));
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

@@ -1,6 +1,6 @@
 //! Reading a file a config (or an operator) names: [`read_bounded`], the one way every
-//! certificate, key, CA bundle, CRL, OCSP response, `body_file`, ACME state file and the
-//! config itself is read.
+//! certificate, key, CA bundle, CRL, OCSP response, `body_file`, ACME state file, secret
+//! (`*_file`: [`read_secret`]) and the config itself (with the files it includes) is read.
 //!
 //! Invariants: a read never blocks on a FIFO (the file is opened `O_NONBLOCK`), never reads
 //! what is not a regular file (a device, a FIFO, a directory, a socket: refused after
@@ -22,6 +22,8 @@ pub(crate) const MAX_OCSP: u64 = 64 * 1024;
 pub(crate) const MAX_CONFIG: u64 = 16 * 1024 * 1024;
 /// An ACME state file (account credentials, JSON).
 pub(crate) const MAX_STATE: u64 = 64 * 1024;
+/// A secret a `*_file` key names (`stats_auth_file`, `redis_password_file`).
+pub(crate) const MAX_SECRET: u64 = 4 * 1024;
 
 /// Why a file was not read.
 #[derive(Debug)]
@@ -88,6 +90,20 @@ pub(crate) fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     read_bounded(path, limit).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
+/// A secret from the file at `path`: UTF-8 text of at most [`MAX_SECRET`] bytes, its
+/// trailing line break (`\n` or `\r\n`, as editors and `echo` leave one) dropped, not empty.
+/// Errors name the file and never quote it.
+pub(crate) fn read_secret(path: &Path) -> Result<String, String> {
+    let bytes = read_file(path, MAX_SECRET)?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    if text.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(text.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -103,6 +119,28 @@ mod tests {
         assert!(matches!(read_bounded(&file, 4), Err(ReadError::TooLarge(4))));
         assert!(matches!(read_bounded(&dir, 4), Err(ReadError::NotRegular("directory"))));
         assert!(read_bounded(&dir.join("missing"), 4).unwrap_err().not_found());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn secrets_lose_their_line_break_and_are_never_quoted() {
+        let dir = std::env::temp_dir().join(format!("tollgate-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("s");
+        for (written, read) in [("pw\n", "pw"), ("pw\r\n", "pw"), ("pw", "pw"), ("a b\n\n", "a b\n")] {
+            std::fs::write(&file, written).unwrap();
+            assert_eq!(read_secret(&file).unwrap(), read, "{written:?}");
+        }
+        std::fs::write(&file, "\n").unwrap();
+        assert!(read_secret(&file).unwrap_err().ends_with("is empty"));
+        std::fs::write(&file, vec![b'x'; 5000]).unwrap();
+        let e = read_secret(&file).unwrap_err();
+        assert!(
+            e.contains("larger than the 4096-byte limit") && !e.contains("xxx"),
+            "{e}"
+        );
+        let e = read_secret(&dir.join("missing")).unwrap_err();
+        assert!(e.starts_with("cannot read ") && e.contains("missing"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -13,6 +13,11 @@ use super::units::{ByteSize, DurationValue};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ConfigFile {
+    /// `include = ["conf.d/*.toml"]`: read and removed before this struct is filled
+    /// (`config::include`); declared so the key is known (and listed among the keys an
+    /// unknown one is told about).
+    #[allow(dead_code)]
+    pub include: Option<Vec<String>>,
     #[serde(default)]
     pub global: GlobalSection,
     #[serde(default)]
@@ -44,6 +49,8 @@ pub(crate) struct ConfigFile {
 pub(crate) struct SharedSection {
     /// `redis://[:password@]host[:port][/db]` or `redis+unix:///path`; required.
     pub redis: Option<Spanned<String>>,
+    /// A file holding the password (the URL then has none).
+    pub redis_password_file: Option<Spanned<String>>,
     pub sync_interval: Option<Spanned<DurationValue>>,
     /// One sync round's bound (connect included).
     pub timeout: Option<Spanned<DurationValue>>,
@@ -152,6 +159,8 @@ pub(crate) struct AdminSection {
     pub bind: Option<Spanned<String>>,
     /// `user:password` for the stats page; with it, the page offers drain/maint/ready.
     pub stats_auth: Option<Spanned<String>>,
+    /// A file holding `user:password` (instead of `stats_auth`).
+    pub stats_auth_file: Option<Spanned<String>>,
     /// A series per live worker generation (`generation` label) instead of merged ones.
     pub generation_label: Option<bool>,
 }

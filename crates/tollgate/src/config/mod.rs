@@ -1,5 +1,7 @@
 //! Configuration: a pipeline from TOML text to an immutable model.
 //!
+//! `include` reads the main file and the files it includes into one TOML tree, `${VAR}`
+//! expanded in its string values (`expand`), every span tagged with its file (`sources`).
 //! `file` holds the strict serde structs (unknown keys refused), `validate` applies defaults,
 //! resolves names and addresses and checks consistency, `model` is what the proxy runs on.
 //! `route_action` validates what a matched route does (answers, redirects, rewrites).
@@ -11,11 +13,12 @@
 //! frontend's route conditions into the table requests are matched against. `shared`
 //! validates `[shared]` (the Redis that shared limits are counted in).
 //!
-//! A pure pipeline: text (and the files it names) in, model out. It probes no kernel
-//! feature and reads no process limit; what depends on the machine is decided at run time
-//! (`runtime`, the session).
-//! Every error names the file, line, column and key path of the value at fault, so
-//! `tollgate check` and a refused reload can say exactly what to fix.
+//! A pure pipeline: text (and the files it names, and the environment variables its values
+//! name) in, model out. It probes no kernel feature and reads no process limit; what
+//! depends on the machine is decided at run time (`runtime`, the session).
+//! Every error names the file (the included one it is in, if so), line, column and key path
+//! of the value at fault, so `tollgate check` and a refused reload can say exactly what to
+//! fix.
 
 pub mod acme;
 pub(crate) mod auth;
@@ -23,9 +26,11 @@ pub(crate) mod bounded;
 pub mod cert_store;
 mod client_auth;
 pub(crate) mod compress;
+pub(crate) mod expand;
 pub(crate) mod file;
 pub mod health;
 pub mod ids;
+mod include;
 pub(crate) mod jwt;
 pub mod limit;
 mod limits;
@@ -39,6 +44,7 @@ pub mod route;
 mod route_action;
 pub mod shared;
 pub mod sni;
+pub(crate) mod sources;
 pub mod tickets;
 pub(crate) mod tls;
 mod tls_policy;
@@ -50,6 +56,9 @@ pub(crate) mod x509;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+use include::Resolve;
+use sources::SourceMap;
 
 pub use model::{Backend, Config, Frontend, Global, Mode, Server, Timeouts, Watchdog};
 
@@ -114,13 +123,16 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
-/// Reads and validates a config file.
+/// Reads and validates a config file, with the files it includes and the variables its
+/// values name.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     load_with_text(path).map(|(config, _)| config)
 }
 
-/// `load`, also returning the text that was validated (the master hands it to workers, so
-/// they run exactly what was checked even if the file changes meanwhile).
+/// `load`, also returning the config as one TOML text: the main file and the files it
+/// includes merged, `${VAR}` expanded (`include::prepared_text`). The master hands it to
+/// workers (`parse_with_ids`), so they run exactly what was checked even if the files or
+/// the environment change meanwhile, and read neither.
 pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigErrors> {
     let shown = path.display().to_string();
     let unreadable = |why: String| {
@@ -134,49 +146,108 @@ pub fn load_with_text(path: &Path) -> Result<(Config, String), ConfigErrors> {
     };
     let bytes = bounded::read_bounded(path, bounded::MAX_CONFIG).map_err(|e| unreadable(e.to_string()))?;
     let src = String::from_utf8(bytes).map_err(|_| unreadable("not UTF-8 text".into()))?;
-    let mut config = parse(&src, &shown)?;
+    let base_dir = base_dir(&shown);
+    let (mut config, text) = load_text(src, &shown, base_dir, Resolve::Written(&expand::process_env), true)?;
     config.source = Some(PathBuf::from(path));
-    Ok((config, src))
+    Ok((config, text.unwrap_or_default()))
 }
 
-/// Parses and validates config text; `shown_path` is used in error messages only.
+/// Parses and validates config text as the file `shown_path` (its includes are read
+/// relative to that name's directory, variables from the process environment).
 pub fn parse(src: &str, shown_path: &str) -> Result<Config, ConfigErrors> {
-    let file = deserialize(src, shown_path)?;
-    let mut validator = validate::Validator::new(src);
-    validator.base_dir = Path::new(shown_path).parent().map(Path::to_path_buf);
-    match validator.build(file) {
-        Some(mut config) => {
-            // Ids of a process with no master: a fresh table. A master re-assigns them from
-            // its own table (`parse_with_ids`) so they stay stable across reloads.
-            ids::IdTable::default().assign(&mut config);
-            Ok(config)
-        }
-        None => {
-            let lines = validate::Lines::new(src);
-            Err(ConfigErrors(
-                validator
-                    .errors
-                    .iter()
-                    .map(|(span, key, msg)| ConfigError::at_line(shown_path, &lines, span.clone(), key, msg))
-                    .collect(),
-            ))
-        }
-    }
+    parse_env(src, shown_path, &expand::process_env)
 }
 
-/// `parse`, then ids from `table` (allocating for new names), as the master and its
-/// workers do so that ids survive reloads.
-pub(crate) fn parse_with_ids(src: &str, shown_path: &str, table: &mut ids::IdTable) -> Result<Config, ConfigErrors> {
-    let mut config = parse(src, shown_path)?;
+/// `parse` with variables from `env`.
+pub(crate) fn parse_env(src: &str, shown_path: &str, env: expand::Env<'_>) -> Result<Config, ConfigErrors> {
+    let base_dir = base_dir(shown_path);
+    load_text(src.to_string(), shown_path, base_dir, Resolve::Written(env), false).map(|(config, _)| config)
+}
+
+/// Parses what `load_with_text` prepared (the master's text of the config at `path`), then
+/// ids from `table` (allocating for new names), as workers do so that ids survive reloads.
+/// Nothing is left to include or expand; errors (a certificate that changed since the
+/// master read it) name `PATH (merged)`, the text they are positioned in.
+pub(crate) fn parse_with_ids(src: &str, path: &str, table: &mut ids::IdTable) -> Result<Config, ConfigErrors> {
+    let shown = format!("{path} (merged)");
+    let (mut config, _) = load_text(src.to_string(), &shown, base_dir(path), Resolve::Prepared, false)?;
     table.assign(&mut config);
     Ok(config)
 }
 
-fn deserialize(src: &str, shown_path: &str) -> Result<file::ConfigFile, ConfigErrors> {
-    let de = toml::Deserializer::parse(src).map_err(|e| toml_error(src, shown_path, &e, String::new()))?;
+/// Relative paths in a config are relative to its main file's directory.
+fn base_dir(shown_path: &str) -> Option<PathBuf> {
+    Path::new(shown_path).parent().map(Path::to_path_buf)
+}
+
+/// The pipeline: the main file's text (and, `Written`, the files it includes) merged into
+/// one tree, deserialized, validated; with `want_text`, the tree as `prepared_text` too.
+fn load_text(
+    src: String,
+    shown_path: &str,
+    base_dir: Option<PathBuf>,
+    resolve: Resolve<'_>,
+    want_text: bool,
+) -> Result<(Config, Option<String>), ConfigErrors> {
+    let mut sources = SourceMap::default();
+    sources.push(shown_path.to_string(), src);
+    if let Resolve::Written(env) = resolve {
+        let errors = include::read_included(&mut sources, env);
+        if !errors.is_empty() {
+            return Err(positioned(&sources, errors));
+        }
+    }
+    let tree = include::merge(&sources, resolve).map_err(|errors| positioned(&sources, errors))?;
+    let text = want_text.then(|| include::prepared_text(tree.get_ref()));
+    let file = deserialize(tree, &sources)?;
+    let mut validator = validate::Validator::new(&sources);
+    validator.base_dir = base_dir;
+    let Some(mut config) = validator.build(file) else {
+        return Err(positioned(&sources, validator.errors));
+    };
+    let text = match text.transpose() {
+        Ok(Some(text)) if text.len() as u64 > bounded::MAX_CONFIG => {
+            return Err(ConfigErrors(vec![ConfigError {
+                path: shown_path.to_string(),
+                line: 0,
+                column: 0,
+                key: String::new(),
+                message: format!(
+                    "{shown_path}: the config, its included files merged, is larger than the {}-byte limit",
+                    bounded::MAX_CONFIG
+                ),
+            }]));
+        }
+        Ok(text) => text,
+        Err((span, message)) => return Err(positioned(&sources, vec![(span, String::new(), message)])),
+    };
+    // Ids of a process with no master: a fresh table. A master re-assigns them from its own
+    // table (`parse_with_ids`) so they stay stable across reloads.
+    ids::IdTable::default().assign(&mut config);
+    config.files = sources.paths();
+    Ok((config, text))
+}
+
+/// Errors in the offset space of `sources`, each at its file, line and column.
+fn positioned(sources: &SourceMap, errors: include::Errors) -> ConfigErrors {
+    ConfigErrors(
+        errors
+            .iter()
+            .map(|(span, key, msg)| sources.error(span.clone(), key, msg))
+            .collect(),
+    )
+}
+
+fn deserialize(
+    tree: toml::Spanned<toml::de::DeTable<'_>>,
+    sources: &SourceMap,
+) -> Result<file::ConfigFile, ConfigErrors> {
+    let de = toml::de::Deserializer::from(tree);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let key = key_path(&e.path().to_string(), e.inner().message());
-        toml_error(src, shown_path, e.inner(), key)
+        let span = e.inner().span().unwrap_or(0..0);
+        let message = e.inner().message().trim().replace('\n', " ");
+        positioned(sources, vec![(span, key, message)])
     })
 }
 
@@ -205,12 +276,6 @@ fn key_path(path: &str, message: &str) -> String {
     }
 }
 
-fn toml_error(src: &str, shown_path: &str, e: &toml::de::Error, key: String) -> ConfigErrors {
-    let span = e.span().unwrap_or(0..0);
-    let message = e.message().trim().replace('\n', " ");
-    ConfigErrors(vec![ConfigError::at(shown_path, src, span, &key, &message)])
-}
-
 /// Where the embedded default listens unless `TOLLGATE_DEMO_BIND` says otherwise.
 pub const DEMO_BIND: &str = "127.0.0.1:8080";
 
@@ -227,5 +292,7 @@ pub fn embedded_default(
     parse(&src, "<embedded default>")
 }
 
+#[cfg(test)]
+mod include_tests;
 #[cfg(test)]
 mod tests;

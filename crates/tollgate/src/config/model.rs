@@ -39,6 +39,9 @@ pub const DEFAULT_MAX_HANDSHAKES_PER_SOURCE: u32 = 100;
 pub struct Config {
     /// Where the config came from: a path, or `None` for the embedded default.
     pub source: Option<PathBuf>,
+    /// The files it was read from, as named: the main file first, then each included file
+    /// in the order read (`tollgate check` lists them).
+    pub files: Vec<PathBuf>,
     pub global: Global,
     pub timeouts: Timeouts,
     pub http: Http,

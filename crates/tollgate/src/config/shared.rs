@@ -2,10 +2,12 @@
 //! several tollgate instances enforce one global limit (the `sharing` module runs it).
 //!
 //! Invariants after validation: the URL parses as a Redis URL without TLS (`redis://` or
-//! `redis+unix://`/`unix://`); `sync_interval` is 10 ms..=10 s; `timeout` is non-zero and at
+//! `redis+unix://`/`unix://`); a password read from `redis_password_file` is kept apart from
+//! it (never shown: [`Secret`]), and only for a URL without one; `sync_interval` is 10 ms..=10 s; `timeout` is non-zero and at
 //! most 10 s (default: the sync interval); the prefix is 1..=64 bytes of printable ASCII
 //! without `:` or whitespace, so that `PREFIX:TABLE:KEY:PERIOD` splits back unambiguously.
 
+use std::path::Path;
 use std::time::Duration;
 
 use redis::IntoConnectionInfo;
@@ -24,6 +26,8 @@ const MAX_PREFIX: usize = 64;
 pub struct Sharing {
     /// As written (it may hold a password: show [`Sharing::shown_url`] instead).
     pub redis: String,
+    /// The password `redis_password_file` holds, for a URL written without one.
+    pub password: Option<Secret>,
     pub sync_interval: Duration,
     /// One sync round's bound, connecting included: past it the round failed.
     pub timeout: Duration,
@@ -33,7 +37,36 @@ pub struct Sharing {
     pub limits: Vec<String>,
 }
 
+/// A password read from a file: `Debug` hides it, so the config can be logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
 impl Sharing {
+    /// A client for the Redis of `redis`, with the password of `redis_password_file`.
+    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+        let info = self.redis.as_str().into_connection_info()?;
+        let info = match &self.password {
+            Some(password) => {
+                let settings = info.redis_settings().clone().set_password(password.expose());
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        };
+        redis::Client::open(info)
+    }
+
     /// The URL without its password, for logs and the runtime API.
     pub fn shown_url(&self) -> String {
         let Some((scheme, rest)) = self.redis.split_once("://") else {
@@ -63,7 +96,8 @@ type Errors = Vec<(std::ops::Range<usize>, String, String)>;
 /// `[shared]` with the limits that take part, or `None` when the section is absent or wrong
 /// (then `errors` says why). `shared = true` needs the section, and a `rate`: only rate
 /// counts are shared (requests in flight, `concurrent`, stay per instance).
-pub(super) fn sharing(file: &ConfigFile, errors: &mut Errors) -> Option<Sharing> {
+/// `base_dir`: the config file's directory (a relative `redis_password_file` is in it).
+pub(super) fn sharing(file: &ConfigFile, base_dir: Option<&Path>, errors: &mut Errors) -> Option<Sharing> {
     let mut limits = Vec::new();
     for (f, fe) in file.frontend.iter().enumerate() {
         for (i, l) in fe.limit.iter().enumerate() {
@@ -108,6 +142,25 @@ pub(super) fn sharing(file: &ConfigFile, errors: &mut Errors) -> Option<Sharing>
             url.get_ref().clone()
         }
     };
+    let password = s.redis_password_file.as_ref().and_then(|file| {
+        let path = match base_dir {
+            Some(dir) if Path::new(file.get_ref()).is_relative() => dir.join(file.get_ref()),
+            _ => file.get_ref().into(),
+        };
+        let has_one = redis
+            .as_str()
+            .into_connection_info()
+            .is_ok_and(|info| info.redis_settings().password().is_some());
+        if has_one {
+            let msg = "the `redis` URL has a password already: give it in one place".to_string();
+            err(file.span(), "redis_password_file", msg);
+            return None;
+        }
+        super::bounded::read_secret(&path)
+            .map_err(|msg| err(file.span(), "redis_password_file", msg))
+            .ok()
+            .map(Secret)
+    });
     let mut sync_interval = DEFAULT_SYNC_INTERVAL;
     if let Some(v) = &s.sync_interval {
         let d = v.get_ref().0;
@@ -145,6 +198,7 @@ pub(super) fn sharing(file: &ConfigFile, errors: &mut Errors) -> Option<Sharing>
     let fail = s.fail.as_ref().map_or(FailMode::Open, |f| *f.get_ref());
     (errors.len() == before).then_some(Sharing {
         redis,
+        password,
         sync_interval,
         timeout,
         fail,
@@ -182,6 +236,7 @@ mod tests {
     fn sharing_of(url: &str) -> Sharing {
         Sharing {
             redis: url.into(),
+            password: None,
             sync_interval: DEFAULT_SYNC_INTERVAL,
             timeout: DEFAULT_SYNC_INTERVAL,
             fail: FailMode::Open,

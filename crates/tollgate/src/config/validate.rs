@@ -1,7 +1,7 @@
 //! Turns the file as written into the model: defaults applied, names resolved to indexes,
 //! addresses parsed (host names are not resolved here: `discover` does it at run time), and every inconsistency reported with the position of the value at fault.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use toml::Spanned;
 
-use super::ConfigError;
 use super::cert_store::{CertSource, CertStore};
 use super::file::{
     BackendSection, ConfigFile, FrontendSection, ModeName, OffloadSection, ProtoName, RouteSection, ServerSection,
@@ -17,6 +16,7 @@ use super::file::{
 };
 use super::model::*;
 use super::sni::SniMatcher;
+use super::sources::SourceMap;
 use super::tls as certs;
 use super::tls_policy::PolicyKeys;
 use super::units::ByteSize;
@@ -51,18 +51,19 @@ pub(super) struct Validator<'a> {
     acme_book: std::sync::Arc<super::acme::ChallengeBook>,
     /// `global.state_dir`, absolute (stored ACME certificates are loaded from it).
     state_dir: Option<PathBuf>,
-    _src: &'a str,
+    /// The files spans are in: a message about two places names the other one.
+    sources: &'a SourceMap,
 }
 
 impl<'a> Validator<'a> {
-    pub(super) fn new(src: &'a str) -> Self {
+    pub(super) fn new(sources: &'a SourceMap) -> Self {
         Validator {
             errors: Vec::new(),
             base_dir: None,
             acme_found: Vec::new(),
             acme_book: Default::default(),
             state_dir: None,
-            _src: src,
+            sources,
         }
     }
 
@@ -110,7 +111,7 @@ impl<'a> Validator<'a> {
             book: std::sync::Arc::clone(&self.acme_book),
             stats: Default::default(),
         };
-        let sharing = super::shared::sharing(&file, &mut self.errors);
+        let sharing = super::shared::sharing(&file, self.base_dir.as_deref(), &mut self.errors);
         if file.frontend.is_empty() {
             self.err(
                 0..0,
@@ -123,6 +124,7 @@ impl<'a> Validator<'a> {
         }
         Some(Config {
             source: None,
+            files: Vec::new(),
             global,
             timeouts,
             http,
@@ -159,15 +161,33 @@ impl<'a> Validator<'a> {
                     None
                 }
             });
-        let stats_auth = file.admin.stats_auth.as_ref().and_then(|auth| {
-            let parsed = stats_auth(auth.get_ref());
+        let written = match (&file.admin.stats_auth, &file.admin.stats_auth_file) {
+            (Some(_), Some(path)) => {
+                self.err(
+                    path.span(),
+                    "admin.stats_auth_file".into(),
+                    "`stats_auth_file` and `stats_auth` are two ways of giving the same credentials: keep one".into(),
+                );
+                None
+            }
+            (Some(auth), None) => Some((auth.get_ref().clone(), auth.span(), "admin.stats_auth")),
+            (None, Some(path)) => match super::bounded::read_secret(&self.path(path.get_ref())) {
+                // The position and key are the file key's: the message never quotes a secret.
+                Ok(text) => Some((text, path.span(), "admin.stats_auth_file")),
+                Err(msg) => {
+                    self.err(path.span(), "admin.stats_auth_file".into(), msg);
+                    None
+                }
+            },
+            (None, None) => None,
+        };
+        let stats_auth = written.and_then(|(text, span, key)| {
+            let parsed = stats_auth(&text);
             let parsed = match (parsed, &file.admin.bind) {
                 (Ok(_), None) => Err("needs admin.bind (the endpoint that serves the stats page)".to_string()),
                 (other, _) => other,
             };
-            parsed
-                .map_err(|msg| self.err(auth.span(), "admin.stats_auth".into(), msg))
-                .ok()
+            parsed.map_err(|msg| self.err(span, key.into(), msg)).ok()
         });
         Admin {
             bind,
@@ -562,7 +582,9 @@ impl<'a> Validator<'a> {
         out
     }
 
-    fn unique_name(&mut self, seen: &mut HashSet<String>, name: &Spanned<String>, key: String) {
+    /// `name` is a valid name not in `seen` (names seen so far, where). A duplicate from
+    /// another file (an included one) names the file and place of the first.
+    fn unique_name(&mut self, seen: &mut HashMap<String, Range<usize>>, name: &Spanned<String>, key: String) {
         let n = name.get_ref();
         if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             self.err(
@@ -570,13 +592,23 @@ impl<'a> Validator<'a> {
                 key,
                 format!("name `{n}` must be non-empty and use only letters, digits, `-`, `_`, `.`"),
             );
-        } else if !seen.insert(n.clone()) {
-            self.err(name.span(), key, format!("duplicate name `{n}`"));
+        } else if let Some(first) = seen.get(n) {
+            let message = if self.sources.file_of(first.start) == self.sources.file_of(name.span().start) {
+                format!("duplicate name `{n}`")
+            } else {
+                format!(
+                    "duplicate name `{n}`: also defined at {}",
+                    self.sources.position(first.start)
+                )
+            };
+            self.err(name.span(), key, message);
+        } else {
+            seen.insert(n.clone(), name.span());
         }
     }
 
     fn backends(&mut self, file: &ConfigFile) -> Vec<Backend> {
-        let mut seen = HashSet::new();
+        let mut seen = HashMap::new();
         let mut out = Vec::new();
         for (i, b) in file.backend.iter().enumerate() {
             let key = format!("backend[{i}]");
@@ -601,7 +633,7 @@ impl<'a> Validator<'a> {
             let (hash_key, hash_balance_factor) = self.hash_options(b, &key, &balance, mode);
             let backend_slowstart = self.slowstart(&b.slowstart, &key);
             let backend_proto = self.proto(b.proto.as_ref(), &format!("{key}.proto"), mode);
-            let mut server_names = HashSet::new();
+            let mut server_names = HashMap::new();
             let mut servers = Vec::new();
             for (j, s) in b.server.iter().enumerate() {
                 let skey = format!("{key}.server[{j}]");
@@ -804,7 +836,7 @@ impl<'a> Validator<'a> {
     }
 
     fn frontends(&mut self, file: &ConfigFile, backends: &[Backend], log: &Log) -> Vec<Frontend> {
-        let mut seen = HashSet::new();
+        let mut seen = HashMap::new();
         let mut bound = HashSet::new();
         let mut limit_names = HashSet::new();
         let mut out = Vec::new();
@@ -1620,50 +1652,6 @@ fn parse_nameserver(text: &str) -> Option<SocketAddr> {
         return Some(SocketAddr::new(ip, 53));
     }
     text.parse::<SocketAddr>().ok().filter(|a| a.port() != 0)
-}
-
-impl ConfigError {
-    pub(super) fn at(path: &str, src: &str, span: Range<usize>, key: &str, message: &str) -> ConfigError {
-        ConfigError::at_line(path, &Lines::new(src), span, key, message)
-    }
-
-    /// `at` with the file's line index built once for all its errors (positioning each
-    /// error by scanning the file from its start made many errors quadratic).
-    pub(super) fn at_line(path: &str, lines: &Lines<'_>, span: Range<usize>, key: &str, message: &str) -> ConfigError {
-        let (line, column) = lines.line_col(span.start);
-        ConfigError {
-            path: path.to_string(),
-            line,
-            column,
-            key: key.to_string(),
-            message: message.to_string(),
-        }
-    }
-}
-
-/// Where each line of a file starts: an offset's line by binary search, its column by
-/// counting the characters of that line only.
-pub(super) struct Lines<'a> {
-    src: &'a str,
-    starts: Vec<usize>,
-}
-
-impl<'a> Lines<'a> {
-    pub(super) fn new(src: &'a str) -> Self {
-        let starts = std::iter::once(0)
-            .chain(src.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        Lines { src, starts }
-    }
-
-    /// 1-based line and column (in characters) of byte `offset` (past the end: the end).
-    pub(super) fn line_col(&self, offset: usize) -> (usize, usize) {
-        let offset = offset.min(self.src.len());
-        let line = self.starts.partition_point(|&s| s <= offset).max(1);
-        let start = self.starts.get(line - 1).copied().unwrap_or(0);
-        let column = self.src.get(start..offset).map_or(0, |s| s.chars().count()) + 1;
-        (line, column)
-    }
 }
 
 /// `user:password`: both non-empty, printable ASCII or UTF-8 without control characters

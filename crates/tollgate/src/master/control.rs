@@ -234,7 +234,12 @@ pub fn client_path(explicit: Option<PathBuf>, config: Option<&Path>) -> PathBuf 
         let bytes = crate::config::bounded::read_bounded(c, crate::config::bounded::MAX_CONFIG).ok()?;
         let text = String::from_utf8(bytes).ok()?;
         let table = text.parse::<toml::Table>().ok()?;
-        let path = PathBuf::from(table.get("global")?.get("control_socket")?.as_str()?);
+        let written = table.get("global")?.get("control_socket")?.as_str()?;
+        // `${VAR}` as loading the config expands it (`config::expand`).
+        let path = match crate::config::expand::expand(written, &crate::config::expand::process_env) {
+            Ok(expanded) => PathBuf::from(expanded.unwrap_or_else(|| written.to_string())),
+            Err(_) => return None,
+        };
         Some(match c.parent() {
             Some(dir) if path.is_relative() => dir.join(path),
             _ => path,

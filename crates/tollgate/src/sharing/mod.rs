@@ -92,8 +92,9 @@ pub(crate) fn start(
     let (Some(config), false) = (config, tables.is_empty()) else {
         return Ok(None);
     };
-    let client =
-        redis::Client::open(config.redis.as_str()).map_err(|e| std::io::Error::other(format!("shared.redis: {e}")))?;
+    let client = config
+        .client()
+        .map_err(|e| std::io::Error::other(format!("shared.redis: {e}")))?;
     let (stop, stopped) = oneshot::channel();
     let mut sync = SyncLoop::new(config.clone(), tables, stats.unwrap_or_default());
     let thread = std::thread::Builder::new()

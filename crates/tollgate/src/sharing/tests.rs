@@ -74,6 +74,7 @@ impl Instance {
         let table = Arc::new(FakeTable::default());
         let config = Sharing {
             redis: url.into(),
+            password: None,
             sync_interval: Duration::from_millis(100),
             timeout,
             fail,
