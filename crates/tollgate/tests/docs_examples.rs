@@ -7,9 +7,10 @@
 //! element). `toml check-fails` must be refused, with the first line of the ```` ```text ````
 //! block right after it somewhere in `check`'s message.
 //!
-//! The files an example names (certificates, keys, CA bundles, a `body_file`, a `users_file`) are paths on
-//! the reader's machine, not this one: each is replaced by a file this test makes (a chain
-//! and key from a test CA, the CA itself, a small body, an htpasswd file), and `[global] user` and `group` by
+//! The files an example names (certificates, keys, CA bundles, a `body_file`, a `users_file`,
+//! the secret of a `*_file` key) are paths on the reader's machine, not this one: each is
+//! replaced by a file this test makes (a chain and key from a test CA, the CA itself, a
+//! small body, an htpasswd file, a `user:password`), and `[global] user` and `group` by
 //! the user running the test (`control_socket_group` by a group no worker runs in). Nothing else is changed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
@@ -158,6 +159,8 @@ struct Fixtures {
     body: PathBuf,
     /// An htpasswd file (a bcrypt entry) for `users_file`.
     users: PathBuf,
+    /// `user:password`, as `stats_auth_file` and `redis_password_file` take it.
+    secret: PathBuf,
     state_dir: PathBuf,
     uid: String,
     gid: String,
@@ -184,6 +187,8 @@ impl Fixtures {
             "alice:$2y$05$LlNh6baUGMOtO/VdJ8Uhkexo9u6jO4Y043PSigVhgt/qLZSbOjv6e\n",
         )
         .unwrap();
+        let secret = dir.path("secret");
+        std::fs::write(&secret, "ops:change-this-password\n").unwrap();
         let state_dir = dir.path("state");
         Fixtures {
             users,
@@ -191,6 +196,7 @@ impl Fixtures {
             key,
             ca: ca_path,
             body,
+            secret,
             state_dir,
             uid: current_id("Uid:"),
             gid: current_id("Gid:"),
@@ -224,6 +230,7 @@ impl Fixtures {
                         "ca_file" | "directory_ca" => Some(Self::path_str(&self.ca)),
                         "body_file" => Some(Self::path_str(&self.body)),
                         "users_file" => Some(Self::path_str(&self.users)),
+                        "stats_auth_file" | "redis_password_file" => Some(Self::path_str(&self.secret)),
                         "state_dir" => Some(Self::path_str(&self.state_dir)),
                         _ => None,
                     };
