@@ -16,7 +16,7 @@ pub(crate) struct ConfigFile {
     /// `include = ["conf.d/*.toml"]`: read and removed before this struct is filled
     /// (`config::include`); declared so the key is known (and listed among the keys an
     /// unknown one is told about).
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "`config::include` reads the key before deserializing")]
     pub include: Option<Vec<String>>,
     #[serde(default)]
     pub global: GlobalSection,

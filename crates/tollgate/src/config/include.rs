@@ -608,7 +608,8 @@ mod tests {
 
     #[test]
     fn prepared_text_round_trips_every_kind_of_value() {
-        let src = "a = \"x\\\"y\\nz\"\nb = 0x1F\nc = -3\nd = 1.5\ne = true\nf = [1, \"s\"]\n[[t]]\ng = { h = 'i' }\n";
+        let src = "a = \"x\\\"y\\nz\"\nb = 0x1F\nc = -3\nd = 1.5\ne = true\nf = [1, \"s\"]\n\
+                   j = \"\\n'''\\t\\u0001\\\\\"\nk = 1e-7\nl = 1_000\nm = -inf\n[[t]]\ng = { h = 'i' }\n";
         let tree = DeTable::parse(src).unwrap();
         let text = prepared_text(tree.get_ref()).unwrap();
         let back: toml::Table = text.parse().unwrap();
