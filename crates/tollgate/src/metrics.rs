@@ -313,10 +313,26 @@ pub struct RouteMetrics {
     pub requests: u64,
     #[serde(default)]
     pub auth_refused: u64,
+    /// With `auth.jwt` from a `jwks_url`: its refresher's figures.
+    #[serde(default)]
+    pub jwks: Option<JwksMetrics>,
     #[serde(default)]
     pub responses: Vec<u64>,
     #[serde(default)]
     pub duration: HistogramSnapshot,
+}
+
+/// A route's JWKS refresher (`auth.jwt.jwks_url`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JwksMetrics {
+    pub fetches_ok: u64,
+    pub fetches_failed: u64,
+    /// Early fetches tokens with an unknown `kid` asked for.
+    pub early_requests: u64,
+    /// Unix seconds of the last good fetch (0: none yet).
+    pub last_ok_unix: u64,
+    /// Keys in the set in use.
+    pub keys: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -587,6 +603,16 @@ impl FrontendMetrics {
             );
             t.requests += r.requests;
             t.auth_refused += r.auth_refused;
+            // A retired generation's fetches still count; its time and keys are the live
+            // one's when there is one.
+            if let Some(j) = &r.jwks {
+                let tj = t.jwks.get_or_insert_with(JwksMetrics::default);
+                tj.fetches_ok += j.fetches_ok;
+                tj.fetches_failed += j.fetches_failed;
+                tj.early_requests += j.early_requests;
+                tj.last_ok_unix = tj.last_ok_unix.max(j.last_ok_unix);
+                tj.keys = tj.keys.max(j.keys);
+            }
             add_rows(&mut t.responses, &r.responses);
             t.duration.add(&r.duration);
         }

@@ -616,4 +616,10 @@ fn jwt_keys_from_a_jwks_url() {
     let (status, _, body) = get(proxy.addr, "/private/x", &format!("Authorization: Bearer {token}\r\n"));
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(keys.requests().len(), 1, "one fetch at start");
+    let jwks = proxy.running().metrics().frontends[0].routes[0]
+        .jwks
+        .clone()
+        .expect("jwks figures");
+    assert_eq!((jwks.fetches_ok, jwks.fetches_failed, jwks.keys), (1, 0, 1), "{jwks:?}");
+    assert!(jwks.last_ok_unix > 0);
 }

@@ -525,6 +525,59 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
     routes(out, gens);
 }
 
+/// A route's JWKS refresher (`auth.jwt.jwks_url`): fetches by outcome, early fetches, the
+/// time of the last good one, the keys in use.
+fn jwks(out: &mut Out, gens: &Gens<'_>) {
+    let routes = || {
+        gens.iter().flat_map(|(g, m)| {
+            m.metrics.frontends.iter().flat_map(move |f| {
+                f.routes.iter().filter_map(move |r| {
+                    r.jwks
+                        .as_ref()
+                        .map(|j| (g.as_str(), f.name.as_str(), r.name.as_str(), j))
+                })
+            })
+        })
+    };
+    if routes().next().is_none() {
+        return;
+    }
+    let name = "tollgate_route_jwks_fetches_total";
+    out.family(name, "counter", "Fetches of the route's jwks_url by outcome.");
+    for (g, f, r, j) in routes() {
+        for (outcome, n) in [
+            ("ok", j.fetches_ok),
+            ("failed", j.fetches_failed),
+            ("early", j.early_requests),
+        ] {
+            out.sample(
+                name,
+                &[("generation", g), ("frontend", f), ("route", r), ("outcome", outcome)],
+                n,
+            );
+        }
+    }
+    let gauges: [(&str, &str, JwksFigure); 2] = [
+        (
+            "tollgate_route_jwks_last_success_seconds",
+            "Unix time of the last good fetch of the route's jwks_url (0: none yet).",
+            |j| j.last_ok_unix,
+        ),
+        ("tollgate_route_jwks_keys", "Keys in the route's key set in use.", |j| {
+            j.keys
+        }),
+    ];
+    for (name, help, pick) in gauges {
+        out.family(name, "gauge", help);
+        for (g, f, r, j) in routes() {
+            out.sample(name, &[("generation", g), ("frontend", f), ("route", r)], pick(j));
+        }
+    }
+}
+
+/// One figure of a route's JWKS refresher.
+type JwksFigure = fn(&crate::metrics::JwksMetrics) -> u64;
+
 /// One counter of a route's figures.
 type RouteCounter = fn(&crate::metrics::RouteMetrics) -> u64;
 
@@ -555,6 +608,7 @@ fn routes(out: &mut Out, gens: &Gens<'_>) {
             }
         }
     }
+    jwks(out, gens);
     responses_family(
         out,
         "tollgate_route_responses_total",

@@ -195,6 +195,22 @@ fn frontends(shared: &Shared) -> Vec<FrontendMetrics> {
                     for t in shared.metrics.iter() {
                         t.add_route_to(i, u16::try_from(r).unwrap_or(u16::MAX), &mut rm);
                     }
+                    rm.jwks = route
+                        .auth
+                        .as_ref()
+                        .and_then(|a| a.jwks())
+                        .filter(|j| j.url().is_some())
+                        .map(|j| {
+                            use std::sync::atomic::Ordering::Relaxed;
+                            let s = j.stats();
+                            crate::metrics::JwksMetrics {
+                                fetches_ok: s.fetches_ok.load(Relaxed),
+                                fetches_failed: s.fetches_failed.load(Relaxed),
+                                early_requests: s.early_requests.load(Relaxed),
+                                last_ok_unix: s.last_ok_unix.load(Relaxed),
+                                keys: j.load().len() as u64,
+                            }
+                        });
                     rm
                 })
                 .collect();
