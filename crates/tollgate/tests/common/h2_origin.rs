@@ -169,25 +169,18 @@ async fn handle(
                 send_all(&mut send, data, false).await?;
             }
             send.send_data(Bytes::new(), true)?;
-        } else if let Some(n) = arg("/size/") {
+        } else if let Some((n, typed)) = arg("/size/")
+            .map(|n| (n, false))
+            .or_else(|| arg("/text/").map(|n| (n, true)))
+        {
+            // `n` pattern bytes with their length; `/text/` types them as text (what
+            // compression takes).
             drain(&mut body).await;
-            let head = ok().header("content-length", n).body(()).unwrap();
-            let mut send = respond.send_response(head, n == 0)?;
-            let mut off = 0u64;
-            while off < n {
-                let len = (n - off).min(64 * 1024);
-                send_all(&mut send, Bytes::from(pattern(off, len as usize)), off + len == n).await?;
-                off += len;
+            let mut head = ok().header("content-length", n);
+            if typed {
+                head = head.header("content-type", "text/plain");
             }
-        } else if let Some(n) = arg("/text/") {
-            // As `/size/`, typed as text (what compression takes).
-            drain(&mut body).await;
-            let head = ok()
-                .header("content-length", n)
-                .header("content-type", "text/plain")
-                .body(())
-                .unwrap();
-            let mut send = respond.send_response(head, n == 0)?;
+            let mut send = respond.send_response(head.body(()).unwrap(), n == 0)?;
             let mut off = 0u64;
             while off < n {
                 let len = (n - off).min(64 * 1024);
