@@ -337,6 +337,11 @@ fn forward_auth_lets_through_copies_refuses_and_fails_closed_or_open() {
     assert_eq!(body, b"go away\n");
     assert_eq!(o.requests().len(), 1, "the refused request never reached the server");
     assert_eq!(proxy.running().metrics().frontends[0].routes[0].auth_refused, 1);
+    assert_eq!(
+        auth.conns.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "both checks on one kept connection"
+    );
     drop(proxy);
 
     // Unreachable: 502; too slow: 504; `fail = "open"`: through.
@@ -622,4 +627,29 @@ fn jwt_keys_from_a_jwks_url() {
         .expect("jwks figures");
     assert_eq!((jwks.fetches_ok, jwks.fetches_failed, jwks.keys), (1, 0, 1), "{jwks:?}");
     assert!(jwks.last_ok_unix > 0);
+}
+
+/// An auth server that closes each connection after answering, without saying so: the
+/// connection the worker kept is found closed at the next check, which then goes on a new
+/// one and succeeds.
+#[test]
+fn forward_auth_survives_a_kept_connection_the_server_closed() {
+    let auth =
+        http_origin(|_| Reply::BytesThenClose(b"HTTP/1.1 200 OK\r\nX-User: bob\r\nContent-Length: 0\r\n\r\n".to_vec()));
+    let o = echo_origin();
+    let route = format!(
+        "auth = {{ forward = {{ url = \"http://{}/check\", copy_headers = [\"x-user\"] }} }}",
+        auth.addr
+    );
+    let proxy = Proxy::start(&config(o.addr, &route, ""));
+    for _ in 0..5 {
+        let (status, _, body) = get(proxy.addr, "/private/x", "");
+        assert_eq!((status, body), (200, b"auth=- user=bob".to_vec()));
+    }
+    assert_eq!(
+        auth.conns.load(std::sync::atomic::Ordering::SeqCst),
+        5,
+        "a new connection for each check"
+    );
+    assert_eq!(proxy.running().stats().auth_forward_failures, 0);
 }

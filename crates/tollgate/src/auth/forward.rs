@@ -9,6 +9,9 @@
 //! through with `copy_headers` taken from the answer; any other final status is the client's
 //! answer, as the auth server made it (its body bounded by [`MAX_ANSWER_BODY`]).
 //!
+//! The auth request asks for a kept-alive connection: a worker reuses it for its next check
+//! (`proxy::auth` keeps a few idle ones per worker thread).
+//!
 //! Invariants: every value written into the auth request comes from a parsed request head
 //! (no CR or LF can be in it); the answer's head and body are bounded; hop-by-hop and
 //! framing fields of the answer are never passed to the client (the proxy frames it).
@@ -164,7 +167,8 @@ pub fn write_request<'a, I: Iterator<Item = (&'a [u8], &'a [u8])>>(f: &Forward, 
     push(out, b"X-Original-URI", o.target);
     out.extend_from_slice(b"X-Forwarded-For: ");
     out.extend_from_slice(o.client.to_string().as_bytes());
-    out.extend_from_slice(b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    // Kept alive: the worker reuses the connection for its next check (`proxy::auth`).
+    out.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
 }
 
 fn push(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -269,7 +273,7 @@ mod tests {
             "POST /check?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9000\r\nAuthorization: Bearer x\r\nCookie: a=1\r\n\
              X-Forwarded-Method: POST\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: app.example\r\n\
              X-Forwarded-Uri: /api/x?y=2\r\nX-Original-URI: /api/x?y=2\r\nX-Forwarded-For: 10.0.0.9\r\n\
-             Content-Length: 0\r\nConnection: close\r\n\r\n"
+             Content-Length: 0\r\n\r\n"
         );
         let mut out = Vec::new();
         let o = Original {

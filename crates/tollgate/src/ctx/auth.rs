@@ -6,7 +6,8 @@
 //! so a flood of guesses costs at most `max_auth_checks` cores per worker and waits
 //! (counted) instead of queueing without bound. A success is remembered for
 //! [`SUCCESS_TTL`]: a keep-alive client sending the same credentials again is let through by
-//! a hash lookup, not a password check.
+//! a hash lookup, not a password check. Forward auth's connections to its auth servers are
+//! kept here between checks ([`IDLE_FORWARD`] at most).
 //!
 //! Invariants: the cache holds no credential, only SHA-256 over a per-thread random salt,
 //! the users file's random id, the user and the password; entries compare in constant time;
@@ -24,10 +25,15 @@ use tokio::sync::Semaphore;
 pub(crate) const SUCCESS_TTL: Duration = Duration::from_secs(300);
 /// Successes remembered per worker thread.
 pub(crate) const CACHE_SLOTS: usize = 64;
+/// Idle connections to forward auth servers kept per worker thread (all servers together):
+/// a check reuses one rather than opening (and leaving in TIME_WAIT) a connection each.
+pub(crate) const IDLE_FORWARD: usize = 16;
 
 pub(crate) struct AuthWork {
     /// An `Arc`: a permit goes to the blocking pool's thread with its check.
     pub permits: Arc<Semaphore>,
+    /// Idle connections to forward auth servers, newest last (at most [`IDLE_FORWARD`]).
+    idle: RefCell<Vec<(std::net::SocketAddr, tokio::net::TcpStream)>>,
     salt: [u8; 32],
     cache: RefCell<Vec<(Key, Instant)>>,
 }
@@ -47,6 +53,7 @@ impl AuthWork {
             permits: Arc::new(Semaphore::new(max_checks.max(1) as usize)),
             salt,
             cache: RefCell::new(Vec::new()),
+            idle: RefCell::new(Vec::new()),
         }
     }
 
@@ -70,6 +77,22 @@ impl AuthWork {
             found |= k.ct_eq(key) & fresh;
         }
         found.into()
+    }
+
+    /// An idle connection to `addr`, if one is kept (the newest: the likeliest alive).
+    pub(crate) fn take_idle(&self, addr: std::net::SocketAddr) -> Option<tokio::net::TcpStream> {
+        let mut idle = self.idle.borrow_mut();
+        let at = idle.iter().rposition(|(a, _)| *a == addr)?;
+        Some(idle.remove(at).1)
+    }
+
+    /// Keeps `conn` to `addr` for the next check; the oldest goes when the pool is full.
+    pub(crate) fn keep_idle(&self, addr: std::net::SocketAddr, conn: tokio::net::TcpStream) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= IDLE_FORWARD {
+            idle.remove(0);
+        }
+        idle.push((addr, conn));
     }
 
     pub(crate) fn remember(&self, key: Key, now: Instant) {

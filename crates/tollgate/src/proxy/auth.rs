@@ -5,7 +5,7 @@
 //! otherwise the password check runs on tokio's blocking pool under a permit of the thread's
 //! `max_auth_checks` budget (waiting for one is bounded by the request's `http_request`
 //! timeout: 503 past it). An unknown user is checked against a decoy hash, as slowly.
-//! Forward: one connection per check to the auth server (`Connection: close`), bounded in
+//! Forward: a connection the worker kept from an earlier check, or a new one, bounded in
 //! time (`timeout`), head (the h1 limits) and body (`forward::MAX_ANSWER_BODY`).
 //!
 //! Invariants: a refusal is counted (worker and route) and never carries a credential; an
@@ -213,7 +213,7 @@ where
             FailMode::Closed => Checked::Refuse(Refusal::text(status, why)),
         }
     };
-    match tokio::time::timeout(f.timeout, ask(f, &request, method)).await {
+    match tokio::time::timeout(f.timeout, ask(ctx, f, &request, method)).await {
         Err(_) => failed(504, "the auth server did not answer in time"),
         Ok(Err(why)) => failed(502, why),
         Ok(Ok(Answer::Allow(copied))) => Checked::Allow(copied),
@@ -226,74 +226,112 @@ where
     }
 }
 
-/// One exchange with the auth server.
-async fn ask(f: &Forward, request: &[u8], method: h1::Method) -> Result<Answer, &'static str> {
-    let mut conn = tokio::net::TcpStream::connect(f.target.addr)
+/// One check: on a connection the worker kept when it has one (and once more on a new one
+/// if that one turns out closed before any byte of an answer: the check has no body and
+/// changes nothing), else on a new one.
+async fn ask(ctx: &WorkerCtx, f: &Forward, request: &[u8], method: h1::Method) -> Result<Answer, &'static str> {
+    if let Some(conn) = ctx.auth.take_idle(f.target.addr) {
+        match exchange(ctx, f, conn, request, method).await {
+            Err(Failure::Stale) => {}
+            Err(Failure::Broken(why)) => return Err(why),
+            Ok(answer) => return Ok(answer),
+        }
+    }
+    let conn = tokio::net::TcpStream::connect(f.target.addr)
         .await
         .map_err(|_| "cannot connect to the auth server")?;
     let _ = conn.set_nodelay(true);
-    conn.write_all(request)
-        .await
-        .map_err(|_| "cannot send to the auth server")?;
+    exchange(ctx, f, conn, request, method).await.map_err(|e| match e {
+        Failure::Stale => "the auth server closed without an answer",
+        Failure::Broken(why) => why,
+    })
+}
+
+enum Failure {
+    /// Closed or reset before any byte of an answer (a kept connection the server let go).
+    Stale,
+    Broken(&'static str),
+}
+
+/// One exchange on `conn`; the connection is kept for the next check when the answer was
+/// read to its end and the server keeps it open.
+async fn exchange(
+    ctx: &WorkerCtx,
+    f: &Forward,
+    mut conn: tokio::net::TcpStream,
+    request: &[u8],
+    method: h1::Method,
+) -> Result<Answer, Failure> {
+    let broken = Failure::Broken;
+    conn.write_all(request).await.map_err(|_| Failure::Stale)?;
     let limits = h1::Limits::default();
     let mut buf = Vec::with_capacity(4096);
     let mut scratch = HeadScratch::default();
     let head = loop {
         if buf.len() >= limits.max_header_size {
-            return Err("the auth server's answer head is too large");
+            return Err(broken("the auth server's answer head is too large"));
         }
         let mut chunk = [0u8; 4096];
-        let n = conn
-            .read(&mut chunk)
-            .await
-            .map_err(|_| "the auth server's answer failed")?;
-        if n == 0 {
-            return Err("the auth server closed without an answer");
-        }
+        let n = match conn.read(&mut chunk).await {
+            Ok(0) | Err(_) if buf.is_empty() => return Err(Failure::Stale),
+            Ok(0) => return Err(broken("the auth server closed mid-answer")),
+            Err(_) => return Err(broken("the auth server's answer failed")),
+            Ok(n) => n,
+        };
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
         match h1::parse_response_head(&buf, &limits, method, &mut scratch) {
             Ok(Some(head)) if head.status >= 200 => break head,
             // An interim answer is not an answer to a check.
             Ok(Some(head)) => {
                 head.reclaim(&mut scratch);
-                return Err("the auth server answered 1xx");
+                return Err(broken("the auth server answered 1xx"));
             }
             Ok(None) => continue,
-            Err(_) => return Err("the auth server's answer is malformed"),
+            Err(_) => return Err(broken("the auth server's answer is malformed")),
         }
     };
-    let status = head.status;
-    let framing = head.body;
-    let head_len = head.head_len;
+    let (status, framing, head_len, keep) = (head.status, head.body, head.head_len, head.keep_alive);
+    // The body is read to its end either way (a 2xx's is dropped): the next check on this
+    // connection must start at the next answer.
     let mut body = Vec::new();
-    if !(200..300).contains(&status) && framing != BodyFraming::None {
-        let mut tracker = BodyTracker::new(framing, h1::Side::Response);
-        let mut rest = buf.get(head_len..).unwrap_or_default().to_vec();
-        loop {
-            let r = tracker
-                .decode(&mut rest)
-                .map_err(|_| "the auth server's answer body is malformed")?;
-            body.extend_from_slice(rest.get(..r.out).unwrap_or_default());
-            if body.len() > forward::MAX_ANSWER_BODY {
-                return Err("the auth server's answer body is too large");
-            }
-            if tracker.is_done() {
-                break;
-            }
-            rest.clear();
-            let mut chunk = [0u8; 8192];
-            let n = conn
-                .read(&mut chunk)
-                .await
-                .map_err(|_| "the auth server's answer failed")?;
-            if n == 0 {
-                tracker.on_eof().map_err(|_| "the auth server's answer was cut short")?;
-                break;
-            }
-            rest.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    let mut tracker = BodyTracker::new(framing, h1::Side::Response);
+    let mut rest = buf.get(head_len..).unwrap_or_default().to_vec();
+    let mut ended_cleanly = true;
+    while framing != BodyFraming::None {
+        let r = tracker
+            .decode(&mut rest)
+            .map_err(|_| broken("the auth server's answer body is malformed"))?;
+        body.extend_from_slice(rest.get(..r.out).unwrap_or_default());
+        if body.len() > forward::MAX_ANSWER_BODY {
+            return Err(broken("the auth server's answer body is too large"));
         }
+        if tracker.is_done() {
+            // Bytes after the answer: the connection is not in step any more.
+            ended_cleanly = r.consumed == rest.len();
+            break;
+        }
+        rest.clear();
+        let mut chunk = [0u8; 8192];
+        let n = conn
+            .read(&mut chunk)
+            .await
+            .map_err(|_| broken("the auth server's answer failed"))?;
+        if n == 0 {
+            tracker
+                .on_eof()
+                .map_err(|_| broken("the auth server's answer was cut short"))?;
+            ended_cleanly = false;
+            break;
+        }
+        rest.extend_from_slice(chunk.get(..n).unwrap_or_default());
+    }
+    if framing == BodyFraming::None {
+        ended_cleanly = rest.is_empty();
     }
     let answer = forward::decide(f, status, head.headers(&buf), &body);
     head.reclaim(&mut scratch);
+    if keep && ended_cleanly && framing != BodyFraming::CloseDelimited {
+        ctx.auth.keep_idle(f.target.addr, conn);
+    }
     Ok(answer)
 }
