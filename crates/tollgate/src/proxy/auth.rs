@@ -296,38 +296,36 @@ async fn exchange(
     let mut body = Vec::new();
     let mut tracker = BodyTracker::new(framing, h1::Side::Response);
     let mut rest = buf.get(head_len..).unwrap_or_default().to_vec();
-    let mut ended_cleanly = true;
-    while framing != BodyFraming::None {
-        let r = tracker
-            .decode(&mut rest)
-            .map_err(|_| broken("the auth server's answer body is malformed"))?;
-        body.extend_from_slice(rest.get(..r.out).unwrap_or_default());
-        if body.len() > forward::MAX_ANSWER_BODY {
-            return Err(broken("the auth server's answer body is too large"));
+    let ended_cleanly = if framing == BodyFraming::None {
+        rest.is_empty()
+    } else {
+        loop {
+            let r = tracker
+                .decode(&mut rest)
+                .map_err(|_| broken("the auth server's answer body is malformed"))?;
+            body.extend_from_slice(rest.get(..r.out).unwrap_or_default());
+            if body.len() > forward::MAX_ANSWER_BODY {
+                return Err(broken("the auth server's answer body is too large"));
+            }
+            if tracker.is_done() {
+                // Bytes after the answer: the connection is not in step any more.
+                break r.consumed == rest.len();
+            }
+            rest.clear();
+            let mut chunk = [0u8; 8192];
+            let n = conn
+                .read(&mut chunk)
+                .await
+                .map_err(|_| broken("the auth server's answer failed"))?;
+            if n == 0 {
+                tracker
+                    .on_eof()
+                    .map_err(|_| broken("the auth server's answer was cut short"))?;
+                break false;
+            }
+            rest.extend_from_slice(chunk.get(..n).unwrap_or_default());
         }
-        if tracker.is_done() {
-            // Bytes after the answer: the connection is not in step any more.
-            ended_cleanly = r.consumed == rest.len();
-            break;
-        }
-        rest.clear();
-        let mut chunk = [0u8; 8192];
-        let n = conn
-            .read(&mut chunk)
-            .await
-            .map_err(|_| broken("the auth server's answer failed"))?;
-        if n == 0 {
-            tracker
-                .on_eof()
-                .map_err(|_| broken("the auth server's answer was cut short"))?;
-            ended_cleanly = false;
-            break;
-        }
-        rest.extend_from_slice(chunk.get(..n).unwrap_or_default());
-    }
-    if framing == BodyFraming::None {
-        ended_cleanly = rest.is_empty();
-    }
+    };
     let answer = forward::decide(f, status, head.headers(&buf), &body);
     head.reclaim(&mut scratch);
     if keep && ended_cleanly && framing != BodyFraming::CloseDelimited {
