@@ -648,7 +648,7 @@ fn an_http2_servers_event_stream_is_flushed_as_it_comes() {
     let proxy = Proxy::start(&h2_server_config(o.addr));
     let c = TcpStream::connect(proxy.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    (&c).write_all(b"GET /text-stream/100 HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
+    (&c).write_all(b"GET /text-stream/500 HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n")
         .unwrap();
     let mut r = BufReader::new(c);
     let head = read_head(&mut r);
@@ -668,7 +668,7 @@ fn an_http2_servers_event_stream_is_flushed_as_it_comes() {
             break;
         }
     }
-    // The origin takes 2 s for its 100 events: the stream is still open.
+    // The origin takes 10 s for its 500 events: the stream is still open.
     assert!(
         o.counts.active.load(std::sync::atomic::Ordering::SeqCst) == 1,
         "the server is still sending"
