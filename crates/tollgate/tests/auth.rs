@@ -101,6 +101,25 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// curl over HTTP/2 (prior knowledge) to `/private/h2` with a bearer token and a forged
+/// `X-User`: the body, a newline and the status.
+fn curl_h2_bearer(addr: SocketAddr, token: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "--http2-prior-knowledge",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(["-H", &format!("Authorization: Bearer {token}"), "-H", "X-User: root"])
+        .arg(format!("http://{addr}/private/h2"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn basic(user: &str, password: &str) -> String {
     format!("Authorization: Basic {}\r\n", b64(&format!("{user}:{password}")))
 }
@@ -386,22 +405,7 @@ fn forward_auth_for_http2_clients() {
         auth.addr
     );
     let proxy = Proxy::start(&config(o.addr, &route, ""));
-    let curl = |bearer: &str| {
-        let out = Command::new("curl")
-            .args([
-                "-sS",
-                "--max-time",
-                "10",
-                "--http2-prior-knowledge",
-                "-w",
-                "\n%{http_code}",
-            ])
-            .args(["-H", &format!("Authorization: Bearer {bearer}"), "-H", "X-User: root"])
-            .arg(format!("http://{}/private/h2", proxy.addr))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let curl = |bearer: &str| curl_h2_bearer(proxy.addr, bearer);
     assert_eq!(curl("good"), "auth=- user=alice\n200");
     assert_eq!(curl("bad"), "go away\n\n401");
 }
@@ -582,20 +586,7 @@ fn jwt_bearer_tokens_from_a_jwks_file() {
     );
     assert_eq!(proxy.running().metrics().frontends[0].routes[0].auth_refused, 7);
     if common::have("curl") {
-        let out = Command::new("curl")
-            .args([
-                "-sS",
-                "--max-time",
-                "10",
-                "--http2-prior-knowledge",
-                "-w",
-                "\n%{http_code}",
-            ])
-            .args(["-H", &format!("Authorization: Bearer {good}"), "-H", "X-User: root"])
-            .arg(format!("http://{}/private/h2", proxy.addr))
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = curl_h2_bearer(proxy.addr, &good);
         assert!(text.ends_with(" user=alice\n200"), "{text}");
     }
 }

@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::http::h1::headers::is_hop_or_framing;
+
 /// Largest body of an auth server's refusal passed on to the client.
 pub const MAX_ANSWER_BODY: usize = 64 * 1024;
 
@@ -106,21 +108,6 @@ pub struct Original<'a, I> {
     pub fields: I,
 }
 
-/// Hop-by-hop and framing fields: the proxy writes its own, never a peer's.
-pub fn hop_or_framing(name: &[u8]) -> bool {
-    const NAMES: &[&[u8]] = &[
-        b"content-length",
-        b"transfer-encoding",
-        b"connection",
-        b"keep-alive",
-        b"upgrade",
-        b"te",
-        b"trailer",
-        b"proxy-connection",
-    ];
-    NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
-}
-
 /// Fields never sent to the auth server: hop-by-hop and framing (no body goes), `Host`
 /// and `Expect`, and the forwarding fields tollgate writes itself.
 fn never_sent(name: &[u8]) -> bool {
@@ -134,7 +121,7 @@ fn never_sent(name: &[u8]) -> bool {
         b"x-original-uri",
         b"x-forwarded-for",
     ];
-    hop_or_framing(name) || NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
+    is_hop_or_framing(name) || NAMES.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// The auth request's head, into `out`.
@@ -205,7 +192,7 @@ pub fn decide<'a>(f: &Forward, status: u16, fields: impl Iterator<Item = (&'a [u
     Answer::Deny {
         status,
         fields: fields
-            .filter(|(n, _)| !hop_or_framing(n))
+            .filter(|(n, _)| !is_hop_or_framing(n))
             .map(|(n, v)| (n.to_vec(), v.to_vec()))
             .collect(),
         body: body.to_vec(),

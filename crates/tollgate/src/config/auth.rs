@@ -67,7 +67,7 @@ pub(crate) struct ForwardSection {
 /// writes or frames by.
 fn settable(name: &str) -> bool {
     crate::http::h1::headers::is_token(name.as_bytes())
-        && !crate::auth::forward::hop_or_framing(name.as_bytes())
+        && !crate::http::h1::headers::is_hop_or_framing(name.as_bytes())
         && !matches!(name, "host" | "expect")
 }
 

@@ -37,21 +37,9 @@ const MAX_REFRESH: Duration = Duration::from_secs(86_400);
 /// The most claims one policy copies into headers.
 const MAX_CLAIM_HEADERS: usize = 32;
 
-/// Headers a claim may not set: the proxy owns the framing and the connection, `host`
-/// routes, and `authorization` carries the token itself.
-const OWNED_HEADERS: [&str; 11] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
-    "host",
-    "authorization",
-    "proxy-authorization",
-];
+/// Headers a claim may not set besides the hop-by-hop and framing ones: `host` routes,
+/// and the authorization fields carry the token itself.
+const OWNED_HEADERS: [&str; 3] = ["host", "authorization", "proxy-authorization"];
 
 /// `jwt` as written.
 #[derive(Debug, Deserialize)]
@@ -322,7 +310,7 @@ fn parse_url(text: &str) -> Result<http::Uri, String> {
 /// A claim header's name: valid, lower-cased, not one the proxy owns.
 fn header_name(text: &str) -> Result<http::HeaderName, String> {
     let name = http::HeaderName::from_bytes(text.as_bytes()).map_err(|_| format!("`{text}` is not a header name"))?;
-    if OWNED_HEADERS.contains(&name.as_str()) {
+    if OWNED_HEADERS.contains(&name.as_str()) || crate::http::h1::headers::is_hop_or_framing(name.as_str().as_bytes()) {
         return Err(format!(
             "`{name}` cannot be set from a claim: the proxy owns it (framing, connection, routing or the token itself)"
         ));

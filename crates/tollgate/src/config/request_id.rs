@@ -48,17 +48,9 @@ impl RequestIds {
     }
 }
 
-/// Fields tollgate writes or judges itself: a request ID there would be lost or would
-/// change how the message is read.
+/// Fields tollgate writes or judges itself besides the hop-by-hop and framing ones: a
+/// request ID there would be lost or would change how the message is read.
 const OWNED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "content-length",
     "host",
     "forwarded",
     "x-forwarded-for",
@@ -99,7 +91,7 @@ pub(super) fn request_ids(
                 ));
                 return None;
             }
-            if OWNED.contains(&name.as_str()) {
+            if OWNED.contains(&name.as_str()) || crate::http::h1::headers::is_hop_or_framing(name.as_bytes()) {
                 errors.push((
                     h.span(),
                     format!("{key}.header"),

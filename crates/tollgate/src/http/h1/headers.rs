@@ -143,6 +143,16 @@ pub struct HeaderEntry {
     pub connection_listed: bool,
 }
 
+/// Whether `name` is a hop-by-hop field (RFC 9110 §7.6.1) or one that frames the message
+/// (`Content-Length`, `Transfer-Encoding`, `Trailer`): the proxy writes its own, never a
+/// peer's, and no config may set one.
+pub fn is_hop_or_framing(name: &[u8]) -> bool {
+    let kind = HeaderKind::of(name);
+    kind.is_hop_by_hop()
+        || matches!(kind, HeaderKind::ContentLength | HeaderKind::TransferEncoding)
+        || name.eq_ignore_ascii_case(b"trailer")
+}
+
 impl HeaderEntry {
     /// True if the field must not be forwarded as is (hop-by-hop).
     pub fn is_hop_by_hop(&self) -> bool {
