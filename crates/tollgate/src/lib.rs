@@ -19,6 +19,10 @@
 //!   `sync_interval`; the data path never waits on it.
 //! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
 //!   starting a session per connection.
+//! - `quic`: HTTP/3 over QUIC (`[frontend.quic]`): one quinn endpoint per worker thread on
+//!   its own SO_REUSEPORT UDP socket, connection IDs naming the owning thread and
+//!   generation, misrouted datagrams forwarded to their owner; request streams served by the
+//!   HTTP/2 stream path.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; HTTP/2
 //!   clients (`h2front`); the per-stream record.
 //! - [`tls`]: termination, SNI passthrough (ClientHello parsing), TLS to servers, kTLS.
@@ -72,6 +76,7 @@ pub mod master;
 pub(crate) mod metrics;
 pub mod origin;
 pub(crate) mod proxy;
+pub(crate) mod quic;
 pub mod proxyproto;
 pub(crate) mod relay;
 pub mod runtime;

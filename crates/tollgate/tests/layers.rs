@@ -18,6 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &["health", "discover", "acme", "sharing"],
     &["listener"],
+    &["quic"],
     &["proxy"],
     &["tls"],
     &["ctx"],

@@ -54,6 +54,8 @@ pub struct Config {
     pub resolvers: Resolvers,
     /// `[http2]`: HTTP/2 client connections.
     pub http2: Http2,
+    /// `[http3]`: HTTP/3 over QUIC on frontends with `[frontend.quic]`.
+    pub http3: Http3,
     /// `[[frontend.tls.acme]]` orders, `global.state_dir`, the challenge answers in flight.
     pub acme: super::acme::Acme,
     /// `[shared]`: the Redis shared limits are counted in (`None`: no section).
@@ -469,6 +471,21 @@ pub struct Frontend {
     pub compress: Option<std::sync::Arc<crate::http::compress::Policy>>,
     /// The access log's line and sampling for this frontend's streams (`config::log_layout`).
     pub log: std::sync::Arc<super::log_layout::LogPlan>,
+    /// `[frontend.quic]`: HTTP/3 over QUIC beside the TCP binds (TLS frontends in HTTP mode).
+    pub quic: Option<Quic>,
+}
+
+/// `[frontend.quic]`: the UDP addresses HTTP/3 is served on, with the frontend's
+/// certificates, routes, limits, logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quic {
+    pub binds: Vec<SocketAddr>,
+    /// 0-RTT (off by default): when on, only safe methods are taken early, and they reach
+    /// the server marked `Early-Data: 1` (RFC 8470).
+    pub zero_rtt: bool,
+    /// `Alt-Svc: h3=":PORT"; ma=SECONDS` on this frontend's HTTP/1 and HTTP/2 responses
+    /// (PORT: the first quic bind's); zero sends none.
+    pub alt_svc_max_age: Duration,
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.
@@ -894,6 +911,41 @@ impl Default for Http2 {
             max_priority: 1000,
             max_window_updates: 10000,
             max_oversized_heads: 20,
+        }
+    }
+}
+
+/// `[http3]`: HTTP/3 connections' limits, with HTTP/2's flood defences' equivalents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http3 {
+    /// Request streams a client may have open at once (QUIC bidirectional stream credit).
+    pub max_concurrent_streams: u32,
+    /// Request body bytes a stream may have in flight (QUIC stream receive window).
+    pub stream_window: u32,
+    /// The same for all of a connection's streams together.
+    pub connection_window: u32,
+    /// Decoded request head (QPACK expanded), per request (SETTINGS_MAX_FIELD_SECTION_SIZE).
+    pub max_field_section_size: u32,
+    /// A connection with no packet for this long is closed (QUIC max_idle_timeout).
+    pub idle_timeout: Duration,
+    /// Within `http2.flood_window`: request streams the client reset or abandoned before
+    /// their response (rapid reset); past it the connection is closed H3_EXCESSIVE_LOAD.
+    pub max_client_resets: u32,
+    /// New connections per second per worker above which a client must first prove its
+    /// address (a Retry round trip); 0 = always.
+    pub retry_above: u32,
+}
+
+impl Default for Http3 {
+    fn default() -> Self {
+        Http3 {
+            max_concurrent_streams: 100,
+            stream_window: 256 * 1024,
+            connection_window: 1024 * 1024,
+            max_field_section_size: 32 * 1024,
+            idle_timeout: Duration::from_secs(30),
+            max_client_resets: 200,
+            retry_above: 1000,
         }
     }
 }

@@ -135,6 +135,7 @@ impl<'a> Validator<'a> {
             backends,
             resolvers,
             http2,
+            http3: Http3::default(),
             acme,
             sharing,
         })
@@ -949,6 +950,7 @@ impl<'a> Validator<'a> {
                     &key,
                     &mut self.errors,
                 )),
+                quic: None,
             });
         }
         out

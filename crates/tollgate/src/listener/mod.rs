@@ -20,6 +20,7 @@
 //! bind them and pass them to a worker generation unchanged.
 
 pub(crate) mod accept;
+pub mod udp;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
