@@ -65,6 +65,8 @@ pub(crate) struct ConnInfo {
     pub frontend: usize,
     pub peer: SocketAddr,
     pub proto: Proto,
+    /// The access log's version: `HTTP/2.0`, or `HTTP/3` (a QUIC connection's streams).
+    pub version: &'static str,
     /// What the TLS handshake settled (plain h2c: nothing).
     pub tls: crate::proxy::record::TlsSeen,
     /// The client presented a verified certificate (`client_cert` routes)...
@@ -151,7 +153,7 @@ pub(crate) async fn serve(
         let mut slot = log.slot();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         slot.line.set(parts.method.as_str().as_bytes(), target.as_bytes());
-        slot.line.set_version("HTTP/2.0");
+        slot.line.set_version(conn.version);
         let headers = parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
         let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
         slot.line.capture_request(&fe.log, headers, authority);
