@@ -99,7 +99,7 @@ impl ConnInfo {
     }
 
     /// An empty header map, with room from an ended stream when there is one.
-    pub(super) fn header_map(&self) -> http::HeaderMap {
+    pub(crate) fn header_map(&self) -> http::HeaderMap {
         self.header_maps.borrow_mut().pop().unwrap_or_default()
     }
 

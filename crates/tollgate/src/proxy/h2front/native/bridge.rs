@@ -192,6 +192,12 @@ impl Bridge {
         Poll::Pending
     }
 
+    /// The request body is over for the driver: ended, or the stream reset.
+    pub(crate) fn is_done_receiving(&self) -> bool {
+        let s = self.state.borrow();
+        s.recv_ended || s.reset.is_some()
+    }
+
     /// Whether the app still holds a handle (the driver keeps the stream while it does).
     pub(crate) fn in_use(&self) -> bool {
         self.state.borrow().handles > 0
