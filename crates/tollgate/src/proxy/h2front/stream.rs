@@ -727,6 +727,7 @@ impl Stream<'_> {
         if compressing.is_none() && matches!(verdict, Verdict::Compress(_)) {
             verdict = Verdict::VaryOnly;
         }
+        let alt_svc = self.fe.alt_svc();
         let sent = if rewritten || sets_cookie || self.id_field.is_some() || verdict != Verdict::Untouched {
             let mut head = to_h1::response_head(&response, back.data(), cookie);
             compress::edit_h2_head(head.headers_mut(), verdict);
@@ -736,6 +737,7 @@ impl Stream<'_> {
                     .apply_to_map(head.headers_mut(), &RequestVars::default());
             }
             set_id_field(head.headers_mut(), self.id_field);
+            add_alt_svc(head.headers_mut(), alt_svc);
             if let Some(table) = sticky.filter(|_| sets_cookie) {
                 let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
                 table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
@@ -744,7 +746,9 @@ impl Stream<'_> {
         } else {
             // Sent as the server wrote it: encoded from its bytes, no header map.
             let fields = to_h1::response_fields(&response, back.data(), cookie);
-            self.respond.send_response_fields(response.status, fields, end)
+            let alt_svc = alt_svc.map(|v| (&b"alt-svc"[..], v));
+            self.respond
+                .send_response_fields(response.status, fields.chain(alt_svc), end)
         };
         back.consume(response.head_len);
         response.reclaim(&mut self.conn.scratch.borrow_mut());
@@ -878,6 +882,13 @@ impl Stream<'_> {
 
 /// What a gRPC client is told of a proxy-side failure: the kind of failure, never a
 /// server's name or address.
+/// The frontend's `Alt-Svc` (HTTP/3 offered on its quic binds), beside any the server sent.
+pub(super) fn add_alt_svc(headers: &mut http::HeaderMap, alt_svc: Option<&[u8]>) {
+    if let Some(v) = alt_svc.and_then(|v| http::HeaderValue::from_bytes(v).ok()) {
+        headers.append(http::header::ALT_SVC, v);
+    }
+}
+
 fn grpc_message(cause: &Error) -> &'static str {
     match cause.kind {
         ErrorKind::NoServer | ErrorKind::QueueFull | ErrorKind::QueueTimeout => "proxy: no server available",
