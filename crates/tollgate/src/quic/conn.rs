@@ -27,6 +27,9 @@ const EXCESSIVE_LOAD: u32 = 0x107;
 pub(super) struct Shared {
     pub(super) info: Rc<ConnInfo>,
     pub(super) quic: quinn::Connection,
+    /// The handshake is not complete yet: what arrives now came as 0-RTT early data, which
+    /// an attacker may have replayed (`zero_rtt` only).
+    pub(super) early: Rc<Cell<bool>>,
     /// Client resets in the current flood window, and when it began.
     resets: Cell<(u32, Instant)>,
 }
@@ -72,7 +75,12 @@ pub(super) async fn serve(
     };
     let guards = SessionGuards::open(&ctx, opened, true, permits);
     let Some(fe) = ctx.shared.config.frontends.get(frontend) else { return };
-    let quic = match handshake_done(&ctx, incoming).await {
+    let early = Rc::new(Cell::new(false));
+    // 0-RTT only where no client certificate is asked for: early data comes before the
+    // client's certificate would be checked.
+    let zero_rtt = fe.quic.as_ref().is_some_and(|q| q.zero_rtt)
+        && fe.tls.as_ref().is_none_or(|t| t.client_auth.is_none());
+    let quic = match handshake_done(&ctx, incoming, zero_rtt.then_some(&early)).await {
         Some(q) => q,
         None => {
             ctx.stats.quic_handshake_failures.add(1);
@@ -106,6 +114,7 @@ pub(super) async fn serve(
     let shared = Rc::new(Shared {
         info,
         quic: quic.clone(),
+        early,
         resets: Cell::new((0, Instant::now())),
     });
     let entry = guards.entry();
@@ -114,11 +123,18 @@ pub(super) async fn serve(
     })
     .await;
     requests(&ctx, &shared, quic, &entry).await;
+    ctx.stats.quic_lost_packets.add(shared.quic.stats().path.lost_packets);
     drop(guards);
 }
 
-/// The handshake, bounded by `timeouts.tls_handshake`.
-async fn handshake_done(ctx: &WorkerCtx, incoming: quinn::Incoming) -> Option<quinn::Connection> {
+/// The handshake, bounded by `timeouts.tls_handshake`. With `early` (0-RTT on), the
+/// connection is taken at once, its early data readable, and `early` stays set until the
+/// handshake completes (bounded the same way: past it the connection is closed).
+async fn handshake_done(
+    ctx: &WorkerCtx,
+    incoming: quinn::Incoming,
+    early: Option<&Rc<Cell<bool>>>,
+) -> Option<quinn::Connection> {
     let connecting = match incoming.accept() {
         Ok(c) => c,
         Err(e) => {
@@ -126,7 +142,25 @@ async fn handshake_done(ctx: &WorkerCtx, incoming: quinn::Incoming) -> Option<qu
             return None;
         }
     };
-    match tokio::time::timeout(ctx.shared.config.timeouts.tls_handshake, connecting).await {
+    let limit = ctx.shared.config.timeouts.tls_handshake;
+    let connecting = match early {
+        Some(flag) => match connecting.into_0rtt() {
+            Ok((conn, accepted)) => {
+                flag.set(true);
+                let (flag, closing) = (Rc::clone(flag), conn.clone());
+                tokio::task::spawn_local(async move {
+                    if tokio::time::timeout(limit, accepted).await.is_err() {
+                        closing.close(0u32.into(), b"handshake timeout");
+                    }
+                    flag.set(false);
+                });
+                return Some(conn);
+            }
+            Err(connecting) => connecting,
+        },
+        None => connecting,
+    };
+    match tokio::time::timeout(limit, connecting).await {
         Ok(Ok(conn)) => Some(conn),
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "QUIC handshake failed");

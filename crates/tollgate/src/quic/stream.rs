@@ -60,11 +60,27 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
         }
     }
     let checked = h2front::check_request(&head, false);
-    let Some(parts) = h2front::request_parts(&head, info.header_map()) else {
+    let Some(mut parts) = h2front::request_parts(&head, info.header_map()) else {
         recv.stop_sending(Code::H3_MESSAGE_ERROR);
         send.stop_stream(Code::H3_MESSAGE_ERROR);
         return;
     };
+    if conn.early.get() {
+        // Early data may be a replay (RFC 8470): only a safe method goes on, marked so
+        // that its server can still say 425; any other waits for nothing and gets 425.
+        if !parts.method.is_safe() {
+            ctx.stats.http_proxy_4xx.add(1);
+            let mut resp = http::Response::new(());
+            *resp.status_mut() = http::StatusCode::TOO_EARLY;
+            if send.send_response(resp).await.is_ok() {
+                let _ = send.finish().await;
+            }
+            return;
+        }
+        parts
+            .headers
+            .insert(http::HeaderName::from_static("early-data"), http::HeaderValue::from_static("1"));
+    }
     let content_length = checked.as_ref().ok().and_then(|c| c.content_length);
     // Whether a body follows decides how the server is sent the request (no body, a
     // length, or chunked): a request without `content-length` shows by its first DATA or
