@@ -213,7 +213,7 @@ fn client_config(args: &Args) -> Result<quinn::ClientConfig, String> {
     let mut cfg = quinn::ClientConfig::new(Arc::new(quic));
     let mut transport = quinn::TransportConfig::default();
     transport.max_idle_timeout(Some(
-        quinn::IdleTimeout::try_from(Duration::from_secs(30)).map_err(|e| e.to_string())?,
+        quinn::IdleTimeout::try_from(Duration::from_secs(10)).map_err(|e| e.to_string())?,
     ));
     cfg.transport_config(Arc::new(transport));
     Ok(cfg)
