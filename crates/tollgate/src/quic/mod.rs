@@ -77,7 +77,7 @@ impl Mesh {
         Ok(Arc::new(Mesh {
             lanes,
             workers,
-            key: cid::TagKey::new(),
+            key: cid::TagKey::random()?,
             token_key: Arc::new(token_key),
             reset_key: Arc::new(reset_key),
         }))
