@@ -96,8 +96,14 @@ impl quinn::ConnectionIdGenerator for Generator {
         quinn::ConnectionId::new(&b)
     }
 
+    /// Only this generation's: a CID of another generation reaching this endpoint (read
+    /// before a reload's handover) is dropped quietly, never answered with a stateless
+    /// reset that would end a connection the other generation serves.
     fn validate(&self, cid: &quinn::ConnectionId) -> Result<(), quinn_proto::InvalidCid> {
-        self.key.owner(cid).map(|_| ()).ok_or(quinn_proto::InvalidCid)
+        match self.key.owner(cid) {
+            Some((generation, _)) if generation == self.first >> 5 => Ok(()),
+            _ => Err(quinn_proto::InvalidCid),
+        }
     }
 
     fn cid_len(&self) -> usize {
@@ -123,6 +129,10 @@ mod tests {
         assert_eq!(cid.len(), LEN);
         assert_eq!(key.owner(&cid), Some((1, 5)));
         assert!(g.validate(&cid).is_ok());
+        // Another generation's CID under the same key: not valid here.
+        let other = Generator::new(10, 5, key.clone()).generate_cid();
+        assert_eq!(key.owner(&other), Some((2, 5)));
+        assert!(g.validate(&other).is_err());
         // Another process's key, a flipped byte, a client's own CID: not ours.
         assert_eq!(TagKey::random().unwrap().owner(&cid), None);
         let mut bent = cid.to_vec();
