@@ -75,6 +75,21 @@ impl AcceptBudgets {
 }
 
 impl AcceptBudgets {
+    /// Permits for one more connection now, or `None` while a budget is full: for a
+    /// transport that cannot leave a connection waiting in a backlog (QUIC: an Initial is
+    /// answered or refused at once).
+    pub(crate) fn try_acquire(&self, frontend: usize) -> Option<ConnPermits> {
+        let fe = match self.frontends.get(frontend).and_then(|f| f.as_ref()) {
+            Some(sem) => Some(Arc::clone(sem).try_acquire_owned().ok()?),
+            None => None,
+        };
+        let global = Arc::clone(&self.global).try_acquire_owned().ok()?;
+        Some(ConnPermits {
+            _global: global,
+            _frontend: fe,
+        })
+    }
+
     /// The process maxconn and the connections holding a permit of it now.
     pub(crate) fn global_usage(&self) -> (u32, u64) {
         let free = self.global.available_permits() as u64;

@@ -17,12 +17,12 @@
 //! - `sharing`: limits shared across instances through Redis (`[shared]`): one thread per
 //!   process pushes the stick tables' deltas and pulls the global totals every
 //!   `sync_interval`; the data path never waits on it.
-//! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
-//!   starting a session per connection.
 //! - `quic`: HTTP/3 over QUIC (`[frontend.quic]`): one quinn endpoint per worker thread on
 //!   its own SO_REUSEPORT UDP socket, connection IDs naming the owning thread and
 //!   generation, misrouted datagrams forwarded to their owner; request streams served by the
 //!   HTTP/2 stream path.
+//! - [`listener`]: binding (SO_REUSEPORT per worker, or one shared socket), accept loops,
+//!   starting a session per connection.
 //! - `proxy`: a client connection's life: pick a server, connect, relay; HTTP mode; HTTP/2
 //!   clients (`h2front`); the per-stream record.
 //! - [`tls`]: termination, SNI passthrough (ClientHello parsing), TLS to servers, kTLS.

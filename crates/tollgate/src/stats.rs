@@ -326,6 +326,27 @@ worker_stats! {
     h2_flood_window_updates,
     h2_flood_header_block,
     h2_flood_oversized_heads,
+    /// HTTP/3 (`[frontend.quic]`): QUIC connections accepted (handshake done) and request
+    /// streams they opened (each also an `http_requests`); datagrams read and written
+    /// (a GSO/GRO batch counts its segments); datagrams read on this thread's socket for
+    /// another thread's connection (forwarded to it), and those the owner's queue had no
+    /// room for (dropped, as a full socket buffer drops them).
+    quic_connections,
+    quic_streams,
+    quic_datagrams_in,
+    quic_datagrams_out,
+    quic_misrouted,
+    quic_forward_dropped,
+    /// New QUIC connections refused at a full `maxconn` (CONNECTION_REFUSED), asked to
+    /// prove their address first (Retry, above `http3.retry_above` per second), and
+    /// handshakes that failed or timed out.
+    quic_refused,
+    quic_retries,
+    quic_handshake_failures,
+    /// Packets the connections' loss detection declared lost, and HTTP/3 connections
+    /// closed H3_EXCESSIVE_LOAD for resetting more than `http3.max_client_resets` streams.
+    quic_lost_packets,
+    quic_flood_client_resets,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -486,6 +486,30 @@ pub struct Quic {
     /// `Alt-Svc: h3=":PORT"; ma=SECONDS` on this frontend's HTTP/1 and HTTP/2 responses
     /// (PORT: the first quic bind's); zero sends none.
     pub alt_svc_max_age: Duration,
+    /// That field's value, rendered once (`None`: none sent).
+    pub alt_svc: Option<Box<[u8]>>,
+}
+
+impl Quic {
+    pub fn new(binds: Vec<SocketAddr>, zero_rtt: bool, alt_svc_max_age: Duration) -> Quic {
+        let alt_svc = binds
+            .first()
+            .filter(|_| !alt_svc_max_age.is_zero())
+            .map(|b| format!("h3=\":{}\"; ma={}", b.port(), alt_svc_max_age.as_secs()).into_bytes().into());
+        Quic {
+            binds,
+            zero_rtt,
+            alt_svc_max_age,
+            alt_svc,
+        }
+    }
+}
+
+impl Frontend {
+    /// The `Alt-Svc` value this frontend's responses carry (a quic bind and a max age).
+    pub fn alt_svc(&self) -> Option<&[u8]> {
+        self.quic.as_ref().and_then(|q| q.alt_svc.as_deref())
+    }
 }
 
 /// A switch for an offload (splice, kTLS) that engages after `after_bytes` in one direction.

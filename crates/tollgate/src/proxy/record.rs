@@ -183,6 +183,16 @@ impl TlsSeen {
         })))
     }
 
+    /// A QUIC connection's handshake (always TLS 1.3; quinn does not tell the suite).
+    pub(crate) fn quic(sni: Option<&str>, leaf: Option<&[u8]>, plan: &LogPlan) -> Self {
+        TlsSeen(Some(Box::new(TlsKept {
+            version: Some("TLSv1.3"),
+            cipher: None,
+            sni: sni.map(Box::from),
+            cert_subject: cert_subject(leaf, plan),
+        })))
+    }
+
     /// A peeked ClientHello's SNI (TLS passthrough: no handshake of ours).
     pub(crate) fn peeked(sni: Option<&str>) -> Self {
         TlsSeen(Some(Box::new(TlsKept {

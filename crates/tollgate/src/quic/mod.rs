@@ -11,12 +11,30 @@
 //! connection); connection IDs are `cid::LEN` bytes and carry their owner's generation and
 //! thread (`cid.rs`).
 
-use std::sync::{Arc, Mutex};
+mod cid;
+mod conn;
+mod socket;
+mod stream;
 
-/// Datagrams read on one worker thread's socket that belong to another's connection.
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::model::{Frontend, Http3};
+use crate::ctx::WorkerCtx;
+use crate::listener::udp::BoundUdp;
+
+/// Datagrams read on one worker thread's socket that belong to another's connection, and
+/// the keys every thread of the process shares: the CID tag (any thread tells whose a CID
+/// is), the address-validation token key (a Retry's token is checked by whichever thread
+/// the retried Initial lands on) and the stateless-reset key.
 pub(crate) struct Mesh {
     /// Per group (`BoundUdp::group`), per worker: the channel into that worker's socket.
     lanes: Vec<Vec<Lane>>,
+    workers: usize,
+    pub(crate) key: cid::TagKey,
+    token_key: Arc<dyn quinn::crypto::HandshakeTokenKey>,
+    reset_key: Arc<dyn quinn::crypto::HmacKey>,
 }
 
 struct Lane {
@@ -35,7 +53,8 @@ pub(crate) struct Forwarded {
 const LANE_DEPTH: usize = 1024;
 
 impl Mesh {
-    pub(crate) fn new(groups: usize, workers: usize) -> Arc<Mesh> {
+    /// At startup (the keys come from the system's random source).
+    pub(crate) fn new(groups: usize, workers: usize) -> std::io::Result<Arc<Mesh>> {
         let lanes = (0..groups)
             .map(|_| {
                 (0..workers)
@@ -49,7 +68,36 @@ impl Mesh {
                     .collect()
             })
             .collect();
-        Arc::new(Mesh { lanes })
+        let mut secret = [0u8; 32];
+        aws_lc_rs::rand::fill(&mut secret).map_err(|_| std::io::Error::other("no random source"))?;
+        let token_key = aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, &[]).extract(&secret);
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let reset_key = aws_lc_rs::hmac::Key::generate(aws_lc_rs::hmac::HMAC_SHA256, &rng)
+            .map_err(|_| std::io::Error::other("no random source"))?;
+        Ok(Arc::new(Mesh {
+            lanes,
+            workers,
+            key: cid::TagKey::new(),
+            token_key: Arc::new(token_key),
+            reset_key: Arc::new(reset_key),
+        }))
+    }
+
+    pub(crate) fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The receiving end of `thread`'s lane in `group` (once).
+    fn take_inbox(&self, group: usize, thread: usize) -> Option<tokio::sync::mpsc::Receiver<Forwarded>> {
+        self.lanes.get(group)?.get(thread)?.rx.lock().ok()?.take()
+    }
+
+    /// Queues a datagram for `thread`; `false` if its queue is full (or gone).
+    fn forward(&self, group: usize, thread: usize, datagram: Forwarded) -> bool {
+        self.lanes
+            .get(group)
+            .and_then(|g| g.get(thread))
+            .is_some_and(|lane| lane.tx.try_send(datagram).is_ok())
     }
 }
 
@@ -62,14 +110,147 @@ pub(crate) struct Plan {
 }
 
 /// Serves one bound quic socket on the calling worker thread (tasks spawned on its local
-/// set): accepts connections until the worker stops, then lets them finish within the
-/// drain, as the TCP accept loops do.
-pub(crate) fn serve_socket(
-    ctx: &std::rc::Rc<crate::ctx::WorkerCtx>,
-    sock: crate::listener::udp::BoundUdp,
-    plan: &Plan,
-) -> std::io::Result<()> {
-    let _ = (ctx, sock, plan);
-    tracing::warn!("HTTP/3 is not served yet");
+/// set): accepts connections until the worker stops; they finish within the drain, as TCP
+/// sessions do (each is a session: `sessions_active`, `show sessions`, `maxconn`).
+pub(crate) fn serve_socket(ctx: &Rc<WorkerCtx>, sock: BoundUdp, plan: &Plan) -> std::io::Result<()> {
+    let config = &ctx.shared.config;
+    let fe = config
+        .frontends
+        .get(sock.frontend)
+        .ok_or_else(|| std::io::Error::other("quic socket for an unknown frontend"))?;
+    let server = server_config(fe, &config.http3, &plan.mesh)?;
+    let mut endpoint_config = quinn::EndpointConfig::new(Arc::clone(&plan.mesh.reset_key));
+    let (generation, thread, key) = (plan.generation, ctx.id, plan.mesh.key.clone());
+    endpoint_config.cid_generator(move || Box::new(cid::Generator::new(generation, thread, key.clone())));
+    let socket = socket::SteeringSocket::new(socket::Parts {
+        socket: sock.socket,
+        thread: ctx.id,
+        generation: plan.generation,
+        group: sock.group,
+        mesh: Arc::clone(&plan.mesh),
+        stats: Arc::clone(&ctx.stats),
+    })?;
+    tracing::debug!(
+        worker = ctx.id,
+        frontend = %fe.name,
+        addr = %sock.local,
+        gso = quinn::AsyncUdpSocket::max_transmit_segments(&socket),
+        gro = quinn::AsyncUdpSocket::max_receive_segments(&socket),
+        "serving HTTP/3"
+    );
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        endpoint_config,
+        Some(server),
+        Arc::new(socket),
+        Arc::new(quinn::TokioRuntime),
+    )?;
+    tokio::task::spawn_local(accept_loop(Rc::clone(ctx), sock.frontend, endpoint));
     Ok(())
+}
+
+/// quinn's server side from the frontend's TLS config (same certificates, resolver, client
+/// authentication and session tickets; ALPN `h3`; early data only with `zero_rtt`) and
+/// `[http3]`.
+fn server_config(fe: &Frontend, h3: &Http3, mesh: &Mesh) -> std::io::Result<quinn::ServerConfig> {
+    let (Some(tls), Some(quic)) = (&fe.tls, &fe.quic) else {
+        return Err(std::io::Error::other("quic bind on a frontend without TLS"));
+    };
+    let mut rustls = (*tls.server_config).clone();
+    rustls.alpn_protocols = vec![b"h3".to_vec()];
+    // QUIC allows 0 or all (RFC 9001 §4.6.1).
+    rustls.max_early_data_size = if quic.zero_rtt { u32::MAX } else { 0 };
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls))
+        .map_err(|e| std::io::Error::other(format!("frontend {}: TLS config unusable for QUIC: {e}", fe.name)))?;
+    let mut server = quinn::ServerConfig::new(Arc::new(crypto), Arc::clone(&mesh.token_key));
+    server.transport_config(Arc::new(transport(h3)));
+    Ok(server)
+}
+
+fn transport(h3: &Http3) -> quinn::TransportConfig {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(h3.max_concurrent_streams.into());
+    // The client's control stream and its two QPACK streams (RFC 9114 §6.2, RFC 9204 §4.2).
+    t.max_concurrent_uni_streams(3u32.into());
+    t.stream_receive_window(h3.stream_window.into());
+    t.receive_window(h3.connection_window.into());
+    t.send_window(u64::from(h3.connection_window).saturating_mul(4));
+    let idle = quinn::IdleTimeout::try_from(h3.idle_timeout).unwrap_or_else(|_| quinn::VarInt::from_u32(30_000).into());
+    t.max_idle_timeout(Some(idle));
+    t.datagram_receive_buffer_size(None);
+    t
+}
+
+/// New connections per second on one thread, for `http3.retry_above`.
+struct HandshakeRate {
+    second: Instant,
+    count: u32,
+}
+
+impl HandshakeRate {
+    /// Counts one; whether the second's count is over `limit`.
+    fn over(&mut self, limit: u32, now: Instant) -> bool {
+        if now.duration_since(self.second) >= Duration::from_secs(1) {
+            self.second = now;
+            self.count = 0;
+        }
+        self.count = self.count.saturating_add(1);
+        self.count > limit
+    }
+}
+
+/// Takes connections until the worker stops; then refuses new ones while the open ones
+/// finish (their tasks send GOAWAY).
+async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, endpoint: quinn::Endpoint) {
+    let stop = ctx.stopping();
+    tokio::pin!(stop);
+    let mut rate = HandshakeRate {
+        second: Instant::now(),
+        count: 0,
+    };
+    let stopping = loop {
+        let incoming = tokio::select! {
+            biased;
+            () = &mut stop => break true,
+            i = endpoint.accept() => i,
+        };
+        let Some(incoming) = incoming else { break false };
+        admit(&ctx, frontend, incoming, &mut rate);
+    };
+    if stopping {
+        // New handshakes are refused from now on; packets of open connections still flow.
+        endpoint.set_server_config(None);
+        // The endpoint lives while connections do: its driver is what moves their packets.
+        endpoint.wait_idle().await;
+    }
+}
+
+/// Decides what becomes of a new connection attempt, before any connection state exists.
+fn admit(ctx: &Rc<WorkerCtx>, frontend: usize, incoming: quinn::Incoming, rate: &mut HandshakeRate) {
+    let shared = &ctx.shared;
+    let peer = incoming.remote_address();
+    if shared.paused.is_disabled(frontend) || !crate::listener::admit(ctx, frontend, peer.ip()) {
+        incoming.refuse();
+        return;
+    }
+    let h3 = &shared.config.http3;
+    let busy = rate.over(h3.retry_above, Instant::now())
+        || shared.handshakes.available_permits() < (shared.config.global.max_handshakes as usize).div_ceil(2);
+    if busy && !incoming.remote_address_validated() && incoming.may_retry() {
+        ctx.stats.quic_retries.add(1);
+        let _ = incoming.retry();
+        return;
+    }
+    let Some(permits) = shared.budgets.try_acquire(frontend) else {
+        ctx.stats.quic_refused.add(1);
+        incoming.refuse();
+        return;
+    };
+    let Ok(handshake) = Arc::clone(&shared.handshakes).try_acquire_owned() else {
+        ctx.stats.quic_refused.add(1);
+        incoming.refuse();
+        return;
+    };
+    ctx.stats.sessions_total.add(1);
+    ctx.stats.sessions_active.add(1);
+    tokio::task::spawn_local(conn::serve(Rc::clone(ctx), frontend, incoming, permits, handshake));
 }

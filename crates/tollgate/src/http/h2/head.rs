@@ -166,18 +166,26 @@ impl RequestHead {
     }
 }
 
-#[cfg(test)]
 impl RequestHead {
-    /// The head the codec builds from these decoded fields (a list of at most
-    /// `max_list_size`), and its verdict on them.
-    pub(crate) fn decoded(fields: &[(&str, &str)], max_list_size: usize) -> (RequestHead, Result<(), HeadFault>) {
+    /// The head the codec builds from fields another codec decoded (HTTP/3's QPACK:
+    /// pseudo-fields first, then the others, in a list of at most `max_list_size`), and its
+    /// verdict on them: the same rules as for an HTTP/2 head.
+    pub(crate) fn from_decoded<'f>(
+        fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
+        max_list_size: usize,
+    ) -> (RequestHead, Result<(), HeadFault>) {
         let mut head = RequestHead::default();
         let mut b = HeadBuilder::new(&mut head, false, max_list_size);
         for (n, v) in fields {
-            b.field(n.as_bytes(), v.as_bytes(), false);
+            b.field(n, v, false);
         }
         let verdict = b.finish();
         (head, verdict)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn decoded(fields: &[(&str, &str)], max_list_size: usize) -> (RequestHead, Result<(), HeadFault>) {
+        Self::from_decoded(fields.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())), max_list_size)
     }
 }
 

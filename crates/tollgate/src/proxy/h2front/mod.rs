@@ -33,8 +33,9 @@ use tokio::time::Instant;
 use crate::ctx::WorkerCtx;
 use crate::http::h2::frame::PREFACE;
 
-pub(crate) use native::serve;
-pub(crate) use stream::ConnInfo;
+pub(crate) use check::request as check_request;
+pub(crate) use native::{Bridge, Output, bridged, request_parts, serve};
+pub(crate) use stream::{ConnInfo, serve as serve_stream};
 
 /// Whether a plain connection opens with the HTTP/2 preface: peeks (never reads) until the
 /// bytes differ from the preface or all 24 are there, within `timeouts.http_request`.

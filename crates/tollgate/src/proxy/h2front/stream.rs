@@ -65,6 +65,8 @@ pub(crate) struct ConnInfo {
     pub frontend: usize,
     pub peer: SocketAddr,
     pub proto: Proto,
+    /// The access log's version: `HTTP/2.0`, or `HTTP/3` (a QUIC connection's streams).
+    pub version: &'static str,
     /// What the TLS handshake settled (plain h2c: nothing).
     pub tls: crate::proxy::record::TlsSeen,
     /// The client presented a verified certificate (`client_cert` routes)...
@@ -97,7 +99,7 @@ impl ConnInfo {
     }
 
     /// An empty header map, with room from an ended stream when there is one.
-    pub(super) fn header_map(&self) -> http::HeaderMap {
+    pub(crate) fn header_map(&self) -> http::HeaderMap {
         self.header_maps.borrow_mut().pop().unwrap_or_default()
     }
 
@@ -151,7 +153,7 @@ pub(crate) async fn serve(
         let mut slot = log.slot();
         let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         slot.line.set(parts.method.as_str().as_bytes(), target.as_bytes());
-        slot.line.set_version("HTTP/2.0");
+        slot.line.set_version(conn.version);
         let headers = parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
         let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
         slot.line.capture_request(&fe.log, headers, authority);
@@ -725,6 +727,7 @@ impl Stream<'_> {
         if compressing.is_none() && matches!(verdict, Verdict::Compress(_)) {
             verdict = Verdict::VaryOnly;
         }
+        let alt_svc = self.fe.alt_svc();
         let sent = if rewritten || sets_cookie || self.id_field.is_some() || verdict != Verdict::Untouched {
             let mut head = to_h1::response_head(&response, back.data(), cookie);
             compress::edit_h2_head(head.headers_mut(), verdict);
@@ -734,6 +737,7 @@ impl Stream<'_> {
                     .apply_to_map(head.headers_mut(), &RequestVars::default());
             }
             set_id_field(head.headers_mut(), self.id_field);
+            add_alt_svc(head.headers_mut(), alt_svc);
             if let Some(table) = sticky.filter(|_| sets_cookie) {
                 let private = crate::http::cookie::kept_from_shared_caches(response.headers(back.data()));
                 table.with_lines(id, private, |lines| to_h1::append_lines(&mut head, lines));
@@ -742,7 +746,9 @@ impl Stream<'_> {
         } else {
             // Sent as the server wrote it: encoded from its bytes, no header map.
             let fields = to_h1::response_fields(&response, back.data(), cookie);
-            self.respond.send_response_fields(response.status, fields, end)
+            let alt_svc = alt_svc.map(|v| (&b"alt-svc"[..], v));
+            self.respond
+                .send_response_fields(response.status, fields.chain(alt_svc), end)
         };
         back.consume(response.head_len);
         response.reclaim(&mut self.conn.scratch.borrow_mut());
@@ -876,6 +882,13 @@ impl Stream<'_> {
 
 /// What a gRPC client is told of a proxy-side failure: the kind of failure, never a
 /// server's name or address.
+/// The frontend's `Alt-Svc` (HTTP/3 offered on its quic binds), beside any the server sent.
+pub(super) fn add_alt_svc(headers: &mut http::HeaderMap, alt_svc: Option<&[u8]>) {
+    if let Some(v) = alt_svc.and_then(|v| http::HeaderValue::from_bytes(v).ok()) {
+        headers.append(http::header::ALT_SVC, v);
+    }
+}
+
 fn grpc_message(cause: &Error) -> &'static str {
     match cause.kind {
         ErrorKind::NoServer | ErrorKind::QueueFull | ErrorKind::QueueTimeout => "proxy: no server available",

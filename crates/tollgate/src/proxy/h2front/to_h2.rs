@@ -296,6 +296,7 @@ fn response_head(
         rewrite.response_headers.apply_to_map(&mut parts.headers, &vars);
     }
     crate::http::request_id::set_field(&mut parts.headers, s.id_field);
+    super::stream::add_alt_svc(&mut parts.headers, s.fe.alt_svc());
     let mut response = http::Response::from_parts(parts, ());
     if let Some(table) = sticky
         && prefer != Some(id)

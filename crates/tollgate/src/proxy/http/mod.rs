@@ -152,6 +152,7 @@ fn h2_info(
         frontend,
         peer,
         proto,
+        version: "HTTP/2.0",
         tls,
         scratch: std::cell::RefCell::new(crate::http::h1::HeadScratch::empty()),
         heads: std::cell::RefCell::default(),

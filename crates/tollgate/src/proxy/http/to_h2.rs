@@ -339,6 +339,9 @@ async fn respond<C: ClientStream>(
         &mut parts.headers,
         super::stream::id_field(s.fe, s.request_id.as_ref(), true),
     );
+    if let Some(v) = s.fe.alt_svc().and_then(|v| http::HeaderValue::from_bytes(v).ok()) {
+        parts.headers.append(http::header::ALT_SVC, v);
+    }
     let bodiless = req.method == Method::Head || matches!(status, 100..=199 | 204 | 304);
     // Compression (`compress`), as the h1 path: not for an HTTP/1.0 client, the head edited
     // before it is written, over the compressor budget only `Vary`.

@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use http::HeaderMap;
 
+use super::bridge::Bridge;
 use crate::http::h2::{Reason, ServerConn, StreamId};
 
 /// Why a stream operation could not be done.
@@ -211,7 +212,14 @@ impl Shared {
             slot,
             id,
         };
-        (RecvStream { h: handle() }, SendResponse { h: handle() })
+        (
+            RecvStream {
+                h: Backing::Native(handle()),
+            },
+            SendResponse {
+                h: Backing::Native(handle()),
+            },
+        )
     }
 
     /// Request body bytes for `id` (given straight back when no one reads them any more).
@@ -393,25 +401,68 @@ impl From<StreamError> for Result<(), StreamError> {
     }
 }
 
+/// What a handle refers to: a stream of this connection's HTTP/2 codec, or a bridged one
+/// (HTTP/3, `bridge.rs`) whose driver moves its bytes.
+enum Backing {
+    Native(Handle),
+    Bridged(BridgeHandle),
+}
+
+/// One handle's reference to a bridged stream (counted, as `Handle`'s are).
+struct BridgeHandle(Rc<Bridge>);
+
+impl BridgeHandle {
+    fn new(bridge: &Rc<Bridge>) -> Self {
+        bridge.hold();
+        BridgeHandle(Rc::clone(bridge))
+    }
+}
+
+impl Drop for BridgeHandle {
+    fn drop(&mut self) {
+        self.0.release_handle();
+    }
+}
+
+/// The handles of a bridged stream, for its driver to give the forwarding code.
+pub(crate) fn bridged(bridge: &Rc<Bridge>) -> (RecvStream, SendResponse) {
+    (
+        RecvStream {
+            h: Backing::Bridged(BridgeHandle::new(bridge)),
+        },
+        SendResponse {
+            h: Backing::Bridged(BridgeHandle::new(bridge)),
+        },
+    )
+}
+
 /// The request body of a stream.
 pub(crate) struct RecvStream {
-    h: Handle,
+    h: Backing,
 }
 
 impl RecvStream {
     /// The client ended its side and every piece was taken.
     pub(crate) fn is_end_stream(&self) -> bool {
-        let mut table = self.h.shared.table.borrow_mut();
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.is_end_stream(),
+        };
+        let mut table = h.shared.table.borrow_mut();
         table
-            .at(self.h.slot, self.h.id)
+            .at(h.slot, h.id)
             .is_none_or(|e| e.recv_ended && e.recv.is_empty() && e.trailers.is_none())
     }
 
     /// Why the stream was reset, once it was (by the client, or by the codec for what the
     /// client sent), or closed (`CANCEL`).
     pub(crate) fn reset_code(&self) -> Option<Reason> {
-        let mut table = self.h.shared.table.borrow_mut();
-        match table.at(self.h.slot, self.h.id) {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.reset_code(),
+        };
+        let mut table = h.shared.table.borrow_mut();
+        match table.at(h.slot, h.id) {
             Some(e) => e.reset,
             None => Some(Reason::CANCEL),
         }
@@ -423,8 +474,12 @@ impl RecvStream {
     }
 
     pub(crate) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, StreamError>>> {
-        let mut table = self.h.shared.table.borrow_mut();
-        let Some(e) = table.at(self.h.slot, self.h.id) else {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.poll_data(cx),
+        };
+        let mut table = h.shared.table.borrow_mut();
+        let Some(e) = table.at(h.slot, h.id) else {
             return Poll::Ready(Some(Err(StreamError::Closed)));
         };
         if let Some(data) = e.recv.pop_front() {
@@ -443,19 +498,27 @@ impl RecvStream {
 
     /// `n` bytes of what `data` gave were forwarded: the client may send as many more.
     pub(crate) fn release_capacity(&mut self, n: usize) {
-        let mut table = self.h.shared.table.borrow_mut();
-        if let Some(e) = table.at(self.h.slot, self.h.id) {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.release_capacity(n),
+        };
+        let mut table = h.shared.table.borrow_mut();
+        if let Some(e) = table.at(h.slot, h.id) {
             let n = n.min(e.held);
             e.held -= n;
-            self.h.shared.conn.borrow_mut().release_data(self.h.id, n);
+            h.shared.conn.borrow_mut().release_data(h.id, n);
         }
     }
 
     /// The trailers that ended the body, if any (after the last piece).
     pub(crate) async fn trailers(&mut self) -> Result<Option<HeaderMap>, StreamError> {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return std::future::poll_fn(|cx| b.0.poll_trailers(cx)).await,
+        };
         std::future::poll_fn(|cx| {
-            let mut table = self.h.shared.table.borrow_mut();
-            let Some(e) = table.at(self.h.slot, self.h.id) else {
+            let mut table = h.shared.table.borrow_mut();
+            let Some(e) = table.at(h.slot, h.id) else {
                 return Poll::Ready(Err(StreamError::Closed));
             };
             if let Some(t) = e.trailers.take() {
@@ -476,7 +539,7 @@ impl RecvStream {
 
 /// The response side of a stream before its head went.
 pub(crate) struct SendResponse {
-    h: Handle,
+    h: Backing,
 }
 
 impl SendResponse {
@@ -493,7 +556,26 @@ impl SendResponse {
         fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
         end: bool,
     ) -> Result<SendStream, StreamError> {
-        self.h.with(|e, conn| {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => {
+                let mut map = HeaderMap::new();
+                for (name, value) in fields {
+                    // Both checked by the caller (valid names and values); skipped otherwise.
+                    if let (Ok(n), Ok(v)) = (
+                        http::HeaderName::from_bytes(name),
+                        http::HeaderValue::from_bytes(value),
+                    ) {
+                        map.append(n, v);
+                    }
+                }
+                b.0.send_head(status, map, end)?;
+                return Ok(SendStream {
+                    h: Backing::Bridged(BridgeHandle::new(&b.0)),
+                });
+            }
+        };
+        h.with(|e, conn| {
             if let Some(code) = e.reset {
                 return Err(StreamError::Reset(code));
             }
@@ -510,11 +592,11 @@ impl SendResponse {
             Ok(())
         })?;
         Ok(SendStream {
-            h: Handle {
-                shared: Rc::clone(&self.h.shared),
-                slot: self.h.slot,
-                id: self.h.id,
-            },
+            h: Backing::Native(Handle {
+                shared: Rc::clone(&h.shared),
+                slot: h.slot,
+                id: h.id,
+            }),
         })
     }
 
@@ -523,7 +605,14 @@ impl SendResponse {
         if !head.status().is_informational() {
             return Err(StreamError::Closed);
         }
-        self.h.with(|e, conn| {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => {
+                let (parts, ()) = head.into_parts();
+                return b.0.send_interim(parts.status.as_u16(), parts.headers);
+            }
+        };
+        h.with(|e, conn| {
             if e.head_sent || e.reset.is_some() {
                 return Err(StreamError::Closed);
             }
@@ -538,17 +627,29 @@ impl SendResponse {
     /// Bytes of the HEADERS frames this stream's response sent so far (interim and final
     /// heads, trailers), as encoded.
     pub(crate) fn head_bytes(&self) -> u64 {
-        let mut table = self.h.shared.table.borrow_mut();
-        table.at(self.h.slot, self.h.id).map_or(0, |e| e.head_bytes)
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.head_bytes(),
+        };
+        let mut table = h.shared.table.borrow_mut();
+        table.at(h.slot, h.id).map_or(0, |e| e.head_bytes)
     }
 
     pub(crate) fn send_reset(&mut self, code: Reason) {
-        send_reset(&self.h, code);
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.send_reset(code),
+        };
+        send_reset(h, code);
     }
 
     /// Ready once the client resets the stream (or the connection ends).
     pub(crate) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, StreamError>> {
-        poll_reset(&self.h, cx)
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.poll_reset(cx),
+        };
+        poll_reset(h, cx)
     }
 }
 
@@ -581,13 +682,17 @@ fn poll_reset(h: &Handle, cx: &mut Context<'_>) -> Poll<Result<Reason, StreamErr
 
 /// The response body's sender.
 pub(crate) struct SendStream {
-    h: Handle,
+    h: Backing,
 }
 
 impl SendStream {
     /// Asks for window room for `n` bytes ([`SendStream::capacity`] says what is granted).
     pub(crate) fn reserve_capacity(&mut self, n: usize) {
-        let _: Result<(), StreamError> = self.h.with(|e, _| {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.reserve_capacity(n),
+        };
+        let _: Result<(), StreamError> = h.with(|e, _| {
             e.reserved = n;
             Ok(())
         });
@@ -595,9 +700,13 @@ impl SendStream {
 
     /// What may be sent now without waiting: the reserved amount within the windows.
     pub(crate) fn capacity(&self) -> usize {
-        let shared = &*self.h.shared;
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.capacity(),
+        };
+        let shared = &*h.shared;
         let mut table = shared.table.borrow_mut();
-        match table.at(self.h.slot, self.h.id) {
+        match table.at(h.slot, h.id) {
             Some(e) => shared.room(&shared.conn.borrow(), e),
             None => 0,
         }
@@ -606,9 +715,13 @@ impl SendStream {
     /// Ready with the capacity granted once the windows have room; `Err` once the stream
     /// was reset, `None` once it is closed.
     pub(crate) fn poll_capacity(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<usize, StreamError>>> {
-        let shared = &*self.h.shared;
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.poll_capacity(cx),
+        };
+        let shared = &*h.shared;
         let mut table = shared.table.borrow_mut();
-        let Some(e) = table.at(self.h.slot, self.h.id) else {
+        let Some(e) = table.at(h.slot, h.id) else {
             return Poll::Ready(None);
         };
         if let Some(code) = e.reset {
@@ -637,7 +750,11 @@ impl SendStream {
     }
 
     fn send_slice(&mut self, data: &[u8], owned: Option<&Bytes>, end: bool) -> Result<(), StreamError> {
-        self.h.with(|e, conn| {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.send_data(owned.cloned().unwrap_or_else(|| Bytes::copy_from_slice(data)), end),
+        };
+        h.with(|e, conn| {
             if let Some(code) = e.reset {
                 return Err(StreamError::Reset(code));
             }
@@ -666,7 +783,11 @@ impl SendStream {
 
     /// Trailers: they end the response.
     pub(crate) fn send_trailers(&mut self, trailers: HeaderMap) -> Result<(), StreamError> {
-        self.h.with(|e, conn| {
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.send_trailers(trailers),
+        };
+        h.with(|e, conn| {
             if let Some(code) = e.reset {
                 return Err(StreamError::Reset(code));
             }
@@ -689,10 +810,18 @@ impl SendStream {
     }
 
     pub(crate) fn send_reset(&mut self, code: Reason) {
-        send_reset(&self.h, code);
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.send_reset(code),
+        };
+        send_reset(h, code);
     }
 
     pub(crate) fn poll_reset(&mut self, cx: &mut Context<'_>) -> Poll<Result<Reason, StreamError>> {
-        poll_reset(&self.h, cx)
+        let h = match &self.h {
+            Backing::Native(h) => h,
+            Backing::Bridged(b) => return b.0.poll_reset(cx),
+        };
+        poll_reset(h, cx)
     }
 }

@@ -14,6 +14,7 @@
 //! dropped, closed once it is written (within `GOAWAY_FLUSH`); the client closing → every
 //! stream dropped (they lost their client).
 
+mod bridge;
 mod handles;
 
 use std::io;
@@ -29,7 +30,8 @@ use futures_util::stream::FuturesUnordered;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::Instant;
 
-pub(crate) use handles::{RecvStream, SendResponse, SendStream, StreamError};
+pub(crate) use bridge::{Bridge, Output};
+pub(crate) use handles::{RecvStream, SendResponse, SendStream, StreamError, bridged};
 
 use super::check::{self, Checked, Refusal};
 use super::{ConnInfo, slots, stream};
@@ -415,7 +417,7 @@ async fn flush<T: AsyncWrite + Unpin>(io: &mut T, shared: &Shared, stats: &Worke
 
 /// A validated request head as `http` parts (what routing and forwarding read), its fields
 /// in `headers` (empty).
-fn request_parts(head: &RequestHead, headers: http::HeaderMap) -> Option<http::request::Parts> {
+pub(crate) fn request_parts(head: &RequestHead, headers: http::HeaderMap) -> Option<http::request::Parts> {
     let (mut parts, ()) = http::Request::new(()).into_parts();
     parts.method = http::Method::from_bytes(head.method()).ok()?;
     parts.version = http::Version::HTTP_2;

@@ -1,0 +1,438 @@
+//! HTTP/3 on the front (`[frontend.quic]`) with a real client (aioquic, `h3_support/
+//! h3client.py`): requests forwarded to HTTP/1.1 servers, `Alt-Svc` on the TCP side, a
+//! 100 MiB download and a 20 MiB upload checked by sha256, 100 streams at once on one
+//! connection, a connection that changes its address (its packets land on another worker's
+//! socket and still reach their owner), address validation by Retry, `maxconn`, a
+//! malformed-packet corpus and QPACK bombs while a normal client is served, and GOAWAY at a
+//! stop with the download in flight finishing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::tls::{Ca, TempDir, cert_entry};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_support/h3client.py");
+
+/// Whether aioquic is importable; under CI (which installs it) its absence fails the test.
+fn have_aioquic() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import aioquic"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(std::env::var("CI").is_err(), "aioquic missing under CI (.ci/run installs it)");
+        eprintln!("skipped: aioquic is not installed (python3 -m pip install aioquic)");
+    }
+    ok
+}
+
+/// The test's CA, a leaf for `localhost`, and their files.
+struct Pki {
+    dir: TempDir,
+    ca: PathBuf,
+    leaf: (PathBuf, PathBuf),
+}
+
+fn pki() -> Pki {
+    let dir = TempDir::new();
+    let ca = Ca::new("h3 test CA");
+    let leaf = ca.leaf(&["localhost", "127.0.0.1"], "localhost", false).write(&dir, "leaf");
+    let ca_path = ca.write(&dir, "ca.pem");
+    Pki { dir, ca: ca_path, leaf }
+}
+
+/// An HTTP/1.1 origin: `/bytes/N` streams N pattern bytes (`common::write_mib` blocks),
+/// `/sha` answers the sha256 of the request body, anything else `hello h3`; each answer
+/// says which request line it saw in `x-seen`.
+fn origin() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                for nth in 1.. {
+                    let Some(req) = common::http::read_request(&mut reader, 1, nth, Some(&mut writer)) else {
+                        return;
+                    };
+                    let seen = format!("{} {} {}", req.method, req.target, req.version);
+                    let early = req.header("early-data").unwrap_or("-").to_owned();
+                    let ok = if let Some(n) = req.target.strip_prefix("/bytes/") {
+                        let mib: u64 = n.parse().unwrap();
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-seen: {seen}\r\n\r\n",
+                            mib << 20
+                        );
+                        writer.write_all(head.as_bytes()).is_ok() && {
+                            let mut block = vec![0u8; 1 << 20];
+                            common::write_mib(&mut writer, mib, &mut block).is_ok()
+                        }
+                    } else {
+                        let body = if req.target == "/sha" {
+                            hex(&Sha256::digest(&req.body))
+                        } else {
+                            "hello h3".to_owned()
+                        };
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-seen: {seen}\r\nx-early: {early}\r\n\r\n",
+                            body.len()
+                        );
+                        writer.write_all(head.as_bytes()).is_ok() && writer.write_all(body.as_bytes()).is_ok()
+                    };
+                    if !ok {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The sha256 of `mib` MiB of `common::write_mib`'s pattern.
+fn pattern_sha(mib: u64) -> String {
+    let mut sink = std::io::sink();
+    let mut block = vec![0u8; 1 << 20];
+    hex(&common::write_mib(&mut sink, mib, &mut block).unwrap())
+}
+
+/// A TLS frontend with a quic bind on a port of its own, `workers` threads, to `origin`.
+fn config(pki: &Pki, origin: SocketAddr, workers: usize, global: &str, frontend: &str, http3: &str) -> String {
+    format!(
+        "[global]\nworkers = {workers}\n{global}\n[http3]\n{http3}\n\
+         [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n{frontend}\n\
+         [frontend.quic]\nbind = [\"127.0.0.1:0\"]\n\
+         [frontend.tls]\nalpn = [\"h2\", \"http/1.1\"]\n{}\n\
+         [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n",
+        cert_entry(&pki.leaf, true)
+    )
+}
+
+/// The proxy and its quic address.
+struct H3Proxy {
+    proxy: common::Proxy,
+    quic: SocketAddr,
+}
+
+fn start(toml: &str) -> H3Proxy {
+    let proxy = common::Proxy::start(toml);
+    let quic = proxy.running().quic_addrs("fe")[0];
+    H3Proxy { proxy, quic }
+}
+
+/// Runs the client; its JSON answer and whether it exited 0.
+fn client(pki: &Pki, quic: SocketAddr, path: &str, args: &[&str]) -> (Value, bool) {
+    let url = format!("https://localhost:{}{path}", quic.port());
+    let connect = quic.to_string();
+    let out = Command::new("python3")
+        .arg(CLIENT)
+        .args(["--url", &url, "--connect", &connect, "--ca"])
+        .arg(&pki.ca)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("client output {text:?}: {e}"));
+    (json, out.status.success())
+}
+
+fn header<'v>(resp: &'v Value, name: &str) -> Option<&'v str> {
+    resp["headers"]
+        .as_array()?
+        .iter()
+        .find(|h| h[0].as_str() == Some(name))
+        .and_then(|h| h[1].as_str())
+}
+
+#[test]
+fn a_request_over_http3_reaches_the_http1_server_and_tcp_responses_offer_h3() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 1, "", "", ""));
+    let (json, ok) = client(&pki, p.quic, "/hello?x=1", &["--body-out", "text"]);
+    assert!(ok, "{json}");
+    assert_eq!(json["alpn"], "h3");
+    let r = &json["responses"][0];
+    assert_eq!(r["status"], 200);
+    assert_eq!(r["body"], "hello h3");
+    // The server got a plain HTTP/1.1 request with the path and query.
+    assert_eq!(header(r, "x-seen"), Some("GET /hello?x=1 HTTP/1.1"));
+    // 0-RTT is off: nothing reached the server marked early.
+    assert_eq!(header(r, "x-early"), Some("-"));
+    // HTTP/1.1 and HTTP/2 over TCP are told where HTTP/3 is.
+    let alt = format!("h3=\":{}\"; ma=86400", p.quic.port());
+    for http2 in [false, true] {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "-D", "-", "-o", "/dev/null", "--cacert"])
+            .arg(&pki.ca)
+            .args(["--resolve", &format!("localhost:{}:127.0.0.1", p.proxy.addr.port())])
+            .arg(format!("https://localhost:{}/", p.proxy.addr.port()));
+        cmd.arg(if http2 { "--http2" } else { "--http1.1" });
+        let out = cmd.output().unwrap();
+        let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+        assert!(head.contains(&format!("alt-svc: {alt}")), "http2={http2}: {head}");
+    }
+    let stats = p.proxy.running().stats();
+    assert!(stats.quic_connections >= 1 && stats.quic_streams >= 1, "{stats:?}");
+}
+
+#[test]
+fn a_100_mib_download_and_a_20_mib_upload_arrive_intact() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 2, "", "", ""));
+    let (json, ok) = client(&pki, p.quic, "/bytes/100", &["--timeout", "120"]);
+    assert!(ok, "{json}");
+    let r = &json["responses"][0];
+    assert_eq!(r["bytes"], 100u64 << 20);
+    assert_eq!(r["sha256"], pattern_sha(100));
+
+    let (json, ok) = client(
+        &pki,
+        p.quic,
+        "/sha",
+        &["--method", "POST", "--upload-bytes", &(20u64 << 20).to_string(), "--body-out", "text", "--timeout", "120"],
+    );
+    assert!(ok, "{json}");
+    assert_eq!(json["responses"][0]["body"], json["upload_sha256"], "{json}");
+    // Without a length: forwarded chunked, the same bytes.
+    let (json, ok) = client(
+        &pki,
+        p.quic,
+        "/sha",
+        &["--method", "POST", "--upload-bytes", "300000", "--no-content-length", "--body-out", "text"],
+    );
+    assert!(ok, "{json}");
+    assert_eq!(json["responses"][0]["body"], json["upload_sha256"], "{json}");
+}
+
+#[test]
+fn a_hundred_streams_at_once_on_one_connection() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 1, "", "", ""));
+    let (json, ok) = client(&pki, p.quic, "/", &["--count", "300", "--concurrency", "100"]);
+    assert!(ok, "{json}");
+    assert_eq!(json["responses"].as_array().unwrap().len(), 300);
+    assert!(json["max_in_flight"].as_u64().unwrap() >= 100, "{}", json["max_in_flight"]);
+    assert!(json["responses"].as_array().unwrap().iter().all(|r| r["status"] == 200));
+}
+
+#[test]
+fn connections_that_change_address_keep_being_served_by_their_thread() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 2, "", "", ""));
+    // 20 connections, each moving to a new port after its first answer: about half of the
+    // new 4-tuples hash to the other worker's socket.
+    let (json, ok) = client(
+        &pki,
+        p.quic,
+        "/",
+        &["--connections", "20", "--count", "60", "--migrate", "--timeout", "60"],
+    );
+    assert!(ok, "{json}");
+    assert_eq!(json["migrations"].as_array().unwrap().len(), 20);
+    assert!(json["responses"].as_array().unwrap().iter().all(|r| r["status"] == 200));
+    let stats = p.proxy.running().stats();
+    // Every datagram reached its connection's owner: by the kernel's steering program, or
+    // forwarded by the thread whose socket read it (counted, none dropped).
+    assert_eq!(stats.quic_forward_dropped, 0, "{stats:?}");
+    eprintln!("misrouted datagrams forwarded: {}", stats.quic_misrouted);
+}
+
+#[test]
+fn above_the_handshake_rate_clients_prove_their_address_first() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    // retry_above = 0: every new connection is asked to retry.
+    let p = start(&config(&pki, origin(), 1, "", "", "retry_above = 0\n"));
+    let (json, ok) = client(&pki, p.quic, "/", &["--connections", "5", "--count", "5"]);
+    assert!(ok, "{json}");
+    let stats = p.proxy.running().stats();
+    assert!(stats.quic_retries >= 5, "{stats:?}");
+    assert_eq!(stats.quic_connections, 5, "{stats:?}");
+}
+
+#[test]
+fn maxconn_counts_quic_connections() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 1, "", "maxconn = 1\n", ""));
+    // One connection holds the only slot while it downloads; meanwhile a second is refused.
+    let quic = p.quic;
+    let holder = {
+        let ca = pki.ca.clone();
+        std::thread::spawn(move || {
+            let url = format!("https://localhost:{}/bytes/200", quic.port());
+            Command::new("python3")
+                .arg(CLIENT)
+                .args(["--url", &url, "--connect", &quic.to_string(), "--ca"])
+                .arg(ca)
+                .args(["--timeout", "120", "--body-out", "none"])
+                .output()
+                .unwrap()
+        })
+    };
+    p.proxy.wait_for("the first connection", |s| s.quic_connections == 1);
+    let (json, ok) = client(&pki, p.quic, "/", &["--timeout", "5"]);
+    assert!(!ok, "a second connection got through: {json}");
+    assert!(p.proxy.running().stats().quic_refused >= 1);
+    let out = holder.join().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    // The slot is back once the first connection is gone.
+    p.proxy.wait_for("the slot back", |s| s.sessions_active == 0);
+    let (json, ok) = client(&pki, p.quic, "/", &[]);
+    assert!(ok, "{json}");
+}
+
+#[test]
+fn malformed_packets_and_qpack_bombs_do_not_stop_a_normal_client() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 2, "", "", ""));
+    let corpus = TempDir::new();
+    write_corpus(&corpus.0);
+    let (json, ok) = client(&pki, p.quic, "/", &["--raw-datagrams", corpus.0.to_str().unwrap()]);
+    assert!(ok, "{json}");
+    assert!(json["datagrams_sent"].as_u64().unwrap() >= 50);
+    // A field section far over http3.max_field_section_size, and dynamic-table inserts
+    // the server never allowed: refused, and a fresh connection is served after each.
+    for mode in [
+        &["--qpack-bomb", "--bomb-mode", "fields"][..],
+        &["--qpack-bomb", "--bomb-mode", "fields", "--bomb-fields", "1", "--bomb-field-size", "65536"][..],
+        &["--qpack-bomb", "--bomb-mode", "encoder"][..],
+    ] {
+        let (json, ok) = client(&pki, p.quic, "/", mode);
+        assert!(ok, "{mode:?}: {json}");
+        assert!(json["outcome"] != "timeout", "{json}");
+        if json["outcome"] == "status" {
+            assert_eq!(json["status"], 431, "{json}");
+        }
+        assert_eq!(json["after_status"], 200, "{json}");
+    }
+    let (json, ok) = client(&pki, p.quic, "/", &["--count", "20", "--concurrency", "10"]);
+    assert!(ok, "{json}");
+}
+
+/// Datagrams no server should choke on: empty, one byte, long and short headers cut
+/// anywhere, versions nobody speaks, lengths past the end, random bytes.
+fn write_corpus(dir: &Path) {
+    let mut n = 0;
+    let mut put = |bytes: Vec<u8>| {
+        std::fs::write(dir.join(format!("{n:04}")), bytes).unwrap();
+        n += 1;
+    };
+    put(vec![]);
+    put(vec![0xc0]);
+    put(vec![0x40]);
+    let mut initial = vec![0xc3, 0, 0, 0, 1, 8];
+    initial.extend_from_slice(&[0xaa; 8]);
+    initial.push(8);
+    initial.extend_from_slice(&[0xbb; 8]);
+    initial.extend_from_slice(&[0, 0x44, 0xd0]);
+    for cut in [7, 15, 16, initial.len()] {
+        put(initial[..cut].to_vec());
+    }
+    let mut padded = initial.clone();
+    padded.resize(1200, 0);
+    put(padded.clone());
+    // An unknown version (version negotiation), and the reserved 0.
+    let mut other = padded.clone();
+    other[1..5].copy_from_slice(&[0x1a, 0x2a, 0x3a, 0x4a]);
+    put(other);
+    let mut zero = padded.clone();
+    zero[1..5].copy_from_slice(&[0, 0, 0, 0]);
+    put(zero);
+    // A connection ID length past the limit of 20, and past the packet.
+    let mut long_cid = padded.clone();
+    long_cid[5] = 255;
+    put(long_cid);
+    // Short headers with a CID like ours but a wrong tag, and garbage.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for len in [13usize, 40, 1200, 1350, 1500] {
+        let mut pkt = Vec::with_capacity(len);
+        for _ in 0..len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pkt.push(x as u8);
+        }
+        pkt[0] = 0x40 | (pkt[0] & 0x3f);
+        put(pkt.clone());
+        pkt[0] |= 0x80;
+        put(pkt);
+    }
+    for i in 0..40u64 {
+        let mut pkt = Vec::with_capacity(1200);
+        for _ in 0..(1 + (i * 37) % 1400) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            pkt.push(x as u8);
+        }
+        put(pkt);
+    }
+}
+
+#[test]
+fn a_stop_sends_goaway_and_the_download_in_flight_finishes() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 1, "", "", ""));
+    let quic = p.quic;
+    let ca = pki.ca.clone();
+    let download = std::thread::spawn(move || {
+        let url = format!("https://localhost:{}/bytes/100", quic.port());
+        Command::new("python3")
+            .arg(CLIENT)
+            .args(["--url", &url, "--connect", &quic.to_string(), "--ca"])
+            .arg(ca)
+            .args(["--timeout", "120"])
+            .output()
+            .unwrap()
+    });
+    p.proxy
+        .wait_for("the download under way", |s| s.quic_streams == 1 && s.bytes_to_client > 1 << 20);
+    p.proxy.running().soft_stop();
+    let out = download.join().unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{json}");
+    assert_eq!(json["responses"][0]["sha256"], pattern_sha(100));
+    // A new connection is refused once stopping (the endpoint takes no new handshake).
+    let (json, ok) = client(&pki, quic, "/", &["--timeout", "3"]);
+    assert!(!ok, "{json}");
+}
