@@ -16,8 +16,10 @@
 //! - [`allocator`]: the upkeep of the binary's allocator (mimalloc): handing freed pages back.
 //! - [`reactor`]: registering a listening socket with tokio as an `AsyncFd`.
 //! - [`credentials`]: user and group lookups (NSS) and a worker's privilege drop.
+//! - [`reuseport`]: the classic BPF program that steers QUIC datagrams to the worker
+//!   thread named in their connection ID (`SO_ATTACH_REUSEPORT_CBPF`).
 //!
-//! Only [`cputime`], [`sockopt`], [`alloc_count`], [`allocator`], [`reactor`] and [`credentials`] contain `unsafe` blocks; everything else
+//! Only [`cputime`], [`sockopt`], [`alloc_count`], [`allocator`], [`reactor`], [`credentials`] and [`reuseport`] contain `unsafe` blocks; everything else
 //! goes through rustix's safe API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -29,5 +31,6 @@ pub mod cputime;
 pub mod credentials;
 pub mod fdpass;
 pub mod reactor;
+pub mod reuseport;
 pub mod sockopt;
 pub mod splice;

@@ -738,7 +738,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             if config.global.master && !args.no_master {
                 // Bound here, so a port in use is one plain line before anything starts.
                 let sockets = tollgate::listener::bind_all(&config)?;
-                tollgate::master::run(&path, config, text, sockets).map_err(plain)?;
+                let quic = tollgate::listener::udp::bind_quic(&config)?;
+                tollgate::master::run(&path, config, text, sockets, quic).map_err(plain)?;
                 return Ok(());
             }
             config
@@ -774,6 +775,7 @@ fn find_config(explicit: Option<PathBuf>) -> Option<PathBuf> {
 
 fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
     let sockets = tollgate::listener::bind_all(&config)?;
+    let quic = tollgate::listener::udp::bind_quic(&config)?;
     let admin = config
         .admin
         .bind
@@ -794,8 +796,15 @@ fn serve(config: Arc<Config>, fd_limit: u64) -> anyhow::Result<()> {
             tracing::info!(frontend = %config.frontends.get(s.frontend).map_or("", |f| f.name.as_str()), addr = %s.local, "listening");
         }
     }
+    for s in quic.iter().filter(|s| s.worker == 0) {
+        tracing::info!(frontend = %config.frontends.get(s.frontend).map_or("", |f| f.name.as_str()), addr = %s.local, "listening (quic, UDP)");
+    }
     let hard_stop_after = config.timeouts.hard_stop_after;
-    let running = runtime::start_with(Arc::clone(&config), sockets, debug_options(1)).context("starting workers")?;
+    let options = runtime::StartOptions {
+        udp: quic,
+        ..debug_options(1)
+    };
+    let running = runtime::start_with(Arc::clone(&config), sockets, options).context("starting workers")?;
     let signals = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     signals.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};

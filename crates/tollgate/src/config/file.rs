@@ -39,6 +39,9 @@ pub(crate) struct ConfigFile {
     /// `[http2]`: HTTP/2 on client connections (settings and flood limits).
     #[serde(default)]
     pub http2: Http2Section,
+    /// `[http3]`: HTTP/3 connections on frontends with `[frontend.quic]` (`config::quic`).
+    #[serde(default)]
+    pub http3: super::quic::Http3Section,
     /// `[shared]`: the Redis that limits with `shared = true` are counted in, across instances.
     pub shared: Option<Spanned<SharedSection>>,
 }
@@ -289,6 +292,8 @@ pub(crate) struct FrontendSection {
     pub log: Option<Spanned<super::log_layout::FrontendLogSection>>,
     /// HTTP mode: compress responses (`config::compress`).
     pub compress: Option<Spanned<super::compress::CompressSection>>,
+    /// `[frontend.quic]`: HTTP/3 over QUIC on UDP binds (`config::quic`).
+    pub quic: Option<Spanned<super::quic::QuicSection>>,
 }
 
 /// `[frontend.tls]`.

@@ -11,7 +11,8 @@
 //! frontend's certificates (swappable at run time), `x509` and `ocsp` read the certificate
 //! and OCSP DER they need, `sni` validates host names and matches them, `route` compiles a
 //! frontend's route conditions into the table requests are matched against. `shared`
-//! validates `[shared]` (the Redis that shared limits are counted in).
+//! validates `[shared]` (the Redis that shared limits are counted in). `quic` validates
+//! `[frontend.quic]` and `[http3]` (HTTP/3's UDP binds and connection limits).
 //!
 //! A pure pipeline: text (and the files it names, and the environment variables its values
 //! name) in, model out. It probes no kernel feature and reads no process limit; what
@@ -39,6 +40,7 @@ pub mod model;
 pub mod ocsp;
 pub mod prefix_set;
 pub mod proxy;
+pub(crate) mod quic;
 pub mod request_id;
 pub mod route;
 mod route_action;

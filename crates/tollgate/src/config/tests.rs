@@ -836,3 +836,195 @@ fn watch_and_ocsp_fetch_are_read_and_ocsp_fetch_needs_a_responder() {
     assert!(e.message.contains("Authority Information Access"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn frontend_quic_is_parsed_with_defaults() {
+    let (dir, cert, key) = cert_files("quic");
+    let base = tls_frontend("http", &cert, &key, "");
+    let with = |quic: &str| base.replace("[[backend]]", &format!("{quic}\n[[backend]]"));
+    // The UDP bind shares the TCP bind's port: the normal case.
+    let c = parse(
+        &with("[frontend.quic]\nbind = [\"127.0.0.1:8443\", \"[::1]:8443\"]"),
+        "t.toml",
+    )
+    .unwrap();
+    let q = c.frontends[0].quic.as_ref().expect("quic");
+    assert_eq!(
+        q.binds,
+        ["127.0.0.1:8443".parse().unwrap(), "[::1]:8443".parse().unwrap()]
+    );
+    assert!(!q.zero_rtt);
+    assert_eq!(q.alt_svc_max_age, std::time::Duration::from_secs(24 * 3600));
+    let c = parse(
+        &with("[frontend.quic]\nbind = [\"127.0.0.1:443\"]\nzero_rtt = true\nalt_svc_max_age = \"0s\""),
+        "t.toml",
+    )
+    .unwrap();
+    let q = c.frontends[0].quic.as_ref().expect("quic");
+    assert!(q.zero_rtt);
+    assert!(q.alt_svc_max_age.is_zero());
+    assert!(parse(&base, "t.toml").unwrap().frontends[0].quic.is_none());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn frontend_quic_refusals_name_the_key() {
+    let (dir, cert, key) = cert_files("quic-refused");
+    let with = |fe: String, quic: &str| fe.replace("[[backend]]", &format!("{quic}\n[[backend]]"));
+    let quic = "[frontend.quic]\nbind = [\"127.0.0.1:8443\"]";
+    // (config, key, words in the message)
+    let cases = [
+        (
+            with(tls_frontend("tcp", &cert, &key, ""), quic),
+            "frontend[0].quic",
+            "http-mode",
+        ),
+        (
+            with(
+                tls_frontend("http", &cert, &key, "").replace(
+                    &format!("[frontend.tls]\n\n[[frontend.tls.cert]]\ncert = \"{cert}\"\nkey = \"{key}\"\n"),
+                    "",
+                ),
+                quic,
+            ),
+            "frontend[0].quic",
+            "[frontend.tls]",
+        ),
+        (
+            with(tls_frontend("http", &cert, &key, ""), "[frontend.quic]\nbind = []"),
+            "frontend[0].quic.bind",
+            "at least one",
+        ),
+        (
+            with(
+                tls_frontend("http", &cert, &key, ""),
+                "[frontend.quic]\nzero_rtt = true",
+            ),
+            "frontend[0].quic",
+            "bind",
+        ),
+        (
+            with(
+                tls_frontend("http", &cert, &key, ""),
+                "[frontend.quic]\nbind = [\"localhost:443\"]",
+            ),
+            "frontend[0].quic.bind[0]",
+            "not an IP:port",
+        ),
+        (
+            with(
+                tls_frontend("http", &cert, &key, ""),
+                "[frontend.quic]\nbind = [\"127.0.0.1:443\", \"127.0.0.1:443\"]",
+            ),
+            "frontend[0].quic.bind[1]",
+            "bound twice",
+        ),
+        (
+            with(
+                tls_frontend("http", &cert, &key, ""),
+                "[frontend.quic]\nbind = [\"127.0.0.1:443\"]\nalt_svc_max_age = \"1 day\"",
+            ),
+            "frontend[0].quic.alt_svc_max_age",
+            "unit",
+        ),
+    ];
+    for (src, key, words) in cases {
+        let e = first_error(&src);
+        assert_eq!(e.key, key, "{e}");
+        assert!(e.message.contains(words), "{e}");
+    }
+    // The same UDP address on two frontends (their TCP binds differ).
+    let one = with(tls_frontend("http", &cert, &key, ""), quic);
+    let two = one
+        .replace("name = \"web\"", "name = \"web2\"")
+        .replace("8443\"]\nmode", "8444\"]\nmode");
+    let backend_at = two.find("[[backend]]").unwrap();
+    let src = format!("{}{}", &one[..one.find("[[backend]]").unwrap()], &two[..backend_at])
+        + &one[one.find("[[backend]]").unwrap()..];
+    let e = first_error(&src);
+    assert_eq!(e.key, "frontend[1].quic.bind[0]", "{e}");
+    assert!(e.message.contains("bound twice"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn http3_section_is_checked() {
+    let with = |section: &str| format!("{section}\n{GOOD}");
+    let c = parse(GOOD, "t.toml").unwrap();
+    assert_eq!(c.http3, super::model::Http3::default());
+    let c = parse(
+        &with(
+            "[http3]\nmax_concurrent_streams = 50\nstream_window = \"128KiB\"\nconnection_window = \"4MiB\"\n\
+             max_field_section_size = \"16KiB\"\nidle_timeout = \"10s\"\nmax_client_resets = 7\nretry_above = 0",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    let h = c.http3;
+    assert_eq!(
+        (
+            h.max_concurrent_streams,
+            h.stream_window,
+            h.connection_window,
+            h.max_field_section_size
+        ),
+        (50, 128 * 1024, 4 << 20, 16 * 1024)
+    );
+    assert_eq!(h.idle_timeout, std::time::Duration::from_secs(10));
+    assert_eq!((h.max_client_resets, h.retry_above), (7, 0));
+    // (section, key, words in the message)
+    let cases = [
+        (
+            "[http3]\nmax_concurrent_streams = 0",
+            "http3.max_concurrent_streams",
+            "1..=1000",
+        ),
+        (
+            "[http3]\nmax_concurrent_streams = 1001",
+            "http3.max_concurrent_streams",
+            "1..=1000",
+        ),
+        ("[http3]\nstream_window = \"1KiB\"", "http3.stream_window", "bytes"),
+        (
+            "[http3]\nconnection_window = \"4GiB\"",
+            "http3.connection_window",
+            "bytes",
+        ),
+        (
+            "[http3]\nstream_window = \"2MiB\"\nconnection_window = \"1MiB\"",
+            "http3.connection_window",
+            "at least http3.stream_window",
+        ),
+        (
+            "[http3]\nstream_window = \"2MiB\"",
+            "http3.connection_window",
+            "at least",
+        ),
+        (
+            "[http3]\nmax_field_section_size = \"2MiB\"",
+            "http3.max_field_section_size",
+            "bytes",
+        ),
+        ("[http3]\nidle_timeout = \"0s\"", "http3.idle_timeout", "greater than 0"),
+        (
+            "[http3]\nmax_client_resets = 0",
+            "http3.max_client_resets",
+            "greater than 0",
+        ),
+        ("[http3]\nretry_above = -1", "http3.retry_above", ""),
+        ("[http3]\nmax_streams = 1", "http3.max_streams", "unknown field"),
+    ];
+    for (section, key, words) in cases {
+        let e = first_error(&with(section));
+        assert_eq!(e.key, key, "{section}: {e}");
+        assert!(e.message.contains(words), "{section}: {e}");
+    }
+}
+
+#[test]
+fn default_toml_still_loads() {
+    let a = "127.0.0.1:9001".parse().unwrap();
+    let c = embedded_default(DEMO_BIND, a, "127.0.0.1:9002".parse().unwrap()).expect("default.toml loads");
+    assert_eq!(c.http3, super::model::Http3::default());
+    assert!(c.frontends.iter().all(|f| f.quic.is_none()));
+}

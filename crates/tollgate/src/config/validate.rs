@@ -105,6 +105,7 @@ impl<'a> Validator<'a> {
         self.state_dir = file.global.state_dir.as_ref().map(|d| self.path(d.get_ref()));
         let frontends = self.frontends(&file, &backends, &log);
         let http2 = self.http2(&file);
+        let http3 = super::quic::http3(&file.http3, &mut self.errors);
         let acme = super::acme::Acme {
             state_dir: self.acme_whole(&file, &frontends),
             orders: std::mem::take(&mut self.acme_found),
@@ -135,7 +136,7 @@ impl<'a> Validator<'a> {
             backends,
             resolvers,
             http2,
-            http3: Http3::default(),
+            http3,
             acme,
             sharing,
         })
@@ -839,6 +840,7 @@ impl<'a> Validator<'a> {
     fn frontends(&mut self, file: &ConfigFile, backends: &[Backend], log: &Log) -> Vec<Frontend> {
         let mut seen = HashMap::new();
         let mut bound = HashSet::new();
+        let mut quic_bound = HashSet::new();
         let mut limit_names = HashSet::new();
         let mut out = Vec::new();
         for (i, f) in file.frontend.iter().enumerate() {
@@ -950,7 +952,7 @@ impl<'a> Validator<'a> {
                     &key,
                     &mut self.errors,
                 )),
-                quic: None,
+                quic: super::quic::quic(f, mode, &key, &mut quic_bound, &mut self.errors),
             });
         }
         out

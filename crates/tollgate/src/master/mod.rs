@@ -46,6 +46,7 @@ use crate::config::Config;
 use crate::config::ids::IdTable;
 use crate::error::{Error, ErrorKind, Side};
 use crate::listener::BoundSocket;
+use crate::listener::udp::BoundUdp;
 use commands::Pending;
 use control::Request;
 use desired::Desired;
@@ -156,10 +157,16 @@ fn load(path: &Path, ids: &mut IdTable) -> Result<(Config, String), String> {
 }
 
 /// Runs the master until SIGTERM (graceful) or SIGINT (fast), on `config` (read from
-/// `config_path` as `text`, see `config::load_with_text`) and the `sockets` bound for it
-/// (`listener::bind_all`): the caller binds, so a port in use is reported before anything
-/// starts.
-pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundSocket>) -> Result<(), Error> {
+/// `config_path` as `text`, see `config::load_with_text`) and the `sockets` and `quic` UDP
+/// sockets bound for it (`listener::bind_all`, `listener::udp::bind_quic`): the caller binds,
+/// so a port in use is reported before anything starts.
+pub fn run(
+    config_path: &Path,
+    config: Config,
+    text: String,
+    sockets: Vec<BoundSocket>,
+    quic: Vec<BoundUdp>,
+) -> Result<(), Error> {
     let exe = std::env::current_exe().map_err(internal("locate own binary"))?;
     privileges::warn_if_root(&config.global);
     for warning in config.warnings() {
@@ -173,7 +180,11 @@ pub fn run(config_path: &Path, config: Config, text: String, sockets: Vec<BoundS
         let frontend = config.frontends.get(s.frontend).map_or("", |f| f.name.as_str());
         tracing::info!(frontend = %frontend, addr = %s.local, "listening");
     }
-    let (sockets, plan) = SocketTable::from_bound(sockets);
+    for s in quic.iter().filter(|s| s.worker == 0) {
+        let frontend = config.frontends.get(s.frontend).map_or("", |f| f.name.as_str());
+        tracing::info!(frontend = %frontend, addr = %s.local, "listening (quic, UDP)");
+    }
+    let (sockets, plan) = SocketTable::from_bound(sockets, quic);
     let admin = config.admin.bind.map(metrics::bind).transpose()?;
     tracing::info!(config = %config_path.display(), pid = std::process::id(), "master: {}", config.summary());
 

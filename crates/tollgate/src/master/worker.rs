@@ -1,13 +1,15 @@
 //! The worker process: the same binary re-executed by the master (`tollgate worker`, a hidden
 //! subcommand) with its end of the socketpair as stdin.
 //!
-//! Boot: receive the listening sockets (`SCM_RIGHTS`), then the config text the master
-//! validated, switch to `[global] user` (see `privileges`), start the worker threads on those
+//! Boot: receive the listening sockets and the quic UDP sockets (`SCM_RIGHTS`), then the
+//! config text the master validated, switch to `[global] user` (see `privileges`), start the worker threads on those
 //! sockets, say `ready`. Then wait: `stop` (or SIGTERM, or the master vanishing) = soft stop —
 //! the accept loops return and drop their duplicates of the sockets (after a reload the master
 //! still holds them, so their queues survive; at shutdown it has closed its own, so the
 //! sockets close and new connections are refused), sessions in flight run to their end, at
 //! the latest `timeouts.hard_stop_after`; `hard-stop` (or SIGINT) = close everything now.
+//! The generation number (`--generation N`, from the master) goes to the runtime: QUIC
+//! connection IDs carry it, so datagrams of an older generation's connections are told apart.
 
 use std::io;
 use std::os::fd::AsFd;
@@ -66,7 +68,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     // The frontends' ticketers hold their keys now: no other copy stays in this process.
     crate::config::tickets::forget();
     config.source = Some(path.into());
-    let sockets = match super::sockets::adopt(&config, received) {
+    let super::sockets::Adopted { tcp: sockets, udp } = match super::sockets::adopt(&config, received) {
         Ok(s) => s,
         Err(e) => return Err(fail(&mut chan, e.to_string())),
     };
@@ -82,6 +84,9 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     options.health_seed = health;
     options.disabled_frontends = disabled_frontends;
     options.health_reports = Some(health_tx);
+    // The generation goes into every QUIC connection ID this process issues.
+    options.generation = generation;
+    options.udp = udp;
     let running = match runtime::start_with(Arc::new(config), sockets, options) {
         Ok(r) => r,
         Err(e) => return Err(fail(&mut chan, format!("starting workers: {e}"))),

@@ -4,6 +4,12 @@
 //! `start` takes already-bound sockets (so a master process or a test can bind them) and
 //! returns a `Running` handle: counters, bound addresses, soft stop (stop accepting, finish
 //! what is in flight), hard stop (drop everything), join.
+//!
+//! The UDP sockets of `[frontend.quic]` binds come the same way, explicitly:
+//! `StartOptions::udp` (from `listener::udp::bind_quic`, or handed over by the master). The
+//! runtime never binds them itself: `start` with a quic config and no UDP sockets serves no
+//! HTTP/3 (one warning). Each worker thread serves its own sockets (`BoundUdp::worker`) with
+//! the process-wide `quic::Mesh` of all groups.
 
 pub(crate) mod certs;
 pub(crate) mod inbox;
@@ -44,6 +50,8 @@ pub struct Running {
     phase: watch::Sender<Phase>,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     bound: Vec<(usize, SocketAddr)>,
+    /// `(frontend, local address)` of every quic UDP socket the workers serve.
+    quic_bound: Vec<(usize, SocketAddr)>,
     /// Accept loops still running (each drops its listener when it returns).
     accepting: Arc<AtomicUsize>,
     /// Every worker thread's inbox, for runtime commands.
@@ -115,7 +123,7 @@ pub(crate) async fn log_counters_every(shared: Arc<Shared>, period: Duration) {
 }
 
 /// Knobs for `start_with` beyond the config.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct StartOptions {
     /// Test hook (`TOLLGATE_DEBUG_SPIN_AFTER_MS`): worker thread 0 spins forever this long
     /// after it starts, for the watchdog tests.
@@ -127,6 +135,12 @@ pub struct StartOptions {
     /// Frontends an operator disabled before this generation: they accept nothing until
     /// enabled (from the master, across a reload).
     pub disabled_frontends: Vec<String>,
+    /// The UDP sockets of the config's `[frontend.quic]` binds (`listener::udp::bind_quic`,
+    /// or from the master), each served by the worker thread it names. Empty: no HTTP/3.
+    pub udp: Vec<crate::listener::udp::BoundUdp>,
+    /// This process's generation (the master's `--generation N`; 0 in a process without a
+    /// master): QUIC connection IDs carry it (modulo 8).
+    pub generation: u64,
 }
 
 /// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
@@ -178,6 +192,8 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     });
     crate::health::seed(&shared.backends, &options.health_seed);
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
+    let (own_udp, quic) = quic_plan(&shared.config, options.udp, options.generation, workers)?;
+    let quic_bound: Vec<(usize, SocketAddr)> = own_udp.iter().flatten().map(|s| (s.frontend, s.local)).collect();
     let (phase, phase_rx) = watch::channel(Phase::Running);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
     // Host names resolve (or are given up on) before any worker serves.
@@ -205,10 +221,12 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     }
     let accepting = Arc::new(AtomicUsize::new(0));
     let mut threads = Vec::with_capacity(workers);
-    for (id, own_sockets) in own.into_iter().enumerate().rev() {
+    for ((id, own_sockets), own_udp) in own.into_iter().enumerate().zip(own_udp).rev() {
         let plan = worker::WorkerPlan {
             id,
             own_sockets,
+            own_udp,
+            quic: quic.clone(),
             shared_sockets: if id == 0 {
                 std::mem::take(&mut shared_sockets)
             } else {
@@ -250,6 +268,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         phase,
         threads,
         bound,
+        quic_bound,
         accepting,
         inboxes: senders,
         _watchdog: watchdog,
@@ -261,6 +280,43 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _sharing: sharing,
         retired: servers::Retired::default(),
     })
+}
+
+/// Each worker's UDP sockets (by `BoundUdp::worker`), and the quic plan they are served with
+/// (`None` without sockets).
+fn quic_plan(
+    config: &Config,
+    udp: Vec<crate::listener::udp::BoundUdp>,
+    generation: u64,
+    workers: usize,
+) -> std::io::Result<(Vec<Vec<crate::listener::udp::BoundUdp>>, Option<crate::quic::Plan>)> {
+    let mut own: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
+    if udp.is_empty() {
+        for f in config.frontends.iter().filter(|f| f.quic.is_some()) {
+            tracing::warn!(frontend = %f.name, "[frontend.quic] configured but no UDP socket given: HTTP/3 not served");
+        }
+        return Ok((own, None));
+    }
+    // Groups as numbered by the config (every quic bind), or as the sockets say if more.
+    let groups = crate::listener::udp::quic_binds(config)
+        .count()
+        .max(udp.iter().map(|s| s.group + 1).max().unwrap_or(0));
+    for s in udp {
+        let worker = s.worker;
+        own.get_mut(worker)
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("UDP socket {} is for worker {worker} of {workers}", s.key()),
+                )
+            })?
+            .push(s);
+    }
+    let plan = crate::quic::Plan {
+        mesh: crate::quic::Mesh::new(groups, workers),
+        generation,
+    };
+    Ok((own, Some(plan)))
 }
 
 /// Starts the refresher of every `jwks_url` key set the routes use, and waits (bounded by
@@ -329,6 +385,21 @@ impl Running {
         };
         let mut out: Vec<SocketAddr> = Vec::new();
         for (_, a) in self.bound.iter().filter(|(fe, _)| *fe == idx) {
+            if !out.contains(a) {
+                out.push(*a);
+            }
+        }
+        out
+    }
+
+    /// Every local address of `frontend`'s quic UDP sockets (port 0 resolved), each once, in
+    /// the order of its `quic.bind` list.
+    pub fn quic_addrs(&self, frontend: &str) -> Vec<SocketAddr> {
+        let Some(idx) = self.shared.config.frontends.iter().position(|f| f.name == frontend) else {
+            return Vec::new();
+        };
+        let mut out: Vec<SocketAddr> = Vec::new();
+        for (_, a) in self.quic_bound.iter().filter(|(fe, _)| *fe == idx) {
             if !out.contains(a) {
                 out.push(*a);
             }

@@ -1,7 +1,7 @@
 //! One worker thread: a current_thread tokio runtime that owns its listeners, its sessions,
 //! its buffer pool and its balancer state (its `ctx::WorkerCtx`). `run` is the thread's
-//! body: build the context, start the accept loops, the inbox and the helper tasks, serve
-//! until told to stop, drain, return.
+//! body: build the context, start the accept loops, the quic endpoints on its UDP sockets,
+//! the inbox and the helper tasks, serve until told to stop, drain, return.
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -15,6 +15,10 @@ use crate::listener::accept::{self, Dispatcher, Placement};
 pub(crate) struct WorkerPlan {
     pub id: usize,
     pub own_sockets: Vec<BoundSocket>,
+    /// This worker's UDP sockets of the quic binds (its index in each group).
+    pub own_udp: Vec<crate::listener::udp::BoundUdp>,
+    /// What they are served with (`Some` whenever any worker has UDP sockets).
+    pub quic: Option<crate::quic::Plan>,
     /// Shared sockets this worker accepts from on behalf of all (worker 0 only).
     pub shared_sockets: Vec<BoundSocket>,
     pub inbox: crate::ctx::inbox::Receiver,
@@ -119,6 +123,16 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
                 drop(counted);
             });
         }
+        // The thread holds its UDP sockets until it has drained, whatever its endpoints do
+        // with theirs: a generation keeps the sockets it was handed for its whole life (the
+        // master's socket table counts on it), and its connections are served from them.
+        let mut held_udp = Vec::with_capacity(plan.own_udp.len());
+        if let Some(quic) = &plan.quic {
+            for sock in plan.own_udp {
+                held_udp.push(sock.socket.try_clone()?);
+                crate::quic::serve_socket(&ctx, sock, quic)?;
+            }
+        }
         let inbox = tokio::task::spawn_local(super::inbox::run(Rc::clone(&ctx), plan.inbox));
         tokio::task::spawn_local(crate::listener::run_park(Rc::clone(&ctx)));
         ctx.stopping().await;
@@ -129,6 +143,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
         })
         .await;
         inbox.abort();
+        drop(held_udp);
         if let Some(log) = &ctx.access_log {
             // The last lines (sessions ended by a hard stop are dropped unlogged).
             log.flush();
