@@ -117,11 +117,17 @@ fn config(pki: &Pki, origin: SocketAddr, workers: usize, global: &str, frontend:
     format!(
         "[global]\nworkers = {workers}\n{global}\n[http3]\n{http3}\n\
          [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n{frontend}\n\
-         [frontend.quic]\nbind = [\"127.0.0.1:0\"]\n\
+         [frontend.quic]\nbind = [\"127.0.0.1:{}\"]\n\
          [frontend.tls]\nalpn = [\"h2\", \"http/1.1\"]\n{}\n\
          [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n",
+        free_udp_port(),
         cert_entry(&pki.leaf, true)
     )
+}
+
+/// A UDP port nobody uses now (the quic bind's port must be known for `Alt-Svc`).
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The proxy and its quic address.
@@ -131,9 +137,23 @@ struct H3Proxy {
 }
 
 fn start(toml: &str) -> H3Proxy {
-    let proxy = common::Proxy::start(toml);
-    let quic = proxy.running().quic_addrs("fe")[0];
-    H3Proxy { proxy, quic }
+    let config = tollgate::config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let sockets = tollgate::listener::bind_all(&config).expect("bind");
+    let udp = tollgate::listener::udp::bind_quic(&config).expect("bind quic");
+    let options = tollgate::runtime::StartOptions {
+        udp,
+        ..Default::default()
+    };
+    let running = tollgate::runtime::start_with(std::sync::Arc::new(config), sockets, options).expect("start");
+    let addr = running.local_addr("fe").expect("bound address");
+    let quic = running.quic_addrs("fe")[0];
+    H3Proxy {
+        proxy: common::Proxy {
+            running: Some(running),
+            addr,
+        },
+        quic,
+    }
 }
 
 /// Runs the client; its JSON answer and whether it exited 0.

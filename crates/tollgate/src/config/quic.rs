@@ -108,14 +108,13 @@ pub(super) fn quic(
     if errors.len() > before {
         return None;
     }
-    Some(Quic {
+    Some(Quic::new(
         binds,
-        zero_rtt: s.zero_rtt.unwrap_or(false),
-        alt_svc_max_age: s
-            .alt_svc_max_age
+        s.zero_rtt.unwrap_or(false),
+        s.alt_svc_max_age
             .as_ref()
             .map_or(DEFAULT_ALT_SVC_MAX_AGE, |d| d.get_ref().0),
-    })
+    ))
 }
 
 /// `[http3]` with defaults (`Http3::default()`) for what it does not say.

@@ -313,7 +313,7 @@ fn quic_plan(
             .push(s);
     }
     let plan = crate::quic::Plan {
-        mesh: crate::quic::Mesh::new(groups, workers),
+        mesh: crate::quic::Mesh::new(groups, workers, crate::quic::handover::Handover::default())?,
         generation,
     };
     Ok((own, Some(plan)))

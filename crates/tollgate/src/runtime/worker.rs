@@ -132,6 +132,7 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
                 held_udp.push(sock.socket.try_clone()?);
                 crate::quic::serve_socket(&ctx, sock, quic)?;
             }
+            crate::quic::serve_inbound(&ctx, quic)?;
         }
         let inbox = tokio::task::spawn_local(super::inbox::run(Rc::clone(&ctx), plan.inbox));
         tokio::task::spawn_local(crate::listener::run_park(Rc::clone(&ctx)));
