@@ -8,16 +8,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
+mod browser_support;
 mod common;
 mod h3_support;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use common::tls::{TempDir, cert_entry};
 use h3_support::{CLIENT, Pki, client, free_udp_port, have_aioquic, header, origin, pattern_sha, pki};
 use serde_json::Value;
+use sha2::Digest as _;
 
 /// A TLS frontend with a quic bind on a port of its own, `workers` threads, to `origin`.
 fn config(pki: &Pki, origin: SocketAddr, workers: usize, global: &str, frontend: &str, http3: &str) -> String {
@@ -333,4 +336,68 @@ fn a_stop_sends_goaway_and_the_download_in_flight_finishes() {
     // A new connection is refused once stopping (the endpoint takes no new handshake).
     let (json, ok) = client(&pki, quic, "/", &["--timeout", "3"]);
     assert!(!ok, "{json}");
+}
+
+/// Headless Chromium, forced onto QUIC for the test's origin (trusting the leaf's key),
+/// loads a page and a script that fetches JSON, all over HTTP/3.
+#[test]
+fn a_browser_loads_a_page_over_http3() {
+    let binary = match browser_support::chromium() {
+        Ok(b) => b,
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{why}: .ci/run installs chromium; CI may not skip this test"
+            );
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = TempDir::new();
+    let ca = common::tls::Ca::new("h3 browser CA");
+    let leaf = ca.leaf(&["localhost"], "localhost", false);
+    let spki = {
+        use base64::Engine as _;
+        use rcgen::PublicKeyData as _;
+        let key = rcgen::KeyPair::try_from(leaf.key_der.as_slice()).unwrap();
+        let digest = sha2::Sha256::digest(key.subject_public_key_info());
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    };
+    let pki = Pki {
+        ca: ca.write(&dir, "ca.pem"),
+        leaf: leaf.write(&dir, "leaf"),
+        dir,
+    };
+    let page = "<!doctype html><html><body><script src=\"/app.js\"></script></body></html>";
+    let script = "fetch('/data.json').then(r => r.json()).then(d => { window.result = d.check + ':' + performance.getEntriesByType('navigation')[0].nextHopProtocol; });";
+    let o = common::http::http_origin(move |req| {
+        let (ty, body) = match req.target.as_str() {
+            "/" => ("text/html", page),
+            "/app.js" => ("text/javascript", script),
+            "/data.json" => ("application/json", "{\"check\":\"ok-h3\"}"),
+            _ => ("text/plain", "none"),
+        };
+        common::http::Reply::Bytes(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {ty}\r\nCache-Control: no-store\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    });
+    let p = start(&config(&pki, o.addr, 2, "", "", ""));
+    let origin = format!("localhost:{}", p.quic.port());
+    let mut browser = browser_support::Browser::launch_with(
+        &binary,
+        &[
+            format!("--origin-to-force-quic-on={origin}"),
+            format!("--ignore-certificate-errors-spki-list={spki}"),
+            "--host-resolver-rules=MAP localhost 127.0.0.1".to_owned(),
+        ],
+    );
+    browser.call("Page.enable", serde_json::json!({}));
+    browser.call("Page.navigate", serde_json::json!({"url": format!("https://{origin}/")}));
+    browser.wait_value("window.result || null", &serde_json::json!("ok-h3:h3"), Duration::from_secs(30));
+    let stats = p.proxy.running().stats();
+    assert!(stats.quic_streams >= 3, "page, script and JSON over HTTP/3: {stats:?}");
 }

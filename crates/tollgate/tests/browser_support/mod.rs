@@ -52,6 +52,11 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
 
 impl Browser {
     pub fn launch(binary: &Path) -> Browser {
+        Browser::launch_with(binary, &[])
+    }
+
+    /// `launch` with more command-line switches (before the first page).
+    pub fn launch_with(binary: &Path, extra: &[String]) -> Browser {
         use std::os::unix::process::CommandExt;
         let profile = TempDir::new();
         let mut cmd = Command::new(binary);
@@ -77,6 +82,7 @@ impl Browser {
             // Chromium refuses to run as root inside its sandbox.
             cmd.arg("--no-sandbox");
         }
+        cmd.args(extra);
         cmd.arg("about:blank");
         let child = cmd.spawn().expect("spawn chromium");
         let port_file = profile.0.join("DevToolsActivePort");
