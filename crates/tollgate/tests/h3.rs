@@ -401,3 +401,37 @@ fn a_browser_loads_a_page_over_http3() {
     let stats = p.proxy.running().stats();
     assert!(stats.quic_streams >= 3, "page, script and JSON over HTTP/3: {stats:?}");
 }
+
+#[test]
+fn zero_rtt_when_on_takes_safe_methods_early_and_marks_them() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let toml = config(&pki, origin(), 1, "", "", "").replace("[frontend.quic]\n", "[frontend.quic]\nzero_rtt = true\n");
+    let p = start(&toml);
+    // A first connection gets a ticket; the second sends its GET as early data.
+    let (json, ok) = client(&pki, p.quic, "/", &["--zero-rtt", "--body-out", "text"]);
+    assert!(ok, "{json}");
+    assert_eq!(json["early_data_accepted"], true, "{json}");
+    let early = &json["responses"][1];
+    assert_eq!(early["status"], 200);
+    assert_eq!(header(early, "x-early"), Some("1"), "the server was told: {early}");
+    // A POST in early data is not forwarded: 425, and the client may send it again later.
+    let (json, _) = client(&pki, p.quic, "/sha", &["--zero-rtt", "--method", "POST", "--upload-bytes", "10"]);
+    assert_eq!(json["early_data_accepted"], true, "{json}");
+    assert_eq!(json["responses"][1]["status"], 425, "{json}");
+}
+
+#[test]
+fn zero_rtt_is_off_by_default() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 1, "", "", ""));
+    let (json, ok) = client(&pki, p.quic, "/", &["--zero-rtt", "--body-out", "text"]);
+    assert!(ok, "{json}");
+    assert_ne!(json["early_data_accepted"], true, "{json}");
+    assert_eq!(header(&json["responses"][1], "x-early"), Some("-"));
+}

@@ -42,6 +42,8 @@ pub(crate) struct Mesh {
     handed_over: std::sync::atomic::AtomicBool,
     token_key: Arc<dyn quinn::crypto::HandshakeTokenKey>,
     reset_key: Arc<dyn quinn::crypto::HmacKey>,
+    /// `zero_rtt` listeners' sessions (see `server_config`).
+    sessions: Arc<rustls::server::ServerSessionMemoryCache>,
 }
 
 struct Lane {
@@ -95,6 +97,7 @@ impl Mesh {
             handed_over: std::sync::atomic::AtomicBool::new(false),
             token_key: Arc::new(token_key),
             reset_key: Arc::new(reset_key),
+            sessions: rustls::server::ServerSessionMemoryCache::new(ZERO_RTT_SESSIONS),
         }))
     }
 
@@ -222,12 +225,44 @@ fn server_config(fe: &Frontend, h3: &Http3, mesh: &Mesh) -> std::io::Result<quin
     rustls.alpn_protocols = vec![b"h3".to_vec()];
     // QUIC allows 0 or all (RFC 9001 §4.6.1).
     rustls.max_early_data_size = if quic.zero_rtt { u32::MAX } else { 0 };
+    if quic.zero_rtt {
+        // Early data only ever resumes a session kept here, and each once (rustls takes it
+        // from the cache): a replayed ClientHello finds nothing (RFC 8446 §8.1). Stateless
+        // tickets could be replayed, so this listener issues none.
+        rustls.ticketer = Arc::new(NoTickets);
+        rustls.session_storage = Arc::clone(&mesh.sessions) as Arc<dyn rustls::server::StoresServerSessions>;
+    }
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(rustls))
         .map_err(|e| std::io::Error::other(format!("frontend {}: TLS config unusable for QUIC: {e}", fe.name)))?;
     let mut server = quinn::ServerConfig::new(Arc::new(crypto), Arc::clone(&mesh.token_key));
     server.transport_config(Arc::new(transport(h3)));
     Ok(server)
 }
+
+/// No stateless tickets (0-RTT resumes stateful sessions only).
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// Sessions kept for 0-RTT resumption, process-wide (any thread may see the resumption).
+const ZERO_RTT_SESSIONS: usize = 4096;
 
 fn transport(h3: &Http3) -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
