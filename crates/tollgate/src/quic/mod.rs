@@ -352,3 +352,24 @@ fn admit(ctx: &Rc<WorkerCtx>, frontend: usize, incoming: quinn::Incoming, rate: 
     ctx.stats.sessions_active.add(1);
     tokio::task::spawn_local(conn::serve(Rc::clone(ctx), frontend, incoming, permits, handshake));
 }
+
+/// For the fuzz target `quic_datagram` (what tollgate itself parses of a datagram): the
+/// destination CID and its owner, and a handover message, which must come back the same
+/// when encoded again. Panics on a violation.
+#[doc(hidden)]
+pub fn fuzz_datagram(data: &[u8]) {
+    let key = cid::TagKey::from_bytes([7; 16]);
+    if let Some(dcid) = cid::destination(data) {
+        assert!(dcid.len() <= data.len());
+        if let Some((generation, thread)) = key.owner(dcid) {
+            assert!(generation < 8 && thread < cid::MAX_THREADS);
+            assert_eq!(dcid.len(), cid::LEN);
+        }
+    }
+    if let Some((group, meta, datagram)) = handover::decode(data) {
+        let mut again = Vec::new();
+        assert!(handover::encode(group, &meta, datagram, &mut again).is_some());
+        let (g2, m2, d2) = handover::decode(&again).expect("an encoded message decodes");
+        assert_eq!((g2, m2.addr, m2.dst_ip, m2.ecn, d2), (group, meta.addr, meta.dst_ip, meta.ecn, datagram));
+    }
+}
