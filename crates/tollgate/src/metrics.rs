@@ -112,6 +112,15 @@ pub(crate) struct FrontendCell {
     pub h2_streams: Counter,
     pub h2_client_resets: Counter,
     pub h2_stream_errors: Counter,
+    /// HTTP/3 (`[frontend.quic]`): see `quic_frontend_counters!`.
+    pub quic_connections: Counter,
+    pub h3_streams: Counter,
+    pub quic_handshake_failures: Counter,
+    pub quic_refused: Counter,
+    pub quic_retries: Counter,
+    pub quic_datagrams_in: Counter,
+    pub quic_datagrams_out: Counter,
+    pub quic_lost_packets: Counter,
 }
 
 /// One thread's counters of one route (`[[frontend.route]]`).
@@ -279,6 +288,25 @@ pub struct FrontendMetrics {
     pub h2_client_resets: u64,
     #[serde(default)]
     pub h2_stream_errors: u64,
+    /// HTTP/3: connections, streams, handshakes failed, connections refused and retried,
+    /// datagrams in and out, packets lost.
+    #[serde(default)]
+    pub quic_connections: u64,
+    #[serde(default)]
+    pub h3_streams: u64,
+    #[serde(default)]
+    pub quic_handshake_failures: u64,
+    #[serde(default)]
+    pub quic_refused: u64,
+    #[serde(default)]
+    pub quic_retries: u64,
+    #[serde(default)]
+    pub quic_datagrams_in: u64,
+    #[serde(default)]
+    pub quic_datagrams_out: u64,
+    #[serde(default)]
+    pub quic_lost_packets: u64,
+
     /// The frontend's routes, in config order.
     #[serde(default)]
     pub routes: Vec<RouteMetrics>,
@@ -419,6 +447,14 @@ impl FrontendCell {
         m.h2_streams += self.h2_streams.get();
         m.h2_client_resets += self.h2_client_resets.get();
         m.h2_stream_errors += self.h2_stream_errors.get();
+        m.quic_connections += self.quic_connections.get();
+        m.h3_streams += self.h3_streams.get();
+        m.quic_handshake_failures += self.quic_handshake_failures.get();
+        m.quic_refused += self.quic_refused.get();
+        m.quic_retries += self.quic_retries.get();
+        m.quic_datagrams_in += self.quic_datagrams_in.get();
+        m.quic_datagrams_out += self.quic_datagrams_out.get();
+        m.quic_lost_packets += self.quic_lost_packets.get();
         self.responses.add_to(&mut m.responses);
         self.duration.add_to(&mut m.duration);
     }
@@ -582,6 +618,14 @@ impl FrontendMetrics {
         self.h2_streams += f.h2_streams;
         self.h2_client_resets += f.h2_client_resets;
         self.h2_stream_errors += f.h2_stream_errors;
+        self.quic_connections += f.quic_connections;
+        self.h3_streams += f.h3_streams;
+        self.quic_handshake_failures += f.quic_handshake_failures;
+        self.quic_refused += f.quic_refused;
+        self.quic_retries += f.quic_retries;
+        self.quic_datagrams_in += f.quic_datagrams_in;
+        self.quic_datagrams_out += f.quic_datagrams_out;
+        self.quic_lost_packets += f.quic_lost_packets;
         add_rows(&mut self.responses, &f.responses);
         self.duration.add(&f.duration);
         add_opt(&mut self.ocsp_staples, f.ocsp_staples);

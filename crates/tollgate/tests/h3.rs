@@ -94,6 +94,11 @@ fn a_request_over_http3_reaches_the_http1_server_and_tcp_responses_offer_h3() {
     }
     let stats = p.proxy.running().stats();
     assert!(stats.quic_connections >= 1 && stats.quic_streams >= 1, "{stats:?}");
+    // The frontend's own figures (`tollgate_frontend_quic_*`, `..._h3_streams_total`).
+    let m = p.proxy.running().metrics();
+    let fe = &m.frontends[0];
+    assert_eq!((fe.quic_connections, fe.h3_streams), (1, 1));
+    assert!(fe.quic_datagrams_in > 0 && fe.quic_datagrams_out > 0);
 }
 
 #[test]

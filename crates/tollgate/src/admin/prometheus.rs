@@ -497,7 +497,47 @@ fn frontends(out: &mut Out, gens: &Gens<'_>) {
         }
     }
     type H2Pick = fn(&crate::metrics::FrontendMetrics) -> u64;
-    let h2: [(&str, &str, H2Pick); 3] = [
+    let h2: [(&str, &str, H2Pick); 11] = [
+        (
+            "tollgate_frontend_quic_connections_total",
+            "QUIC connections whose handshake completed.",
+            |f| f.quic_connections,
+        ),
+        (
+            "tollgate_frontend_h3_streams_total",
+            "HTTP/3 request streams clients opened.",
+            |f| f.h3_streams,
+        ),
+        (
+            "tollgate_frontend_quic_handshake_failures_total",
+            "QUIC handshakes that failed or timed out.",
+            |f| f.quic_handshake_failures,
+        ),
+        (
+            "tollgate_frontend_quic_refused_total",
+            "New QUIC connections refused at a full maxconn.",
+            |f| f.quic_refused,
+        ),
+        (
+            "tollgate_frontend_quic_retries_total",
+            "New QUIC connections asked to prove their address (Retry).",
+            |f| f.quic_retries,
+        ),
+        (
+            "tollgate_frontend_quic_datagrams_in_total",
+            "UDP datagrams read on the frontend's quic sockets (GRO segments counted).",
+            |f| f.quic_datagrams_in,
+        ),
+        (
+            "tollgate_frontend_quic_datagrams_out_total",
+            "UDP datagrams sent from the frontend's quic sockets (GSO segments counted).",
+            |f| f.quic_datagrams_out,
+        ),
+        (
+            "tollgate_frontend_quic_lost_packets_total",
+            "QUIC packets the frontend's connections declared lost.",
+            |f| f.quic_lost_packets,
+        ),
         (
             "tollgate_frontend_h2_streams_total",
             "HTTP/2 streams clients opened.",

@@ -84,11 +84,17 @@ pub(super) async fn serve(
         Some(q) => q,
         None => {
             ctx.stats.quic_handshake_failures.add(1);
+            if let Some(f) = super::frontend_cell(&ctx, frontend) {
+                f.quic_handshake_failures.add(1);
+            }
             return;
         }
     };
     drop(handshake);
     ctx.stats.quic_connections.add(1);
+    if let Some(f) = super::frontend_cell(&ctx, frontend) {
+        f.quic_connections.add(1);
+    }
     let sni = quic
         .handshake_data()
         .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
@@ -123,7 +129,11 @@ pub(super) async fn serve(
     })
     .await;
     requests(&ctx, &shared, quic, &entry).await;
-    ctx.stats.quic_lost_packets.add(shared.quic.stats().path.lost_packets);
+    let lost = shared.quic.stats().path.lost_packets;
+    ctx.stats.quic_lost_packets.add(lost);
+    if let Some(f) = super::frontend_cell(&ctx, frontend) {
+        f.quic_lost_packets.add(lost);
+    }
     drop(guards);
 }
 

@@ -157,6 +157,8 @@ pub(crate) fn serve_socket(ctx: &Rc<WorkerCtx>, sock: BoundUdp, plan: &Plan) -> 
         group: sock.group,
         mesh: Arc::clone(&plan.mesh),
         stats: Arc::clone(&ctx.stats),
+        shared: Arc::clone(&ctx.shared),
+        frontend: sock.frontend,
     })?;
     tracing::debug!(
         worker = ctx.id,
@@ -322,6 +324,11 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, frontend: usize, endpoint: quinn::Endpo
     }
 }
 
+/// This thread's counters of `frontend`.
+fn frontend_cell(ctx: &WorkerCtx, frontend: usize) -> Option<&crate::metrics::FrontendCell> {
+    ctx.shared.metrics.get(ctx.id).and_then(|t| t.frontend(frontend))
+}
+
 /// Decides what becomes of a new connection attempt, before any connection state exists.
 fn admit(ctx: &Rc<WorkerCtx>, frontend: usize, incoming: quinn::Incoming, rate: &mut HandshakeRate) {
     let shared = &ctx.shared;
@@ -335,16 +342,25 @@ fn admit(ctx: &Rc<WorkerCtx>, frontend: usize, incoming: quinn::Incoming, rate: 
         || shared.handshakes.available_permits() < (shared.config.global.max_handshakes as usize).div_ceil(2);
     if busy && !incoming.remote_address_validated() && incoming.may_retry() {
         ctx.stats.quic_retries.add(1);
+        if let Some(f) = frontend_cell(ctx, frontend) {
+            f.quic_retries.add(1);
+        }
         let _ = incoming.retry();
         return;
     }
     let Some(permits) = shared.budgets.try_acquire(frontend) else {
         ctx.stats.quic_refused.add(1);
+        if let Some(f) = frontend_cell(ctx, frontend) {
+            f.quic_refused.add(1);
+        }
         incoming.refuse();
         return;
     };
     let Ok(handshake) = Arc::clone(&shared.handshakes).try_acquire_owned() else {
         ctx.stats.quic_refused.add(1);
+        if let Some(f) = frontend_cell(ctx, frontend) {
+            f.quic_refused.add(1);
+        }
         incoming.refuse();
         return;
     };

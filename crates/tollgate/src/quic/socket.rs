@@ -38,6 +38,9 @@ pub(crate) struct SteeringSocket {
     /// Datagrams the other threads forwarded here (taken from the mesh once).
     forwarded: Mutex<mpsc::Receiver<Forwarded>>,
     stats: Arc<WorkerStats>,
+    /// For the frontend's counters (this thread's cells).
+    shared: Arc<crate::ctx::Shared>,
+    frontend: usize,
     /// A message for another generation is put together here.
     scratch: Mutex<Vec<u8>>,
 }
@@ -59,6 +62,8 @@ pub(crate) struct Parts {
     pub group: usize,
     pub mesh: Arc<Mesh>,
     pub stats: Arc<WorkerStats>,
+    pub shared: Arc<crate::ctx::Shared>,
+    pub frontend: usize,
 }
 
 impl SteeringSocket {
@@ -78,8 +83,14 @@ impl SteeringSocket {
             forwarded: Mutex::new(forwarded),
             mesh: p.mesh,
             stats: p.stats,
+            shared: p.shared,
+            frontend: p.frontend,
             scratch: Mutex::new(Vec::new()),
         })
+    }
+
+    fn frontend_cell(&self) -> Option<&crate::metrics::FrontendCell> {
+        self.shared.metrics.get(self.thread).and_then(|t| t.frontend(self.frontend))
     }
 
     /// Where a datagram goes: to this thread's endpoint, to another thread of this
@@ -147,6 +158,9 @@ impl AsyncUdpSocket for SteeringSocket {
             _ => 1,
         };
         self.stats.quic_datagrams_out.add(segments as u64);
+        if let Some(f) = self.frontend_cell() {
+            f.quic_datagrams_out.add(segments as u64);
+        }
         Ok(())
     }
 
@@ -181,6 +195,9 @@ impl AsyncUdpSocket for SteeringSocket {
                 let m = meta[i];
                 let segments = if m.stride > 0 { m.len.div_ceil(m.stride) } else { 1 };
                 self.stats.quic_datagrams_in.add(segments as u64);
+                if let Some(f) = self.frontend_cell() {
+                    f.quic_datagrams_in.add(segments as u64);
+                }
                 // A GRO batch shares one 4-tuple and, in practice, one connection: its
                 // first segment decides.
                 let first = bufs[i].get(..m.len.min(m.stride.max(1))).unwrap_or_default();

@@ -38,6 +38,9 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
         }
     };
     ctx.stats.quic_streams.add(1);
+    if let Some(f) = super::frontend_cell(ctx, info.frontend) {
+        f.h3_streams.add(1);
+    }
     let (parts, ()) = request.into_parts();
     let limit = ctx.shared.config.http3.max_field_section_size as usize;
     let (head, verdict) = decoded_head(&parts, limit);
