@@ -230,7 +230,12 @@ fn sessions_table(report: &ShowReport, out: &mut String) {
                     s.bytes_in.to_string(),
                     s.bytes_out.to_string(),
                     s.state.clone(),
-                    if s.tls { "tls" } else { "-" }.to_string(),
+                    match (s.quic, s.tls) {
+                        (true, _) => "quic",
+                        (false, true) => "tls",
+                        (false, false) => "-",
+                    }
+                    .to_string(),
                     dash(&s.request_id),
                 ]
             })

@@ -253,6 +253,9 @@ pub struct SessionView {
     pub state: String,
     #[serde(default)]
     pub tls: bool,
+    /// HTTP/3 over QUIC (`tls` is true too).
+    #[serde(default)]
+    pub quic: bool,
     /// The ID of the request in flight on an HTTP/1 connection (`[frontend] request_id`);
     /// none between requests, and on HTTP/2 connections (each stream has its own: see the
     /// access log).

@@ -61,6 +61,8 @@ pub(crate) struct SessionEntry {
     client: Cell<SocketAddr>,
     frontend: Cell<usize>,
     tls: Cell<bool>,
+    /// A QUIC connection (HTTP/3).
+    quic: Cell<bool>,
     pub state: Cell<SessionState>,
     pub backend: Cell<Option<usize>>,
     pub server: Cell<Option<ServerId>>,
@@ -80,6 +82,7 @@ impl SessionEntry {
             client: Cell::new(SocketAddr::from(([0, 0, 0, 0], 0))),
             frontend: Cell::new(0),
             tls: Cell::new(false),
+            quic: Cell::new(false),
             state: Cell::new(SessionState::ReadingRequest),
             backend: Cell::new(None),
             server: Cell::new(None),
@@ -96,6 +99,7 @@ impl SessionEntry {
         self.client.set(opened.client);
         self.frontend.set(opened.frontend);
         self.tls.set(opened.tls);
+        self.quic.set(opened.quic);
         self.state.set(opened.state);
         self.backend.set(None);
         self.server.set(None);
@@ -144,6 +148,8 @@ pub(crate) struct Opened {
     pub client: SocketAddr,
     pub frontend: usize,
     pub tls: bool,
+    /// HTTP/3 over QUIC (`tls` is true too).
+    pub quic: bool,
     pub state: SessionState,
 }
 
@@ -293,6 +299,7 @@ fn view_of(
         bytes_out: e.bytes_out.get() + e.moved.to_client.get(),
         state: e.state.get().as_str().to_string(),
         tls: e.tls.get(),
+        quic: e.quic.get(),
         request_id: shown
             .and_then(|ids| ids.get(e.slot.get())?.as_deref())
             .map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned())
@@ -386,6 +393,7 @@ mod tests {
             client: "127.0.0.1:9".parse().unwrap(),
             frontend,
             tls: false,
+            quic: false,
             state: SessionState::ReadingRequest,
         }
     }

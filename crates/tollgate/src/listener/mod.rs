@@ -352,6 +352,7 @@ fn opened(ctx: &WorkerCtx, frontend: usize, peer: SocketAddr) -> Opened {
         client: peer,
         frontend,
         tls,
+        quic: false,
         state,
     }
 }

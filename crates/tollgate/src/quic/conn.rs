@@ -71,6 +71,7 @@ pub(super) async fn serve(
         client: peer,
         frontend,
         tls: true,
+        quic: true,
         state: SessionState::Handshake,
     };
     let guards = SessionGuards::open(&ctx, opened, true, permits);
