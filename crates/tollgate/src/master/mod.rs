@@ -348,9 +348,11 @@ impl Master {
         let pairs = self.quic_pairs(config)?;
         let handoff = || -> std::io::Result<()> {
             ours.set_write_timeout(Some(Duration::from_secs(10)))?;
-            tollgate_sys::fdpass::send_listeners(ours.as_fd(), &self.sockets.labelled(plan)?)?;
-            // Then the QUIC handover ends (an empty batch without quic binds).
-            tollgate_sys::fdpass::send_listeners(ours.as_fd(), &self.handover_labels(&pairs.1))?;
+            // The listening sockets, then the QUIC handover ends (none without quic binds):
+            // labels a worker of an earlier build never sees from an earlier master.
+            let mut fds = self.sockets.labelled(plan)?;
+            fds.extend(self.handover_labels(&pairs.1));
+            tollgate_sys::fdpass::send_listeners(ours.as_fd(), &fds)?;
             let path = config
                 .source
                 .as_ref()

@@ -62,8 +62,10 @@ fn handover(pairs: Vec<(String, std::os::fd::OwnedFd)>, key: Option<[u8; 16]>) -
 pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     let stdin = io::stdin().as_fd().try_clone_to_owned().map_err(internal("stdin"))?;
     let mut chan = UnixStream::from(stdin);
-    let received = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive listeners"))?;
-    let pairs = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive quic pairs"))?;
+    let (pairs, received): (Vec<_>, Vec<_>) = tollgate_sys::fdpass::recv_listeners(chan.as_fd())
+        .map_err(internal("receive listeners"))?
+        .into_iter()
+        .partition(|(label, _)| label.starts_with("in#") || label.starts_with("out:"));
     let first: ToWorker = codec::read(&mut chan)
         .map_err(internal("read config"))?
         .ok_or_else(|| Error::new(ErrorKind::Io, Side::Internal, "master closed before sending the config"))?;
