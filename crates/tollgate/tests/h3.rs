@@ -440,3 +440,18 @@ fn zero_rtt_is_off_by_default() {
     assert_ne!(json["early_data_accepted"], true, "{json}");
     assert_eq!(header(&json["responses"][1], "x-early"), Some("-"));
 }
+
+#[test]
+fn a_rapid_reset_flood_closes_the_connection_and_others_are_served() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let p = start(&config(&pki, origin(), 1, "", "", "max_client_resets = 20\n"));
+    let (json, ok) = client(&pki, p.quic, "/sha", &["--rapid-reset", "200", "--bomb-wait", "10"]);
+    assert!(ok, "{json}");
+    assert_eq!(json["outcome"], "closed", "{json}");
+    assert_eq!(json["error_code"], 0x107, "H3_EXCESSIVE_LOAD: {json}");
+    assert_eq!(json["after_status"], 200);
+    assert_eq!(p.proxy.running().stats().quic_flood_client_resets, 1);
+}

@@ -102,7 +102,10 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
             bridge.push_data(d);
         }
         First::End(Some(trailers)) => bridge.end_recv(Some(trailers)),
-        First::Reset => bridge.client_reset(Reason::CANCEL),
+        First::Reset => {
+            bridge.client_reset(Reason::CANCEL);
+            conn.client_reset();
+        }
         First::Body | First::End(None) => {}
     }
     let (body, respond) = h2front::bridged(&bridge);

