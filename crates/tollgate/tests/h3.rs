@@ -35,7 +35,6 @@ fn config(pki: &Pki, origin: SocketAddr, workers: usize, global: &str, frontend:
     )
 }
 
-
 /// The proxy and its quic address.
 struct H3Proxy {
     proxy: common::Proxy,
@@ -118,7 +117,16 @@ fn a_100_mib_download_and_a_20_mib_upload_arrive_intact() {
         &pki,
         p.quic,
         "/sha",
-        &["--method", "POST", "--upload-bytes", &(20u64 << 20).to_string(), "--body-out", "text", "--timeout", "120"],
+        &[
+            "--method",
+            "POST",
+            "--upload-bytes",
+            &(20u64 << 20).to_string(),
+            "--body-out",
+            "text",
+            "--timeout",
+            "120",
+        ],
     );
     assert!(ok, "{json}");
     assert_eq!(json["responses"][0]["body"], json["upload_sha256"], "{json}");
@@ -127,7 +135,15 @@ fn a_100_mib_download_and_a_20_mib_upload_arrive_intact() {
         &pki,
         p.quic,
         "/sha",
-        &["--method", "POST", "--upload-bytes", "300000", "--no-content-length", "--body-out", "text"],
+        &[
+            "--method",
+            "POST",
+            "--upload-bytes",
+            "300000",
+            "--no-content-length",
+            "--body-out",
+            "text",
+        ],
     );
     assert!(ok, "{json}");
     assert_eq!(json["responses"][0]["body"], json["upload_sha256"], "{json}");
@@ -143,7 +159,11 @@ fn a_hundred_streams_at_once_on_one_connection() {
     let (json, ok) = client(&pki, p.quic, "/", &["--count", "300", "--concurrency", "100"]);
     assert!(ok, "{json}");
     assert_eq!(json["responses"].as_array().unwrap().len(), 300);
-    assert!(json["max_in_flight"].as_u64().unwrap() >= 100, "{}", json["max_in_flight"]);
+    assert!(
+        json["max_in_flight"].as_u64().unwrap() >= 100,
+        "{}",
+        json["max_in_flight"]
+    );
     assert!(json["responses"].as_array().unwrap().iter().all(|r| r["status"] == 200));
 }
 
@@ -237,7 +257,15 @@ fn malformed_packets_and_qpack_bombs_do_not_stop_a_normal_client() {
     // the server never allowed: refused, and a fresh connection is served after each.
     for mode in [
         &["--qpack-bomb", "--bomb-mode", "fields"][..],
-        &["--qpack-bomb", "--bomb-mode", "fields", "--bomb-fields", "1", "--bomb-field-size", "65536"][..],
+        &[
+            "--qpack-bomb",
+            "--bomb-mode",
+            "fields",
+            "--bomb-fields",
+            "1",
+            "--bomb-field-size",
+            "65536",
+        ][..],
         &["--qpack-bomb", "--bomb-mode", "encoder"][..],
     ] {
         let (json, ok) = client(&pki, p.quic, "/", mode);
@@ -331,8 +359,9 @@ fn a_stop_sends_goaway_and_the_download_in_flight_finishes() {
             .output()
             .unwrap()
     });
-    p.proxy
-        .wait_for("the download under way", |s| s.quic_streams == 1 && s.bytes_to_client > 1 << 20);
+    p.proxy.wait_for("the download under way", |s| {
+        s.quic_streams == 1 && s.bytes_to_client > 1 << 20
+    });
     p.proxy.running().soft_stop();
     let out = download.join().unwrap();
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -401,8 +430,15 @@ fn a_browser_loads_a_page_over_http3() {
         ],
     );
     browser.call("Page.enable", serde_json::json!({}));
-    browser.call("Page.navigate", serde_json::json!({"url": format!("https://{origin}/")}));
-    browser.wait_value("window.result || null", &serde_json::json!("ok-h3:h3"), Duration::from_secs(30));
+    browser.call(
+        "Page.navigate",
+        serde_json::json!({"url": format!("https://{origin}/")}),
+    );
+    browser.wait_value(
+        "window.result || null",
+        &serde_json::json!("ok-h3:h3"),
+        Duration::from_secs(30),
+    );
     let stats = p.proxy.running().stats();
     assert!(stats.quic_streams >= 3, "page, script and JSON over HTTP/3: {stats:?}");
 }
@@ -423,7 +459,12 @@ fn zero_rtt_when_on_takes_safe_methods_early_and_marks_them() {
     assert_eq!(early["status"], 200);
     assert_eq!(header(early, "x-early"), Some("1"), "the server was told: {early}");
     // A POST in early data is not forwarded: 425, and the client may send it again later.
-    let (json, _) = client(&pki, p.quic, "/sha", &["--zero-rtt", "--method", "POST", "--upload-bytes", "10"]);
+    let (json, _) = client(
+        &pki,
+        p.quic,
+        "/sha",
+        &["--zero-rtt", "--method", "POST", "--upload-bytes", "10"],
+    );
     assert_eq!(json["early_data_accepted"], true, "{json}");
     assert_eq!(json["responses"][1]["status"], 425, "{json}");
 }

@@ -59,7 +59,8 @@ fn a_download_over_http3_survives_a_reload() {
 
     m.reload_ok();
     assert!(
-        m.wait_log(|l| l.contains("QUIC sockets handed over"), Duration::from_secs(10)).is_some(),
+        m.wait_log(|l| l.contains("QUIC sockets handed over"), Duration::from_secs(10))
+            .is_some(),
         "the old generation was not told to hand the sockets over"
     );
     // A new connection is the new generation's.
@@ -79,7 +80,10 @@ fn a_download_over_http3_survives_a_reload() {
         .find_map(|w| w.strip_prefix("quic_misrouted="))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    assert!(forwarded > 100, "the new generation forwarded {forwarded} datagrams:\n{info}");
+    assert!(
+        forwarded > 100,
+        "the new generation forwarded {forwarded} datagrams:\n{info}"
+    );
     // The old generation leaves once its connection is done.
     let (last_gen, _, _) = m.wait_single_generation(Duration::from_secs(30));
     assert!(last_gen > first_gen);

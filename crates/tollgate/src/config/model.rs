@@ -492,10 +492,11 @@ pub struct Quic {
 
 impl Quic {
     pub fn new(binds: Vec<SocketAddr>, zero_rtt: bool, alt_svc_max_age: Duration) -> Quic {
-        let alt_svc = binds
-            .first()
-            .filter(|_| !alt_svc_max_age.is_zero())
-            .map(|b| format!("h3=\":{}\"; ma={}", b.port(), alt_svc_max_age.as_secs()).into_bytes().into());
+        let alt_svc = binds.first().filter(|_| !alt_svc_max_age.is_zero()).map(|b| {
+            format!("h3=\":{}\"; ma={}", b.port(), alt_svc_max_age.as_secs())
+                .into_bytes()
+                .into()
+        });
         Quic {
             binds,
             zero_rtt,

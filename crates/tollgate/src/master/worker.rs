@@ -28,7 +28,10 @@ fn internal(context: &'static str) -> impl FnOnce(io::Error) -> Error {
 }
 
 /// The QUIC handover ends the master sent (`in#T`, `out:G#T`: see `Master::handover_labels`).
-fn handover(pairs: Vec<(String, std::os::fd::OwnedFd)>, key: Option<[u8; 16]>) -> io::Result<crate::quic::handover::Handover> {
+fn handover(
+    pairs: Vec<(String, std::os::fd::OwnedFd)>,
+    key: Option<[u8; 16]>,
+) -> io::Result<crate::quic::handover::Handover> {
     let bad = |label: &str| io::Error::new(io::ErrorKind::InvalidData, format!("quic pair `{label}`"));
     let mut inbound = Vec::new();
     let mut outbound: Vec<(u64, Vec<std::os::fd::OwnedFd>)> = Vec::new();
@@ -51,11 +54,7 @@ fn handover(pairs: Vec<(String, std::os::fd::OwnedFd)>, key: Option<[u8; 16]>) -
             return Err(bad(&label));
         }
     }
-    Ok(crate::quic::handover::Handover {
-        key,
-        inbound,
-        outbound,
-    })
+    Ok(crate::quic::handover::Handover { key, inbound, outbound })
 }
 
 /// Runs a worker generation until it has stopped.

@@ -75,12 +75,14 @@ pub(super) async fn serve(
         state: SessionState::Handshake,
     };
     let guards = SessionGuards::open(&ctx, opened, true, permits);
-    let Some(fe) = ctx.shared.config.frontends.get(frontend) else { return };
+    let Some(fe) = ctx.shared.config.frontends.get(frontend) else {
+        return;
+    };
     let early = Rc::new(Cell::new(false));
     // 0-RTT only where no client certificate is asked for: early data comes before the
     // client's certificate would be checked.
-    let zero_rtt = fe.quic.as_ref().is_some_and(|q| q.zero_rtt)
-        && fe.tls.as_ref().is_none_or(|t| t.client_auth.is_none());
+    let zero_rtt =
+        fe.quic.as_ref().is_some_and(|q| q.zero_rtt) && fe.tls.as_ref().is_none_or(|t| t.client_auth.is_none());
     let quic = match handshake_done(&ctx, incoming, zero_rtt.then_some(&early)).await {
         Some(q) => q,
         None => {

@@ -110,12 +110,13 @@ pub(super) fn decode(msg: &[u8]) -> Option<(usize, RecvMeta, &[u8])> {
     };
     let ecn = EcnCodepoint::from_bits(*head.get(39)?);
     let stride = usize::from(u16::from_be_bytes(head.get(40..42)?.try_into().ok()?));
-    let mut meta = RecvMeta::default();
-    meta.addr = SocketAddr::new(src, port);
-    meta.len = data.len();
-    meta.stride = if stride == 0 { data.len() } else { stride };
-    meta.ecn = ecn;
-    meta.dst_ip = dst_ip;
+    let meta = RecvMeta {
+        addr: SocketAddr::new(src, port),
+        len: data.len(),
+        stride: if stride == 0 { data.len() } else { stride },
+        ecn,
+        dst_ip,
+    };
     Some((group, meta, data))
 }
 
@@ -140,7 +141,7 @@ impl Outbound {
                 .collect::<io::Result<Vec<_>>>()?;
             by_generation.push((generation, socks));
         }
-        by_generation.sort_by(|a, b| b.0.cmp(&a.0));
+        by_generation.sort_by_key(|(g, _)| std::cmp::Reverse(*g));
         Ok(Outbound { by_generation })
     }
 
@@ -162,16 +163,14 @@ mod tests {
 
     #[test]
     fn a_datagram_and_what_was_read_with_it_cross_intact() {
-        for (src, dst) in [
-            ("192.0.2.7:4433", Some("127.0.0.1")),
-            ("[2001:db8::1]:65535", None),
-        ] {
-            let mut meta = RecvMeta::default();
-            meta.addr = src.parse().unwrap();
-            meta.len = 5;
-            meta.stride = 5;
-            meta.ecn = Some(EcnCodepoint::Ect0);
-            meta.dst_ip = dst.map(|d| d.parse().unwrap());
+        for (src, dst) in [("192.0.2.7:4433", Some("127.0.0.1")), ("[2001:db8::1]:65535", None)] {
+            let meta = RecvMeta {
+                addr: src.parse().unwrap(),
+                len: 5,
+                stride: 5,
+                ecn: Some(EcnCodepoint::Ect0),
+                dst_ip: dst.map(|d| d.parse().unwrap()),
+            };
             let mut msg = Vec::new();
             encode(3, &meta, b"hello", &mut msg).unwrap();
             let (group, back, data) = decode(&msg).unwrap();
@@ -185,8 +184,10 @@ mod tests {
 
     #[test]
     fn malformed_messages_are_refused() {
-        let mut meta = RecvMeta::default();
-        meta.addr = "127.0.0.1:1".parse().unwrap();
+        let meta = RecvMeta {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            ..Default::default()
+        };
         let mut msg = Vec::new();
         encode(0, &meta, b"x", &mut msg).unwrap();
         assert!(decode(&msg[..HEADER]).is_none(), "no datagram");

@@ -90,7 +90,10 @@ impl SteeringSocket {
     }
 
     fn frontend_cell(&self) -> Option<&crate::metrics::FrontendCell> {
-        self.shared.metrics.get(self.thread).and_then(|t| t.frontend(self.frontend))
+        self.shared
+            .metrics
+            .get(self.thread)
+            .and_then(|t| t.frontend(self.frontend))
     }
 
     /// Where a datagram goes: to this thread's endpoint, to another thread of this
@@ -164,7 +167,12 @@ impl AsyncUdpSocket for SteeringSocket {
         Ok(())
     }
 
-    fn poll_recv(&self, cx: &mut Context<'_>, bufs: &mut [IoSliceMut<'_>], meta: &mut [RecvMeta]) -> Poll<io::Result<usize>> {
+    fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> Poll<io::Result<usize>> {
         // Bounded: each round takes a forwarded datagram, or reads the socket once (or
         // waits for it), and returns unless every datagram read went to another thread.
         loop {
@@ -174,7 +182,9 @@ impl AsyncUdpSocket for SteeringSocket {
                 && let (Some(buf), Some(m)) = (bufs.first_mut(), meta.first_mut())
             {
                 let n = f.data.len().min(buf.len());
-                buf[..n].copy_from_slice(&f.data[..n]);
+                if let (Some(to), Some(from)) = (buf.get_mut(..n), f.data.get(..n)) {
+                    to.copy_from_slice(from);
+                }
                 *m = f.meta;
                 m.len = n;
                 return Poll::Ready(Ok(1));
@@ -192,25 +202,25 @@ impl AsyncUdpSocket for SteeringSocket {
             };
             let mut kept = 0;
             for i in 0..n.min(meta.len()).min(bufs.len()) {
-                let m = meta[i];
+                let (Some(&m), Some(buf)) = (meta.get(i), bufs.get(i)) else {
+                    break;
+                };
                 let segments = if m.stride > 0 { m.len.div_ceil(m.stride) } else { 1 };
                 self.stats.quic_datagrams_in.add(segments as u64);
                 if let Some(f) = self.frontend_cell() {
                     f.quic_datagrams_in.add(segments as u64);
                 }
+                let data = buf.get(..m.len).unwrap_or_default();
                 // A GRO batch shares one 4-tuple and, in practice, one connection: its
                 // first segment decides.
-                let first = bufs[i].get(..m.len.min(m.stride.max(1))).unwrap_or_default();
+                let first = data.get(..m.stride.max(1)).unwrap_or(data);
                 let sent = match self.route(first) {
                     Route::Here => None,
                     Route::Thread(owner) => {
-                        let data = Bytes::copy_from_slice(bufs[i].get(..m.len).unwrap_or_default());
+                        let data = Bytes::copy_from_slice(data);
                         Some(self.mesh.forward(self.group, owner, Forwarded { data, meta: m }))
                     }
-                    Route::Generation(bits, owner) => {
-                        let data = bufs[i].get(..m.len).unwrap_or_default();
-                        Some(self.to_generation(bits, owner, &m, data))
-                    }
+                    Route::Generation(bits, owner) => Some(self.to_generation(bits, owner, &m, data)),
                 };
                 if let Some(sent) = sent {
                     self.stats.quic_misrouted.add(segments as u64);
@@ -220,12 +230,17 @@ impl AsyncUdpSocket for SteeringSocket {
                     continue;
                 }
                 if kept != i {
+                    // Compact: this one moves down over a slot whose datagram left.
                     let (dst, src) = bufs.split_at_mut(i);
                     if let (Some(d), Some(s)) = (dst.get_mut(kept), src.first()) {
                         let len = m.len.min(d.len()).min(s.len());
-                        d[..len].copy_from_slice(&s[..len]);
+                        if let (Some(to), Some(from)) = (d.get_mut(..len), s.get(..len)) {
+                            to.copy_from_slice(from);
+                        }
                     }
-                    meta[kept] = m;
+                    if let Some(slot) = meta.get_mut(kept) {
+                        *slot = m;
+                    }
                 }
                 kept += 1;
             }

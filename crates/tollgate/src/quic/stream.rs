@@ -80,9 +80,10 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
             }
             return;
         }
-        parts
-            .headers
-            .insert(http::HeaderName::from_static("early-data"), http::HeaderValue::from_static("1"));
+        parts.headers.insert(
+            http::HeaderName::from_static("early-data"),
+            http::HeaderValue::from_static("1"),
+        );
     }
     let content_length = checked.as_ref().ok().and_then(|c| c.content_length);
     // Whether a body follows decides how the server is sent the request (no body, a
@@ -132,10 +133,7 @@ fn decoded_head(parts: &http::request::Parts, limit: usize) -> (RequestHead, Res
     if !path.is_empty() {
         pseudo.push((b":path", path.as_bytes()));
     }
-    let fields = parts
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+    let fields = parts.headers.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
     RequestHead::from_decoded(pseudo.into_iter().chain(fields), limit)
 }
 
@@ -228,7 +226,11 @@ async fn pump_out(conn: &Shared, bridge: &Bridge, mut send: SendHalf) {
             Output::Data(data, end) => {
                 // As the HTTP/2 path counts its DATA payload (QUIC framing aside).
                 conn.info.ctx.stats.bytes_to_client.add(data.len() as u64);
-                let sent = if data.is_empty() { Ok(()) } else { send.send_data(data).await };
+                let sent = if data.is_empty() {
+                    Ok(())
+                } else {
+                    send.send_data(data).await
+                };
                 if sent.is_ok() && end {
                     let _ = send.finish().await;
                     return;

@@ -23,7 +23,10 @@ pub fn have_aioquic() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        assert!(std::env::var("CI").is_err(), "aioquic missing under CI (.ci/run installs it)");
+        assert!(
+            std::env::var("CI").is_err(),
+            "aioquic missing under CI (.ci/run installs it)"
+        );
         eprintln!("skipped: aioquic is not installed (python3 -m pip install aioquic)");
     }
     ok
@@ -39,7 +42,9 @@ pub struct Pki {
 pub fn pki() -> Pki {
     let dir = TempDir::new();
     let ca = Ca::new("h3 test CA");
-    let leaf = ca.leaf(&["localhost", "127.0.0.1"], "localhost", false).write(&dir, "leaf");
+    let leaf = ca
+        .leaf(&["localhost", "127.0.0.1"], "localhost", false)
+        .write(&dir, "leaf");
     let ca_path = ca.write(&dir, "ca.pem");
     Pki { dir, ca: ca_path, leaf }
 }
@@ -134,8 +139,11 @@ pub fn header<'v>(resp: &'v Value, name: &str) -> Option<&'v str> {
         .and_then(|h| h[1].as_str())
 }
 
-
 /// A UDP port nobody uses now (a quic bind's port must be known for `Alt-Svc`).
 pub fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

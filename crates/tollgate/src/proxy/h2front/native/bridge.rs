@@ -406,7 +406,9 @@ mod tests {
         assert_eq!(b.poll_recv_room(&cx()), Poll::Ready(10));
         b.push_data(Bytes::from_static(b"0123456789"));
         assert!(b.poll_recv_room(&cx()).is_pending());
-        let Poll::Ready(Some(Ok(d))) = b.poll_data(&cx()) else { panic!() };
+        let Poll::Ready(Some(Ok(d))) = b.poll_data(&cx()) else {
+            panic!()
+        };
         assert_eq!(d.len(), 10);
         // Taken but not released: still counted.
         assert!(b.poll_recv_room(&cx()).is_pending());
@@ -441,7 +443,10 @@ mod tests {
         b.send_head(200, HeaderMap::new(), false).unwrap();
         b.release_handle();
         // The queued head is dropped with the response: only the reset goes.
-        assert!(matches!(b.poll_output(&cx()), Poll::Ready(Output::Reset(Reason::CANCEL))));
+        assert!(matches!(
+            b.poll_output(&cx()),
+            Poll::Ready(Output::Reset(Reason::CANCEL))
+        ));
         assert!(matches!(b.poll_output(&cx()), Poll::Ready(Output::Done)));
         assert_eq!(b.poll_recv_room(&cx()), Poll::Ready(0));
     }
@@ -451,7 +456,10 @@ mod tests {
         let b = Bridge::new(8, false);
         b.hold();
         b.client_reset(Reason::CANCEL);
-        assert!(matches!(b.poll_data(&cx()), Poll::Ready(Some(Err(StreamError::Reset(_))))));
+        assert!(matches!(
+            b.poll_data(&cx()),
+            Poll::Ready(Some(Err(StreamError::Reset(_))))
+        ));
         assert!(b.send_head(200, HeaderMap::new(), true).is_err());
         assert!(matches!(b.poll_output(&cx()), Poll::Ready(Output::Done)));
     }

@@ -562,10 +562,7 @@ impl SendResponse {
                 let mut map = HeaderMap::new();
                 for (name, value) in fields {
                     // Both checked by the caller (valid names and values); skipped otherwise.
-                    if let (Ok(n), Ok(v)) = (
-                        http::HeaderName::from_bytes(name),
-                        http::HeaderValue::from_bytes(value),
-                    ) {
+                    if let (Ok(n), Ok(v)) = (http::HeaderName::from_bytes(name), http::HeaderValue::from_bytes(value)) {
                         map.append(n, v);
                     }
                 }
@@ -752,7 +749,11 @@ impl SendStream {
     fn send_slice(&mut self, data: &[u8], owned: Option<&Bytes>, end: bool) -> Result<(), StreamError> {
         let h = match &self.h {
             Backing::Native(h) => h,
-            Backing::Bridged(b) => return b.0.send_data(owned.cloned().unwrap_or_else(|| Bytes::copy_from_slice(data)), end),
+            Backing::Bridged(b) => {
+                return b
+                    .0
+                    .send_data(owned.cloned().unwrap_or_else(|| Bytes::copy_from_slice(data)), end);
+            }
         };
         h.with(|e, conn| {
             if let Some(code) = e.reset {
