@@ -77,7 +77,7 @@ pub(crate) mod metrics;
 pub mod origin;
 pub(crate) mod proxy;
 pub mod proxyproto;
-pub(crate) mod quic;
+pub mod quic;
 pub(crate) mod relay;
 pub mod runtime;
 pub(crate) mod sharing;

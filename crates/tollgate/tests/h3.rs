@@ -9,120 +9,29 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
 mod common;
+mod h3_support;
 
-use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
 
-use common::tls::{Ca, TempDir, cert_entry};
+use common::tls::{TempDir, cert_entry};
+use h3_support::{CLIENT, Pki, client, free_udp_port, have_aioquic, header, origin, pattern_sha, pki};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-
-const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h3_support/h3client.py");
-
-/// Whether aioquic is importable; under CI (which installs it) its absence fails the test.
-fn have_aioquic() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(std::env::var("CI").is_err(), "aioquic missing under CI (.ci/run installs it)");
-        eprintln!("skipped: aioquic is not installed (python3 -m pip install aioquic)");
-    }
-    ok
-}
-
-/// The test's CA, a leaf for `localhost`, and their files.
-struct Pki {
-    dir: TempDir,
-    ca: PathBuf,
-    leaf: (PathBuf, PathBuf),
-}
-
-fn pki() -> Pki {
-    let dir = TempDir::new();
-    let ca = Ca::new("h3 test CA");
-    let leaf = ca.leaf(&["localhost", "127.0.0.1"], "localhost", false).write(&dir, "leaf");
-    let ca_path = ca.write(&dir, "ca.pem");
-    Pki { dir, ca: ca_path, leaf }
-}
-
-/// An HTTP/1.1 origin: `/bytes/N` streams N pattern bytes (`common::write_mib` blocks),
-/// `/sha` answers the sha256 of the request body, anything else `hello h3`; each answer
-/// says which request line it saw in `x-seen`.
-fn origin() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                for nth in 1.. {
-                    let Some(req) = common::http::read_request(&mut reader, 1, nth, Some(&mut writer)) else {
-                        return;
-                    };
-                    let seen = format!("{} {} {}", req.method, req.target, req.version);
-                    let early = req.header("early-data").unwrap_or("-").to_owned();
-                    let ok = if let Some(n) = req.target.strip_prefix("/bytes/") {
-                        let mib: u64 = n.parse().unwrap();
-                        let head = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-seen: {seen}\r\n\r\n",
-                            mib << 20
-                        );
-                        writer.write_all(head.as_bytes()).is_ok() && {
-                            let mut block = vec![0u8; 1 << 20];
-                            common::write_mib(&mut writer, mib, &mut block).is_ok()
-                        }
-                    } else {
-                        let body = if req.target == "/sha" {
-                            hex(&Sha256::digest(&req.body))
-                        } else {
-                            "hello h3".to_owned()
-                        };
-                        let head = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nx-seen: {seen}\r\nx-early: {early}\r\n\r\n",
-                            body.len()
-                        );
-                        writer.write_all(head.as_bytes()).is_ok() && writer.write_all(body.as_bytes()).is_ok()
-                    };
-                    if !ok {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// The sha256 of `mib` MiB of `common::write_mib`'s pattern.
-fn pattern_sha(mib: u64) -> String {
-    let mut sink = std::io::sink();
-    let mut block = vec![0u8; 1 << 20];
-    hex(&common::write_mib(&mut sink, mib, &mut block).unwrap())
-}
 
 /// A TLS frontend with a quic bind on a port of its own, `workers` threads, to `origin`.
 fn config(pki: &Pki, origin: SocketAddr, workers: usize, global: &str, frontend: &str, http3: &str) -> String {
     format!(
         "[global]\nworkers = {workers}\n{global}\n[http3]\n{http3}\n\
          [[frontend]]\nname = \"fe\"\nbind = [\"127.0.0.1:0\"]\nmode = \"http\"\ndefault_backend = \"be\"\n{frontend}\n\
-         [frontend.quic]\nbind = [\"127.0.0.1:0\"]\n\
+         [frontend.quic]\nbind = [\"127.0.0.1:{}\"]\n\
          [frontend.tls]\nalpn = [\"h2\", \"http/1.1\"]\n{}\n\
          [[backend]]\nname = \"be\"\nmode = \"http\"\n[[backend.server]]\nname = \"o\"\naddress = \"{origin}\"\n",
+        free_udp_port(),
         cert_entry(&pki.leaf, true)
     )
 }
+
 
 /// The proxy and its quic address.
 struct H3Proxy {
@@ -131,34 +40,23 @@ struct H3Proxy {
 }
 
 fn start(toml: &str) -> H3Proxy {
-    let proxy = common::Proxy::start(toml);
-    let quic = proxy.running().quic_addrs("fe")[0];
-    H3Proxy { proxy, quic }
-}
-
-/// Runs the client; its JSON answer and whether it exited 0.
-fn client(pki: &Pki, quic: SocketAddr, path: &str, args: &[&str]) -> (Value, bool) {
-    let url = format!("https://localhost:{}{path}", quic.port());
-    let connect = quic.to_string();
-    let out = Command::new("python3")
-        .arg(CLIENT)
-        .args(["--url", &url, "--connect", &connect, "--ca"])
-        .arg(&pki.ca)
-        .args(args)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("client output {text:?}: {e}"));
-    (json, out.status.success())
-}
-
-fn header<'v>(resp: &'v Value, name: &str) -> Option<&'v str> {
-    resp["headers"]
-        .as_array()?
-        .iter()
-        .find(|h| h[0].as_str() == Some(name))
-        .and_then(|h| h[1].as_str())
+    let config = tollgate::config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
+    let sockets = tollgate::listener::bind_all(&config).expect("bind");
+    let udp = tollgate::listener::udp::bind_quic(&config).expect("bind quic");
+    let options = tollgate::runtime::StartOptions {
+        udp,
+        ..Default::default()
+    };
+    let running = tollgate::runtime::start_with(std::sync::Arc::new(config), sockets, options).expect("start");
+    let addr = running.local_addr("fe").expect("bound address");
+    let quic = running.quic_addrs("fe")[0];
+    H3Proxy {
+        proxy: common::Proxy {
+            running: Some(running),
+            addr,
+        },
+        quic,
+    }
 }
 
 #[test]

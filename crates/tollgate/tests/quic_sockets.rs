@@ -145,7 +145,6 @@ fn in_process_runtime_serves_the_sockets_it_is_given() {
     assert_eq!(addrs.len(), 1, "{addrs:?}");
     assert_eq!(addrs[0].port(), port);
     assert!(running.quic_addrs("nope").is_empty());
-
     assert_eq!(udp_inodes(port).len(), 2);
     running.hard_stop();
     running.join().unwrap();

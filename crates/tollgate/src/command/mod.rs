@@ -518,7 +518,14 @@ pub(crate) enum ToWorker {
         /// this channel (never argv, environment or a file).
         #[serde(default)]
         tickets: Option<crate::config::tickets::TicketKeys>,
+        /// The key of the tag in QUIC connection IDs (`quic::cid`), the same for every
+        /// generation so that each can tell another's connections. Only on this channel.
+        #[serde(default)]
+        quic_key: Option<[u8; 16]>,
     },
+    /// A newer generation reads the QUIC sockets now (a reload): stop reading them and take
+    /// this generation's datagrams from it (`quic::handover`). Sent just before `Stop`.
+    HandOver,
     /// Soft stop: stop accepting, finish what is in flight, exit.
     Stop,
     /// Close everything, exit.

@@ -30,7 +30,7 @@ pub(crate) mod supervise;
 pub mod worker;
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -90,6 +90,9 @@ struct Generation {
     hard_stop_after: Duration,
     /// When it was told to stop.
     stop: Option<Instant>,
+    /// Per worker thread, the sending end of its QUIC handover pair (`quic::handover`):
+    /// every newer generation gets a duplicate; closed with the generation.
+    quic_in: Vec<OwnedFd>,
 }
 
 enum Event {
@@ -106,6 +109,8 @@ enum Event {
 }
 
 struct Master {
+    /// The QUIC connection-ID tag key every generation gets (`ToWorker::Config`).
+    quic_key: [u8; 16],
     /// When the master started (`show info`'s uptime).
     began: Instant,
     /// The binary to run workers from, resolved at start: replacing the file on disk and
@@ -197,7 +202,11 @@ pub fn run(
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let control_path = config.global.control_socket.clone();
         let config_access = config.global.control_access;
+        let mut quic_key = [0u8; 16];
+        aws_lc_rs::rand::fill(&mut quic_key)
+            .map_err(|_| Error::new(crate::error::ErrorKind::Io, Side::Internal, "no random source"))?;
         let mut master = Master {
+            quic_key,
             exe,
             config_path: config_path.to_path_buf(),
             config: Arc::new(config),
@@ -336,9 +345,12 @@ impl Master {
             .spawn()?;
         let pid = child.id().unwrap_or(0);
         tracing::info!(generation = id, pid, "worker started");
+        let pairs = self.quic_pairs(config)?;
         let handoff = || -> std::io::Result<()> {
             ours.set_write_timeout(Some(Duration::from_secs(10)))?;
             tollgate_sys::fdpass::send_listeners(ours.as_fd(), &self.sockets.labelled(plan)?)?;
+            // Then the QUIC handover ends (an empty batch without quic binds).
+            tollgate_sys::fdpass::send_listeners(ours.as_fd(), &self.handover_labels(&pairs.1))?;
             let path = config
                 .source
                 .as_ref()
@@ -353,6 +365,7 @@ impl Master {
                 certs,
                 // The master's own keys, as of this period (`config::tickets`).
                 tickets: crate::config::tickets::current(),
+                quic_key: Some(self.quic_key),
             };
             codec::write(&mut &ours, &msg)?;
             ours.set_nonblocking(true)
@@ -379,8 +392,45 @@ impl Master {
             started: Instant::now(),
             hard_stop_after: config.timeouts.hard_stop_after,
             stop: None,
+            quic_in: pairs.0,
         });
         Ok(id)
+    }
+
+    /// A new generation's QUIC handover pairs, one per worker thread when its config has
+    /// quic binds: (the sending ends the master keeps, the receiving ends it hands over).
+    fn quic_pairs(&self, config: &Config) -> std::io::Result<(Vec<OwnedFd>, Vec<OwnedFd>)> {
+        if crate::listener::udp::quic_binds(config).next().is_none() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let mut keep = Vec::new();
+        let mut give = Vec::new();
+        for _ in 0..config.global.workers.max(1) {
+            let (tx, rx) = std::os::unix::net::UnixDatagram::pair()?;
+            keep.push(OwnedFd::from(tx));
+            give.push(OwnedFd::from(rx));
+        }
+        Ok((keep, give))
+    }
+
+    /// The handover batch: `in#T` (this generation's receiving end for thread T), then
+    /// `out:G#T` (generation G's sending end for its thread T) for every live generation
+    /// with quic binds.
+    fn handover_labels<'a>(&'a self, inbound: &'a [OwnedFd]) -> Vec<(String, BorrowedFd<'a>)> {
+        let mut labels: Vec<(String, BorrowedFd<'a>)> = inbound
+            .iter()
+            .enumerate()
+            .map(|(t, fd)| (format!("in#{t}"), fd.as_fd()))
+            .collect();
+        if inbound.is_empty() {
+            return labels;
+        }
+        for g in &self.gens {
+            for (t, fd) in g.quic_in.iter().enumerate() {
+                labels.push((format!("out:{}#{t}", g.id), fd.as_fd()));
+            }
+        }
+        labels
     }
 
     /// Handles events until generation `id` is READY (or failed, or timed out).
@@ -539,11 +589,20 @@ impl Master {
     /// Tells every generation but `keep` to soft-stop; returns their ids.
     async fn stop_all_but(&mut self, keep: u64) -> Vec<u64> {
         let mut told = Vec::new();
+        let successor_has_quic = self.gens.iter().any(|g| g.id == keep && !g.quic_in.is_empty());
         for g in self
             .gens
             .iter_mut()
             .filter(|g| g.id != keep && g.state != GenState::Stopping)
         {
+            if !g.quic_in.is_empty() && successor_has_quic {
+                // Before the stop: from now on the new generation reads the QUIC sockets.
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    codec::write_async(&mut g.to_worker, &ToWorker::HandOver),
+                )
+                .await;
+            }
             let sent = tokio::time::timeout(
                 Duration::from_secs(1),
                 codec::write_async(&mut g.to_worker, &ToWorker::Stop),

@@ -27,11 +27,43 @@ fn internal(context: &'static str) -> impl FnOnce(io::Error) -> Error {
     move |e| Error::io(Side::Internal, context, e)
 }
 
+/// The QUIC handover ends the master sent (`in#T`, `out:G#T`: see `Master::handover_labels`).
+fn handover(pairs: Vec<(String, std::os::fd::OwnedFd)>, key: Option<[u8; 16]>) -> io::Result<crate::quic::handover::Handover> {
+    let bad = |label: &str| io::Error::new(io::ErrorKind::InvalidData, format!("quic pair `{label}`"));
+    let mut inbound = Vec::new();
+    let mut outbound: Vec<(u64, Vec<std::os::fd::OwnedFd>)> = Vec::new();
+    for (label, fd) in pairs {
+        if let Some(t) = label.strip_prefix("in#") {
+            // In thread order, as sent.
+            if t.parse::<usize>().ok() != Some(inbound.len()) {
+                return Err(bad(&label));
+            }
+            inbound.push(fd);
+        } else if let Some((g, t)) = label.strip_prefix("out:").and_then(|r| r.split_once('#')) {
+            let g: u64 = g.parse().map_err(|_| bad(&label))?;
+            let t: usize = t.parse().map_err(|_| bad(&label))?;
+            match outbound.iter_mut().find(|(id, _)| *id == g) {
+                Some((_, ends)) if ends.len() == t => ends.push(fd),
+                None if t == 0 => outbound.push((g, vec![fd])),
+                _ => return Err(bad(&label)),
+            }
+        } else {
+            return Err(bad(&label));
+        }
+    }
+    Ok(crate::quic::handover::Handover {
+        key,
+        inbound,
+        outbound,
+    })
+}
+
 /// Runs a worker generation until it has stopped.
 pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     let stdin = io::stdin().as_fd().try_clone_to_owned().map_err(internal("stdin"))?;
     let mut chan = UnixStream::from(stdin);
     let received = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive listeners"))?;
+    let pairs = tollgate_sys::fdpass::recv_listeners(chan.as_fd()).map_err(internal("receive quic pairs"))?;
     let first: ToWorker = codec::read(&mut chan)
         .map_err(internal("read config"))?
         .ok_or_else(|| Error::new(ErrorKind::Io, Side::Internal, "master closed before sending the config"))?;
@@ -44,6 +76,7 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
         health,
         certs,
         tickets,
+        quic_key,
     } = first
     else {
         return Err(Error::new(ErrorKind::Io, Side::Internal, "expected the config first"));
@@ -87,6 +120,10 @@ pub fn run(generation: u64, mut options: StartOptions) -> Result<()> {
     // The generation goes into every QUIC connection ID this process issues.
     options.generation = generation;
     options.udp = udp;
+    options.quic_handover = match handover(pairs, quic_key) {
+        Ok(h) => h,
+        Err(e) => return Err(fail(&mut chan, e.to_string())),
+    };
     let running = match runtime::start_with(Arc::new(config), sockets, options) {
         Ok(r) => r,
         Err(e) => return Err(fail(&mut chan, format!("starting workers: {e}"))),
@@ -177,6 +214,10 @@ async fn control(
         tokio::select! {
             msg = from_master.recv() => match msg.flatten() {
                 Some(ToWorker::Stop) => break false,
+                Some(ToWorker::HandOver) => {
+                    running.quic_hand_over();
+                    tracing::info!(generation, "QUIC sockets handed over: a newer generation reads them and forwards this one's datagrams");
+                }
                 Some(ToWorker::HardStop) => break true,
                 Some(cmd @ (ToWorker::Apply { .. } | ToWorker::ShowServers { .. } | ToWorker::Metrics { .. } | ToWorker::Frontend { .. } | ToWorker::Show { .. } | ToWorker::SetCert { .. } | ToWorker::Table { .. })) => {
                     answer(&mut replies, running, cmd).await;

@@ -10,7 +10,7 @@
 //! lets the endpoint drop short-header packets for CIDs nobody here issued before it would
 //! answer them with a stateless reset.
 
-use std::hash::{BuildHasher, Hasher};
+use std::hash::Hasher;
 use std::time::Duration;
 
 /// The length of every connection ID tollgate issues (quinn parses short headers with it).
@@ -20,17 +20,24 @@ pub(crate) const LEN: usize = 12;
 /// and relies on the kernel's hash alone (`check` refuses quic with more workers).
 pub(crate) const MAX_THREADS: usize = 32;
 
-/// The tag key: one per process, shared by its threads.
+/// The tag key: the master makes one and gives it to every generation, so any generation
+/// can tell a CID of another (`TagKey::random` where there is no master).
 #[derive(Debug, Clone)]
-pub(crate) struct TagKey(std::hash::RandomState);
+pub(crate) struct TagKey([u8; 16]);
 
 impl TagKey {
-    pub(crate) fn new() -> Self {
-        TagKey(std::hash::RandomState::new())
+    pub(crate) fn random() -> std::io::Result<Self> {
+        let mut k = [0u8; 16];
+        aws_lc_rs::rand::fill(&mut k).map_err(|_| std::io::Error::other("no random source"))?;
+        Ok(TagKey(k))
+    }
+
+    pub(crate) fn from_bytes(k: [u8; 16]) -> Self {
+        TagKey(k)
     }
 
     fn tag(&self, head: &[u8]) -> [u8; 4] {
-        let mut h = self.0.build_hasher();
+        let mut h = siphasher::sip::SipHasher13::new_with_key(&self.0);
         h.write(head);
         let [a, b, c, d, ..] = h.finish().to_le_bytes();
         [a, b, c, d]
@@ -89,8 +96,14 @@ impl quinn::ConnectionIdGenerator for Generator {
         quinn::ConnectionId::new(&b)
     }
 
+    /// Only this generation's: a CID of another generation reaching this endpoint (read
+    /// before a reload's handover) is dropped quietly, never answered with a stateless
+    /// reset that would end a connection the other generation serves.
     fn validate(&self, cid: &quinn::ConnectionId) -> Result<(), quinn_proto::InvalidCid> {
-        self.key.owner(cid).map(|_| ()).ok_or(quinn_proto::InvalidCid)
+        match self.key.owner(cid) {
+            Some((generation, _)) if generation == self.first >> 5 => Ok(()),
+            _ => Err(quinn_proto::InvalidCid),
+        }
     }
 
     fn cid_len(&self) -> usize {
@@ -110,14 +123,18 @@ mod tests {
 
     #[test]
     fn a_cid_names_its_generation_and_thread_and_only_ours_pass() {
-        let key = TagKey::new();
+        let key = TagKey::random().unwrap();
         let mut g = Generator::new(9, 5, key.clone());
         let cid = g.generate_cid();
         assert_eq!(cid.len(), LEN);
         assert_eq!(key.owner(&cid), Some((1, 5)));
         assert!(g.validate(&cid).is_ok());
+        // Another generation's CID under the same key: not valid here.
+        let other = Generator::new(10, 5, key.clone()).generate_cid();
+        assert_eq!(key.owner(&other), Some((2, 5)));
+        assert!(g.validate(&other).is_err());
         // Another process's key, a flipped byte, a client's own CID: not ours.
-        assert_eq!(TagKey::new().owner(&cid), None);
+        assert_eq!(TagKey::random().unwrap().owner(&cid), None);
         let mut bent = cid.to_vec();
         bent[3] ^= 1;
         assert_eq!(key.owner(&bent), None);

@@ -13,6 +13,7 @@
 
 mod cid;
 mod conn;
+pub mod handover;
 mod socket;
 mod stream;
 
@@ -33,6 +34,12 @@ pub(crate) struct Mesh {
     lanes: Vec<Vec<Lane>>,
     workers: usize,
     pub(crate) key: cid::TagKey,
+    /// Toward older generations' threads (master mode, after a reload).
+    outbound: handover::Outbound,
+    /// Per worker thread: the receiving end of its pair from newer generations (taken once).
+    inbound: Mutex<Vec<Option<std::os::fd::OwnedFd>>>,
+    /// A newer generation reads the sockets now (`hand_over`): this one only sends.
+    handed_over: std::sync::atomic::AtomicBool,
     token_key: Arc<dyn quinn::crypto::HandshakeTokenKey>,
     reset_key: Arc<dyn quinn::crypto::HmacKey>,
 }
@@ -53,8 +60,9 @@ pub(crate) struct Forwarded {
 const LANE_DEPTH: usize = 1024;
 
 impl Mesh {
-    /// At startup (the keys come from the system's random source).
-    pub(crate) fn new(groups: usize, workers: usize) -> std::io::Result<Arc<Mesh>> {
+    /// At startup: the CID tag key and the pairs across generations from `handover` (the
+    /// master's), the other keys from the system's random source.
+    pub(crate) fn new(groups: usize, workers: usize, handover: handover::Handover) -> std::io::Result<Arc<Mesh>> {
         let lanes = (0..groups)
             .map(|_| {
                 (0..workers)
@@ -74,10 +82,17 @@ impl Mesh {
         let rng = aws_lc_rs::rand::SystemRandom::new();
         let reset_key = aws_lc_rs::hmac::Key::generate(aws_lc_rs::hmac::HMAC_SHA256, &rng)
             .map_err(|_| std::io::Error::other("no random source"))?;
+        let key = match handover.key {
+            Some(k) => cid::TagKey::from_bytes(k),
+            None => cid::TagKey::random()?,
+        };
         Ok(Arc::new(Mesh {
             lanes,
             workers,
-            key: cid::TagKey::new(),
+            key,
+            outbound: handover::Outbound::new(handover.outbound)?,
+            inbound: Mutex::new(handover.inbound.into_iter().map(Some).collect()),
+            handed_over: std::sync::atomic::AtomicBool::new(false),
             token_key: Arc::new(token_key),
             reset_key: Arc::new(reset_key),
         }))
@@ -85,6 +100,16 @@ impl Mesh {
 
     pub(crate) fn workers(&self) -> usize {
         self.workers
+    }
+
+    /// A newer generation took over the sockets (a reload): this generation's threads stop
+    /// reading them and get their connections' datagrams from it, through their pairs.
+    pub(crate) fn hand_over(&self) {
+        self.handed_over.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn is_handed_over(&self) -> bool {
+        self.handed_over.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The receiving end of `thread`'s lane in `group` (once).
@@ -145,6 +170,44 @@ pub(crate) fn serve_socket(ctx: &Rc<WorkerCtx>, sock: BoundUdp, plan: &Plan) -> 
         Arc::new(quinn::TokioRuntime),
     )?;
     tokio::task::spawn_local(accept_loop(Rc::clone(ctx), sock.frontend, endpoint));
+    Ok(())
+}
+
+/// Starts the calling worker thread's reader of datagrams newer generations forward (master
+/// mode): each goes into this thread's lane of its group, as a datagram another thread of
+/// this generation forwarded would. Once per thread; nothing without a pair.
+pub(crate) fn serve_inbound(ctx: &Rc<WorkerCtx>, plan: &Plan) -> std::io::Result<()> {
+    let fd = plan
+        .mesh
+        .inbound
+        .lock()
+        .ok()
+        .and_then(|mut v| v.get_mut(ctx.id).and_then(Option::take));
+    let Some(fd) = fd else { return Ok(()) };
+    let std = std::os::unix::net::UnixDatagram::from(fd);
+    std.set_nonblocking(true)?;
+    let sock = tokio::net::UnixDatagram::from_std(std)?;
+    let (mesh, thread, stats) = (Arc::clone(&plan.mesh), ctx.id, Arc::clone(&ctx.stats));
+    tokio::task::spawn_local(async move {
+        let mut buf = vec![0u8; handover::MAX_MESSAGE];
+        // Each round takes one message; the task lives as long as the worker.
+        loop {
+            let n = match sock.recv(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let Some((group, meta, data)) = buf.get(..n).and_then(handover::decode) else {
+                continue;
+            };
+            let datagram = Forwarded {
+                data: bytes::Bytes::copy_from_slice(data),
+                meta,
+            };
+            if !mesh.forward(group, thread, datagram) {
+                stats.quic_forward_dropped.add(1);
+            }
+        }
+    });
     Ok(())
 }
 

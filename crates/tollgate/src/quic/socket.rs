@@ -38,6 +38,8 @@ pub(crate) struct SteeringSocket {
     /// Datagrams the other threads forwarded here (taken from the mesh once).
     forwarded: Mutex<mpsc::Receiver<Forwarded>>,
     stats: Arc<WorkerStats>,
+    /// A message for another generation is put together here.
+    scratch: Mutex<Vec<u8>>,
 }
 
 impl fmt::Debug for SteeringSocket {
@@ -76,15 +78,45 @@ impl SteeringSocket {
             forwarded: Mutex::new(forwarded),
             mesh: p.mesh,
             stats: p.stats,
+            scratch: Mutex::new(Vec::new()),
         })
     }
 
-    /// The thread a datagram belongs to when that is another live thread of this
-    /// generation (`None`: this thread's endpoint takes it).
-    fn elsewhere(&self, datagram: &[u8]) -> Option<usize> {
-        let (generation, thread) = self.key.owner(cid::destination(datagram)?)?;
-        (generation == self.generation && thread != self.thread && thread < self.mesh.workers()).then_some(thread)
+    /// Where a datagram goes: to this thread's endpoint, to another thread of this
+    /// generation, or to an older generation's (a connection from before a reload).
+    fn route(&self, datagram: &[u8]) -> Route {
+        let Some((generation, thread)) = cid::destination(datagram).and_then(|c| self.key.owner(c)) else {
+            return Route::Here;
+        };
+        if generation != self.generation {
+            return if self.mesh.outbound.is_empty() {
+                Route::Here
+            } else {
+                Route::Generation(generation, thread)
+            };
+        }
+        if thread != self.thread && thread < self.mesh.workers() {
+            Route::Thread(thread)
+        } else {
+            Route::Here
+        }
     }
+
+    /// Sends a datagram to an older generation's thread; `false` if it could not go (no
+    /// such generation any more, or its pair is full).
+    fn to_generation(&self, bits: u8, thread: usize, meta: &RecvMeta, data: &[u8]) -> bool {
+        let Some(pair) = self.mesh.outbound.to(bits, thread) else {
+            return false;
+        };
+        let Ok(mut msg) = self.scratch.lock() else { return false };
+        super::handover::encode(self.group, meta, data, &mut msg).is_some() && pair.send(&msg).is_ok()
+    }
+}
+
+enum Route {
+    Here,
+    Thread(usize),
+    Generation(u8, usize),
 }
 
 struct Writable(Arc<SteeringSocket>);
@@ -133,6 +165,10 @@ impl AsyncUdpSocket for SteeringSocket {
                 m.len = n;
                 return Poll::Ready(Ok(1));
             }
+            if self.mesh.is_handed_over() {
+                // A newer generation reads the socket and forwards this one's datagrams.
+                return Poll::Pending;
+            }
             ready!(self.io.poll_recv_ready(cx))?;
             let Ok(n) = self
                 .io
@@ -148,10 +184,20 @@ impl AsyncUdpSocket for SteeringSocket {
                 // A GRO batch shares one 4-tuple and, in practice, one connection: its
                 // first segment decides.
                 let first = bufs[i].get(..m.len.min(m.stride.max(1))).unwrap_or_default();
-                if let Some(owner) = self.elsewhere(first) {
+                let sent = match self.route(first) {
+                    Route::Here => None,
+                    Route::Thread(owner) => {
+                        let data = Bytes::copy_from_slice(bufs[i].get(..m.len).unwrap_or_default());
+                        Some(self.mesh.forward(self.group, owner, Forwarded { data, meta: m }))
+                    }
+                    Route::Generation(bits, owner) => {
+                        let data = bufs[i].get(..m.len).unwrap_or_default();
+                        Some(self.to_generation(bits, owner, &m, data))
+                    }
+                };
+                if let Some(sent) = sent {
                     self.stats.quic_misrouted.add(segments as u64);
-                    let data = Bytes::copy_from_slice(bufs[i].get(..m.len).unwrap_or_default());
-                    if !self.mesh.forward(self.group, owner, Forwarded { data, meta: m }) {
+                    if !sent {
                         self.stats.quic_forward_dropped.add(segments as u64);
                     }
                     continue;

@@ -220,6 +220,8 @@ async fn pump_out(conn: &Shared, bridge: &Bridge, mut send: SendHalf) {
                 Err(e) => Err(e),
             },
             Output::Data(data, end) => {
+                // As the HTTP/2 path counts its DATA payload (QUIC framing aside).
+                conn.info.ctx.stats.bytes_to_client.add(data.len() as u64);
                 let sent = if data.is_empty() { Ok(()) } else { send.send_data(data).await };
                 if sent.is_ok() && end {
                     let _ = send.finish().await;

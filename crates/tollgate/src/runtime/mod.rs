@@ -74,6 +74,8 @@ pub struct Running {
     /// Servers `set server address` replaced, alive while connections to their old address
     /// are (`del server` counts those).
     retired: servers::Retired,
+    /// The QUIC mesh, for `quic_hand_over` (`None` without quic sockets).
+    quic_mesh: Option<Arc<crate::quic::Mesh>>,
 }
 
 /// How often worker 0 logs the counters of all workers (at debug level).
@@ -141,6 +143,9 @@ pub struct StartOptions {
     /// This process's generation (the master's `--generation N`; 0 in a process without a
     /// master): QUIC connection IDs carry it (modulo 8).
     pub generation: u64,
+    /// From the master: the QUIC tag key and the pairs to and from other generations
+    /// (`quic::handover`); default without a master.
+    pub quic_handover: crate::quic::handover::Handover,
 }
 
 /// Starts the workers on `sockets` (from `listener::bind_all` or inherited).
@@ -193,7 +198,13 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
     });
     crate::health::seed(&shared.backends, &options.health_seed);
     let bound: Vec<(usize, SocketAddr)> = sockets.iter().map(|s| (s.frontend, s.local)).collect();
-    let (own_udp, quic) = quic_plan(&shared.config, options.udp, options.generation, workers)?;
+    let (own_udp, quic) = quic_plan(
+        &shared.config,
+        options.udp,
+        (options.generation, options.quic_handover),
+        workers,
+    )?;
+    let quic_mesh = quic.as_ref().map(|p| Arc::clone(&p.mesh));
     let quic_bound: Vec<(usize, SocketAddr)> = own_udp.iter().flatten().map(|s| (s.frontend, s.local)).collect();
     let (phase, phase_rx) = watch::channel(Phase::Running);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
@@ -280,6 +291,7 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         _cert_refresh: cert_refresh,
         _sharing: sharing,
         retired: servers::Retired::default(),
+        quic_mesh,
     })
 }
 
@@ -313,7 +325,7 @@ fn resolve_quic_ports(config: Arc<Config>, udp: &[crate::listener::udp::BoundUdp
 fn quic_plan(
     config: &Config,
     udp: Vec<crate::listener::udp::BoundUdp>,
-    generation: u64,
+    (generation, handover): (u64, crate::quic::handover::Handover),
     workers: usize,
 ) -> std::io::Result<(Vec<Vec<crate::listener::udp::BoundUdp>>, Option<crate::quic::Plan>)> {
     let mut own: Vec<Vec<_>> = (0..workers).map(|_| Vec::new()).collect();
@@ -339,7 +351,7 @@ fn quic_plan(
             .push(s);
     }
     let plan = crate::quic::Plan {
-        mesh: crate::quic::Mesh::new(groups, workers)?,
+        mesh: crate::quic::Mesh::new(groups, workers, handover)?,
         generation,
     };
     Ok((own, Some(plan)))
@@ -578,6 +590,14 @@ impl Running {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// A newer generation reads the QUIC sockets now (a reload): this one stops reading
+    /// them and gets its connections' datagrams from it.
+    pub fn quic_hand_over(&self) {
+        if let Some(mesh) = &self.quic_mesh {
+            mesh.hand_over();
+        }
     }
 
     pub fn soft_stop(&self) {

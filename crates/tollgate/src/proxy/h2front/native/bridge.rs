@@ -198,11 +198,6 @@ impl Bridge {
         s.recv_ended || s.reset.is_some()
     }
 
-    /// Whether the app still holds a handle (the driver keeps the stream while it does).
-    pub(crate) fn in_use(&self) -> bool {
-        self.state.borrow().handles > 0
-    }
-
     // ---- the handles' side (`handles.rs`) ----
 
     pub(super) fn hold(&self) {
