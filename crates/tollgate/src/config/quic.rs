@@ -6,6 +6,7 @@
 //! certificates), an empty `bind`, an address that is not `IP:port`, and a UDP address named
 //! twice (in one frontend or across them; port 0, as for TCP binds, may repeat). A quic
 //! address may share its port with a TCP bind: UDP and TCP ports are separate.
+//! `global.workers` above 32 when a frontend has `[frontend.quic]`.
 //! `[http3]`: counts out of range, windows outside QUIC's and HTTP/2's bounds, a connection
 //! window smaller than a stream's, a zero idle timeout.
 
@@ -108,13 +109,30 @@ pub(super) fn quic(
     if errors.len() > before {
         return None;
     }
-    Some(Quic::new(
-        binds,
-        s.zero_rtt.unwrap_or(false),
-        s.alt_svc_max_age
-            .as_ref()
-            .map_or(DEFAULT_ALT_SVC_MAX_AGE, |d| d.get_ref().0),
-    ))
+    let alt_svc_max_age = s
+        .alt_svc_max_age
+        .as_ref()
+        .map_or(DEFAULT_ALT_SVC_MAX_AGE, |d| d.get_ref().0);
+    Some(Quic::new(binds, s.zero_rtt.unwrap_or(false), alt_svc_max_age))
+}
+
+/// Worker threads a connection ID can name (5 bits of its first byte, `quic::cid`).
+const MAX_QUIC_WORKERS: usize = 32;
+
+/// With a `[frontend.quic]`, `global.workers` (when written) must fit the connection IDs'
+/// thread bits: a thread they cannot name would be handed its connections' datagrams by
+/// nobody. Only the written value is judged, so `check` says the same on every machine.
+pub(super) fn workers_fit(file: &super::file::ConfigFile, errors: &mut Errors) {
+    let Some(w) = &file.global.workers else { return };
+    if *w.get_ref() > MAX_QUIC_WORKERS && file.frontend.iter().any(|f| f.quic.is_some()) {
+        errors.push((
+            w.span(),
+            "global.workers".into(),
+            format!(
+                "must be at most {MAX_QUIC_WORKERS} with [frontend.quic] (a QUIC connection ID names its thread in 5 bits)"
+            ),
+        ));
+    }
 }
 
 /// `[http3]` with defaults (`Http3::default()`) for what it does not say.

@@ -933,6 +933,19 @@ fn frontend_quic_refusals_name_the_key() {
         assert_eq!(e.key, key, "{e}");
         assert!(e.message.contains(words), "{e}");
     }
+    // More threads than a connection ID can name.
+    let many = format!(
+        "[global]\nworkers = 33\n{}",
+        with(tls_frontend("http", &cert, &key, ""), quic)
+    );
+    let e = first_error(&many);
+    assert_eq!((e.line, e.key.as_str()), (2, "global.workers"), "{e}");
+    assert!(e.message.contains("at most 32"), "{e}");
+    let fits = format!(
+        "[global]\nworkers = 32\n{}",
+        with(tls_frontend("http", &cert, &key, ""), quic)
+    );
+    assert!(parse(&fits, "t.toml").is_ok());
     // The same UDP address on two frontends (their TCP binds differ).
     let one = with(tls_frontend("http", &cert, &key, ""), quic);
     let two = one

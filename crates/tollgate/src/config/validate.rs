@@ -106,6 +106,7 @@ impl<'a> Validator<'a> {
         let frontends = self.frontends(&file, &backends, &log);
         let http2 = self.http2(&file);
         let http3 = super::quic::http3(&file.http3, &mut self.errors);
+        super::quic::workers_fit(&file, &mut self.errors);
         let acme = super::acme::Acme {
             state_dir: self.acme_whole(&file, &frontends),
             orders: std::mem::take(&mut self.acme_found),

@@ -155,6 +155,7 @@ pub fn start(config: Arc<Config>, sockets: Vec<BoundSocket>) -> std::io::Result<
 
 /// `start` with options; also starts the watchdog when `config.watchdog.enabled`.
 pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: StartOptions) -> std::io::Result<Running> {
+    let config = resolve_quic_ports(config, &options.udp);
     let watch = config.watchdog;
     let registry = watch.enabled.then(|| Arc::new(watchdog::Registry::default()));
     let watchdog = match &registry {
@@ -292,6 +293,31 @@ pub fn start_with(config: Arc<Config>, sockets: Vec<BoundSocket>, options: Start
         retired: servers::Retired::default(),
         quic_mesh,
     })
+}
+
+/// `config` with every quic bind written with port 0 (tests) replaced by the address its
+/// sockets got, so what the workers announce (`Alt-Svc`, from the first quic bind) names a
+/// port a client can reach. Unchanged (not copied) when no bind has port 0.
+fn resolve_quic_ports(config: Arc<Config>, udp: &[crate::listener::udp::BoundUdp]) -> Arc<Config> {
+    if !udp.iter().any(|s| s.configured.port() == 0) {
+        return config;
+    }
+    let mut resolved = (*config).clone();
+    let mut group = 0;
+    for f in &mut resolved.frontends {
+        let Some(q) = &mut f.quic else { continue };
+        let binds: Vec<std::net::SocketAddr> = q
+            .binds
+            .iter()
+            .map(|&addr| {
+                let local = udp.iter().find(|s| s.group == group).map(|s| s.local);
+                group += 1;
+                local.filter(|_| addr.port() == 0).unwrap_or(addr)
+            })
+            .collect();
+        *q = crate::config::model::Quic::new(binds, q.zero_rtt, q.alt_svc_max_age);
+    }
+    Arc::new(resolved)
 }
 
 /// Each worker's UDP sockets (by `BoundUdp::worker`), and the quic plan they are served with
@@ -609,5 +635,27 @@ impl Running {
 
     pub fn is_finished(&self) -> bool {
         self.threads.iter().all(|t| t.is_finished())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+
+    #[test]
+    fn quic_binds_on_port_0_are_announced_with_the_port_they_got() {
+        let config = crate::listener::udp::tests::config(2, &[&["127.0.0.1:0", "127.0.0.1:0"], &["127.0.0.1:0"]]);
+        let udp = crate::listener::udp::bind_quic(&config).unwrap();
+        let resolved = resolve_quic_ports(Arc::new(config), &udp);
+        let at = |group: usize| udp.iter().find(|s| s.group == group).unwrap().local;
+        let q0 = resolved.frontends[0].quic.as_ref().unwrap();
+        assert_eq!(q0.binds, [at(0), at(1)]);
+        let alt = format!("h3=\":{}\"; ma=86400", at(0).port());
+        assert_eq!(resolved.frontends[0].alt_svc(), Some(alt.as_bytes()));
+        assert_eq!(resolved.frontends[1].quic.as_ref().unwrap().binds, [at(2)]);
+        // Nothing on port 0: the same config, not a copy.
+        let fixed = Arc::clone(&resolved);
+        assert!(Arc::ptr_eq(&resolve_quic_ports(Arc::clone(&fixed), &[]), &fixed));
     }
 }

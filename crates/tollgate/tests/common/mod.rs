@@ -22,8 +22,13 @@ impl Proxy {
     pub fn start(toml: &str) -> Proxy {
         let config = tollgate::config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
         let sockets = tollgate::listener::bind_all(&config).expect("bind");
+        // `runtime::start` binds no UDP: a `[frontend.quic]` config's sockets come along.
+        let options = runtime::StartOptions {
+            udp: tollgate::listener::udp::bind_quic(&config).expect("bind quic"),
+            ..Default::default()
+        };
         let first = config.frontends[0].name.clone();
-        let running = runtime::start(Arc::new(config), sockets).expect("start");
+        let running = runtime::start_with(Arc::new(config), sockets, options).expect("start");
         let addr = running.local_addr(&first).expect("bound address");
         Proxy {
             running: Some(running),
