@@ -117,7 +117,7 @@ pub(super) fn quic(
 }
 
 /// Worker threads a connection ID can name (5 bits of its first byte, `quic::cid`).
-const MAX_QUIC_WORKERS: usize = 32;
+pub(super) const MAX_QUIC_WORKERS: usize = 32;
 
 /// With a `[frontend.quic]`, `global.workers` (when written) must fit the connection IDs'
 /// thread bits: a thread they cannot name would be handed its connections' datagrams by

@@ -215,7 +215,15 @@ impl<'a> Validator<'a> {
                 1
             }
             Some(w) => *w.get_ref(),
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            // One per CPU; with HTTP/3 at most as many as a QUIC connection ID can name.
+            None => {
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                if file.frontend.iter().any(|f| f.quic.is_some()) {
+                    cpus.min(super::quic::MAX_QUIC_WORKERS)
+                } else {
+                    cpus
+                }
+            }
         };
         let maxconn = match &g.maxconn {
             Some(m) if *m.get_ref() == 0 => {

@@ -123,13 +123,8 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
                 drop(counted);
             });
         }
-        // The thread holds its UDP sockets until it has drained, whatever its endpoints do
-        // with theirs: a generation keeps the sockets it was handed for its whole life (the
-        // master's socket table counts on it), and its connections are served from them.
-        let mut held_udp = Vec::with_capacity(plan.own_udp.len());
         if let Some(quic) = &plan.quic {
             for sock in plan.own_udp {
-                held_udp.push(sock.socket.try_clone()?);
                 crate::quic::serve_socket(&ctx, sock, quic)?;
             }
             crate::quic::serve_inbound(&ctx, quic)?;
@@ -144,7 +139,6 @@ pub(crate) fn run(plan: WorkerPlan, shared: Arc<Shared>, phase: watch::Receiver<
         })
         .await;
         inbox.abort();
-        drop(held_udp);
         if let Some(log) = &ctx.access_log {
             // The last lines (sessions ended by a hard stop are dropped unlogged).
             log.flush();
