@@ -90,6 +90,31 @@ pub fn attach_quic_steering(sock: &impl AsFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes the steering program off `sock`'s SO_REUSEPORT group: the kernel hashes every
+/// datagram to a socket again. For tests of what happens without it (a kernel that refused
+/// the program): tollgate itself never detaches it.
+pub fn detach_steering(sock: &impl AsFd) -> io::Result<()> {
+    let fd = sock.as_fd();
+    let unused: libc::c_int = 0;
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "option value too long"))?;
+    // SAFETY: `fd` is a live descriptor for the duration of the borrow; the option value
+    // (ignored by the kernel for this option) is a valid `c_int` that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DETACH_REUSEPORT_BPF,
+            std::ptr::from_ref(&unused).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether `e` from [`attach_quic_steering`] means the kernel does not allow the program
 /// here (rather than a mistake of ours).
 pub fn is_unsupported(e: &io::Error) -> bool {

@@ -42,9 +42,15 @@ struct H3Proxy {
 }
 
 fn start(toml: &str) -> H3Proxy {
+    start_with(toml, |_| {})
+}
+
+/// `start`, with `prepare` run on the quic sockets before the workers get them.
+fn start_with(toml: &str, prepare: impl FnOnce(&[tollgate::listener::udp::BoundUdp])) -> H3Proxy {
     let config = tollgate::config::parse(toml, "test.toml").unwrap_or_else(|e| panic!("config: {e}\n{toml}"));
     let sockets = tollgate::listener::bind_all(&config).expect("bind");
     let udp = tollgate::listener::udp::bind_quic(&config).expect("bind quic");
+    prepare(&udp);
     let options = tollgate::runtime::StartOptions {
         udp,
         ..Default::default()
@@ -190,6 +196,34 @@ fn connections_that_change_address_keep_being_served_by_their_thread() {
     // forwarded by the thread whose socket read it (counted, none dropped).
     assert_eq!(stats.quic_forward_dropped, 0, "{stats:?}");
     eprintln!("misrouted datagrams forwarded: {}", stats.quic_misrouted);
+}
+
+#[test]
+fn without_kernel_steering_a_datagram_read_by_the_wrong_thread_reaches_its_owner() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    // As on a kernel that refused the steering program: the 4-tuple hash alone picks the
+    // socket, so a connection that moves lands on the other thread's socket about half the
+    // time, and that thread must pass its datagrams on.
+    let p = start_with(&config(&pki, origin(), 2, "", "", ""), |udp| {
+        tollgate_sys::reuseport::detach_steering(&udp[0].socket).expect("detach the steering program");
+    });
+    let (json, ok) = client(
+        &pki,
+        p.quic,
+        "/",
+        &["--connections", "20", "--count", "60", "--migrate", "--timeout", "60"],
+    );
+    assert!(ok, "{json}");
+    assert!(json["responses"].as_array().unwrap().iter().all(|r| r["status"] == 200));
+    let stats = p.proxy.running().stats();
+    assert!(
+        stats.quic_misrouted > 0,
+        "no datagram came to the wrong thread: {stats:?}"
+    );
+    assert_eq!(stats.quic_forward_dropped, 0, "{stats:?}");
 }
 
 #[test]
