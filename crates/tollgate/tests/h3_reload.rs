@@ -10,11 +10,10 @@ mod common;
 mod h3_support;
 mod master_support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::tls::cert_entry;
-use h3_support::{CLIENT, client, free_udp_port, have_aioquic, origin, pattern_sha, pki};
+use h3_support::{client, free_udp_port, have_aioquic, origin, pattern_sha, pki};
 use master_support::{Master, TempDir, global};
 use serde_json::Value;
 
@@ -40,12 +39,7 @@ fn a_download_over_http3_survives_a_reload() {
     let (first_gen, _, _) = m.wait_single_generation(Duration::from_secs(20));
 
     // The download, in a client of its own; its progress on stderr says when it is under way.
-    let download = Command::new("python3")
-        .arg(CLIENT)
-        .args(["--url", &format!("https://localhost:{udp}/bytes/100")])
-        .args(["--connect", &quic.to_string(), "--ca"])
-        .arg(&pki.ca)
-        .args(["--timeout", "120"])
+    let download = h3_support::client_command(&pki.ca, quic, "/bytes/100", &["--timeout", "120"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

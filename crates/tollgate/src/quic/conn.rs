@@ -198,7 +198,10 @@ async fn requests(
     let h3 = &ctx.shared.config.http3;
     let mut session = match h3::server::builder()
         .max_field_section_size(u64::from(h3.max_field_section_size))
-        .build::<_, bytes::Bytes>(h3_quinn::Connection::new(quic))
+        .build::<_, bytes::Bytes>(super::guard::GuardedConn::new(
+            quic,
+            u64::from(h3.max_field_section_size),
+        ))
         .await
     {
         Ok(s) => s,

@@ -13,6 +13,7 @@
 
 mod cid;
 mod conn;
+mod guard;
 pub mod handover;
 mod socket;
 mod stream;
@@ -369,11 +370,20 @@ fn admit(ctx: &Rc<WorkerCtx>, frontend: usize, incoming: quinn::Incoming, rate: 
     tokio::task::spawn_local(conn::serve(Rc::clone(ctx), frontend, incoming, permits, handshake));
 }
 
-/// For the fuzz target `quic_datagram` (what tollgate itself parses of a datagram): the
-/// destination CID and its owner, and a handover message, which must come back the same
-/// when encoded again. Panics on a violation.
+/// For the fuzz target `quic_datagram` (what tollgate itself parses): HTTP/3 frame headers
+/// against their bounds (the same verdict however the bytes are split), the destination CID
+/// and its owner, and a handover message, which must come back the same when encoded again.
+/// Panics on a violation.
 #[doc(hidden)]
 pub fn fuzz_datagram(data: &[u8]) {
+    // The frame bound, split where the first byte says: the verdict does not depend on it.
+    if let Some((&split, rest)) = data.split_first() {
+        let mut whole = guard::Frames::request(1024);
+        let mut pieces = guard::Frames::request(1024);
+        let (a, b) = rest.split_at(usize::from(split).min(rest.len()));
+        let split_verdict = pieces.pass(a).and_then(|()| pieces.pass(b));
+        assert_eq!(whole.pass(rest), split_verdict);
+    }
     let key = cid::TagKey::from_bytes([7; 16]);
     if let Some(dcid) = cid::destination(data) {
         assert!(dcid.len() <= data.len());

@@ -21,9 +21,9 @@ use crate::http::h2::RequestHead;
 use crate::http::h2::head::HeadFault;
 use crate::proxy::h2front::{self, Bridge, Output};
 
-type Resolver = h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
+type Resolver = h3::server::RequestResolver<super::guard::GuardedConn, Bytes>;
 type SendHalf = h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
-type RecvHalf = h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
+type RecvHalf = h3::server::RequestStream<super::guard::Guarded<h3_quinn::RecvStream>, Bytes>;
 
 /// Serves one request stream to its end.
 pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {

@@ -38,6 +38,22 @@ pub fn chromium() -> Result<PathBuf, String> {
     Err("chromium not installed".into())
 }
 
+/// The browser's binary, or `None` after saying why the test is skipped (never under CI,
+/// which installs chromium: there a missing browser fails the test).
+pub fn chromium_or_skip() -> Option<PathBuf> {
+    match chromium() {
+        Ok(b) => Some(b),
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{why}: .ci/run installs chromium; CI may not skip this test"
+            );
+            println!("skipped: {why}");
+            None
+        }
+    }
+}
+
 /// Bounded wait for `f` to give a value.
 pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;

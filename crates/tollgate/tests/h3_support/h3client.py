@@ -588,6 +588,25 @@ def qpack_prefix(required_insert_count_encoded, delta_base):
     return qpack_int(required_insert_count_encoded, 8, 0) + qpack_int(delta_base, 7, 0)
 
 
+async def follow_up_get(args, res):
+    """A plain GET of the URL on a fresh connection after an attack: its status (or error)
+    into ``res["after_status"]`` (``res["after_error"]``)."""
+    sub = argparse.Namespace(**vars(args))
+    sub.count, sub.concurrency, sub.connections = 1, 1, 1
+    sub.migrate = sub.zero_rtt = False
+    sub.data_file = sub.upload_bytes = None
+    sub.method, sub.header, sub.body_out = "GET", [], "none"
+    r = Run(sub)
+    try:
+        await r.run()
+    except Exception as e:  # noqa: BLE001
+        res["after_error"] = repr(e)
+    if r.responses:
+        res["after_status"] = r.responses[0]["status"]
+    elif r.errors:
+        res["after_error"] = r.errors[0]["error"]
+
+
 async def qpack_bomb(args):
     u, host, port, path = parse_target(args.url, args.connect)
     res = {"ok": False, "error": None, "outcome": None, "status": None, "error_code": None,
@@ -662,20 +681,7 @@ async def qpack_bomb(args):
             res["error"] = f"no reaction within {args.bomb_wait} s"
         client.close()
     # Does the server still serve? A plain GET on a fresh connection.
-    sub = argparse.Namespace(**vars(args))
-    sub.count, sub.concurrency, sub.connections = 1, 1, 1
-    sub.migrate = sub.zero_rtt = False
-    sub.data_file = sub.upload_bytes = None
-    sub.method, sub.header, sub.body_out = "GET", [], "none"
-    r = Run(sub)
-    try:
-        await r.run()
-    except Exception as e:  # noqa: BLE001
-        res["after_error"] = repr(e)
-    if r.responses:
-        res["after_status"] = r.responses[0]["status"]
-    elif r.errors:
-        res["after_error"] = r.errors[0]["error"]
+    await follow_up_get(args, res)
     res["ok"] = res["outcome"] != "timeout" and res["after_status"] is not None
     return res["ok"], res
 
@@ -713,18 +719,7 @@ async def rapid_reset(args):
         else:
             res["outcome"] = "open"
         client.close()
-    sub = argparse.Namespace(**vars(args))
-    sub.count, sub.concurrency, sub.connections = 1, 1, 1
-    sub.migrate = sub.zero_rtt = False
-    sub.data_file = sub.upload_bytes = None
-    sub.method, sub.header, sub.body_out = "GET", [], "none"
-    r = Run(sub)
-    try:
-        await r.run()
-    except Exception as e:  # noqa: BLE001
-        res["after_error"] = repr(e)
-    if r.responses:
-        res["after_status"] = r.responses[0]["status"]
+    await follow_up_get(args, res)
     res["ok"] = res["after_status"] is not None
     return res["ok"], res
 

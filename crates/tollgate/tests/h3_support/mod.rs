@@ -114,18 +114,32 @@ pub fn pattern_sha(mib: u64) -> String {
     hex(&common::write_mib(&mut sink, mib, &mut block).unwrap())
 }
 
+/// The client for `https://localhost:PORT{path}` at `quic`, trusting `ca`, with `args`.
+pub fn client_command(ca: &std::path::Path, quic: SocketAddr, path: &str, args: &[&str]) -> Command {
+    let url = format!("https://localhost:{}{path}", quic.port());
+    let mut cmd = Command::new("python3");
+    cmd.arg(CLIENT)
+        .args(["--url", &url, "--connect", &quic.to_string(), "--ca"])
+        .arg(ca)
+        .args(args)
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+/// The client, in a thread of its own (a download that runs while the test acts).
+pub fn client_in_background(
+    pki: &Pki,
+    quic: SocketAddr,
+    path: &str,
+    args: &[&str],
+) -> std::thread::JoinHandle<std::process::Output> {
+    let mut cmd = client_command(&pki.ca, quic, path, args);
+    std::thread::spawn(move || cmd.output().unwrap())
+}
+
 /// Runs the client; its JSON answer and whether it exited 0.
 pub fn client(pki: &Pki, quic: SocketAddr, path: &str, args: &[&str]) -> (Value, bool) {
-    let url = format!("https://localhost:{}{path}", quic.port());
-    let connect = quic.to_string();
-    let out = Command::new("python3")
-        .arg(CLIENT)
-        .args(["--url", &url, "--connect", &connect, "--ca"])
-        .arg(&pki.ca)
-        .args(args)
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
+    let out = client_command(&pki.ca, quic, path, args).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let json: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("client output {text:?}: {e}"));
     (json, out.status.success())
