@@ -1,9 +1,9 @@
 //! `bench/compare`, the comparison runner (a Python 3 standard-library script), has a
-//! self-test that needs no proxy and no load tool: it parses wrk and h2load output samples,
-//! reads a child's CPU time, memory and sockets from `/proc`, drives its HTTP/1.1 and HTTP/2
-//! clients against canned answers, renders every config template, and checks the medians,
-//! ratios and Markdown tables. It runs here so that a change to the runner (or to a template
-//! it renders) that breaks it fails the suite. Under a second.
+//! self-test that needs no proxy and no load tool: it parses wrk, h2load and h3load output
+//! samples, reads a child's CPU time, memory and sockets from `/proc`, drives its HTTP/1.1 and
+//! HTTP/2 clients against canned answers, renders every config template, and checks the
+//! medians, ratios and Markdown tables. It runs here so that a change to the runner (or to a
+//! template it renders) that breaks it fails the suite. Under a second.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// The self-test's own count of checks, at least: fewer means checks were lost, not passed.
-const CHECKS: usize = 17;
+const CHECKS: usize = 18;
 
 #[test]
 fn bench_compare_self_test_passes() {
