@@ -232,9 +232,12 @@ async fn requests(
         };
         match accepted {
             Ok(Some(resolver)) => {
-                // In the connection's `show sessions` entry, as an HTTP/2 stream is.
+                // In the connection's `show sessions` entry, as an HTTP/2 stream is. Boxed
+                // where it lies: the stream's future is the whole forwarding path's, several
+                // KB, and spawning it by value copied all of it more than once per request.
                 let serve = super::stream::serve(Rc::clone(shared), resolver);
-                streams.spawn_local(crate::ctx::sessions::scope(Rc::clone(entry), serve));
+                let serve = Box::write(Box::new_uninit(), crate::ctx::sessions::scope(Rc::clone(entry), serve));
+                streams.spawn_local(Box::into_pin(serve));
             }
             Ok(None) => break,
             Err(e) => {
