@@ -239,18 +239,21 @@ impl<B: Buf> quic::BidiStream<B> for GuardedBidi<B> {
     }
 }
 
-/// h3_quinn's connection with every stream a client opens guarded.
+/// h3_quinn's connection with every stream a client opens guarded; the streams h3 opens
+/// itself go through `opener`.
 pub(crate) struct GuardedConn {
     inner: h3_quinn::Connection,
-    headers_max: u64,
+    opener: GuardedOpener,
 }
 
 impl GuardedConn {
     pub(crate) fn new(conn: quinn::Connection, headers_max: u64) -> Self {
-        GuardedConn {
-            inner: h3_quinn::Connection::new(conn),
+        let inner = h3_quinn::Connection::new(conn);
+        let opener = GuardedOpener {
+            inner: quic::Connection::<Bytes>::opener(&inner),
             headers_max,
-        }
+        };
+        GuardedConn { inner, opener }
     }
 }
 
@@ -259,7 +262,7 @@ impl<B: Buf> quic::Connection<B> for GuardedConn {
     type OpenStreams = GuardedOpener;
 
     fn poll_accept_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::RecvStream, ConnectionErrorIncoming>> {
-        let headers_max = self.headers_max;
+        let headers_max = self.opener.headers_max;
         quic::Connection::<B>::poll_accept_recv(&mut self.inner, cx).map_ok(|inner| Guarded {
             inner,
             frames: Frames::unidirectional(headers_max),
@@ -267,7 +270,7 @@ impl<B: Buf> quic::Connection<B> for GuardedConn {
     }
 
     fn poll_accept_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
-        let headers_max = self.headers_max;
+        let headers_max = self.opener.headers_max;
         quic::Connection::<B>::poll_accept_bidi(&mut self.inner, cx).map_ok(|inner| GuardedBidi {
             inner,
             frames: Frames::request(headers_max),
@@ -275,10 +278,7 @@ impl<B: Buf> quic::Connection<B> for GuardedConn {
     }
 
     fn opener(&self) -> Self::OpenStreams {
-        GuardedOpener {
-            inner: quic::Connection::<B>::opener(&self.inner),
-            headers_max: self.headers_max,
-        }
+        self.opener.clone()
     }
 }
 
@@ -287,19 +287,15 @@ impl<B: Buf> quic::OpenStreams<B> for GuardedConn {
     type SendStream = h3_quinn::SendStream<B>;
 
     fn poll_open_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
-        let headers_max = self.headers_max;
-        quic::OpenStreams::<B>::poll_open_bidi(&mut self.inner, cx).map_ok(|inner| GuardedBidi {
-            inner,
-            frames: Frames::request(headers_max),
-        })
+        quic::OpenStreams::<B>::poll_open_bidi(&mut self.opener, cx)
     }
 
     fn poll_open_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::SendStream, StreamErrorIncoming>> {
-        quic::OpenStreams::<B>::poll_open_send(&mut self.inner, cx)
+        quic::OpenStreams::<B>::poll_open_send(&mut self.opener, cx)
     }
 
     fn close(&mut self, code: h3::error::Code, reason: &[u8]) {
-        quic::OpenStreams::<B>::close(&mut self.inner, code, reason);
+        quic::OpenStreams::<B>::close(&mut self.opener, code, reason);
     }
 }
 
