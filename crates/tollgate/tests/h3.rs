@@ -514,3 +514,39 @@ fn a_rapid_reset_flood_closes_the_connection_and_others_are_served() {
     assert_eq!(json["after_status"], 200);
     assert_eq!(p.proxy.running().stats().quic_flood_client_resets, 1);
 }
+
+#[test]
+fn an_answer_before_the_body_ends_the_stream_and_the_connection_serves_on() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    // 413 from the head (content-length over the limit) while the client still sends 2 MiB:
+    // the client gets its answer, the proxy serves on, and no session is left behind (the
+    // bridge's own test holds the stop of the unread body: `bridge::tests`).
+    let p = start(&config(
+        &pki,
+        origin(),
+        1,
+        "[http]\nmax_body_size = \"64KiB\"\n",
+        "",
+        "",
+    ));
+    let (json, _) = client(
+        &pki,
+        p.quic,
+        "/sha",
+        &[
+            "--method",
+            "POST",
+            "--upload-bytes",
+            &(2u64 << 20).to_string(),
+            "--timeout",
+            "20",
+        ],
+    );
+    assert_eq!(json["responses"][0]["status"], 413, "{json}");
+    let (json, ok) = client(&pki, p.quic, "/", &["--count", "3"]);
+    assert!(ok, "{json}");
+    p.proxy.wait_idle(Duration::from_secs(20));
+}

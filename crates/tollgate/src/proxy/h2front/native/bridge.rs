@@ -121,7 +121,8 @@ impl Bridge {
     /// once nothing more is wanted (the stream was reset, or every handle is gone).
     pub(crate) fn poll_recv_room(&self, cx: &Context<'_>) -> Poll<usize> {
         let mut s = self.state.borrow_mut();
-        if s.reset.is_some() || (s.handles == 0 && s.finished) {
+        // Every handle gone: nobody will read the rest of the body (the pump stops it).
+        if s.reset.is_some() || s.handles == 0 {
             return Poll::Ready(0);
         }
         let used = s.recv_buffered + s.held;
@@ -448,6 +449,19 @@ mod tests {
             Poll::Ready(Output::Reset(Reason::CANCEL))
         ));
         assert!(matches!(b.poll_output(&cx()), Poll::Ready(Output::Done)));
+        assert_eq!(b.poll_recv_room(&cx()), Poll::Ready(0));
+    }
+
+    #[test]
+    fn a_body_nobody_reads_any_more_is_stopped_once_the_handles_are_gone() {
+        let b = Bridge::new(8, false);
+        b.hold();
+        b.hold();
+        b.send_head(200, HeaderMap::new(), true).unwrap();
+        // The request body's handle went first; the response's is still there.
+        b.release_handle();
+        assert_eq!(b.poll_recv_room(&cx()), Poll::Ready(8));
+        b.release_handle();
         assert_eq!(b.poll_recv_room(&cx()), Poll::Ready(0));
     }
 
