@@ -347,6 +347,10 @@ worker_stats! {
     /// closed H3_EXCESSIVE_LOAD for resetting more than `http3.max_client_resets` streams.
     quic_lost_packets,
     quic_flood_client_resets,
+    /// HTTP/3 request streams refused: a malformed head (H3_MESSAGE_ERROR), a head over
+    /// `http3.max_field_section_size` (431, or stopped at its frame header), any other
+    /// frame over its bound (`quic::guard`), 0-RTT requests of unsafe methods (425).
+    h3_refused,
 }
 
 pub fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Snapshot {

@@ -302,6 +302,7 @@ fn malformed_packets_and_qpack_bombs_do_not_stop_a_normal_client() {
         assert_eq!(json["error_code"], 0x107, "{json}");
         assert_eq!(json["after_status"], 200, "{json}");
     }
+    assert!(p.proxy.running().stats().h3_refused >= 2, "the refusals are counted");
     // Dynamic-table inserts the server never allowed (capacity 0): refused.
     let (json, ok) = client(&pki, p.quic, "/", &["--qpack-bomb", "--bomb-mode", "encoder"]);
     assert!(ok, "{json}");

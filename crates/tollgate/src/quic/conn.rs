@@ -201,6 +201,7 @@ async fn requests(
         .build::<_, bytes::Bytes>(super::guard::GuardedConn::new(
             quic,
             u64::from(h3.max_field_section_size),
+            std::sync::Arc::clone(&ctx.stats),
         ))
         .await
     {

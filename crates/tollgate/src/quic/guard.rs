@@ -11,10 +11,13 @@
 //! Owns [`GuardedConn`] (h3_quinn's connection, its streams wrapped) and the frame scanner.
 //! Invariant: a non-DATA frame longer than its bound is never handed to h3.
 
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
 use h3::quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf};
+
+use crate::stats::WorkerStats;
 
 /// H3_EXCESSIVE_LOAD (RFC 9114 §8.1).
 const EXCESSIVE_LOAD: u64 = 0x107;
@@ -143,6 +146,7 @@ impl Frames {
 pub(crate) struct Guarded<R> {
     inner: R,
     frames: Frames,
+    stats: Arc<WorkerStats>,
 }
 
 impl<R: quic::RecvStream<Buf = Bytes>> quic::RecvStream for Guarded<R> {
@@ -153,6 +157,7 @@ impl<R: quic::RecvStream<Buf = Bytes>> quic::RecvStream for Guarded<R> {
         if let Poll::Ready(Ok(Some(data))) = &polled
             && self.frames.pass(data.chunk()).is_err()
         {
+            self.stats.h3_refused.add(1);
             self.inner.stop_sending(EXCESSIVE_LOAD);
             return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
                 error_code: EXCESSIVE_LOAD,
@@ -174,6 +179,7 @@ impl<R: quic::RecvStream<Buf = Bytes>> quic::RecvStream for Guarded<R> {
 pub(crate) struct GuardedBidi<B: Buf> {
     inner: h3_quinn::BidiStream<B>,
     frames: Frames,
+    stats: Arc<WorkerStats>,
 }
 
 impl<B: Buf> quic::RecvStream for GuardedBidi<B> {
@@ -184,6 +190,7 @@ impl<B: Buf> quic::RecvStream for GuardedBidi<B> {
         if let Poll::Ready(Ok(Some(data))) = &polled
             && self.frames.pass(data.chunk()).is_err()
         {
+            self.stats.h3_refused.add(1);
             quic::RecvStream::stop_sending(&mut self.inner, EXCESSIVE_LOAD);
             return Poll::Ready(Err(StreamErrorIncoming::StreamTerminated {
                 error_code: EXCESSIVE_LOAD,
@@ -234,6 +241,7 @@ impl<B: Buf> quic::BidiStream<B> for GuardedBidi<B> {
             Guarded {
                 inner: recv,
                 frames: self.frames,
+                stats: self.stats,
             },
         )
     }
@@ -247,11 +255,12 @@ pub(crate) struct GuardedConn {
 }
 
 impl GuardedConn {
-    pub(crate) fn new(conn: quinn::Connection, headers_max: u64) -> Self {
+    pub(crate) fn new(conn: quinn::Connection, headers_max: u64, stats: Arc<WorkerStats>) -> Self {
         let inner = h3_quinn::Connection::new(conn);
         let opener = GuardedOpener {
             inner: quic::Connection::<Bytes>::opener(&inner),
             headers_max,
+            stats,
         };
         GuardedConn { inner, opener }
     }
@@ -262,18 +271,20 @@ impl<B: Buf> quic::Connection<B> for GuardedConn {
     type OpenStreams = GuardedOpener;
 
     fn poll_accept_recv(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::RecvStream, ConnectionErrorIncoming>> {
-        let headers_max = self.opener.headers_max;
+        let (headers_max, stats) = (self.opener.headers_max, &self.opener.stats);
         quic::Connection::<B>::poll_accept_recv(&mut self.inner, cx).map_ok(|inner| Guarded {
             inner,
             frames: Frames::unidirectional(headers_max),
+            stats: Arc::clone(stats),
         })
     }
 
     fn poll_accept_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, ConnectionErrorIncoming>> {
-        let headers_max = self.opener.headers_max;
+        let (headers_max, stats) = (self.opener.headers_max, &self.opener.stats);
         quic::Connection::<B>::poll_accept_bidi(&mut self.inner, cx).map_ok(|inner| GuardedBidi {
             inner,
             frames: Frames::request(headers_max),
+            stats: Arc::clone(stats),
         })
     }
 
@@ -303,6 +314,8 @@ impl<B: Buf> quic::OpenStreams<B> for GuardedConn {
 pub(crate) struct GuardedOpener {
     inner: h3_quinn::OpenStreams,
     headers_max: u64,
+    /// Where refusals are counted (`h3_refused`).
+    stats: Arc<WorkerStats>,
 }
 
 impl Clone for GuardedOpener {
@@ -310,6 +323,7 @@ impl Clone for GuardedOpener {
         GuardedOpener {
             inner: self.inner.clone(),
             headers_max: self.headers_max,
+            stats: Arc::clone(&self.stats),
         }
     }
 }
@@ -319,10 +333,11 @@ impl<B: Buf> quic::OpenStreams<B> for GuardedOpener {
     type SendStream = h3_quinn::SendStream<B>;
 
     fn poll_open_bidi(&mut self, cx: &mut Context<'_>) -> Poll<Result<Self::BidiStream, StreamErrorIncoming>> {
-        let headers_max = self.headers_max;
+        let (headers_max, stats) = (self.headers_max, &self.stats);
         quic::OpenStreams::<B>::poll_open_bidi(&mut self.inner, cx).map_ok(|inner| GuardedBidi {
             inner,
             frames: Frames::request(headers_max),
+            stats: Arc::clone(stats),
         })
     }
 

@@ -48,6 +48,7 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
     match verdict {
         Ok(()) => {}
         Err(HeadFault::TooLarge) => {
+            ctx.stats.h3_refused.add(1);
             let mut resp = http::Response::new(());
             *resp.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
             if send.send_response(resp).await.is_ok() {
@@ -56,6 +57,7 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
             return;
         }
         Err(HeadFault::Malformed(why)) => {
+            ctx.stats.h3_refused.add(1);
             tracing::debug!(peer = %info.peer, why, "HTTP/3 request malformed");
             recv.stop_sending(Code::H3_MESSAGE_ERROR);
             send.stop_stream(Code::H3_MESSAGE_ERROR);
@@ -73,6 +75,7 @@ pub(super) async fn serve(conn: Rc<Shared>, resolver: Resolver) {
         // that its server can still say 425; any other waits for nothing and gets 425.
         if !parts.method.is_safe() {
             ctx.stats.http_proxy_4xx.add(1);
+            ctx.stats.h3_refused.add(1);
             let mut resp = http::Response::new(());
             *resp.status_mut() = http::StatusCode::TOO_EARLY;
             if send.send_response(resp).await.is_ok() {
