@@ -23,25 +23,6 @@ fn log_table(path: &Path, format: &str) -> String {
     format!("[log]\naccess = \"{}\"\nformat = \"{format}\"\n", path.display())
 }
 
-/// Waits (bounded) until `path` holds at least `n` lines; returns them.
-fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let lines: Vec<String> = text.lines().map(str::to_string).collect();
-        if lines.len() >= n {
-            return lines;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} lines of {n} in {}:\n{text}",
-            lines.len(),
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn json_lines(path: &Path, n: usize) -> Vec<Value> {
     let lines = wait_lines(path, n);
     assert_eq!(lines.len(), n, "exactly one line per stream: {lines:#?}");

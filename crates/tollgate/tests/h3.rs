@@ -73,7 +73,12 @@ fn a_request_over_http3_reaches_the_http1_server_and_tcp_responses_offer_h3() {
         return;
     }
     let pki = pki();
-    let p = start(&config(&pki, origin(), 1, "", "", ""));
+    let log = pki.dir.path("access.log");
+    let global = format!(
+        "[log]\naccess = \"{}\"\nformat = \"json\"\nfields = [\"version\", \"path\", \"status\", \"tls_version\", \"sni\"]\n",
+        log.display()
+    );
+    let p = start(&config(&pki, origin(), 1, &global, "", ""));
     let (json, ok) = client(&pki, p.quic, "/hello?x=1", &["--body-out", "text"]);
     assert!(ok, "{json}");
     assert_eq!(json["alpn"], "h3");
@@ -104,6 +109,14 @@ fn a_request_over_http3_reaches_the_http1_server_and_tcp_responses_offer_h3() {
     let fe = &m.frontends[0];
     assert_eq!((fe.quic_connections, fe.h3_streams), (1, 1));
     assert!(fe.quic_datagrams_in > 0 && fe.quic_datagrams_out > 0);
+    // The access log says HTTP/3, with the TLS facts of the QUIC handshake.
+    let lines = common::wait_lines(&log, 1);
+    let entry: Value = serde_json::from_str(&lines[0]).unwrap();
+    let line = &lines[0];
+    assert_eq!(entry["path"], "/hello?x=1", "{line}");
+    assert_eq!(entry["version"], "HTTP/3", "{line}");
+    assert_eq!(entry["tls_version"], "TLSv1.3", "{line}");
+    assert_eq!(entry["sni"], "localhost", "{line}");
 }
 
 #[test]

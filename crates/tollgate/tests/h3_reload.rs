@@ -51,6 +51,10 @@ fn a_download_over_http3_survives_a_reload() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    // The connection in `show sessions`, as an HTTP/3 one.
+    let sessions = m.ctl_ok(&["show", "sessions"]);
+    assert!(sessions.contains("HTTP/3"), "{sessions}");
+
     m.reload_ok();
     assert!(
         m.wait_log(|l| l.contains("QUIC sockets handed over"), Duration::from_secs(10))

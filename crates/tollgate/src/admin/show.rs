@@ -231,7 +231,8 @@ fn sessions_table(report: &ShowReport, out: &mut String) {
                     s.bytes_out.to_string(),
                     s.state.clone(),
                     match (s.quic, s.tls) {
-                        (true, _) => "quic",
+                        // TLS 1.3 inside QUIC: the column says which protocol carries it.
+                        (true, _) => "HTTP/3",
                         (false, true) => "tls",
                         (false, false) => "-",
                     }

@@ -236,3 +236,22 @@ pub fn have(tool: &str) -> bool {
     }
     there
 }
+
+/// Waits (bounded) until `path` holds at least `n` lines; returns them.
+pub fn wait_lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} lines of {n} in {}:\n{text}",
+            lines.len(),
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
