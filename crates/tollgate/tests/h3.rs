@@ -564,3 +564,46 @@ fn an_answer_before_the_body_ends_the_stream_and_the_connection_serves_on() {
     assert!(ok, "{json}");
     p.proxy.wait_idle(Duration::from_secs(20));
 }
+
+#[test]
+fn streams_reach_http2_servers_with_trailers_and_bodies_both_ways() {
+    if !have_aioquic() {
+        return;
+    }
+    let pki = pki();
+    let o = common::h2_origin::h2_origin(common::h2_origin::H2Options::default());
+    let toml = config(&pki, o.addr, 1, "", "", "").replace(
+        "mode = \"http\"\n[[backend.server]]",
+        "mode = \"http\"\nproto = \"h2\"\n[[backend.server]]",
+    );
+    assert!(toml.contains("proto = \"h2\""));
+    let p = start(&toml);
+    // Trailers from an HTTP/2 server arrive as HTTP/3 trailers.
+    let (json, ok) = client(&pki, p.quic, "/trailers", &["--body-out", "text"]);
+    assert!(ok, "{json}");
+    let r = &json["responses"][0];
+    assert_eq!(
+        (r["status"].as_u64(), r["body"].as_str()),
+        (Some(200), Some("hello")),
+        "{json}"
+    );
+    let trailers = r["trailers"].as_array().unwrap();
+    assert!(trailers.iter().any(|t| t[0] == "x-checksum" && t[1] == "5"), "{json}");
+    // A 5 MiB body echoed through both protocols.
+    let (json, ok) = client(
+        &pki,
+        p.quic,
+        "/echo",
+        &[
+            "--method",
+            "POST",
+            "--upload-bytes",
+            &(5u64 << 20).to_string(),
+            "--timeout",
+            "60",
+        ],
+    );
+    assert!(ok, "{json}");
+    assert_eq!(json["responses"][0]["sha256"], json["upload_sha256"], "{json}");
+    assert!(o.streams() >= 2);
+}
