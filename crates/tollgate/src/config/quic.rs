@@ -72,7 +72,29 @@ pub(super) fn quic(
             key.clone(),
             "`[frontend.quic]` needs an http-mode frontend (HTTP/3 carries requests)".into(),
         ));
-    } else if f.tls.is_none() {
+    } else if let Some(tls) = &f.tls {
+        // QUIC is TLS 1.3 only, and its Initial packets are sealed with
+        // TLS13_AES_128_GCM_SHA256 (RFC 9001 §5.2): a policy without them cannot serve it.
+        if let Some(v) = tls.max_version.as_ref().filter(|v| v.get_ref() == "1.2") {
+            errors.push((
+                v.span(),
+                key.clone(),
+                "`[frontend.quic]` needs TLS 1.3, which `tls.max_version = \"1.2\"` rules out".into(),
+            ));
+        }
+        if let Some(suites) = tls.ciphersuites.as_ref()
+            && !suites
+                .get_ref()
+                .iter()
+                .any(|c| c.get_ref() == "TLS13_AES_128_GCM_SHA256")
+        {
+            errors.push((
+                suites.span(),
+                key.clone(),
+                "`[frontend.quic]` needs TLS13_AES_128_GCM_SHA256 in `tls.ciphersuites` (QUIC's Initial packets use it)".into(),
+            ));
+        }
+    } else {
         errors.push((
             section.span(),
             key.clone(),

@@ -927,6 +927,20 @@ fn frontend_quic_refusals_name_the_key() {
             "frontend[0].quic.alt_svc_max_age",
             "unit",
         ),
+        // QUIC is TLS 1.3 with TLS13_AES_128_GCM_SHA256 for its Initial packets.
+        (
+            with(tls_frontend("http", &cert, &key, "max_version = \"1.2\""), quic),
+            "frontend[0].quic",
+            "needs TLS 1.3",
+        ),
+        (
+            with(
+                tls_frontend("http", &cert, &key, "ciphersuites = [\"TLS13_AES_256_GCM_SHA384\"]"),
+                quic,
+            ),
+            "frontend[0].quic",
+            "TLS13_AES_128_GCM_SHA256",
+        ),
     ];
     for (src, key, words) in cases {
         let e = first_error(&src);
