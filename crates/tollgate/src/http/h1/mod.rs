@@ -89,8 +89,8 @@ pub use headers::{HeadScratch, HeaderEntry, HeaderKind, MessageHead, Span};
 pub use request::{Method, RequestHead, TargetForm, parse_request_head};
 pub use response::{ResponseHead, parse_response_head};
 pub use write::{
-    ConnectionOut, HeadEdits, Proto, add_response_field, push_chunk, write_error_response, write_made_response,
-    write_request_head, write_response_head,
+    ConnectionOut, HeadEdits, Proto, add_head_field, add_response_field, push_chunk, write_error_response,
+    write_made_response, write_request_head, write_response_head,
 };
 
 /// Hard upper bound on the number of header fields (the stack array given to httparse).

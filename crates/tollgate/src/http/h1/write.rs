@@ -473,6 +473,18 @@ pub fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Adds `name: value` as the last field of `head`, a response head alone, just written
+/// (it ends with its blank line: no search for it, as a forwarded response's head is edited
+/// per response); nothing if `head` does not end a head.
+pub fn add_head_field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    if !head.ends_with(b"\r\n\r\n") {
+        return;
+    }
+    let at = head.len() - 2;
+    let field = name.iter().chain(b": ").chain(value).chain(b"\r\n").copied();
+    head.splice(at..at, field);
+}
+
 /// Adds `name: value` as the last field of the head at the start of `out` (a response the
 /// proxy made itself, in full); nothing if `out` holds no complete head.
 pub fn add_response_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -567,6 +579,14 @@ mod tests {
         let mut partial = b"HTTP/1.1 200 OK\r\n".to_vec();
         add_response_field(&mut partial, b"x", b"y");
         assert_eq!(partial, b"HTTP/1.1 200 OK\r\n", "no complete head: nothing added");
+        let mut head = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".to_vec();
+        add_head_field(&mut head, b"alt-svc", b"h3=\":443\"");
+        assert_eq!(
+            head,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nalt-svc: h3=\":443\"\r\n\r\n"
+        );
+        add_head_field(&mut partial, b"x", b"y");
+        assert_eq!(partial, b"HTTP/1.1 200 OK\r\n", "not a head: nothing added");
     }
 
     #[test]

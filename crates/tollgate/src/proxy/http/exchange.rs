@@ -315,7 +315,7 @@ async fn exchange<C: ClientStream>(
     }
     compress::edit_h1_head(&mut s.out, verdict, true);
     if let Some(alt_svc) = s.fe.alt_svc() {
-        h1::add_response_field(&mut s.out, b"alt-svc", alt_svc);
+        h1::add_head_field(&mut s.out, b"alt-svc", alt_svc);
     }
     back.consume(response.head_len);
     let framing = response.body;
