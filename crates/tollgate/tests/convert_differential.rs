@@ -13,6 +13,11 @@
 //! Only the differences in `DIFFERENCES` are normalised, each with the document that says
 //! so; every normalisation applied is printed. Any other difference fails the test with the
 //! request, both answers and both origins' records.
+//!
+//! Knobs: TOLLGATE_CONVERT_DIFF_ONLY=01-,14- (the configs whose names contain one of these),
+//! TOLLGATE_CONVERT_DIFF_TOML=DIR (run `DIR/<stem>.toml` in place of the converter's output,
+//! e.g. the hand translations in corpus/differential/expected/: checks the harness),
+//! TOLLGATE_DIFF_HAPROXY (another haproxy binary).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)] // test helpers may panic
 
@@ -456,6 +461,8 @@ struct Outcome {
     differing: Vec<String>,
     log: Vec<String>,
     equivalences: BTreeSet<&'static str>,
+    /// The TOML tollgate ran, shown with the differences.
+    converted: String,
 }
 
 impl Outcome {
@@ -535,7 +542,7 @@ fn run_config(haproxy: &Path, cfg: &Path) -> Outcome {
     }
 
     let toml = dir.0.join("out.toml");
-    let converted = match std::env::var_os("TOLLGATE_CONVERT_DIFF_HAND") {
+    let converted = match std::env::var_os("TOLLGATE_CONVERT_DIFF_TOML") {
         // A hand-written translation instead of the converter's (to check the harness, or
         // to see what an expected output does): `DIR/<config stem>.toml`, its `${VAR}`s
         // filled in from the same environment.
@@ -585,10 +592,7 @@ fn run_config(haproxy: &Path, cfg: &Path) -> Outcome {
     for step in &script.steps {
         run_step(step, &h, &t, &mut out);
     }
-    if !out.differing.is_empty() {
-        out.differing
-            .push(format!("converted config ({}):\n{converted}", toml.display()));
-    }
+    out.converted = converted;
     drop(tollgate_proc);
     drop(haproxy_proc);
     out
@@ -946,6 +950,9 @@ fn converted_haproxy_configs_behave_like_haproxy() {
             }
             for d in &r.differing {
                 let _ = writeln!(failures, "{d}");
+            }
+            if !r.converted.is_empty() {
+                let _ = writeln!(failures, "converted config:\n{}", r.converted);
             }
         }
     }
