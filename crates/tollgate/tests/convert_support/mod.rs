@@ -77,6 +77,8 @@ pub enum Step {
     /// `n` requests at once (one after the other, as fast as they are answered); the
     /// statuses are compared.
     Burst { req: Req, n: usize },
+    /// Lets `ms` milliseconds pass (a rate window: time itself is what is waited for).
+    Wait { ms: u64 },
     /// TCP: connect (from `from`), send `data`, read it back.
     Echo {
         fe: String,
@@ -107,6 +109,7 @@ impl Script {
     /// #@ kill FE METHOD TARGET origin=NAME
     /// #@ burst FE METHOD TARGET n=N
     /// #@ echo FE data=BYTES [from=IP]
+    /// #@ wait ms=N
     /// ```
     pub fn parse(text: &str) -> Result<Script, String> {
         let mut s = Script::default();
@@ -127,7 +130,7 @@ impl Script {
             };
             let is_opt = |a: &&str| {
                 a.split_once('=')
-                    .is_some_and(|(k, _)| ["body", "from", "n", "tol", "origin", "data"].contains(&k))
+                    .is_some_and(|(k, _)| ["body", "from", "n", "tol", "origin", "data", "ms"].contains(&k))
             };
             let (opts, words): (Vec<&str>, Vec<&str>) = args.iter().copied().partition(is_opt);
             let opt = |name: &str| {
@@ -181,6 +184,7 @@ impl Script {
                     req: req()?,
                     origin: opt("origin").ok_or_else(|| err("origin= is required"))?.to_string(),
                 }),
+                "wait" => s.steps.push(Step::Wait { ms: num("ms")? as u64 }),
                 "burst" => s.steps.push(Step::Burst {
                     req: req()?,
                     n: num("n")?,
