@@ -119,6 +119,13 @@ const DIFFERENCES: &[Difference] = &[
         doc: "docs/config.md#route-actions (deny), docs/config.md#rate-limits-frontendlimit (action 429)",
     },
     Difference {
+        id: "return-content-type",
+        kind: Kind::Deliberate,
+        what: "`http-request return` without a payload: HAProxy's answer has no Content-Type, a tollgate `return` \
+               always has one (text/plain by default)",
+        doc: "docs/config.md#route-actions (`return`: `content_type` defaults to `text/plain`)",
+    },
+    Difference {
         id: "hash-function",
         kind: Kind::Deliberate,
         what: "balance source: which server one client's address lands on (tollgate places servers on its ring by \
@@ -169,6 +176,14 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "converter: (1) a literal `${` from strong quotes is written `${{`, which check refuses (it is \
          `$${{...}}`: `$${` for tollgate's ${VAR}, `{{`/`}}` for the template); (2) `deny ... content-type T \
          string S` is dropped: it is `return = { status, content_type, body }`: expected/27-quoting-if.toml",
+    ),
+    (
+        "32-idioms.cfg",
+        "converter: (1) `server ... disabled` is converted as a ready server, which takes traffic; \
+         `weight = 0` keeps it out (with a note: `ctl set server B/S weight N` brings it in); \
+         (2) `http-request set-header X-Forwarded-Proto http|https if [!]{ ssl_fc }` is dropped, so servers \
+         lose the scheme; `forwarded = \"x-forwarded-for\"` sets exactly that X-Forwarded-Proto (and adds \
+         X-Forwarded-For, the documented default)",
     ),
 ];
 
@@ -317,6 +332,19 @@ fn compare(req: &Req, h: &Side, t: &Side, equivalences: &mut BTreeSet<&'static s
             }
         }
         let proxy_made = !has(&ha.fields, "x-origin") && !has(&ta.fields, "x-origin");
+        if proxy_made
+            && ha.status == ta.status
+            && ha.body.is_empty()
+            && ta.body.is_empty()
+            && !has(&ha.fields, "content-type")
+            && ta.fields.iter().any(|(k, v)| k == "content-type" && v == "text/plain")
+        {
+            norm.apply(
+                "return-content-type",
+                format!("{}: tollgate's empty answer says Content-Type: text/plain", ta.status),
+            );
+            remove(&mut ta.fields, "content-type");
+        }
         let haproxy_page =
             ha.fields.iter().any(|(k, v)| k == "content-type" && v == "text/html") && ha.body.starts_with("<html>");
         if proxy_made && ha.status == ta.status && ha.status >= 400 && haproxy_page && ha != ta {
