@@ -126,6 +126,14 @@ const DIFFERENCES: &[Difference] = &[
         doc: "docs/config.md#route-actions (`return`: `content_type` defaults to `text/plain`)",
     },
     Difference {
+        id: "scheme-redirect-port",
+        kind: Kind::Deliberate,
+        what: "`redirect scheme https` for a Host with a port: HAProxy keeps the port in Location, tollgate's \
+               scheme switch drops it (`port = N` names one)",
+        doc: "docs/config.md#route-actions (`redirect`: the scheme switch drops the port); \
+              docs/guide/08-migrating-from-haproxy.md (Running both side by side)",
+    },
+    Difference {
         id: "hash-function",
         kind: Kind::Deliberate,
         what: "balance source: which server one client's address lands on (tollgate places servers on its ring by \
@@ -332,6 +340,20 @@ fn compare(req: &Req, h: &Side, t: &Side, equivalences: &mut BTreeSet<&'static s
             }
         }
         let proxy_made = !has(&ha.fields, "x-origin") && !has(&ta.fields, "x-origin");
+        if proxy_made && ha.status == ta.status && (300..400).contains(&ha.status) {
+            let location = |f: &Fields| f.iter().find(|(k, _)| k == "location").map(|(_, v)| v.clone());
+            if let (Some(hl), Some(tl)) = (location(&ha.fields), location(&ta.fields))
+                && hl != tl
+                && without_port(&hl) == tl
+            {
+                norm.apply("scheme-redirect-port", format!("HAProxy {hl}, tollgate {tl}"));
+                for (k, v) in ha.fields.iter_mut() {
+                    if k == "location" {
+                        *v = tl.clone();
+                    }
+                }
+            }
+        }
         if proxy_made
             && ha.status == ta.status
             && ha.body.is_empty()
@@ -423,6 +445,19 @@ fn compare(req: &Req, h: &Side, t: &Side, equivalences: &mut BTreeSet<&'static s
         }
         Verdict::Differs(s)
     }
+}
+
+/// `scheme://host:port/rest` without `:port`.
+fn without_port(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    };
+    format!("{scheme}://{host}{path}")
 }
 
 fn show_answer(a: &Result<Answer, String>) -> String {
