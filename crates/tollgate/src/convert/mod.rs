@@ -269,3 +269,6 @@ pub fn check(toml: &str, path: &str) -> CheckVerdict {
         },
     }
 }
+
+#[cfg(test)]
+mod tests;

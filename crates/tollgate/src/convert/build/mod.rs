@@ -124,9 +124,15 @@ impl Builder<'_, '_> {
             }
             let mut t = Table::default();
             for l in &s.lines {
-                if !self.used.contains(&addr(l)) {
-                    let reason = values::unknown_keyword(l);
-                    self.drop_line(&mut t, l, &reason);
+                if self.used.contains(&addr(l)) {
+                    continue;
+                }
+                match values::not_needed(l) {
+                    Some(why) => self.note(l, &format!("not needed: {why}")),
+                    None => {
+                        let reason = values::unknown_keyword(l);
+                        self.drop_line(&mut t, l, &reason);
+                    }
                 }
             }
             if !t.comments.is_empty() {
@@ -139,9 +145,15 @@ impl Builder<'_, '_> {
         for v in views {
             let mut t = Table::default();
             for (l, inherited) in &v.lines {
-                if !inherited && !self.used.contains(&addr(l)) {
-                    let reason = values::unknown_keyword(l);
-                    self.drop_line(&mut t, l, &reason);
+                if *inherited || self.used.contains(&addr(l)) {
+                    continue;
+                }
+                match values::not_needed(l) {
+                    Some(why) => self.note(l, &format!("not needed: {why}")),
+                    None => {
+                        let reason = values::unknown_keyword(l);
+                        self.drop_line(&mut t, l, &reason);
+                    }
                 }
             }
             if t.comments.is_empty() {
