@@ -61,6 +61,10 @@ const OPENSSL_CIPHERS: &[(&str, &str)] = &[
     ),
 ];
 
+fn no_files(path: &str) -> Result<String, String> {
+    Err(format!("`-f {path}`: files are not read here"))
+}
+
 fn read_acl_file(path: &str) -> Result<String, String> {
     let bytes = crate::config::bounded::read_file(std::path::Path::new(path), 1024 * 1024)
         .map_err(|e| format!("`-f {path}`: {e} (convert where the file is, or list its values)"))?;
@@ -75,7 +79,7 @@ impl Builder<'_, '_> {
         }
         let ctx = Ctx {
             http: v.http,
-            read_file: &read_acl_file,
+            read_file: if self.g.files { &read_acl_file } else { &no_files },
         };
         let mut acls = Acls::default();
         let mut head = Table::default();
@@ -220,7 +224,7 @@ impl Builder<'_, '_> {
             .iter()
             .map(|c| {
                 let mut ct = Table::default();
-                let key = if std::path::Path::new(&format!("{c}.key")).is_file() {
+                let key = if self.g.files && std::path::Path::new(&format!("{c}.key")).is_file() {
                     format!("{c}.key")
                 } else {
                     c.clone()
@@ -505,7 +509,7 @@ impl Builder<'_, '_> {
     fn cert_files(&self, arg: &str) -> Vec<String> {
         let path = self.crt_path(arg);
         let p = std::path::Path::new(&path);
-        if p.is_dir() {
+        if self.g.files && p.is_dir() {
             let mut files: Vec<String> = std::fs::read_dir(p)
                 .map(|d| {
                     d.filter_map(Result::ok)
@@ -803,6 +807,7 @@ impl Builder<'_, '_> {
 
     /// unique-id, compression and logging keys of an http frontend.
     fn http_frontend_keys(&mut self, v: &View<'_>, head: &mut Table) {
+        head.set("forward_target", q("original"), "HAProxy forwards the target as the client sent it");
         if let Some(h) = v.last("unique-id-header") {
             head.set("request_id", inline(&[("header".into(), q(h.word(1)))]), &h.at());
             self.note(
@@ -1112,7 +1117,7 @@ impl Builder<'_, '_> {
     ) -> (Vec<Rule<'v>>, Vec<Rule<'v>>, Vec<Rule<'v>>) {
         let ctx = Ctx {
             http: bv.http,
-            read_file: &read_acl_file,
+            read_file: if self.g.files { &read_acl_file } else { &no_files },
         };
         let mut acls = Acls::default();
         for l in bv.all("acl") {

@@ -21,14 +21,14 @@ use super::lexer::Line;
 use super::sections::{Kind, Section};
 use super::{Issue, ParseError};
 
-pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>) -> Result<Model, ParseError> {
+pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>, files: bool) -> Result<Model, ParseError> {
     let mut b = Builder {
         sections,
         issues,
         seen: HashSet::new(),
         used: HashSet::new(),
         model: Model::default(),
-        g: global::Globals::default(),
+        g: global::Globals { files, ..global::Globals::default() },
     };
     for s in sections {
         match s.kind {
