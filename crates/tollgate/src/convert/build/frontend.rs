@@ -61,6 +61,10 @@ const OPENSSL_CIPHERS: &[(&str, &str)] = &[
     ),
 ];
 
+fn no_files(path: &str) -> Result<String, String> {
+    Err(format!("`-f {path}`: files are not read here"))
+}
+
 fn read_acl_file(path: &str) -> Result<String, String> {
     let bytes = crate::config::bounded::read_file(std::path::Path::new(path), 1024 * 1024)
         .map_err(|e| format!("`-f {path}`: {e} (convert where the file is, or list its values)"))?;
@@ -75,7 +79,7 @@ impl Builder<'_, '_> {
         }
         let ctx = Ctx {
             http: v.http,
-            read_file: &read_acl_file,
+            read_file: if self.g.files { &read_acl_file } else { &no_files },
         };
         let mut acls = Acls::default();
         let mut head = Table::default();
@@ -88,22 +92,32 @@ impl Builder<'_, '_> {
             self.use_line(l);
         }
         let groups = self.binds(v, &mut head)?;
-        head.set("name", q(&v.name), &v.header.at());
-        if let Some(l) = v.last("mode") {
-            if matches!(l.word(1), "http" | "tcp") {
-                head.set("mode", q(l.word(1)), &l.at());
+        if groups.is_empty() {
+            let mut t = Table::default();
+            self.drop_line(
+                &mut t,
+                v.header,
+                "no bind tollgate can use (IP:port): the proxy is not converted",
+            );
+            self.model.trailing.extend(head.comments);
+            self.model.trailing.extend(t.comments);
+            for (l, _) in &v.lines {
                 self.use_line(l);
             }
+            return Ok(());
         }
-        if let Some(l) = v
-            .all("maxconn")
-            .filter(|l| !v.inherited(l) || v.kind == super::super::sections::Kind::Listen)
-            .last()
+        head.set("name", q(&v.name), &v.header.at());
+        if let Some(l) = v.last("mode")
+            && matches!(l.word(1), "http" | "tcp")
         {
-            if let Ok(n) = l.word(1).parse::<u64>() {
-                head.set("maxconn", n.to_string(), &l.at());
-                self.use_line(l);
-            }
+            head.set("mode", q(l.word(1)), &l.at());
+            self.use_line(l);
+        }
+        if let Some(l) = v.last("maxconn")
+            && let Ok(n) = l.word(1).parse::<u64>()
+        {
+            head.set("maxconn", n.to_string(), &l.at());
+            self.use_line(l);
         }
         self.frontend_timeouts(v);
         let mut fe = Frontend::default();
@@ -117,6 +131,16 @@ impl Builder<'_, '_> {
             self.forwarded(v, views, &targets, &mut head);
             self.http_frontend_keys(v, &mut head);
         }
+        if !head.has("default_backend") && fe.routes.is_empty() {
+            let mut r = Table::default();
+            r.set("name", q(&format!("{} (no backend)", v.header.at())), "");
+            r.set("deny", if v.http { "503".into() } else { "true".into() }, "");
+            fe.routes.push(r);
+            self.note(
+                v.header,
+                "no backend: every request gets 503 (TCP: the connection is closed), as in HAProxy",
+            );
+        }
         fe.head = head;
         let many = groups.len() > 1;
         for (i, g) in groups.iter().enumerate() {
@@ -128,6 +152,15 @@ impl Builder<'_, '_> {
                     format!("{}", i + 1)
                 };
                 f.head.set("name", q(&format!("{}-{suffix}", v.name)), &v.header.at());
+                // Limit names are unique in a config: each kind of bind counts on its own.
+                for l in &mut f.limits {
+                    if let Some(n) = l.get("name").map(|n| n.trim_matches('"').to_string()) {
+                        l.set("name", q(&format!("{n}-{suffix}")), "");
+                    }
+                }
+                if !f.limits.is_empty() {
+                    self.note(v.header, "its stick table is counted per kind of bind here: a client's requests over TLS and in clear count separately");
+                }
             }
             let mut h = Table::default();
             for e in &f.head.entries {
@@ -191,7 +224,7 @@ impl Builder<'_, '_> {
             .iter()
             .map(|c| {
                 let mut ct = Table::default();
-                let key = if std::path::Path::new(&format!("{c}.key")).is_file() {
+                let key = if self.g.files && std::path::Path::new(&format!("{c}.key")).is_file() {
                     format!("{c}.key")
                 } else {
                     c.clone()
@@ -431,9 +464,6 @@ impl Builder<'_, '_> {
                 "its binds differ in TLS or PROXY protocol: one tollgate frontend per kind, with the same routes",
             );
         }
-        if groups.is_empty() {
-            groups.push(BindGroup::default());
-        }
         Ok(groups)
     }
 
@@ -479,7 +509,7 @@ impl Builder<'_, '_> {
     fn cert_files(&self, arg: &str) -> Vec<String> {
         let path = self.crt_path(arg);
         let p = std::path::Path::new(&path);
-        if p.is_dir() {
+        if self.g.files && p.is_dir() {
             let mut files: Vec<String> = std::fs::read_dir(p)
                 .map(|d| {
                     d.filter_map(Result::ok)
@@ -513,12 +543,11 @@ impl Builder<'_, '_> {
         ] {
             let Some(l) = v.timeout(name) else { continue };
             let Ok(ms) = time_ms(l.word(2)) else { continue };
+            // connect, server and queue are the backends' to apply.
             if self.g.timeouts.get(name) == Some(&ms)
                 || v.inherited(l)
-                || v.is_backend() && matches!(name, "connect" | "server")
+                || matches!(name, "connect" | "server" | "queue")
             {
-                self.use_line(l);
-            } else if matches!(name, "connect" | "server" | "queue") {
                 self.use_line(l);
             } else {
                 self.note(
@@ -778,6 +807,7 @@ impl Builder<'_, '_> {
 
     /// unique-id, compression and logging keys of an http frontend.
     fn http_frontend_keys(&mut self, v: &View<'_>, head: &mut Table) {
+        head.set("forward_target", q("original"), "HAProxy forwards the target as the client sent it");
         if let Some(h) = v.last("unique-id-header") {
             head.set("request_id", inline(&[("header".into(), q(h.word(1)))]), &h.at());
             self.note(
@@ -811,10 +841,7 @@ impl Builder<'_, '_> {
             }
             pairs.push(("algorithms".to_string(), arr(&known)));
             if let Some(t) = v.all2("compression", "type").last() {
-                pairs.push((
-                    "types".to_string(),
-                    arr(&t.words.iter().skip(2).cloned().collect::<Vec<_>>()),
-                ));
+                pairs.push(("types".to_string(), arr(&media_types(t))));
                 self.use_line(t);
             }
             head.set("compress", inline(&pairs), &l.at());
@@ -931,10 +958,14 @@ impl Builder<'_, '_> {
             }
         }
         let mut resp: Vec<Rule<'_>> = Vec::new();
-        for l in v.all("http-response").collect::<Vec<_>>() {
+        for l in v
+            .all("http-response")
+            .chain(v.all("http-after-response"))
+            .collect::<Vec<_>>()
+        {
             match http_response(l, l.words.get(1..).unwrap_or_default(), acls, ctx) {
                 Ok(r) => {
-                    self.use_line(l);
+                    self.after_response_note(l);
                     resp.push(r);
                 }
                 Err(reason) => self.drop_line(head, l, &reason),
@@ -1086,7 +1117,7 @@ impl Builder<'_, '_> {
     ) -> (Vec<Rule<'v>>, Vec<Rule<'v>>, Vec<Rule<'v>>) {
         let ctx = Ctx {
             http: bv.http,
-            read_file: &read_acl_file,
+            read_file: if self.g.files { &read_acl_file } else { &no_files },
         };
         let mut acls = Acls::default();
         for l in bv.all("acl") {
@@ -1126,10 +1157,14 @@ impl Builder<'_, '_> {
                 Err(reason) => self.drop_line(&mut t, l, &reason),
             }
         }
-        for l in bv.all("http-response").collect::<Vec<_>>() {
+        for l in bv
+            .all("http-response")
+            .chain(bv.all("http-after-response"))
+            .collect::<Vec<_>>()
+        {
             match http_response(l, l.words.get(1..).unwrap_or_default(), &acls, &ctx) {
                 Ok(r) => {
-                    self.use_line(l);
+                    self.after_response_note(l);
                     resp.push(r);
                 }
                 Err(reason) => self.drop_line(&mut t, l, &reason),
@@ -1165,10 +1200,7 @@ impl Builder<'_, '_> {
             .collect();
         let mut pairs = vec![("algorithms".to_string(), arr(&known))];
         if let Some(t) = bv.all2("compression", "type").last() {
-            pairs.push((
-                "types".to_string(),
-                arr(&t.words.iter().skip(2).cloned().collect::<Vec<_>>()),
-            ));
+            pairs.push(("types".to_string(), arr(&media_types(t))));
             self.use_line(t);
         }
         self.note(
@@ -1182,6 +1214,14 @@ impl Builder<'_, '_> {
             );
         }
         Some(inline(&pairs))
+    }
+
+    fn after_response_note(&mut self, l: &Line) {
+        if l.word(0) == "http-after-response" {
+            self.note(l, "applied to the server's responses only: tollgate's own answers (errors, redirects, returns) carry exactly what their route says");
+        } else {
+            self.use_line(l);
+        }
     }
 
     fn write_side_files(&mut self) {
@@ -1340,6 +1380,23 @@ impl Builder<'_, '_> {
 
 fn e_apply_compress(e: &mut super::rules::Edits, c: &str) -> Result<(), String> {
     e.apply(&EditOp::Compress(c.to_string()), "")
+}
+
+/// HAProxy compares `compression type`s as prefixes: `text/` is every text type.
+fn media_types(l: &Line) -> Vec<String> {
+    l.words
+        .iter()
+        .skip(2)
+        .map(|t| {
+            if t.ends_with('/') {
+                format!("{t}*")
+            } else if t.contains('/') {
+                t.clone()
+            } else {
+                format!("{t}/*")
+            }
+        })
+        .collect()
 }
 
 fn tls_version(v: &str, notes: &mut Vec<String>) -> Option<String> {

@@ -21,14 +21,14 @@ use super::lexer::Line;
 use super::sections::{Kind, Section};
 use super::{Issue, ParseError};
 
-pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>) -> Result<Model, ParseError> {
+pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>, files: bool) -> Result<Model, ParseError> {
     let mut b = Builder {
         sections,
         issues,
         seen: HashSet::new(),
         used: HashSet::new(),
         model: Model::default(),
-        g: global::Globals::default(),
+        g: global::Globals { files, ..global::Globals::default() },
     };
     for s in sections {
         match s.kind {
@@ -124,9 +124,15 @@ impl Builder<'_, '_> {
             }
             let mut t = Table::default();
             for l in &s.lines {
-                if !self.used.contains(&addr(l)) {
-                    let reason = values::unknown_keyword(l);
-                    self.drop_line(&mut t, l, &reason);
+                if self.used.contains(&addr(l)) {
+                    continue;
+                }
+                match values::not_needed(l) {
+                    Some(why) => self.note(l, &format!("not needed: {why}")),
+                    None => {
+                        let reason = values::unknown_keyword(l);
+                        self.drop_line(&mut t, l, &reason);
+                    }
                 }
             }
             if !t.comments.is_empty() {
@@ -139,9 +145,15 @@ impl Builder<'_, '_> {
         for v in views {
             let mut t = Table::default();
             for (l, inherited) in &v.lines {
-                if !inherited && !self.used.contains(&addr(l)) {
-                    let reason = values::unknown_keyword(l);
-                    self.drop_line(&mut t, l, &reason);
+                if *inherited || self.used.contains(&addr(l)) {
+                    continue;
+                }
+                match values::not_needed(l) {
+                    Some(why) => self.note(l, &format!("not needed: {why}")),
+                    None => {
+                        let reason = values::unknown_keyword(l);
+                        self.drop_line(&mut t, l, &reason);
+                    }
                 }
             }
             if t.comments.is_empty() {
