@@ -147,6 +147,14 @@ const DIFFERENCES: &[Difference] = &[
               docs/guide/08-migrating-from-haproxy.md (Running both side by side)",
     },
     Difference {
+        id: "after-response-own-answers",
+        kind: Kind::Deliberate,
+        what: "http-after-response fields are on every HAProxy response; tollgate's response_headers (which the \
+               converter writes for them, with a note) are on servers' responses only, not on its own answers",
+        doc: "docs/config.md#route-actions (`response_headers` apply to responses from servers only); \
+              the converter's note on the line",
+    },
+    Difference {
         id: "hash-function",
         kind: Kind::Deliberate,
         what: "balance source: which server one client's address lands on (tollgate places servers on its ring by \
@@ -340,7 +348,30 @@ enum Verdict {
 }
 
 /// Compares one request's outcome on both sides, normalising only `DIFFERENCES`.
-fn compare(req: &Req, h: &Side, t: &Side, equivalences: &mut BTreeSet<&'static str>) -> Verdict {
+/// What the config says that a comparison needs to know.
+#[derive(Default)]
+struct ConfigFacts {
+    /// Field names `http-after-response set-header/add-header` write (lowercase).
+    after_response: Vec<String>,
+}
+
+impl ConfigFacts {
+    fn read(cfg_text: &str) -> ConfigFacts {
+        let after_response = cfg_text
+            .lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                match w[..] {
+                    ["http-after-response", "set-header" | "add-header", name, ..] => Some(name.to_ascii_lowercase()),
+                    _ => None,
+                }
+            })
+            .collect();
+        ConfigFacts { after_response }
+    }
+}
+
+fn compare(req: &Req, h: &Side, t: &Side, facts: &ConfigFacts, equivalences: &mut BTreeSet<&'static str>) -> Verdict {
     let mut norm = Norm::default();
     let mut ha = answer_view(&h.answer, &mut norm);
     let mut ta = answer_view(&t.answer, &mut norm);
@@ -355,6 +386,17 @@ fn compare(req: &Req, h: &Side, t: &Side, equivalences: &mut BTreeSet<&'static s
             }
         }
         let proxy_made = !has(&ha.fields, "x-origin") && !has(&ta.fields, "x-origin");
+        if proxy_made {
+            for name in &facts.after_response {
+                if has(&ha.fields, name) && !has(&ta.fields, name) {
+                    let v = remove(&mut ha.fields, name);
+                    norm.apply(
+                        "after-response-own-answers",
+                        format!("HAProxy's own {} answer has {name}: {}", ha.status, v.join(", ")),
+                    );
+                }
+            }
+        }
         if proxy_made && ha.status == ta.status && (300..400).contains(&ha.status) {
             let location = |f: &Fields| f.iter().find(|(k, _)| k == "location").map(|(_, v)| v.clone());
             if let (Some(hl), Some(tl)) = (location(&ha.fields), location(&ta.fields))
@@ -709,8 +751,9 @@ fn run_config(haproxy: &Path, cfg: &Path) -> Outcome {
     }
     drop(reserved);
 
+    let facts = ConfigFacts::read(&text);
     for step in &script.steps {
-        run_step(step, &h, &t, &mut out);
+        run_step(step, &h, &t, &facts, &mut out);
     }
     out.converted = converted;
     drop(tollgate_proc);
@@ -778,13 +821,13 @@ fn both<R: Send>(h: &Lane, t: &Lane, f: impl Fn(&Lane) -> R + Sync) -> (R, R) {
     })
 }
 
-fn run_step(step: &Step, h: &Lane, t: &Lane, out: &mut Outcome) {
+fn run_step(step: &Step, h: &Lane, t: &Lane, facts: &ConfigFacts, out: &mut Outcome) {
     match step {
         Step::Req(req) => {
             out.requests += 1;
             let hs = h.request(req);
             let ts = t.request(req);
-            let v = compare(req, &hs, &ts, &mut out.equivalences);
+            let v = compare(req, &hs, &ts, facts, &mut out.equivalences);
             out.verdict(&req.describe(), v);
         }
         Step::Spread { req, n, tol } => {
