@@ -99,9 +99,14 @@ pub(crate) struct Model {
 /// A TOML basic string. A `${` is written `$${`: tollgate expands `${VAR}` in every string
 /// value, and HAProxy's text meant it literally (its variables were expanded on reading).
 pub(crate) fn q(s: &str) -> String {
+    verbatim(&s.replace("${", "$${"))
+}
+
+/// A TOML basic string for the one value tollgate does not expand: a path rewrite's
+/// replacement, whose `${1}` is a group.
+pub(crate) fn verbatim(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
-    let s = s.replace("${", "$${");
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
