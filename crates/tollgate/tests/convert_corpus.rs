@@ -1,7 +1,8 @@
 //! `tollgate convert` on a corpus of real HAProxy configurations: every one converts (exit
 //! 0 or 1, never 2, never a crash), the TOML and the JSON report it writes match the
 //! snapshots stored next to it, and the configurations that name no file outside the corpus
-//! convert to TOML that `check` accepts.
+//! convert to TOML that `check` accepts. A second conversion of each input must give the same
+//! bytes.
 //!
 //! The corpus is `tests/convert/corpus/` (its README says where each file comes from):
 //! HAProxy's own `examples/`, configurations taken from its regression tests, and configs
@@ -257,6 +258,17 @@ fn snapshot(root: &Path, rel: &str, got: &str, update: bool) -> Option<String> {
     }
 }
 
+/// `tollgate convert INPUT -o OUTPUT --report json` in `work`, in the fixed environment.
+fn run(work: &Path, input: &Input, output: &str) -> std::process::Output {
+    Command::new(BIN)
+        .current_dir(work)
+        .env_clear()
+        .envs(ENV.iter().copied())
+        .args(["convert", &input.rel, "-o", output, "--report", "json"])
+        .output()
+        .unwrap_or_else(|e| panic!("{BIN}: {e}"))
+}
+
 fn convert(root: &Path, work: &Path, tmp: &[String], input: &Input, update: bool) -> Outcome {
     let mut outcome = Outcome {
         failures: Vec::new(),
@@ -266,13 +278,7 @@ fn convert(root: &Path, work: &Path, tmp: &[String], input: &Input, update: bool
         summary: String::new(),
     };
     let output = input.output();
-    let result = Command::new(BIN)
-        .current_dir(work)
-        .env_clear()
-        .envs(ENV.iter().copied())
-        .args(["convert", &input.rel, "-o", &output, "--report", "json"])
-        .output()
-        .unwrap_or_else(|e| panic!("{BIN}: {e}"));
+    let result = run(work, input, &output);
     let stderr = String::from_utf8_lossy(&result.stderr);
     let first_stderr = stderr
         .lines()
@@ -306,6 +312,15 @@ fn convert(root: &Path, work: &Path, tmp: &[String], input: &Input, update: bool
             return outcome;
         }
     };
+    // The same input gives the same bytes: a second run must write what the first did.
+    let again = run(work, input, &output);
+    let toml_again = std::fs::read_to_string(work.join(&output)).map(|t| scrub(&t, tmp));
+    if again.stdout != result.stdout || toml_again.as_ref().ok() != Some(&toml) {
+        outcome.failures.push(format!(
+            "{}: a second conversion gave a different output or report (not deterministic)",
+            input.rel
+        ));
+    }
     if let Some(f) = snapshot(root, &input.snapshot("toml"), &toml, update) {
         outcome.failures.push(f);
     }
