@@ -63,6 +63,7 @@ pub(crate) mod budget;
 pub(crate) mod buffer;
 pub mod command;
 pub mod config;
+pub mod convert;
 pub(crate) mod ctx;
 pub(crate) mod discover;
 pub mod error;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod convert_cmd;
 mod manpage;
 
 use anyhow::Context;
@@ -29,6 +30,7 @@ Examples:
   tollgate reload --config tollgate.toml    reload a running master (or: kill -HUP <master pid>)
   tollgate ctl -c tollgate.toml show servers                  live server state (--json)
   tollgate ctl -c tollgate.toml set server app/a state drain  ready | drain | maint [--kill]
+  tollgate convert haproxy.cfg -o tollgate.toml   convert an HAProxy config (report on stderr)
   tollgate completions bash                 shell completions (bash, zsh, fish); `tollgate man`: the man page
   RUST_LOG=tollgate=debug tollgate run      per-connection events and counters
 
@@ -85,6 +87,10 @@ enum Command {
     /// Explain, from the config alone, where a request would go: frontend, each route tried
     /// and why it did not match, backend or fixed response, and the server a pick would choose.
     Explain(ExplainArgs),
+    /// Convert an HAProxy configuration (haproxy.cfg) into a tollgate config: every line
+    /// converted, converted with a note, or kept as a comment with the reason; the output is
+    /// checked as `tollgate check` would.
+    Convert(convert_cmd::ConvertArgs),
     /// Internal: a worker process started by the master (stdin is its socketpair).
     #[command(hide = true)]
     Worker {
@@ -430,6 +436,7 @@ fn main() -> ExitCode {
         Some(Command::Completions { shell }) => completions(shell),
         Some(Command::Man) => man(),
         Some(Command::Explain(args)) => explain(args),
+        Some(Command::Convert(args)) => convert_cmd::run(args),
         Some(Command::Worker { generation }) => report(worker(generation)),
         Some(Command::Run(args)) => report(run(args)),
         None => report(run(cli.run)),
