@@ -9,13 +9,14 @@
 //! written the way operators write them. A `*.cfg` directly in one of those directories is one
 //! input; a directory below them holding `*.cfg` files (`operators/multi-file/`) is one input
 //! too, passed as the directory. `X.cfg` has its snapshots in `X.toml` and `X.report.json`, a
-//! directory `D` in `D.toml` and `D.report.json`. `UPDATE_SNAPSHOTS=1` writes them (and removes
-//! the snapshots of inputs that are gone) instead of comparing.
+//! directory `D` in `D.toml` and `D.report.json`; a file the converter writes beside its output
+//! (a userlist's htpasswd file `F`) in `X.F`. `UPDATE_SNAPSHOTS=1` writes them (and removes the
+//! snapshots of inputs that are gone) instead of comparing.
 //!
-//! The corpus is copied to a temporary directory and converted there, each output written
-//! next to its input: the converter keeps a relative path (`crt certs/site.pem`) as written,
-//! and tollgate resolves it against the TOML file's directory, so `check` finds the corpus's
-//! test certificates. The child runs in the copy's root with relative paths, in a fixed
+//! Each input is converted in a temporary directory of its own holding a copy of its corpus
+//! directory, the output written next to the input: the converter keeps a relative path (`crt
+//! certs/site.pem`) as written, and tollgate resolves it against the TOML file's directory, so
+//! `check` finds the corpus's test certificates. The child runs in the copy's root with relative paths, in a fixed
 //! environment (nothing inherited; `APP_HOST` and `ENABLE_CANARY` set, which
 //! `operators/named-defaults-env.cfg` reads), so the snapshots do not depend on the machine.
 //! The one thing `check` looks up on the machine is `[global] user` / `group`: a refusal
@@ -55,6 +56,37 @@ const OUTSIDE_FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Inputs whose output `check` refuses because of the input itself, and why: no converter
+/// could make a config tollgate serves from them.
+const CHECK_REFUSES: &[(&str, &str)] = &[
+    ("haproxy-reg-tests/checks_agent-check.cfg", "backends only: no frontend"),
+    (
+        "haproxy-reg-tests/checks_http-check-expect.cfg",
+        "backends only: no frontend",
+    ),
+    (
+        "haproxy-reg-tests/checks_tcp-check_multiple_ports.cfg",
+        "backends only: no frontend",
+    ),
+    ("haproxy-reg-tests/checks_unique_id.cfg", "backends only: no frontend"),
+    (
+        "haproxy-reg-tests/checks_tls_health_checks_h2.cfg",
+        "backends only: no frontend",
+    ),
+    (
+        "haproxy-reg-tests/webstats_webstats-scope-and-post-change.cfg",
+        "a stats page and backends: no frontend",
+    ),
+    (
+        "haproxy-reg-tests/checks_tcp-check-client-hello_htst.cfg",
+        "frontends fe1 and fe3 have no backend and no rule",
+    ),
+    (
+        "haproxy-reg-tests/ssl_ssl_client_auth.cfg",
+        "HAProxy's test client certificates are X.509 v1 and its CRL v1, which rustls refuses",
+    ),
+];
+
 /// The child's whole environment.
 const ENV: &[(&str, &str)] = &[("LC_ALL", "C"), ("APP_HOST", "10.40.0.21"), ("ENABLE_CANARY", "1")];
 
@@ -87,7 +119,19 @@ impl Input {
     }
 
     fn check_must_pass(&self) -> bool {
-        self.rel.starts_with("operators/") || !OUTSIDE_FILES.iter().any(|(p, _)| *p == self.rel)
+        let listed = |list: &[(&str, &str)]| list.iter().any(|(p, _)| *p == self.rel);
+        self.rel.starts_with("operators/") || !(listed(OUTSIDE_FILES) || listed(CHECK_REFUSES))
+    }
+
+    /// The directory of the corpus it is in (`operators`), copied for its conversion.
+    fn source(&self) -> &str {
+        self.rel.split('/').next().unwrap()
+    }
+
+    /// The snapshot of a file the converter wrote beside its output (`rel` relative to the
+    /// output's directory): `X.<rel with / as _>`.
+    fn extra_snapshot(&self, rel: &str) -> String {
+        self.snapshot(&rel.replace('/', "_"))
     }
 }
 
@@ -123,12 +167,13 @@ fn inputs(root: &Path) -> Vec<Input> {
     out
 }
 
-/// Snapshot files under the corpus (relative paths), to find those whose input is gone.
+/// Snapshot files (relative paths): every file directly in a source directory that is not
+/// a `.cfg`, to find those whose input is gone.
 fn snapshots(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for source in SOURCES {
         for name in sorted_names(&root.join(source)) {
-            if name.ends_with(".toml") || name.ends_with(".report.json") {
+            if root.join(source).join(&name).is_file() && !name.ends_with(".cfg") {
                 out.push(format!("{source}/{name}"));
             }
         }
@@ -136,15 +181,31 @@ fn snapshots(root: &Path) -> Vec<String> {
     out
 }
 
-/// Copies the corpus (snapshots left out) under `to`.
-fn copy_tree(from: &Path, to: &Path) {
+/// Copies a source directory under `to`, its snapshots left out.
+fn copy_tree(from: &Path, to: &Path, top: bool) {
     std::fs::create_dir_all(to).unwrap();
     for name in sorted_names(from) {
         let (src, dst) = (from.join(&name), to.join(&name));
         if src.is_dir() {
-            copy_tree(&src, &dst);
-        } else if !name.ends_with(".toml") && !name.ends_with(".report.json") {
+            copy_tree(&src, &dst, false);
+        } else if !top || name.ends_with(".cfg") {
             std::fs::copy(&src, &dst).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        }
+    }
+}
+
+/// Every file under `dir`, relative to it.
+fn files_under(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+    for name in sorted_names(dir) {
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if dir.join(&name).is_dir() {
+            files_under(&dir.join(&name), &rel, out);
+        } else {
+            out.push(rel);
         }
     }
 }
@@ -215,6 +276,8 @@ fn normalize_check(report: &mut Value) {
 
 /// What one conversion gave.
 struct Outcome {
+    /// The snapshots this input has (relative), written or compared.
+    snapshots: Vec<String>,
     failures: Vec<String>,
     check_failure: Option<String>,
     dropped: usize,
@@ -269,8 +332,14 @@ fn run(work: &Path, input: &Input, output: &str) -> std::process::Output {
         .unwrap_or_else(|e| panic!("{BIN}: {e}"))
 }
 
+/// Converts `input` in `work`, a directory of its own holding a copy of its source directory,
+/// and compares (or writes) its snapshots.
 fn convert(root: &Path, work: &Path, tmp: &[String], input: &Input, update: bool) -> Outcome {
+    copy_tree(&root.join(input.source()), &work.join(input.source()), true);
+    let mut before = Vec::new();
+    files_under(work, "", &mut before);
     let mut outcome = Outcome {
+        snapshots: vec![input.snapshot("toml"), input.snapshot("report.json")],
         failures: Vec::new(),
         check_failure: None,
         dropped: 0,
@@ -312,10 +381,32 @@ fn convert(root: &Path, work: &Path, tmp: &[String], input: &Input, update: bool
             return outcome;
         }
     };
+    // Files the converter wrote beside its output (a userlist's htpasswd file): snapshots too.
+    let mut after = Vec::new();
+    files_under(work, "", &mut after);
+    let out_dir = Path::new(&output).parent().unwrap().to_str().unwrap().to_string();
+    let extras: Vec<(String, &String, Vec<u8>)> = after
+        .iter()
+        .filter(|f| **f != output && !before.contains(f))
+        .map(|f| {
+            let rel = f.strip_prefix(&format!("{out_dir}/")).unwrap_or(f);
+            (input.extra_snapshot(rel), f, std::fs::read(work.join(f)).unwrap())
+        })
+        .collect();
+    for (snap, _, bytes) in &extras {
+        outcome.snapshots.push(snap.clone());
+        if let Some(f) = snapshot(root, snap, &scrub(&String::from_utf8_lossy(bytes), tmp), update) {
+            outcome.failures.push(f);
+        }
+    }
+
     // The same input gives the same bytes: a second run must write what the first did.
     let again = run(work, input, &output);
     let toml_again = std::fs::read_to_string(work.join(&output)).map(|t| scrub(&t, tmp));
-    if again.stdout != result.stdout || toml_again.as_ref().ok() != Some(&toml) {
+    let extras_again = extras
+        .iter()
+        .all(|(_, path, bytes)| std::fs::read(work.join(path)).ok().as_ref() == Some(bytes));
+    if again.stdout != result.stdout || toml_again.as_ref().ok() != Some(&toml) || !extras_again {
         outcome.failures.push(format!(
             "{}: a second conversion gave a different output or report (not deterministic)",
             input.rel
@@ -398,8 +489,6 @@ fn every_corpus_config_converts_as_in_its_snapshot() {
     }
 
     let tmp = TempDir::new();
-    let work = tmp.0.join("corpus");
-    copy_tree(&root, &work);
     let mut tmp_names = vec![tmp.0.to_str().unwrap().to_string()];
     if let Ok(canonical) = tmp.0.canonicalize()
         && canonical != tmp.0
@@ -417,6 +506,7 @@ fn every_corpus_config_converts_as_in_its_snapshot() {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(input) = inputs.get(i) else { break };
+                    let work = tmp.0.join(i.to_string());
                     let outcome = convert(&root, &work, &tmp_names, input, update);
                     outcomes.lock().unwrap().push((i, outcome));
                 }
@@ -439,11 +529,8 @@ fn every_corpus_config_converts_as_in_its_snapshot() {
         notes += o.notes;
     }
 
-    // Snapshots whose input is gone.
-    let wanted: Vec<String> = inputs
-        .iter()
-        .flat_map(|i| [i.snapshot("toml"), i.snapshot("report.json")])
-        .collect();
+    // Snapshots whose input is gone (or whose extra file the converter no longer writes).
+    let wanted: Vec<String> = outcomes.iter().flat_map(|(_, o)| o.snapshots.iter().cloned()).collect();
     for stale in snapshots(&root).into_iter().filter(|s| !wanted.contains(s)) {
         if update {
             std::fs::remove_file(root.join(&stale)).unwrap();
