@@ -185,7 +185,7 @@ fn apply_env_keyword(words: &[String], env: &mut Env) -> bool {
         }
         Some("resetenv") => {
             let keep: Vec<&String> = words.iter().skip(1).collect();
-            env.vars.retain(|k, _| keep.iter().any(|n| *n == k));
+            env.vars.retain(|k, _| keep.contains(&k));
         }
         _ => return false,
     }
@@ -558,9 +558,14 @@ impl CondParser<'_> {
 
 fn parse_version(v: &str) -> Result<[u32; 3], String> {
     let mut out = [0u32; 3];
-    for (slot, part) in out.iter_mut().zip(v.trim().split(['.', '-'])) {
+    if !v.trim().starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(format!("`{v}` is not a version"));
+    }
+    // `3.1-dev8`: the numbers before a suffix count.
+    let numbers = v.trim().split(['-', '+']).next().unwrap_or_default();
+    for (slot, part) in out.iter_mut().zip(numbers.split('.')) {
         let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
-        *slot = digits.parse().map_err(|_| format!("`{v}` is not a version"))?;
+        *slot = digits.parse().unwrap_or(0);
     }
     Ok(out)
 }

@@ -159,23 +159,28 @@ pub fn convert(options: &Options) -> Result<Conversion, ParseError> {
     let mut issues = Vec::new();
     let lines = lexer::read_files(&files, &mut env, &mut issues)?;
     let shown: Vec<String> = files.iter().map(|f| lexer::shown(f)).collect();
-    finish(lines, shown, issues)
+    finish(lines, shown, issues, true)
 }
 
 /// Converts one configuration given as text (named `file` in messages). For the fuzz
-/// target and tests: reads no file (ACL `-f` files aside) and no environment.
+/// target and tests: reads no file (an ACL's `-f` list is refused) and no environment.
 pub fn convert_text(text: &str, file: &str) -> Result<Conversion, ParseError> {
     let mut env = lexer::Env::default();
     let mut issues = Vec::new();
     let mut lines = Vec::new();
     lexer::read_text(text, file, &mut env, &mut issues, &mut lines)?;
-    finish(lines, vec![file.to_string()], issues)
+    finish(lines, vec![file.to_string()], issues, false)
 }
 
-fn finish(lines: Vec<lexer::Line>, files: Vec<String>, mut issues: Vec<Issue>) -> Result<Conversion, ParseError> {
+fn finish(
+    lines: Vec<lexer::Line>,
+    files: Vec<String>,
+    mut issues: Vec<Issue>,
+    read_files: bool,
+) -> Result<Conversion, ParseError> {
     let count = lines.len();
     let sections = sections::split(lines)?;
-    let model = build::build(&sections, &mut issues)?;
+    let model = build::build(&sections, &mut issues, read_files)?;
     let toml = emit::emit(&model, &files);
     issues.sort_by(|a, b| {
         let fa = files.iter().position(|f| *f == a.file);
@@ -269,3 +274,6 @@ pub fn check(toml: &str, path: &str) -> CheckVerdict {
         },
     }
 }
+
+#[cfg(test)]
+mod tests;

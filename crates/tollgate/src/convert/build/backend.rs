@@ -379,10 +379,8 @@ impl Builder<'_, '_> {
                     | "pool-purge-delay" | "max-reuse" | "tfo" | "fastinter" | "downinter" | "no-tls-tickets"
                     | "tls-tickets" | "enabled" | "no-sslv3" | "no-tlsv10" | "no-tlsv11" | "non-stick" | "stick"
                     | "ssl-reuse" | "no-ssl-reuse" | "no-verifyhost" | "minconn" | "log-proto" | "ws" => {}
-                    "ssl-min-ver" => match arg.as_str() {
-                        "TLSv1.3" => s.set("min_version", q("1.3"), &l.at()),
-                        _ => {}
-                    },
+                    "ssl-min-ver" if arg == "TLSv1.3" => s.set("min_version", q("1.3"), &l.at()),
+                    "ssl-min-ver" => {}
                     "ssl-max-ver" if arg == "TLSv1.2" => s.set("max_version", q("1.2"), &l.at()),
                     "disabled" => ignored.push(
                         "`disabled` (it starts ready: `tollgate ctl set server B/S state maint` after start)".into(),
@@ -623,7 +621,9 @@ fn server_address(a: &str) -> Result<String, String> {
     let (host, port) = match a.rsplit_once(':') {
         Some((h, p)) if !h.is_empty() && !h.ends_with(':') => (h, p),
         _ => {
-            return Err("a server without a port (HAProxy uses the client's destination port) has no equivalent".into());
+            return Err(
+                "a server without a port (HAProxy uses the client's destination port) has no equivalent".into(),
+            );
         }
     };
     if port.starts_with('+') || port.starts_with('-') || port.parse::<u16>().is_err() {

@@ -2,16 +2,11 @@
 //! differ in TLS or PROXY protocol becomes one tollgate frontend per kind), the stats page
 //! and Prometheus exporter (tollgate's `[admin]`), limits from stick tables, and the routes.
 
-use std::collections::BTreeMap;
-
-use super::super::cond::{Acls, Conj, Ctx, Dnf, Test};
+use super::super::cond::{Acls, Ctx};
 use super::super::emit::{Frontend, Table, arr, inline, q};
 use super::super::lexer::Line;
 use super::super::{Issue, ParseError};
-use super::rules::{
-    Action, EditOp, RouteSpec, Rule, RuleKind, http_request, http_response, route_table, rule_condition, split_by_edits,
-};
-use super::values::{duration, log_template, size, time_ms};
+use super::values::{duration, log_template, time_ms};
 use super::{Builder, View};
 
 /// TLS settings of one kind of bind.
@@ -61,7 +56,11 @@ const OPENSSL_CIPHERS: &[(&str, &str)] = &[
     ),
 ];
 
-fn read_acl_file(path: &str) -> Result<String, String> {
+pub(super) fn no_files(path: &str) -> Result<String, String> {
+    Err(format!("`-f {path}`: files are not read here"))
+}
+
+pub(super) fn read_acl_file(path: &str) -> Result<String, String> {
     let bytes = crate::config::bounded::read_file(std::path::Path::new(path), 1024 * 1024)
         .map_err(|e| format!("`-f {path}`: {e} (convert where the file is, or list its values)"))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -75,7 +74,7 @@ impl Builder<'_, '_> {
         }
         let ctx = Ctx {
             http: v.http,
-            read_file: &read_acl_file,
+            read_file: if self.g.files { &read_acl_file } else { &no_files },
         };
         let mut acls = Acls::default();
         let mut head = Table::default();
@@ -88,22 +87,32 @@ impl Builder<'_, '_> {
             self.use_line(l);
         }
         let groups = self.binds(v, &mut head)?;
-        head.set("name", q(&v.name), &v.header.at());
-        if let Some(l) = v.last("mode") {
-            if matches!(l.word(1), "http" | "tcp") {
-                head.set("mode", q(l.word(1)), &l.at());
+        if groups.is_empty() {
+            let mut t = Table::default();
+            self.drop_line(
+                &mut t,
+                v.header,
+                "no bind tollgate can use (IP:port): the proxy is not converted",
+            );
+            self.model.trailing.extend(head.comments);
+            self.model.trailing.extend(t.comments);
+            for (l, _) in &v.lines {
                 self.use_line(l);
             }
+            return Ok(());
         }
-        if let Some(l) = v
-            .all("maxconn")
-            .filter(|l| !v.inherited(l) || v.kind == super::super::sections::Kind::Listen)
-            .last()
+        head.set("name", q(&v.name), &v.header.at());
+        if let Some(l) = v.last("mode")
+            && matches!(l.word(1), "http" | "tcp")
         {
-            if let Ok(n) = l.word(1).parse::<u64>() {
-                head.set("maxconn", n.to_string(), &l.at());
-                self.use_line(l);
-            }
+            head.set("mode", q(l.word(1)), &l.at());
+            self.use_line(l);
+        }
+        if let Some(l) = v.last("maxconn")
+            && let Ok(n) = l.word(1).parse::<u64>()
+        {
+            head.set("maxconn", n.to_string(), &l.at());
+            self.use_line(l);
         }
         self.frontend_timeouts(v);
         let mut fe = Frontend::default();
@@ -117,6 +126,16 @@ impl Builder<'_, '_> {
             self.forwarded(v, views, &targets, &mut head);
             self.http_frontend_keys(v, &mut head);
         }
+        if !head.has("default_backend") && fe.routes.is_empty() {
+            let mut r = Table::default();
+            r.set("name", q(&format!("{} (no backend)", v.header.at())), "");
+            r.set("deny", if v.http { "503".into() } else { "true".into() }, "");
+            fe.routes.push(r);
+            self.note(
+                v.header,
+                "no backend: every request gets 503 (TCP: the connection is closed), as in HAProxy",
+            );
+        }
         fe.head = head;
         let many = groups.len() > 1;
         for (i, g) in groups.iter().enumerate() {
@@ -128,6 +147,15 @@ impl Builder<'_, '_> {
                     format!("{}", i + 1)
                 };
                 f.head.set("name", q(&format!("{}-{suffix}", v.name)), &v.header.at());
+                // Limit names are unique in a config: each kind of bind counts on its own.
+                for l in &mut f.limits {
+                    if let Some(n) = l.get("name").map(|n| n.trim_matches('"').to_string()) {
+                        l.set("name", q(&format!("{n}-{suffix}")), "");
+                    }
+                }
+                if !f.limits.is_empty() {
+                    self.note(v.header, "its stick table is counted per kind of bind here: a client's requests over TLS and in clear count separately");
+                }
             }
             let mut h = Table::default();
             for e in &f.head.entries {
@@ -191,7 +219,7 @@ impl Builder<'_, '_> {
             .iter()
             .map(|c| {
                 let mut ct = Table::default();
-                let key = if std::path::Path::new(&format!("{c}.key")).is_file() {
+                let key = if self.g.files && std::path::Path::new(&format!("{c}.key")).is_file() {
                     format!("{c}.key")
                 } else {
                     c.clone()
@@ -431,9 +459,6 @@ impl Builder<'_, '_> {
                 "its binds differ in TLS or PROXY protocol: one tollgate frontend per kind, with the same routes",
             );
         }
-        if groups.is_empty() {
-            groups.push(BindGroup::default());
-        }
         Ok(groups)
     }
 
@@ -479,7 +504,7 @@ impl Builder<'_, '_> {
     fn cert_files(&self, arg: &str) -> Vec<String> {
         let path = self.crt_path(arg);
         let p = std::path::Path::new(&path);
-        if p.is_dir() {
+        if self.g.files && p.is_dir() {
             let mut files: Vec<String> = std::fs::read_dir(p)
                 .map(|d| {
                     d.filter_map(Result::ok)
@@ -513,12 +538,11 @@ impl Builder<'_, '_> {
         ] {
             let Some(l) = v.timeout(name) else { continue };
             let Ok(ms) = time_ms(l.word(2)) else { continue };
+            // connect, server and queue are the backends' to apply.
             if self.g.timeouts.get(name) == Some(&ms)
                 || v.inherited(l)
-                || v.is_backend() && matches!(name, "connect" | "server")
+                || matches!(name, "connect" | "server" | "queue")
             {
-                self.use_line(l);
-            } else if matches!(name, "connect" | "server" | "queue") {
                 self.use_line(l);
             } else {
                 self.note(
@@ -531,198 +555,6 @@ impl Builder<'_, '_> {
                 );
             }
         }
-    }
-
-    /// Stick tables, trackers and the `deny if { sc_http_req_rate(N) gt X }` rules that
-    /// read them become `[[frontend.limit]]`s.
-    fn limits(&mut self, v: &View<'_>, acls: &Acls, ctx: &Ctx<'_>, fe: &mut Frontend, head: &mut Table) {
-        // slot → (key, table name, line)
-        let mut trackers: BTreeMap<u8, (String, String, &Line)> = BTreeMap::new();
-        let tracking = |l: &Line| -> Option<(u8, usize)> {
-            let (i, w) = l.words.iter().enumerate().find(|(_, w)| w.starts_with("track-sc"))?;
-            let slot = w.trim_start_matches("track-sc").parse().ok()?;
-            Some((slot, i))
-        };
-        for l in v.all("http-request").chain(v.all("tcp-request")).collect::<Vec<_>>() {
-            let Some((slot, i)) = tracking(l) else { continue };
-            let expr = l.word(i + 1);
-            let table = match (l.word(i + 2), l.word(i + 3)) {
-                ("table", t) => t.to_string(),
-                _ => v.name.clone(),
-            };
-            let key = match expr {
-                "src" => Some("source".to_string()),
-                "path" => Some("path".to_string()),
-                "ssl_fc_sni" | "req.ssl_sni" | "req_ssl_sni" => Some("sni".to_string()),
-                e => e
-                    .strip_prefix("req.hdr(")
-                    .or_else(|| e.strip_prefix("hdr("))
-                    .and_then(|h| h.strip_suffix(')'))
-                    .map(|h| format!("header:{}", h.to_ascii_lowercase())),
-            };
-            let conditional = l.words.iter().any(|w| w == "if" || w == "unless");
-            match key {
-                Some(k) if !conditional => {
-                    trackers.insert(slot, (k, table, l));
-                }
-                _ => self.drop_line(
-                    head,
-                    l,
-                    "only an unconditional tracker of src, path, the SNI or a request header becomes a limit key",
-                ),
-            }
-        }
-        if trackers.is_empty() {
-            return;
-        }
-        let tables: Vec<&Line> = self
-            .sections
-            .iter()
-            .flat_map(|s| s.lines.iter())
-            .filter(|l| l.word(0) == "stick-table")
-            .collect();
-        let owner_of = |l: &Line| {
-            self.sections
-                .iter()
-                .find(|s| s.lines.iter().any(|x| std::ptr::eq(x, l)))
-                .map(|s| s.name.clone())
-        };
-        let mut made: BTreeMap<String, Table> = BTreeMap::new();
-        let rules: Vec<&Line> = v.all("http-request").chain(v.all("tcp-request")).collect();
-        for l in rules {
-            let start = if l.word(0) == "tcp-request" { 2 } else { 1 };
-            let action = l.word(start);
-            if !matches!(action, "deny" | "tarpit" | "reject" | "silent-drop") {
-                continue;
-            }
-            let Ok((words, dnf)) = rule_condition(l.words.get(start..).unwrap_or_default(), acls, ctx) else {
-                continue;
-            };
-            let counter = match dnf.0.as_slice() {
-                [Conj { pos, neg }] if neg.is_empty() && pos.len() == 1 => match pos.first() {
-                    Some(Test::Counter(c)) => c.clone(),
-                    _ => continue,
-                },
-                _ if dnf
-                    .0
-                    .iter()
-                    .flat_map(Conj::tests)
-                    .any(|t| matches!(t, Test::Counter(_))) =>
-                {
-                    self.drop_line(head, l, "a limit with other conditions besides the counter has no equivalent (a limit counts every request of the frontend, or of routes naming it)");
-                    continue;
-                }
-                _ => continue,
-            };
-            let Some((key, table_name, track_line)) = trackers.get(&counter.slot).cloned() else {
-                self.drop_line(head, l, "the counter reads a slot no `track-sc` line fills");
-                continue;
-            };
-            let table_name = counter.table.clone().unwrap_or(table_name);
-            let Some(table) = tables
-                .iter()
-                .find(|t| owner_of(t).as_deref() == Some(table_name.as_str()))
-            else {
-                self.drop_line(head, l, &format!("no `stick-table` in `{table_name}`"));
-                continue;
-            };
-            let limit = made
-                .entry(format!("{}-{}", table_name, counter.slot))
-                .or_insert_with(|| {
-                    let mut t = Table::default();
-                    let name: String = format!("{}-sc{}", table_name, counter.slot)
-                        .chars()
-                        .map(|c| {
-                            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                                c
-                            } else {
-                                '_'
-                            }
-                        })
-                        .collect();
-                    t.set("name", q(&name), &table.at());
-                    t.set("key", q(&key), &track_line.at());
-                    t
-                });
-            self.use_line(track_line);
-            self.use_line(table);
-            let store = table
-                .words
-                .iter()
-                .position(|w| w == "store")
-                .and_then(|i| table.words.get(i + 1))
-                .cloned()
-                .unwrap_or_default();
-            let period = |what: &str| {
-                store.split(',').find_map(|s| {
-                    s.strip_prefix(&format!("{what}("))
-                        .and_then(|p| p.strip_suffix(')'))
-                        .and_then(|p| time_ms(p).ok())
-                })
-            };
-            match counter.what.as_str() {
-                "http_req_rate" | "conn_rate" => {
-                    let Some(p) = period(&counter.what) else {
-                        self.drop_line(head, l, &format!("the table does not store `{}`", counter.what));
-                        continue;
-                    };
-                    limit.set("rate", q(&format!("{}/{}", counter.max, duration(p))), &l.at());
-                    if let Some(size_at) = table.words.iter().position(|w| w == "size")
-                        && let Some(n) = table.words.get(size_at + 1).and_then(|s| size(s).ok())
-                    {
-                        limit.set("size", n.to_string(), &table.at());
-                    }
-                    if let Some(e) = table
-                        .words
-                        .iter()
-                        .position(|w| w == "expire")
-                        .and_then(|i| table.words.get(i + 1))
-                        .and_then(|e| time_ms(e).ok())
-                    {
-                        limit.set("expire", q(&duration(e.max(2 * p))), &table.at());
-                        if e < 2 * p {
-                            self.note(table, "`expire` raised to two periods of the rate: tollgate's sliding window reads the previous period");
-                        }
-                    }
-                }
-                "conn_cur" => limit.set("concurrent", counter.max.to_string(), &l.at()),
-                other => {
-                    self.drop_line(
-                        head,
-                        l,
-                        &format!(
-                            "`{other}` has no limit equivalent (request rate, connection rate and concurrency only)"
-                        ),
-                    );
-                    continue;
-                }
-            }
-            let status = words
-                .iter()
-                .position(|w| w == "deny_status")
-                .and_then(|i| words.get(i + 1))
-                .cloned();
-            let act = match (action, status.as_deref()) {
-                ("deny", Some("429")) if v.http => "429",
-                ("deny", _) if v.http => {
-                    self.note(
-                        l,
-                        "an over-limit request gets 429 Too Many Requests (with Retry-After), not this status",
-                    );
-                    "429"
-                }
-                ("tarpit", _) => {
-                    if let Some(t) = &self.g.tarpit {
-                        limit.set("tarpit", q(t), &l.at());
-                    }
-                    "tarpit"
-                }
-                _ => "close",
-            };
-            limit.set("action", q(act), &l.at());
-            self.note(l, "a limit: tollgate counts only admitted requests, so a client over the rate gets exactly the rate; HAProxy's counter also counts refused ones");
-        }
-        fe.limits = made.into_values().collect();
     }
 
     /// The `forwarded` key: HAProxy adds X-Forwarded-For only with `option forwardfor` in the
@@ -778,6 +610,11 @@ impl Builder<'_, '_> {
 
     /// unique-id, compression and logging keys of an http frontend.
     fn http_frontend_keys(&mut self, v: &View<'_>, head: &mut Table) {
+        head.set(
+            "forward_target",
+            q("original"),
+            "HAProxy forwards the target as the client sent it",
+        );
         if let Some(h) = v.last("unique-id-header") {
             head.set("request_id", inline(&[("header".into(), q(h.word(1)))]), &h.at());
             self.note(
@@ -811,10 +648,7 @@ impl Builder<'_, '_> {
             }
             pairs.push(("algorithms".to_string(), arr(&known)));
             if let Some(t) = v.all2("compression", "type").last() {
-                pairs.push((
-                    "types".to_string(),
-                    arr(&t.words.iter().skip(2).cloned().collect::<Vec<_>>()),
-                ));
+                pairs.push(("types".to_string(), arr(&media_types(t))));
                 self.use_line(t);
             }
             head.set("compress", inline(&pairs), &l.at());
@@ -842,504 +676,6 @@ impl Builder<'_, '_> {
             }
         }
     }
-
-    fn http_routes(
-        &mut self,
-        v: &View<'_>,
-        views: &[View<'_>],
-        acls: &Acls,
-        ctx: &Ctx<'_>,
-        fe: &mut Frontend,
-        head: &mut Table,
-    ) -> Vec<String> {
-        let lists: Vec<String> = self
-            .g
-            .userlists
-            .iter()
-            .filter(|(_, u)| !u.is_empty())
-            .map(|(n, _)| n.clone())
-            .collect();
-        let userlists =
-            move |name: &str| -> Option<String> { lists.iter().any(|l| l == name).then(|| format!("{name}.htpasswd")) };
-        let mut stops: Vec<Rule<'_>> = Vec::new();
-        let mut edits: Vec<Rule<'_>> = Vec::new();
-        let mut specs: Vec<RouteSpec> = Vec::new();
-        if let Some(l) = v.last("monitor-uri") {
-            let body = "<html><body><h1>200 OK</h1>\nService ready.\n</body></html>\n";
-            let ret = vec![
-                ("status".to_string(), "200".to_string()),
-                ("body".into(), q(body)),
-                ("content_type".into(), q("text/html")),
-            ];
-            specs.push(RouteSpec {
-                conj: Conj {
-                    pos: vec![Test::Path(vec![l.word(1).to_string()])],
-                    neg: Vec::new(),
-                },
-                action: Action::Return(ret),
-                edits: Default::default(),
-                src: l.at(),
-            });
-            self.use_line(l);
-        }
-        let mut used_lists = Vec::new();
-        for l in v.all("http-request").collect::<Vec<_>>() {
-            if self.used.contains(&super::addr(l)) {
-                continue;
-            }
-            if l.word(1) == "set-header" && l.word(3) == "%[unique-id]" {
-                head.set("request_id", inline(&[("header".into(), q(l.word(2)))]), &l.at());
-                self.note(l, "the ID is a UUIDv7 made by tollgate, not `unique-id-format`");
-                continue;
-            }
-            if l.word(1) == "use-service" {
-                self.drop_line(
-                    head,
-                    l,
-                    "the Prometheus exporter is tollgate's [admin] endpoint (`/metrics`), on an address of its own",
-                );
-                continue;
-            }
-            match http_request(l, l.words.get(1..).unwrap_or_default(), acls, ctx, &userlists) {
-                Ok(Some(rule)) => {
-                    if let RuleKind::Edit(EditOp::Auth(_)) = &rule.kind {
-                        used_lists.push(l.word(0).to_string());
-                    }
-                    self.use_line(l);
-                    match rule.kind {
-                        RuleKind::Stop(_) => stops.push(rule),
-                        RuleKind::Edit(_) => edits.push(rule),
-                    }
-                }
-                Ok(None) => self.note(l, "not needed: tollgate always matches routes on the normalised path (docs/config.md#normalised-paths-and-hosts)"),
-                Err(reason) => self.drop_line(head, l, &reason),
-            }
-        }
-        for l in v.all("redirect").collect::<Vec<_>>() {
-            match rule_condition(l.words.get(1..).unwrap_or_default(), acls, ctx)
-                .and_then(|(action, cond)| Ok((super::rules::redirect(&action)?, cond)))
-            {
-                Ok((p, cond)) => {
-                    stops.push(Rule {
-                        line: l,
-                        cond,
-                        kind: RuleKind::Stop(Action::Redirect(p)),
-                    });
-                    self.use_line(l);
-                }
-                Err(reason) => self.drop_line(head, l, &reason),
-            }
-        }
-        let mut resp: Vec<Rule<'_>> = Vec::new();
-        for l in v.all("http-response").collect::<Vec<_>>() {
-            match http_response(l, l.words.get(1..).unwrap_or_default(), acls, ctx) {
-                Ok(r) => {
-                    self.use_line(l);
-                    resp.push(r);
-                }
-                Err(reason) => self.drop_line(head, l, &reason),
-            }
-        }
-        for r in &stops {
-            if let RuleKind::Stop(a) = &r.kind {
-                for c in &r.cond.0 {
-                    specs.push(RouteSpec {
-                        conj: c.clone(),
-                        action: a.clone(),
-                        edits: Default::default(),
-                        src: r.line.at(),
-                    });
-                }
-            }
-        }
-        // Backend choices, in order, then the default.
-        let mut choices: Vec<(Dnf, String, String)> = Vec::new();
-        for l in v.all("use_backend").collect::<Vec<_>>() {
-            match rule_condition(l.words.get(2..).unwrap_or_default(), acls, ctx) {
-                Ok((_, cond)) if !l.word(1).is_empty() && !l.word(1).contains('%') => {
-                    choices.push((cond, l.word(1).to_string(), l.at()));
-                    self.use_line(l);
-                }
-                Ok(_) => self.drop_line(head, l, "a backend named by an expression has no equivalent"),
-                Err(reason) => self.drop_line(head, l, &reason),
-            }
-        }
-        let default = v
-            .last("default_backend")
-            .map(|l| (l.word(1).to_string(), l.at(), l))
-            .or_else(|| {
-                (v.kind == super::super::sections::Kind::Listen && v.is_backend())
-                    .then(|| (v.name.clone(), v.header.at(), v.header))
-            });
-        if let Some((_, _, l)) = &default {
-            self.use_line(l);
-        }
-        let mut targets: Vec<String> = Vec::new();
-        let mut default_plain = None;
-        let all_choices: Vec<(Dnf, String, String)> = choices
-            .into_iter()
-            .chain(default.clone().map(|(b, at, _)| (Dnf::always(), b, at)))
-            .collect();
-        let last = all_choices.len().saturating_sub(1);
-        for (n, (cond, backend, at)) in all_choices.iter().enumerate() {
-            if !targets.contains(backend) {
-                targets.push(backend.clone());
-            }
-            let Some(bv) = views.iter().find(|b| b.is_backend() && b.name == *backend) else {
-                let mut t = Table::default();
-                t.comment(&format!("{at}: backend `{backend}` is not defined"));
-                head.comments.extend(t.comments);
-                continue;
-            };
-            let (b_stops, b_edits, b_resp) = self.backend_rules(bv, &userlists);
-            let is_default = n == last && default.is_some();
-            let all_edits: Vec<(&Rule<'_>, &EditOp)> = edits
-                .iter()
-                .chain(b_edits.iter())
-                .chain(b_resp.iter())
-                .chain(resp.iter())
-                .filter_map(|r| {
-                    if let RuleKind::Edit(op) = &r.kind {
-                        Some((r, op))
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            let compress = self.backend_compress(bv);
-            if is_default && b_stops.is_empty() && all_edits.is_empty() && compress.is_none() {
-                default_plain = Some((backend.clone(), at.clone()));
-                continue;
-            }
-            for conj in &cond.0 {
-                for r in &b_stops {
-                    if let RuleKind::Stop(a) = &r.kind {
-                        for c in &r.cond.0 {
-                            specs.push(RouteSpec {
-                                conj: conj.and(c),
-                                action: a.clone(),
-                                edits: Default::default(),
-                                src: r.line.at(),
-                            });
-                        }
-                    }
-                }
-                match split_by_edits(conj, &all_edits) {
-                    Ok(variants) => {
-                        for (c, mut e) in variants {
-                            if let Some(cm) = &compress {
-                                let _ = e_apply_compress(&mut e, cm);
-                            }
-                            specs.push(RouteSpec {
-                                conj: c,
-                                action: Action::Backend(backend.clone()),
-                                edits: e,
-                                src: at.clone(),
-                            });
-                        }
-                    }
-                    Err((where_, reason)) => {
-                        let mut t = Table::default();
-                        t.comment(&format!(
-                            "UNCONVERTED: the route {at} to `{backend}`: {where_}: {reason}"
-                        ));
-                        head.comments.extend(t.comments);
-                        self.push(Issue::dropped(
-                            &where_.rsplit_once(':').map(|(f, _)| f.to_string()).unwrap_or_default(),
-                            where_.rsplit_once(':').and_then(|(_, n)| n.parse().ok()).unwrap_or(0),
-                            &format!("(route to {backend})"),
-                            &reason,
-                        ));
-                    }
-                }
-            }
-        }
-        let _ = used_lists;
-        if let Some((b, at)) = default_plain {
-            head.set("default_backend", q(&b), &at);
-        }
-        for s in &specs {
-            match route_table(s, true, &mut fe.matchers, "acl-") {
-                Ok(t) => fe.routes.push(t),
-                Err(reason) => {
-                    let mut t = Table::default();
-                    t.comment(&format!("UNCONVERTED route from {}: {reason}", s.src));
-                    head.comments.extend(t.comments);
-                    let (f, n) = s
-                        .src
-                        .rsplit_once(':')
-                        .map(|(f, n)| (f.to_string(), n.parse().unwrap_or(0)))
-                        .unwrap_or_default();
-                    self.push(Issue::dropped(&f, n, "(route)", &reason));
-                }
-            }
-        }
-        self.write_side_files();
-        targets
-    }
-
-    /// A backend's own `http-request`/`http-response` rules, read with its own ACLs.
-    fn backend_rules<'v>(
-        &mut self,
-        bv: &View<'v>,
-        userlists: &dyn Fn(&str) -> Option<String>,
-    ) -> (Vec<Rule<'v>>, Vec<Rule<'v>>, Vec<Rule<'v>>) {
-        let ctx = Ctx {
-            http: bv.http,
-            read_file: &read_acl_file,
-        };
-        let mut acls = Acls::default();
-        for l in bv.all("acl") {
-            acls.add(l.word(1), l.words.get(2..).unwrap_or_default(), &ctx);
-            self.use_line(l);
-        }
-        let (mut stops, mut edits, mut resp) = (Vec::new(), Vec::new(), Vec::new());
-        let mut t = Table::default();
-        if bv.is_frontend() {
-            return (stops, edits, resp);
-        }
-        for l in bv.all("http-request").collect::<Vec<_>>() {
-            match http_request(l, l.words.get(1..).unwrap_or_default(), &acls, &ctx, userlists) {
-                Ok(Some(r)) => {
-                    self.use_line(l);
-                    match r.kind {
-                        RuleKind::Stop(_) => stops.push(r),
-                        RuleKind::Edit(_) => edits.push(r),
-                    }
-                }
-                Ok(None) => self.note(l, "not needed: tollgate always matches routes on the normalised path"),
-                Err(reason) => self.drop_line(&mut t, l, &reason),
-            }
-        }
-        for l in bv.all("redirect").collect::<Vec<_>>() {
-            match rule_condition(l.words.get(1..).unwrap_or_default(), &acls, &ctx)
-                .and_then(|(a, c)| Ok((super::rules::redirect(&a)?, c)))
-            {
-                Ok((p, cond)) => {
-                    stops.push(Rule {
-                        line: l,
-                        cond,
-                        kind: RuleKind::Stop(Action::Redirect(p)),
-                    });
-                    self.use_line(l);
-                }
-                Err(reason) => self.drop_line(&mut t, l, &reason),
-            }
-        }
-        for l in bv.all("http-response").collect::<Vec<_>>() {
-            match http_response(l, l.words.get(1..).unwrap_or_default(), &acls, &ctx) {
-                Ok(r) => {
-                    self.use_line(l);
-                    resp.push(r);
-                }
-                Err(reason) => self.drop_line(&mut t, l, &reason),
-            }
-        }
-        if let Some(b) = self
-            .model
-            .backends
-            .iter_mut()
-            .find(|b| b.head.get("name") == Some(q(&bv.name).as_str()))
-        {
-            for c in t.comments {
-                if !b.head.comments.contains(&c) {
-                    b.head.comments.push(c);
-                }
-            }
-        }
-        (stops, edits, resp)
-    }
-
-    /// A backend's `compression`: its routes' `compress`.
-    fn backend_compress(&mut self, bv: &View<'_>) -> Option<String> {
-        if bv.is_frontend() {
-            return None;
-        }
-        let l = bv.all2("compression", "algo").last()?;
-        let known: Vec<String> = l
-            .words
-            .iter()
-            .skip(2)
-            .filter(|a| a.as_str() == "gzip")
-            .cloned()
-            .collect();
-        let mut pairs = vec![("algorithms".to_string(), arr(&known))];
-        if let Some(t) = bv.all2("compression", "type").last() {
-            pairs.push((
-                "types".to_string(),
-                arr(&t.words.iter().skip(2).cloned().collect::<Vec<_>>()),
-            ));
-            self.use_line(t);
-        }
-        self.note(
-            l,
-            "a backend's compression becomes the `compress` of each route to it (gzip only of HAProxy's algorithms)",
-        );
-        for l in bv.all2("compression", "offload") {
-            self.note(
-                l,
-                "not needed: a response the server compressed already is forwarded as it is",
-            );
-        }
-        Some(inline(&pairs))
-    }
-
-    fn write_side_files(&mut self) {
-        for (name, users) in &self.g.userlists {
-            if users.is_empty() {
-                continue;
-            }
-            let file = format!("{name}.htpasswd");
-            if self.model.side_files.iter().any(|(f, _)| *f == file) {
-                continue;
-            }
-            let body: String = users.iter().map(|(u, h)| format!("{u}:{h}\n")).collect();
-            self.model.side_files.push((file, body));
-        }
-    }
-
-    fn tcp_routes(
-        &mut self,
-        v: &View<'_>,
-        acls: &Acls,
-        ctx: &Ctx<'_>,
-        fe: &mut Frontend,
-        head: &mut Table,
-    ) -> Vec<String> {
-        let mut allow: Vec<String> = Vec::new();
-        let mut deny: Vec<String> = Vec::new();
-        let mut specs: Vec<RouteSpec> = Vec::new();
-        for l in v.all("tcp-request").collect::<Vec<_>>() {
-            if self.used.contains(&super::addr(l)) {
-                continue;
-            }
-            let stage = l.word(1);
-            if stage == "inspect-delay" {
-                if let Ok(ms) = time_ms(l.word(2)) {
-                    self.model.timeouts.set("tls_inspect", q(&duration(ms)), &l.at());
-                    self.note(
-                        l,
-                        "becomes the global `timeouts.tls_inspect`: how long an SNI route waits for the ClientHello",
-                    );
-                }
-                continue;
-            }
-            let parsed = rule_condition(l.words.get(3..).unwrap_or_default(), acls, ctx);
-            let (action, cond) = match parsed {
-                Ok((_, c)) => (l.word(2), c),
-                Err(reason) => {
-                    self.drop_line(head, l, &reason);
-                    continue;
-                }
-            };
-            let only_source = |d: &Dnf| -> Option<Vec<String>> {
-                let mut out = Vec::new();
-                for c in &d.0 {
-                    if !c.neg.is_empty() {
-                        return None;
-                    }
-                    match c.pos.as_slice() {
-                        [Test::Source(s)] => out.extend(s.iter().cloned()),
-                        _ => return None,
-                    }
-                }
-                Some(out)
-            };
-            match (stage, action) {
-                ("content", "accept") if cond.0.iter().all(|c| c.pos.iter().all(|t| matches!(t, Test::SslHello))) => {
-                    self.note(l, "not needed: tollgate reads the ClientHello itself for SNI routes");
-                }
-                ("connection" | "session", "reject") if only_source(&cond).is_some() => {
-                    deny.extend(only_source(&cond).unwrap_or_default());
-                    self.use_line(l);
-                }
-                ("connection" | "session", "accept") if only_source(&cond).is_some() => {
-                    allow.extend(only_source(&cond).unwrap_or_default());
-                    self.use_line(l);
-                }
-                ("connection" | "session", "reject") if cond.is_always() && !allow.is_empty() => self.use_line(l),
-                ("content", "reject") => {
-                    for c in &cond.0 {
-                        specs.push(RouteSpec {
-                            conj: c.clone(),
-                            action: Action::Deny(403),
-                            edits: Default::default(),
-                            src: l.at(),
-                        });
-                    }
-                    self.use_line(l);
-                }
-                _ => self.drop_line(
-                    head,
-                    l,
-                    "this `tcp-request` rule has no equivalent (source access lists, SNI or source routes only)",
-                ),
-            }
-        }
-        if !allow.is_empty() {
-            head.set("allow", arr(&allow), "tcp-request connection accept");
-        }
-        if !deny.is_empty() {
-            head.set("deny", arr(&deny), "tcp-request connection reject");
-        }
-        let mut targets = Vec::new();
-        for l in v.all("use_backend").collect::<Vec<_>>() {
-            match rule_condition(l.words.get(2..).unwrap_or_default(), acls, ctx) {
-                Ok((_, cond)) => {
-                    for c in &cond.0 {
-                        specs.push(RouteSpec {
-                            conj: c.clone(),
-                            action: Action::Backend(l.word(1).to_string()),
-                            edits: Default::default(),
-                            src: l.at(),
-                        });
-                    }
-                    targets.push(l.word(1).to_string());
-                    self.use_line(l);
-                }
-                Err(reason) => self.drop_line(head, l, &reason),
-            }
-        }
-        let default = v
-            .last("default_backend")
-            .map(|l| (l.word(1).to_string(), l.at(), l))
-            .or_else(|| {
-                (v.kind == super::super::sections::Kind::Listen && v.is_backend())
-                    .then(|| (v.name.clone(), v.header.at(), v.header))
-            });
-        if let Some((b, at, l)) = default {
-            head.set("default_backend", q(&b), &at);
-            targets.push(b);
-            self.use_line(l);
-        }
-        // tollgate tries source-only routes at accept, before any SNI route.
-        let is_source_only =
-            |s: &RouteSpec| s.conj.pos.iter().all(|t| matches!(t, Test::Source(_))) && !s.conj.pos.is_empty();
-        let before: Vec<String> = specs.iter().map(|s| s.src.clone()).collect();
-        specs.sort_by_key(|s| !is_source_only(s));
-        if specs.iter().map(|s| s.src.clone()).collect::<Vec<_>>() != before {
-            self.note(v.header, "source-only routes are tried first (at accept, before the ClientHello): their order moved ahead of SNI routes");
-        }
-        for s in &specs {
-            match route_table(s, false, &mut fe.matchers, "acl-") {
-                Ok(t) => fe.routes.push(t),
-                Err(reason) => {
-                    let (f, n) = s
-                        .src
-                        .rsplit_once(':')
-                        .map(|(f, n)| (f.to_string(), n.parse().unwrap_or(0)))
-                        .unwrap_or_default();
-                    head.comment(&format!("UNCONVERTED route from {}: {reason}", s.src));
-                    self.push(Issue::dropped(&f, n, "(route)", &reason));
-                }
-            }
-        }
-        targets
-    }
-}
-
-fn e_apply_compress(e: &mut super::rules::Edits, c: &str) -> Result<(), String> {
-    e.apply(&EditOp::Compress(c.to_string()), "")
 }
 
 fn tls_version(v: &str, notes: &mut Vec<String>) -> Option<String> {
@@ -1434,4 +770,21 @@ pub(crate) fn bind_addrs(spec: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
+}
+
+/// HAProxy compares `compression type`s as prefixes: `text/` is every text type.
+pub(super) fn media_types(l: &Line) -> Vec<String> {
+    l.words
+        .iter()
+        .skip(2)
+        .map(|t| {
+            if t.ends_with('/') {
+                format!("{t}*")
+            } else if t.contains('/') {
+                t.clone()
+            } else {
+                format!("{t}/*")
+            }
+        })
+        .collect()
 }

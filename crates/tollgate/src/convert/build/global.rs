@@ -29,6 +29,8 @@ pub(crate) struct Globals {
     pub tarpit: Option<String>,
     /// `spread-checks`: each [backend.health]'s `jitter`, in percent.
     pub spread: Option<u64>,
+    /// Files the config names may be read (ACL `-f` lists, certificate directories).
+    pub files: bool,
     /// Global timeouts as milliseconds, by HAProxy name.
     pub timeouts: BTreeMap<String, u64>,
 }

@@ -1,8 +1,10 @@
 //! HAProxy sections onto tollgate's model. [`global`] reads `global`, `userlist` and
 //! `resolvers`; each proxy (`frontend`, `backend`, `listen`) is seen through a [`View`] of its
 //! effective lines (its defaults' and its own) and converted by [`backend`] (servers, checks,
-//! balancing, stickiness) and [`frontend`] (binds, TLS, limits, and the routes [`rules`] makes
-//! of ACLs, `http-request` rules and `use_backend`).
+//! balancing, stickiness) and [`frontend`] (binds, TLS, the stats proxy, forwarding), with
+//! [`limits`] (stick tables and the deny rules that read them) and [`routes`] (the routes
+//! [`rules`] makes of ACLs, `http-request` rules and `use_backend`). [`values`] translates
+//! HAProxy's value syntaxes.
 //!
 //! Invariant: every line is marked used when something took it; whatever no conversion used
 //! is reported dropped at the end ([`Builder::sweep`]), so a keyword this module does not know
@@ -11,6 +13,8 @@
 mod backend;
 mod frontend;
 mod global;
+mod limits;
+mod routes;
 mod rules;
 mod values;
 
@@ -21,14 +25,17 @@ use super::lexer::Line;
 use super::sections::{Kind, Section};
 use super::{Issue, ParseError};
 
-pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>) -> Result<Model, ParseError> {
+pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>, files: bool) -> Result<Model, ParseError> {
     let mut b = Builder {
         sections,
         issues,
         seen: HashSet::new(),
         used: HashSet::new(),
         model: Model::default(),
-        g: global::Globals::default(),
+        g: global::Globals {
+            files,
+            ..global::Globals::default()
+        },
     };
     for s in sections {
         match s.kind {
@@ -124,9 +131,15 @@ impl Builder<'_, '_> {
             }
             let mut t = Table::default();
             for l in &s.lines {
-                if !self.used.contains(&addr(l)) {
-                    let reason = values::unknown_keyword(l);
-                    self.drop_line(&mut t, l, &reason);
+                if self.used.contains(&addr(l)) {
+                    continue;
+                }
+                match values::not_needed(l) {
+                    Some(why) => self.note(l, &format!("not needed: {why}")),
+                    None => {
+                        let reason = values::unknown_keyword(l);
+                        self.drop_line(&mut t, l, &reason);
+                    }
                 }
             }
             if !t.comments.is_empty() {
@@ -139,9 +152,15 @@ impl Builder<'_, '_> {
         for v in views {
             let mut t = Table::default();
             for (l, inherited) in &v.lines {
-                if !inherited && !self.used.contains(&addr(l)) {
-                    let reason = values::unknown_keyword(l);
-                    self.drop_line(&mut t, l, &reason);
+                if *inherited || self.used.contains(&addr(l)) {
+                    continue;
+                }
+                match values::not_needed(l) {
+                    Some(why) => self.note(l, &format!("not needed: {why}")),
+                    None => {
+                        let reason = values::unknown_keyword(l);
+                        self.drop_line(&mut t, l, &reason);
+                    }
                 }
             }
             if t.comments.is_empty() {

@@ -492,7 +492,11 @@ fn return_action(args: &[String]) -> Result<Vec<(String, String)>, String> {
     while let Some(w) = args.get(i) {
         let next = args.get(i + 1).cloned().unwrap_or_default();
         match w.as_str() {
-            "status" => out[0].1 = next.parse::<u16>().map_err(|_| "`status` needs a number")?.to_string(),
+            "status" => {
+                if let Some(first) = out.first_mut() {
+                    first.1 = next.parse::<u16>().map_err(|_| "`status` needs a number")?.to_string();
+                }
+            }
             "content-type" => out.push(("content_type".into(), q(&next))),
             "string" => out.push(("body".into(), q(&next))),
             "lf-string" if !next.contains('%') => out.push(("body".into(), q(&next))),

@@ -183,11 +183,39 @@ pub(crate) fn log_template(v: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// A line that needs nothing in tollgate (its behaviour is tollgate's own), and why.
+pub(crate) fn not_needed(l: &Line) -> Option<&'static str> {
+    Some(match (l.word(0), l.word(1)) {
+        ("log", "global") => "tollgate writes access lines where [log] `access` says",
+        ("option", "httplog" | "tcplog" | "httpslog") => {
+            "tollgate's access log has its own layout ([log] `format`, `template`)"
+        }
+        ("option", "dontlognull") => "tollgate logs every session; `[log] sample` thins out normal ones",
+        ("option", "http-server-close" | "http-keep-alive" | "httpclose" | "http-pretend-keepalive") => {
+            "tollgate keeps client connections alive and pools server connections"
+        }
+        ("option", "log-health-checks") => "health state changes are always logged",
+        ("option", "splice-auto" | "splice-request" | "splice-response") => "zero-copy relaying is [frontend.splice]",
+        (
+            "option",
+            "tcpka" | "clitcpka" | "srvtcpka" | "tcp-smart-accept" | "tcp-smart-connect" | "nolinger" | "http-no-delay",
+        ) => "socket options tollgate sets itself",
+        ("option", "contstats" | "socket-stats" | "http-use-htx" | "independent-streams") => {
+            "tollgate's counters and streams work this way already"
+        }
+        ("option", "http-ignore-probes") => "a connection closed before a request is not logged as an error",
+        ("option", "abortonclose") => "a request whose client left is abandoned",
+        ("option", "log-separate-errors") => "errors are logged with the other lines",
+        ("no", "log") => "no access log unless [log] `access` is set",
+        _ => return None,
+    })
+}
+
 /// Why nothing took a line: what HAProxy does with it and what tollgate has instead.
 pub(crate) fn unknown_keyword(l: &Line) -> String {
     let kw = l.word(0);
     let second = l.word(1);
-    let known = match (kw, second) {
+    match (kw, second) {
         (
             "option",
             "httplog"
@@ -309,8 +337,7 @@ pub(crate) fn unknown_keyword(l: &Line) -> String {
         }
         (kw, _) if kw.starts_with("tune.") => format!("`{kw}` tunes HAProxy internals; no equivalent"),
         _ => format!("`{kw}` is not something `tollgate convert` knows how to convert"),
-    };
-    known
+    }
 }
 
 #[cfg(test)]
@@ -331,7 +358,7 @@ mod tests {
             "https://{authority}{path_and_query}{{x}}"
         );
         assert!(template("%[src]").is_err());
-        assert_eq!(log_template("%ci:%cp [%tr] %ft %b/%s %ST %B %{+Q}r").is_err(), true);
+        assert!(log_template("%ci:%cp [%tr] %ft %b/%s %ST %B %{+Q}r").is_err());
         assert_eq!(
             log_template("%ci %HM %HU %ST %Ta").unwrap(),
             "{client_ip} {method} {path} {status} {total_ms}"
