@@ -77,10 +77,7 @@ const CHECK_REFUSES: &[(&str, &str)] = &[
         "haproxy-reg-tests/webstats_webstats-scope-and-post-change.cfg",
         "a stats page and backends: no frontend",
     ),
-    (
-        "haproxy-reg-tests/checks_tcp-check-client-hello_htst.cfg",
-        "frontends fe1 and fe3 have no backend and no rule",
-    ),
+    ("haproxy-examples/traces.cfg", "a traces section only: no frontend"),
     (
         "haproxy-reg-tests/ssl_ssl_client_auth.cfg",
         "HAProxy's test client certificates are X.509 v1 and its CRL v1, which rustls refuses",
