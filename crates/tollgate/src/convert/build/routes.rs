@@ -13,7 +13,30 @@ use super::rules::{
 use super::values::{duration, time_ms};
 use super::{Builder, View};
 
+/// A rule after `http-request allow if C` runs only where C does not hold.
+fn guarded<'a>(mut rule: Rule<'a>, guards: &[Dnf]) -> Result<Rule<'a>, String> {
+    for g in guards {
+        rule.cond = rule.cond.and(&g.not()?)?;
+    }
+    Ok(rule)
+}
+
 impl Builder<'_, '_> {
+    /// `http-request allow [if C]`: the rules after it are skipped where C holds.
+    fn allow_rule(&mut self, l: &Line, acls: &Acls, ctx: &Ctx<'_>, guards: &mut Vec<Dnf>, t: &mut Table) {
+        match rule_condition(l.words.get(1..).unwrap_or_default(), acls, ctx) {
+            Ok((action, cond)) if action.len() == 1 => {
+                guards.push(cond);
+                self.note(
+                    l,
+                    "the rules after it carry its negation: they apply only where it does not hold",
+                );
+            }
+            Ok(_) => self.drop_line(t, l, "`allow` takes no argument"),
+            Err(reason) => self.drop_line(t, l, &reason),
+        }
+    }
+
     pub(super) fn http_routes(
         &mut self,
         v: &View<'_>,
@@ -54,6 +77,7 @@ impl Builder<'_, '_> {
             self.use_line(l);
         }
         let mut used_lists = Vec::new();
+        let mut guards: Vec<Dnf> = Vec::new();
         for l in v.all("http-request").collect::<Vec<_>>() {
             if self.used.contains(&super::addr(l)) {
                 continue;
@@ -71,7 +95,16 @@ impl Builder<'_, '_> {
                 );
                 continue;
             }
-            match http_request(l, l.words.get(1..).unwrap_or_default(), acls, ctx, &userlists) {
+            if l.word(1) == "allow" {
+                self.allow_rule(l, acls, ctx, &mut guards, head);
+                continue;
+            }
+            match http_request(l, l.words.get(1..).unwrap_or_default(), acls, ctx, &userlists)
+                .and_then(|r| r.map(|r| guarded(r, &guards)).transpose())
+            {
+                Ok(Some(rule)) if rule.cond.0.is_empty() => {
+                    self.note(l, "never reached: an `http-request allow` before it holds for every request it would");
+                }
                 Ok(Some(rule)) => {
                     if let RuleKind::Edit(EditOp::Auth(_)) = &rule.kind {
                         used_lists.push(l.word(0).to_string());
@@ -270,11 +303,24 @@ impl Builder<'_, '_> {
         }
         let (mut stops, mut edits, mut resp) = (Vec::new(), Vec::new(), Vec::new());
         let mut t = Table::default();
+        let mut guards: Vec<Dnf> = Vec::new();
         if bv.is_frontend() {
             return (stops, edits, resp);
         }
         for l in bv.all("http-request").collect::<Vec<_>>() {
-            match http_request(l, l.words.get(1..).unwrap_or_default(), &acls, &ctx, userlists) {
+            if l.word(1) == "allow" {
+                self.allow_rule(l, &acls, &ctx, &mut guards, &mut t);
+                continue;
+            }
+            match http_request(l, l.words.get(1..).unwrap_or_default(), &acls, &ctx, userlists)
+                .and_then(|r| r.map(|r| guarded(r, &guards)).transpose())
+            {
+                Ok(Some(r)) if r.cond.0.is_empty() => {
+                    self.note(
+                        l,
+                        "never reached: an `http-request allow` before it holds for every request it would",
+                    );
+                }
                 Ok(Some(r)) => {
                     self.use_line(l);
                     match r.kind {
