@@ -96,8 +96,15 @@ pub(crate) struct Model {
     pub side_files: Vec<(String, String)>,
 }
 
-/// A TOML basic string.
+/// A TOML basic string. A `${` is written `$${`: tollgate expands `${VAR}` in every string
+/// value, and HAProxy's text meant it literally (its variables were expanded on reading).
 pub(crate) fn q(s: &str) -> String {
+    verbatim(&s.replace("${", "$${"))
+}
+
+/// A TOML basic string for the one value tollgate does not expand: a path rewrite's
+/// replacement, whose `${1}` is a group.
+pub(crate) fn verbatim(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -123,12 +130,12 @@ pub(crate) fn arr(items: &[String]) -> String {
     format!("[{}]", parts.join(", "))
 }
 
-/// A TOML key: bare when it can be.
+/// A TOML key: bare when it can be (keys are never expanded).
 pub(crate) fn key(k: &str) -> String {
     if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
         k.to_string()
     } else {
-        q(k)
+        q(k).replace("$${", "${")
     }
 }
 
@@ -247,6 +254,7 @@ mod tests {
         assert_eq!(key("x-y_1"), "x-y_1");
         assert_eq!(key("X Y"), "\"X Y\"");
         assert_eq!(one_line("a\nb"), "a?b");
+        assert_eq!(q("${X}"), "\"$${X}\"");
         let v: toml::Value = toml::from_str(&format!("k = {}", q("\u{7f}é\t\"'"))).unwrap();
         assert_eq!(v.get("k").and_then(toml::Value::as_str), Some("\u{7f}é\t\"'"));
     }

@@ -172,7 +172,12 @@ pub fn convert_text(text: &str, file: &str) -> Result<Conversion, ParseError> {
     finish(lines, vec![file.to_string()], issues, false)
 }
 
-fn finish(lines: Vec<lexer::Line>, files: Vec<String>, mut issues: Vec<Issue>, read_files: bool) -> Result<Conversion, ParseError> {
+fn finish(
+    lines: Vec<lexer::Line>,
+    files: Vec<String>,
+    mut issues: Vec<Issue>,
+    read_files: bool,
+) -> Result<Conversion, ParseError> {
     let count = lines.len();
     let sections = sections::split(lines)?;
     let model = build::build(&sections, &mut issues, read_files)?;

@@ -144,3 +144,19 @@ fn hostile_input_is_bounded() {
     );
     assert!(c.toml.contains("body = \"a\\nb\\u0001\""), "{}", c.toml);
 }
+
+#[test]
+fn allow_skips_the_rules_after_it() {
+    let c = ok(
+        "frontend f\n  bind 127.0.0.1:1\n  mode http\n  http-request allow if { src 10.0.0.0/8 }\n\
+        http-request deny\n  http-request set-header X-Outside 1\n  default_backend b\nbackend b\n  mode http\n  server s 127.0.0.1:2\n",
+    );
+    let t = &c.toml;
+    assert!(t.contains("not = { source = \"10.0.0.0/8\" }\ndeny = 403"), "{t}");
+    assert_eq!(c.dropped().count(), 0, "{:?}", c.issues);
+    let c = ok(
+        "frontend f\n  bind 127.0.0.1:1\n  mode http\n  http-request allow\n  http-request deny\n  default_backend b\nbackend b\n  mode http\n  server s 127.0.0.1:2\n",
+    );
+    assert!(!c.toml.contains("deny = 403"), "{}", c.toml);
+    assert!(c.notes().any(|i| i.line == 5 && i.reason.starts_with("never reached")));
+}

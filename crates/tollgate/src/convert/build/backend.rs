@@ -448,7 +448,14 @@ impl Builder<'_, '_> {
                     h.set("method", q(m), &l.at());
                 }
                 if let Some(u) = uri.filter(|u| *u != "/") {
-                    h.set("path", q(u), &l.at());
+                    if u.starts_with('/') {
+                        h.set("path", q(u), &l.at());
+                    } else {
+                        self.note(
+                            l,
+                            &format!("a check target `{u}` that is not a path: `/` is asked instead"),
+                        );
+                    }
                 }
                 if let Some(host) = version.and_then(|v| {
                     v.split("\r\n")
@@ -572,7 +579,7 @@ impl Builder<'_, '_> {
                 while i < l.words.len() {
                     match (w(i), w(i + 1), w(i + 2)) {
                         ("meth", m, _) => h.set("method", q(m), &l.at()),
-                        ("uri", u, _) => h.set("path", q(u), &l.at()),
+                        ("uri", u, _) if u.starts_with('/') => h.set("path", q(u), &l.at()),
                         ("hdr", name, value) if name.eq_ignore_ascii_case("host") => {
                             h.set("host", q(value), &l.at());
                             i += 1;

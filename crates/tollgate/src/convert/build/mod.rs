@@ -1,8 +1,10 @@
 //! HAProxy sections onto tollgate's model. [`global`] reads `global`, `userlist` and
 //! `resolvers`; each proxy (`frontend`, `backend`, `listen`) is seen through a [`View`] of its
 //! effective lines (its defaults' and its own) and converted by [`backend`] (servers, checks,
-//! balancing, stickiness) and [`frontend`] (binds, TLS, limits, and the routes [`rules`] makes
-//! of ACLs, `http-request` rules and `use_backend`).
+//! balancing, stickiness) and [`frontend`] (binds, TLS, the stats proxy, forwarding), with
+//! [`limits`] (stick tables and the deny rules that read them) and [`routes`] (the routes
+//! [`rules`] makes of ACLs, `http-request` rules and `use_backend`). [`values`] translates
+//! HAProxy's value syntaxes.
 //!
 //! Invariant: every line is marked used when something took it; whatever no conversion used
 //! is reported dropped at the end ([`Builder::sweep`]), so a keyword this module does not know
@@ -11,6 +13,8 @@
 mod backend;
 mod frontend;
 mod global;
+mod limits;
+mod routes;
 mod rules;
 mod values;
 
@@ -28,7 +32,10 @@ pub(crate) fn build(sections: &[Section], issues: &mut Vec<Issue>, files: bool) 
         seen: HashSet::new(),
         used: HashSet::new(),
         model: Model::default(),
-        g: global::Globals { files, ..global::Globals::default() },
+        g: global::Globals {
+            files,
+            ..global::Globals::default()
+        },
     };
     for s in sections {
         match s.kind {

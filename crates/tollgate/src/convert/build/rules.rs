@@ -10,7 +10,7 @@
 //! first, the route without both after it — which is exact, since the first match wins.
 
 use super::super::cond::{Acls, Conj, Ctx, Dnf, HeaderMatch, Test, condition};
-use super::super::emit::{Table, arr, inline, q};
+use super::super::emit::{Table, arr, inline, q, verbatim};
 use super::super::lexer::Line;
 use super::values::{fixed, template};
 
@@ -163,7 +163,7 @@ impl Edits {
         if let Some((re, to)) = &self.rewrite {
             t.set(
                 "rewrite_path",
-                inline(&[("regex".into(), q(re)), ("replace".into(), q(to))]),
+                inline(&[("regex".into(), q(re)), ("replace".into(), verbatim(to))]),
                 src,
             );
         }
