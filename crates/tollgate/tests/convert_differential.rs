@@ -188,16 +188,9 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
          `/api/`, so the route should keep the backend's rewrite",
     ),
     (
-        "25-unless-allow.cfg",
-        "converter: `http-request allow if C` is dropped (so the deny after it refuses what HAProxy lets \
-         through); it is a route with C and the backend routing would pick (one per use_backend that can \
-         hold under C, then default_backend), placed before the rules it skips: expected/25-unless-allow.toml",
-    ),
-    (
         "27-quoting-if.cfg",
-        "converter: (1) a literal `${` from strong quotes is written `${{`, which check refuses (it is \
-         `$${{...}}`: `$${` for tollgate's ${VAR}, `{{`/`}}` for the template); (2) `deny ... content-type T \
-         string S` is dropped: it is `return = { status, content_type, body }`: expected/27-quoting-if.toml",
+        "converter: `http-request deny deny_status N content-type T string S` is dropped (so the request is \
+         forwarded); it is `return = { status = N, content_type = T, body = S }`: expected/27-quoting-if.toml",
     ),
     (
         "32-idioms.cfg",
