@@ -915,25 +915,23 @@ fn run_step(step: &Step, h: &Lane, t: &Lane, facts: &ConfigFacts, out: &mut Outc
         Step::Wait { ms } => std::thread::sleep(Duration::from_millis(*ms)),
         Step::Echo { fe, data, from } => {
             out.requests += 1;
-            let (he, te) = both(h, t, |l| echo(l.addr(fe), *from, data));
+            // And which echo origin the bytes went through.
+            let (he, te) = both(h, t, |l| (echo(l.addr(fe), *from, data), l.origins.echoed_by(data)));
+            let ((he, h_took), (te, t_took)) = (he, te);
             let kind = |e: &Echo| match e {
                 Echo::Refused(_) => Echo::Refused(String::new()),
                 other => other.clone(),
             };
             let what = format!("tcp {fe} {:?} from {from:?}", String::from_utf8_lossy(data));
-            if kind(&he) == kind(&te) {
+            let (hs, ts) = (
+                format!("{} via {h_took:?}", show_echo(&he)),
+                format!("{} via {t_took:?}", show_echo(&te)),
+            );
+            if kind(&he) == kind(&te) && h_took == t_took {
                 out.identical += 1;
-                out.log.push(format!(
-                    "{what}: HAProxy {}, tollgate {}",
-                    show_echo(&he),
-                    show_echo(&te)
-                ));
+                out.log.push(format!("{what}: HAProxy {hs}, tollgate {ts}"));
             } else {
-                out.fail(format!(
-                    "{what}\n  HAProxy:  {}\n  tollgate: {}",
-                    show_echo(&he),
-                    show_echo(&te)
-                ));
+                out.fail(format!("{what}\n  HAProxy:  {hs}\n  tollgate: {ts}"));
             }
         }
     }

@@ -39,6 +39,8 @@ struct EchoOrigin {
     name: String,
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
+    /// The bytes of each connection.
+    received: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 /// The origins one proxy forwards to.
@@ -79,8 +81,14 @@ impl OriginSet {
         self.echo.iter().map(|e| e.connections.load(Ordering::SeqCst)).sum()
     }
 
-    pub fn echo_names(&self) -> Vec<String> {
-        self.echo.iter().map(|e| e.name.clone()).collect()
+    /// The echo origins that received `data` on one connection (a readiness probe's
+    /// connection, which sends nothing, is no one's).
+    pub fn echoed_by(&self, data: &[u8]) -> Vec<String> {
+        self.echo
+            .iter()
+            .filter(|e| e.received.lock().unwrap().iter().any(|r| find(r, data).is_some()))
+            .map(|e| e.name.clone())
+            .collect()
     }
 
     /// Stops origin `name`: its port refuses connections from now on, its open connections
@@ -280,18 +288,28 @@ impl EchoOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind echo origin");
         let addr = listener.local_addr().unwrap();
         let connections = Arc::new(AtomicUsize::new(0));
-        let count = connections.clone();
+        let received: Arc<Mutex<Vec<Vec<u8>>>> = Arc::new(Mutex::new(Vec::new()));
+        let (count, rec) = (connections.clone(), received.clone());
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut s) = stream else { continue };
                 count.fetch_add(1, Ordering::SeqCst);
+                let rec = rec.clone();
                 thread::spawn(move || {
                     let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                    let idx = {
+                        let mut r = rec.lock().unwrap();
+                        r.push(Vec::new());
+                        r.len() - 1
+                    };
                     let mut b = [0u8; 16 * 1024];
                     loop {
                         match s.read(&mut b) {
                             Ok(0) | Err(_) => return,
                             Ok(n) => {
+                                // Recorded before it is echoed: once the client has its
+                                // bytes back, the origin that sent them has them recorded.
+                                rec.lock().unwrap()[idx].extend_from_slice(&b[..n]);
                                 if s.write_all(&b[..n]).is_err() {
                                     return;
                                 }
@@ -305,6 +323,7 @@ impl EchoOrigin {
             name: name.to_string(),
             addr,
             connections,
+            received,
         }
     }
 }
