@@ -340,7 +340,6 @@ enum Verdict {
     Differs(String),
 }
 
-/// Compares one request's outcome on both sides, normalising only `DIFFERENCES`.
 /// What the config says that a comparison needs to know.
 #[derive(Default)]
 struct ConfigFacts {
@@ -364,6 +363,7 @@ impl ConfigFacts {
     }
 }
 
+/// Compares one request's outcome on both sides, normalising only `DIFFERENCES`.
 fn compare(req: &Req, h: &Side, t: &Side, facts: &ConfigFacts, equivalences: &mut BTreeSet<&'static str>) -> Verdict {
     let mut norm = Norm::default();
     let mut ha = answer_view(&h.answer, &mut norm);
