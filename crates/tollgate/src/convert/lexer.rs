@@ -122,10 +122,29 @@ pub(crate) fn read_text(
         if directive {
             let expr = words.get(1..).map(|w| w.join(" ")).unwrap_or_default();
             match first.as_str() {
-                ".if" => conds
-                    .open(|| eval_condition(&expr, env), line_no)
-                    .map_err(|m| err(&m))?,
-                ".elif" => conds.elif(|| eval_condition(&expr, env)).map_err(|m| err(&m))?,
+                ".if" | ".elif" => {
+                    let evaluated = if first == ".if" {
+                        conds.active()
+                    } else {
+                        conds.elif_evaluates()
+                    };
+                    if first == ".if" {
+                        conds
+                            .open(|| eval_condition(&expr, env), line_no)
+                            .map_err(|m| err(&m))?;
+                    } else {
+                        conds.elif(|| eval_condition(&expr, env)).map_err(|m| err(&m))?;
+                    }
+                    if evaluated {
+                        let taken = conds.stack.last().is_some_and(|l| l.current);
+                        let what = if taken {
+                            "true here: the block is converted"
+                        } else {
+                            "false here: the block is skipped, as HAProxy would skip it with this environment"
+                        };
+                        issues.push(Issue::note(file, line_no, trimmed, what));
+                    }
+                }
                 ".else" => conds.otherwise().map_err(|m| err(&m))?,
                 ".endif" => conds.close().map_err(|m| err(&m))?,
                 ".diag" | ".notice" | ".warning" | ".alert" => {
@@ -230,6 +249,13 @@ impl Conditions {
             line,
         });
         Ok(())
+    }
+
+    /// An `.elif` here would be evaluated: its level is active and no branch was taken.
+    fn elif_evaluates(&self) -> bool {
+        self.stack
+            .last()
+            .is_some_and(|l| l.parent_active && !l.taken && !l.seen_else)
     }
 
     fn elif(&mut self, eval: impl FnOnce() -> Result<bool, String>) -> Result<(), String> {

@@ -309,6 +309,7 @@ impl Builder<'_, '_> {
             }
             words.extend(l.words.iter().skip(3).cloned());
             let mut sl = ServerLine::default();
+            let mut agent_port = None;
             let mut ignored = Vec::new();
             let mut i = 0;
             while let Some(w) = words.get(i) {
@@ -326,7 +327,10 @@ impl Builder<'_, '_> {
                     "check" => sl.check = true,
                     "no-check" => sl.check = false,
                     "agent-check" => sl.agent = true,
-                    "no-agent-check" => sl.agent = false,
+                    "no-agent-check" => {
+                        sl.agent = false;
+                        s.remove("agent_port");
+                    }
                     "inter" => {
                         sl.inter = Some((time_ms(&arg).map_err(|m| ParseError::at(&l.file, l.line, &m))?, l.at()))
                     }
@@ -366,7 +370,10 @@ impl Builder<'_, '_> {
                         )),
                         &l.at(),
                     ),
-                    "agent-port" => s.set("agent_port", num()?.to_string(), &l.at()),
+                    "agent-port" => {
+                        let n = num()?;
+                        agent_port = Some(n);
+                    }
                     "port" => s.set("check_port", num()?.to_string(), &l.at()),
                     "check-ssl" => sl.check_ssl = true,
                     "check-send-proxy" => s.set("check_send_proxy", "true".into(), &l.at()),
@@ -390,6 +397,26 @@ impl Builder<'_, '_> {
                     ),
                     other => ignored.push(format!("`{other}`")),
                 }
+            }
+            // An agent port counts only with `agent-check` (a `default-server`'s may be undone).
+            match agent_port {
+                Some(p) if sl.agent => s.set("agent_port", p.to_string(), &l.at()),
+                _ => s.remove("agent_port"),
+            }
+            // TLS settings count only with `ssl` (HAProxy ignores them otherwise).
+            let mut ignored_tls = false;
+            if !s.has("tls") {
+                for k in ["ca_file", "verify", "sni", "cert", "key", "min_version", "max_version"] {
+                    ignored_tls |= s.has(k);
+                    s.remove(k);
+                }
+                sl.check_ssl = false;
+            }
+            if ignored_tls {
+                self.note(
+                    l,
+                    "its TLS settings are not applied without `ssl` (HAProxy ignores them too)",
+                );
             }
             if sl.observe
                 && let Some(n) = sl.error_limit.or(Some(10))
@@ -438,14 +465,21 @@ impl Builder<'_, '_> {
             Some((_, l)) => {
                 h.set("type", q("http"), &l.at());
                 let args: Vec<&String> = l.words.iter().skip(2).collect();
-                let (method, uri, version) = match args.as_slice() {
-                    [] => (None, None, None),
-                    [uri] => (None, Some(uri.as_str()), None),
-                    [m, uri] => (Some(m.as_str()), Some(uri.as_str()), None),
-                    [m, uri, ver, ..] => (Some(m.as_str()), Some(uri.as_str()), Some(ver.as_str())),
+                // HAProxy's method is OPTIONS unless given (with one argument, the URI).
+                let (method, uri, version, host) = match args.as_slice() {
+                    [] => ("OPTIONS", None, None, None),
+                    [uri] => ("OPTIONS", Some(uri.as_str()), None, None),
+                    [m, uri] => (m.as_str(), Some(uri.as_str()), None, None),
+                    [m, uri, ver] => (m.as_str(), Some(uri.as_str()), Some(ver.as_str()), None),
+                    [m, uri, ver, host, ..] => {
+                        (m.as_str(), Some(uri.as_str()), Some(ver.as_str()), Some(host.as_str()))
+                    }
                 };
-                if let Some(m) = method.filter(|m| *m != "GET") {
-                    h.set("method", q(m), &l.at());
+                if method != "GET" {
+                    h.set("method", q(method), &l.at());
+                }
+                if let Some(host) = host {
+                    h.set("host", q(host), &l.at());
                 }
                 if let Some(u) = uri.filter(|u| *u != "/") {
                     if u.starts_with('/') {
@@ -621,6 +655,9 @@ fn server_address(a: &str) -> Result<String, String> {
         .strip_prefix("ipv4@")
         .or_else(|| a.strip_prefix("ipv6@"))
         .or_else(|| a.strip_prefix("tcp@"))
+        .or_else(|| a.strip_prefix("mptcp@"))
+        .or_else(|| a.strip_prefix("mptcp4@"))
+        .or_else(|| a.strip_prefix("mptcp6@"))
         .unwrap_or(a);
     if a.starts_with('/') || a.contains('@') {
         return Err("a Unix socket or special address has no equivalent: servers are `IP:port` or `name:port`".into());

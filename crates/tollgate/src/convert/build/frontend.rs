@@ -72,6 +72,21 @@ impl Builder<'_, '_> {
         if self.admin_only(v) {
             return Ok(());
         }
+        let upgraded;
+        let to_http = !v.http
+            && v.last("default_backend")
+                .and_then(|l| views.iter().find(|b| b.is_backend() && b.name == l.word(1)))
+                .is_some_and(|b| b.http);
+        let v = if to_http {
+            upgraded = View {
+                http: true,
+                ..v.clone()
+            };
+            self.note(v.header, "a TCP frontend whose default backend is in HTTP mode: HAProxy upgrades its connections to HTTP, and it is converted as an HTTP frontend");
+            &upgraded
+        } else {
+            v
+        };
         let ctx = Ctx {
             http: v.http,
             read_file: if self.g.files { &read_acl_file } else { &no_files },
@@ -107,6 +122,9 @@ impl Builder<'_, '_> {
         {
             head.set("mode", q(l.word(1)), &l.at());
             self.use_line(l);
+        }
+        if to_http {
+            head.set("mode", q("http"), &v.header.at());
         }
         if let Some(l) = v.last("maxconn")
             && let Ok(n) = l.word(1).parse::<u64>()
@@ -305,11 +323,22 @@ impl Builder<'_, '_> {
         for l in &prom {
             self.note(l, "Prometheus metrics are at `/metrics` of [admin]");
         }
+        let mut t = Table::default();
         for l in v.lines.iter().filter(|(_, inh)| !inh).map(|(l, _)| *l) {
-            if !self.used.contains(&super::addr(l)) {
+            if self.used.contains(&super::addr(l)) {
+                continue;
+            }
+            if matches!(l.word(0), "http-request" | "tcp-request" | "acl" | "http-response") {
+                self.drop_line(
+                    &mut t,
+                    l,
+                    "[admin] has no access rules: bind it to loopback or a management network, and set `stats_auth`",
+                );
+            } else {
                 self.note(l, "part of a stats-only proxy: not needed for [admin]");
             }
         }
+        self.model.admin.comments.extend(t.comments);
         true
     }
 
@@ -615,8 +644,10 @@ impl Builder<'_, '_> {
             q("original"),
             "HAProxy forwards the target as the client sent it",
         );
-        if let Some(h) = v.last("unique-id-header") {
+        if let Some(h) = v.last("unique-id-header").filter(|_| !head.has("request_id")) {
             head.set("request_id", inline(&[("header".into(), q(h.word(1)))]), &h.at());
+        }
+        if let Some(h) = v.last("unique-id-header") {
             self.note(
                 h,
                 "the ID is a UUIDv7 made by tollgate, not `unique-id-format`; a client's own is replaced",
@@ -728,8 +759,8 @@ pub(crate) fn bind_addrs(spec: &str) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     for a in spec.split(',') {
         let (family, a) = match a.split_once('@') {
-            Some(("ipv4" | "tcp" | "tcp4", rest)) => (Some(4), rest),
-            Some(("ipv6" | "tcp6", rest)) => (Some(6), rest),
+            Some(("ipv4" | "tcp" | "tcp4" | "mptcp" | "mptcp4", rest)) => (Some(4), rest),
+            Some(("ipv6" | "tcp6" | "mptcp6", rest)) => (Some(6), rest),
             Some(("quic4" | "quic6", _)) => {
                 return Err("a QUIC bind: tollgate's HTTP/3 is `[frontend.quic] bind` on a TLS frontend".into());
             }

@@ -363,19 +363,25 @@ impl Builder<'_, '_> {
         self.model.resolvers.comments.extend(t.comments);
     }
 
-    /// `[timeouts]` from the defaults section most proxies use.
+    /// `[timeouts]` from the defaults section most proxies use; a timeout it does not set
+    /// comes from the first proxy that sets it (its own differing values are notes).
     pub(super) fn global_timeouts(&mut self, views: &[View<'_>]) {
-        let Some(d) = main_defaults(views) else { return };
-        let Some(section) = self.sections.get(d) else { return };
-        let lines = section.effective(self.sections);
+        let main = main_defaults(views).and_then(|d| self.sections.get(d));
+        let lines = main.map(|s| s.effective(self.sections)).unwrap_or_default();
         for (haproxy, tollgate) in TIMEOUTS {
-            let Some((l, _)) = lines
+            let from_defaults = lines
                 .iter()
                 .rev()
                 .find(|(l, _)| l.word(0) == "timeout" && l.word(1) == *haproxy)
-            else {
-                continue;
-            };
+                .map(|(l, _)| *l);
+            let client_side = matches!(*haproxy, "client" | "http-request" | "http-keep-alive" | "client-hs");
+            let line = from_defaults.or_else(|| {
+                views
+                    .iter()
+                    .filter(|v| !client_side || v.is_frontend())
+                    .find_map(|v| v.timeout(haproxy))
+            });
+            let Some(l) = line else { continue };
             if let Ok(ms) = time_ms(l.word(2)) {
                 self.g.timeouts.insert((*haproxy).to_string(), ms);
                 self.model.timeouts.set(tollgate, q(&duration(ms)), &l.at());
@@ -390,9 +396,11 @@ impl Builder<'_, '_> {
             self.g.tarpit = time_ms(l.word(2)).ok().map(duration);
             self.use_line(l);
         }
+        let Some(h) = main.map(|s| &s.header).or_else(|| views.first().map(|v| v.header)) else {
+            return;
+        };
         for (name, default) in [("client", "30s"), ("server", "30s")] {
             if !self.g.timeouts.contains_key(name) {
-                let h = &section.header;
                 self.push(super::super::Issue::note(
                     &h.file,
                     h.line,

@@ -38,7 +38,19 @@ impl Builder<'_, '_> {
                     .and_then(|h| h.strip_suffix(')'))
                     .map(|h| format!("header:{}", h.to_ascii_lowercase())),
             };
-            let conditional = l.words.iter().any(|w| w == "if" || w == "unless");
+            // `if { req.hdr(X) -m found }` on a tracker of X is what tollgate does anyway: a
+            // request without the header is not counted.
+            let only_when_present = key.as_deref().and_then(|k| k.strip_prefix("header:")).is_some_and(|h| {
+                let tail: Vec<&str> = l.words.iter().skip_while(|w| *w != "if").map(String::as_str).collect();
+                tail.len() == 6
+                    && tail
+                        .get(1..)
+                        .is_some_and(|t| t.first() == Some(&"{") && t.get(2..) == Some(&["-m", "found", "}"][..]))
+                    && tail.get(2).is_some_and(|f| {
+                        f.eq_ignore_ascii_case(&format!("req.hdr({h})")) || f.eq_ignore_ascii_case(&format!("hdr({h})"))
+                    })
+            });
+            let conditional = l.words.iter().any(|w| w == "if" || w == "unless") && !only_when_present;
             match key {
                 Some(k) if !conditional => {
                     trackers.insert(slot, (k, table, l));

@@ -193,6 +193,7 @@ impl Builder<'_, '_> {
 }
 
 /// A proxy's effective lines, looked up by keyword.
+#[derive(Clone)]
 pub(crate) struct View<'a> {
     pub kind: Kind,
     pub name: String,

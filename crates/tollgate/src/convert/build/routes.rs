@@ -140,6 +140,15 @@ impl Builder<'_, '_> {
             .chain(v.all("http-after-response"))
             .collect::<Vec<_>>()
         {
+            if l.word(1) == "set-header" && l.word(3) == "%[unique-id]" && l.words.len() == 4 {
+                let pairs = [
+                    ("header".to_string(), q(l.word(2))),
+                    ("response".to_string(), "true".to_string()),
+                ];
+                head.set("request_id", inline(&pairs), &l.at());
+                self.note(l, "the request ID goes back to the client too (`response = true`); it is a UUIDv7 made by tollgate, on its own answers as well");
+                continue;
+            }
             match http_response(l, l.words.get(1..).unwrap_or_default(), acls, ctx) {
                 Ok(r) => {
                     self.after_response_note(l);
@@ -233,7 +242,16 @@ impl Builder<'_, '_> {
                     }
                 }
                 match split_by_edits(conj, &all_edits) {
-                    Ok(variants) => {
+                    Ok((variants, skipped)) => {
+                        for (line, reason) in skipped {
+                            let mut t = Table::default();
+                            self.drop_line(&mut t, line, &reason);
+                            for c in t.comments {
+                                if !head.comments.contains(&c) {
+                                    head.comments.push(c);
+                                }
+                            }
+                        }
                         for (c, mut e) in variants {
                             if let Some(cm) = &compress {
                                 let _ = e_apply_compress(&mut e, cm);
@@ -437,6 +455,7 @@ impl Builder<'_, '_> {
         head: &mut Table,
     ) -> Vec<String> {
         let mut allow: Vec<String> = Vec::new();
+        let mut hello_accepted = false;
         let mut deny: Vec<String> = Vec::new();
         let mut specs: Vec<RouteSpec> = Vec::new();
         for l in v.all("tcp-request").collect::<Vec<_>>() {
@@ -475,8 +494,27 @@ impl Builder<'_, '_> {
                 }
                 Some(out)
             };
+            let only_not_source = |d: &Dnf| -> Option<Vec<String>> {
+                match d.0.as_slice() {
+                    [c] if c.pos.is_empty() && !c.neg.is_empty() => c
+                        .neg
+                        .iter()
+                        .map(|t| if let Test::Source(s) = t { Some(s.clone()) } else { None })
+                        .collect::<Option<Vec<_>>>()
+                        .map(|v| v.concat()),
+                    _ => None,
+                }
+            };
             match (stage, action) {
+                ("connection" | "session", "reject") if only_not_source(&cond).is_some() => {
+                    allow.extend(only_not_source(&cond).unwrap_or_default());
+                    self.use_line(l);
+                }
+                ("content", "reject") if cond.is_always() && hello_accepted => {
+                    self.note(l, "not needed: a frontend with SNI routes closes a connection that does not open with a ClientHello");
+                }
                 ("content", "accept") if cond.0.iter().all(|c| c.pos.iter().all(|t| matches!(t, Test::SslHello))) => {
+                    hello_accepted = true;
                     self.note(l, "not needed: tollgate reads the ClientHello itself for SNI routes");
                 }
                 ("connection" | "session", "reject") if only_source(&cond).is_some() => {

@@ -39,6 +39,8 @@ pub(crate) enum EditOp {
     Auth(String),
     /// `compress = ...` as TOML.
     Compress(String),
+    /// A route's `timeouts` key and duration.
+    Timeout(String, String),
 }
 
 #[derive(Debug, Clone)]
@@ -67,6 +69,7 @@ pub(crate) struct Edits {
     resp_remove: Vec<String>,
     auth: Option<String>,
     compress: Option<String>,
+    timeouts: Vec<(String, String)>,
     pub src: Vec<String>,
 }
 
@@ -82,6 +85,7 @@ impl Edits {
             && self.resp_remove.is_empty()
             && self.auth.is_none()
             && self.compress.is_none()
+            && self.timeouts.is_empty()
     }
 
     /// Applies one rewrite after the ones before it, as HAProxy would in order.
@@ -137,6 +141,10 @@ impl Edits {
             }
             EditOp::Auth(a) => self.auth = Some(a.clone()),
             EditOp::Compress(c) => self.compress = Some(c.clone()),
+            EditOp::Timeout(k, v) => {
+                self.timeouts.retain(|(x, _)| x != k);
+                self.timeouts.push((k.clone(), v.clone()));
+            }
         }
         if !at.is_empty() && !self.src.iter().any(|s| s == at) {
             self.src.push(at.to_string());
@@ -188,6 +196,10 @@ impl Edits {
         }
         if let Some(c) = &self.compress {
             t.set("compress", c.clone(), src);
+        }
+        if !self.timeouts.is_empty() {
+            let pairs: Vec<(String, String)> = self.timeouts.iter().map(|(k, v)| (k.clone(), q(v))).collect();
+            t.set("timeouts", inline(&pairs), src);
         }
     }
 }
@@ -276,8 +288,8 @@ pub(crate) fn http_request<'a>(
             if name.eq_ignore_ascii_case("host") {
                 return Err("`del-header Host` has no equivalent".into());
             }
-            if action.len() > 2 {
-                return Err("`del-header` with a match method has no equivalent".into());
+            if action.len() > 2 && action.get(2..) != Some(&["-m".to_string(), "str".to_string()][..]) {
+                return Err("`del-header` with a match method other than `-m str` has no equivalent".into());
             }
             RuleKind::Edit(EditOp::DelHeader(name))
         }
@@ -286,8 +298,19 @@ pub(crate) fn http_request<'a>(
             let to = replacement(w(2))?;
             super::super::cond::criterion(&["path_reg".into(), re.into()], ctx)
                 .map_err(|e| format!("`replace-path`: {e}"))?;
-            RuleKind::Edit(EditOp::Rewrite(re.to_string(), to))
+            // HAProxy replaces the whole path with the replacement when the regex matches
+            // anywhere in it; tollgate replaces the match: the regex is widened to the path.
+            let whole = if re.starts_with('^') && re.ends_with('$') && !re.ends_with("\\$") {
+                re.to_string()
+            } else {
+                format!("^.*?(?:{re}).*$")
+            };
+            RuleKind::Edit(EditOp::Rewrite(whole, to))
         }
+        "set-timeout" => match (w(1), super::values::time_ms(w(2))) {
+            ("server", Ok(ms)) => RuleKind::Edit(EditOp::Timeout("server".into(), super::values::duration(ms))),
+            _ => return Err("only `set-timeout server` has an equivalent (a route's `timeouts.server`)".into()),
+        },
         "set-path" => {
             let v = w(1);
             let to = match v.find("%[path]") {
@@ -343,7 +366,6 @@ pub(crate) fn http_request<'a>(
         | "allow"
         | "wait-for-body"
         | "wait-for-handshake"
-        | "set-timeout"
         | "early-hint"
         | "set-src"
         | "set-dst"
@@ -401,7 +423,9 @@ pub(crate) fn http_response<'a>(
     let op = match w(0) {
         "set-header" => EditOp::RespSet(header_name(w(1))?, fixed(w(2))?),
         "add-header" => EditOp::RespAdd(header_name(w(1))?, fixed(w(2))?),
-        "del-header" if action.len() == 2 => EditOp::RespDel(header_name(w(1))?),
+        "del-header" if action.len() == 2 || action.get(2..) == Some(&["-m".to_string(), "str".to_string()][..]) => {
+            EditOp::RespDel(header_name(w(1))?)
+        }
         other => {
             return Err(format!(
                 "`http-response {other}` has no equivalent (set-header, add-header, del-header only)"
@@ -547,37 +571,46 @@ pub(crate) struct RouteSpec {
 }
 
 /// A backend choice with every rewrite that applies: the variants, most specific first.
-pub(crate) fn split_by_edits(
-    base: &Conj,
-    edits: &[(&Rule<'_>, &EditOp)],
-) -> Result<Vec<(Conj, Edits)>, (String, String)> {
+/// The variants, and the rewrites that could not be applied (the route keeps the others).
+pub(crate) type Split<'a> = (Vec<(Conj, Edits)>, Vec<(&'a Line, String)>);
+
+pub(crate) fn split_by_edits<'a>(base: &Conj, edits: &[(&Rule<'a>, &EditOp)]) -> Result<Split<'a>, (String, String)> {
     let mut variants = vec![(base.clone(), Edits::default())];
+    let mut skipped: Vec<(&'a Line, String)> = Vec::new();
     for (rule, op) in edits {
         let at = rule.line.at();
+        let mut failed = None;
         if rule.cond.is_always() {
             for (_, e) in &mut variants {
-                e.apply(op, &at).map_err(|m| (at.clone(), m))?;
+                if let Err(m) = e.apply(op, &at) {
+                    failed = Some(m);
+                }
             }
-            continue;
-        }
-        let mut next = Vec::new();
-        for (conj, e) in &variants {
-            for c in &rule.cond.0 {
-                let mut with = e.clone();
-                with.apply(op, &at).map_err(|m| (at.clone(), m))?;
-                next.push((conj.and(c), with));
+        } else {
+            let mut next = Vec::new();
+            for (conj, e) in &variants {
+                for c in &rule.cond.0 {
+                    let mut with = e.clone();
+                    match with.apply(op, &at) {
+                        Ok(()) => next.push((conj.and(c), with)),
+                        Err(m) => failed = Some(m),
+                    }
+                }
+                next.push((conj.clone(), e.clone()));
             }
-            next.push((conj.clone(), e.clone()));
+            if next.len() > MAX_VARIANTS {
+                return Err((
+                    at,
+                    format!("the conditional rewrites split a route into more than {MAX_VARIANTS} routes"),
+                ));
+            }
+            variants = next;
         }
-        if next.len() > MAX_VARIANTS {
-            return Err((
-                at,
-                format!("the conditional rewrites split a route into more than {MAX_VARIANTS} routes"),
-            ));
+        if let Some(m) = failed {
+            skipped.push((rule.line, m));
         }
-        variants = next;
     }
-    Ok(variants)
+    Ok((variants, skipped))
 }
 
 /// A route's table. `matchers` collects the named conditions it needs (HTTP only).

@@ -92,8 +92,8 @@ pub(crate) fn template(v: &str) -> Result<String, String> {
 
 /// A value with no expression at all (response header values are fixed text).
 pub(crate) fn fixed(v: &str) -> Result<String, String> {
-    if v.contains("%[") || v.contains("%{") {
-        return Err("a response header value with a sample expression has no equivalent (fixed text only)".into());
+    if v.replace("%%", "").contains('%') {
+        return Err("a response header value with a sample expression or log-format variable has no equivalent (fixed text only)".into());
     }
     Ok(v.replace("%%", "%"))
 }
@@ -118,7 +118,6 @@ pub(crate) fn log_template(v: &str) -> Result<String, String> {
         ("Tr", "{response_ms}"),
         ("TR", "{head_ms}"),
         ("HM", "{method}"),
-        ("HP", "{path}"),
         ("HU", "{path}"),
         ("HQ", "{query}"),
         ("HV", "{version}"),
