@@ -889,9 +889,12 @@ fn run_step(step: &Step, h: &Lane, t: &Lane, facts: &ConfigFacts, out: &mut Outc
                 )),
             }
         }
-        Step::Burst { req, n } => {
+        Step::Burst { req, n, window } => {
             out.requests += n;
             out.bursts += 1;
+            if let Some(w) = window {
+                away_from_window_end(*w);
+            }
             let (hs, ts) = both(h, t, |l| {
                 (0..*n)
                     .map(|_| match send(l.addr(&req.fe), req) {
@@ -952,6 +955,20 @@ fn run_step(step: &Step, h: &Lane, t: &Lane, facts: &ConfigFacts, out: &mut Outc
                 out.fail(format!("{what}\n  HAProxy:  {hs}\n  tollgate: {ts}"));
             }
         }
+    }
+}
+
+/// Waits, if the wall clock is within a second of the end of a `window_ms` period (as
+/// tollgate cuts rate windows: unix time / period), until the next period has begun: a burst
+/// then starts and ends in one period. What is waited for is the time itself.
+fn away_from_window_end(window_ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let left = window_ms - now % window_ms;
+    if left < 1000.min(window_ms / 2) {
+        std::thread::sleep(Duration::from_millis(left + 20));
     }
 }
 

@@ -75,8 +75,10 @@ pub enum Step {
     /// row from another origin (bounded).
     Kill { req: Req, origin: String },
     /// `n` requests at once (one after the other, as fast as they are answered); the
-    /// statuses are compared.
-    Burst { req: Req, n: usize },
+    /// statuses are compared. With `window` (the rate's period, ms), the burst starts where
+    /// it ends within the same period of tollgate's wall-clock-cut window: a burst across a
+    /// period boundary may admit one more (the previous period is weighted, rounded down).
+    Burst { req: Req, n: usize, window: Option<u64> },
     /// Lets `ms` milliseconds pass (a rate window: time itself is what is waited for).
     Wait { ms: u64 },
     /// TCP: connect (from `from`), send `data`, read it back.
@@ -107,7 +109,7 @@ impl Script {
     /// #@ spread FE METHOD TARGET n=N tol=T ; ...
     /// #@ single FE METHOD TARGET n=N
     /// #@ kill FE METHOD TARGET origin=NAME
-    /// #@ burst FE METHOD TARGET n=N
+    /// #@ burst FE METHOD TARGET n=N [window=MS]
     /// #@ echo FE data=BYTES [from=IP]
     /// #@ wait ms=N
     /// ```
@@ -130,7 +132,7 @@ impl Script {
             };
             let is_opt = |a: &&str| {
                 a.split_once('=')
-                    .is_some_and(|(k, _)| ["body", "from", "n", "tol", "origin", "data", "ms"].contains(&k))
+                    .is_some_and(|(k, _)| ["body", "from", "n", "tol", "origin", "data", "ms", "window"].contains(&k))
             };
             let (opts, words): (Vec<&str>, Vec<&str>) = args.iter().copied().partition(is_opt);
             let opt = |name: &str| {
@@ -188,6 +190,7 @@ impl Script {
                 "burst" => s.steps.push(Step::Burst {
                     req: req()?,
                     n: num("n")?,
+                    window: opt("window").map(|_| num("window")).transpose()?.map(|w| w as u64),
                 }),
                 other => return Err(err(&format!("unknown directive {other:?}"))),
             }
