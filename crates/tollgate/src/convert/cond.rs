@@ -355,6 +355,7 @@ pub(crate) fn criterion(words: &[String], ctx: &Ctx<'_>) -> Result<Dnf, String> 
     let mut nocase = c.lower;
     let mut method: Option<String> = None;
     let mut values: Vec<String> = Vec::new();
+    let mut from_file: Option<String> = None;
     let mut i = 1;
     while let Some(w) = words.get(i) {
         i += 1;
@@ -365,6 +366,7 @@ pub(crate) fn criterion(words: &[String], ctx: &Ctx<'_>) -> Result<Dnf, String> 
             "-f" => {
                 let file = words.get(i).ok_or("`-f` names no file")?;
                 let text = (ctx.read_file)(file)?;
+                from_file = Some(file.clone());
                 values.extend(
                     text.lines()
                         .map(str::trim)
@@ -386,6 +388,22 @@ pub(crate) fn criterion(words: &[String], ctx: &Ctx<'_>) -> Result<Dnf, String> 
             i += 1;
         }
     }
+    // A value read from a file is not echoed in a message: the file may not be the
+    // config's to show (a hostile config naming a secret file learns nothing from the report).
+    let result = criterion_values(&c, nocase, method, values, ctx);
+    match (&result, from_file) {
+        (Err(_), Some(file)) => Err(format!("`-f {file}`: its values are not ones `{}` takes", c.fetch)),
+        _ => result,
+    }
+}
+
+fn criterion_values(
+    c: &Criterion<'_>,
+    nocase: bool,
+    method: Option<String>,
+    values: Vec<String>,
+    ctx: &Ctx<'_>,
+) -> Result<Dnf, String> {
     let arg = |n: usize| c.args.get(n).map(|s| s.trim().to_string()).unwrap_or_default();
     let fetch = c.fetch;
     let http_only = |t: Dnf| {
