@@ -139,6 +139,12 @@ const DIFFERENCES: &[Difference] = &[
         doc: "docs/config.md#route-actions (`return`: `content_type` defaults to `text/plain`)",
     },
     Difference {
+        id: "redirect-cache-control",
+        kind: Kind::Deliberate,
+        what: "HAProxy's 302 redirects carry `Cache-Control: no-cache`; tollgate's carry no cache field",
+        doc: "docs/migrating-from-haproxy.md#defaults-that-differ (a 302 redirect)",
+    },
+    Difference {
         id: "scheme-redirect-port",
         kind: Kind::Deliberate,
         what: "`redirect scheme https` for a Host with a port: HAProxy keeps the port in Location, tollgate's \
@@ -176,39 +182,7 @@ const DIFFERENCES: &[Difference] = &[
 
 /// Known failures (converter bugs the lead is fixing, differences awaiting a decision):
 /// printed next to the failure, which still fails.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    (
-        "06-redirect.cfg",
-        "not the converter: HAProxy's 302 redirects carry `Cache-Control: no-cache`, tollgate's carry none, \
-         and no document says so (document it and add a DIFFERENCES entry, or send the field)",
-    ),
-    (
-        "10-replace-path.cfg",
-        "converter (at d9a0b95): of two path rewrites on one route (the frontend's, then the backend's) the \
-         second is dropped, so `/api/users` reaches be_api unrewritten; the frontend's regex `^/old/` cannot \
-         match where the route's `path_prefix = \"/api/\"` holds, so the route is exact with the backend's \
-         rewrite alone (in general: one route with `path_regex` = the first rule's regex carrying the first \
-         rewrite, then the route carrying the second): expected/10-replace-path.toml",
-    ),
-    (
-        "27-quoting-if.cfg",
-        "converter: `http-request deny deny_status N content-type T string S` is dropped (so the request is \
-         forwarded); it is `return = { status = N, content_type = T, body = S }`: expected/27-quoting-if.toml",
-    ),
-    (
-        "32-idioms.cfg",
-        "converter: (1) `server ... disabled` is converted as a ready server, which takes traffic; \
-         `weight = 0` keeps it out (with a note: `ctl set server B/S weight N` brings it in); \
-         (2) `http-request set-header X-Forwarded-Proto http|https if [!]{ ssl_fc }` is dropped, so servers \
-         lose the scheme; `forwarded = \"x-forwarded-for\"` sets exactly that X-Forwarded-Proto (and adds \
-         X-Forwarded-For, the documented default)",
-    ),
-    (
-        "40-return-204.cfg",
-        "tollgate, not the converter: a `return` with status 204 carries `Content-Length: 0` (and \
-         `Content-Type: text/plain`), which RFC 9110 §8.6 forbids; HAProxy's 204 has neither",
-    ),
-];
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 fn difference(id: &str) -> &'static Difference {
     DIFFERENCES
@@ -407,6 +381,18 @@ fn compare(req: &Req, h: &Side, t: &Side, facts: &ConfigFacts, equivalences: &mu
                     );
                 }
             }
+        }
+        if proxy_made
+            && ha.status == 302
+            && ta.status == 302
+            && ha.fields.iter().any(|(k, v)| k == "cache-control" && v == "no-cache")
+            && !has(&ta.fields, "cache-control")
+        {
+            remove(&mut ha.fields, "cache-control");
+            norm.apply(
+                "redirect-cache-control",
+                "HAProxy's 302 says Cache-Control: no-cache".to_string(),
+            );
         }
         if proxy_made && ha.status == ta.status && (300..400).contains(&ha.status) {
             let location = |f: &Fields| f.iter().find(|(k, _)| k == "location").map(|(_, v)| v.clone());

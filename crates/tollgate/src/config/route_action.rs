@@ -235,6 +235,17 @@ impl Validator<'_> {
             (None, Some(file)) => self.body_file(file, &format!("{key}.body_file"))?,
             (None, None) => Box::default(),
         };
+        // RFC 9110 §15.3.5, §15.4.5: a 204 or 304 has no content, so neither a body nor the
+        // fields describing one.
+        let bodiless = status == 204 || status == 304;
+        if bodiless && (!body.is_empty() || ret.content_type.is_some()) {
+            self.err(
+                span.clone(),
+                key.to_string(),
+                format!("a {status} response has no content: give it no `body`, `body_file` or `content_type`"),
+            );
+            return None;
+        }
         let content_type = match &ret.content_type {
             Some(ct) if !field_value_ok(ct.get_ref().as_bytes()) || ct.get_ref().is_empty() => {
                 self.err(
@@ -245,6 +256,7 @@ impl Validator<'_> {
                 return None;
             }
             Some(ct) => ct.get_ref().clone(),
+            None if bodiless => String::new(),
             None => "text/plain".into(),
         };
         let mut headers = Vec::new();

@@ -239,3 +239,18 @@ fn actions_other_than_backend_need_an_http_frontend() {
     assert!(e.message.contains("`deny = true`"), "{e}");
     assert!(parse(&tcp("sni = \"a.example\"\ndeny = true"), "t.toml").is_ok());
 }
+
+#[test]
+fn a_204_or_304_return_has_no_content() {
+    let e = first_error("return = { status = 204, body = \"x\" }");
+    assert!(e.message.contains("a 204 response has no content"), "{e}");
+    let e = first_error("return = { status = 304, content_type = \"text/html\" }");
+    assert!(e.message.contains("a 304 response has no content"), "{e}");
+    let RouteAction::Return(a) = action("return = { status = 204 }") else {
+        panic!("not a return")
+    };
+    assert!(a.content_type.is_empty() && a.body.is_empty());
+    let mut out = Vec::new();
+    crate::http::h1::write_made_response(204, Some(b""), [], &[], (true, false), &mut out);
+    assert_eq!(out, b"HTTP/1.1 204 No Content\r\n\r\n");
+}

@@ -310,6 +310,7 @@ impl Builder<'_, '_> {
             words.extend(l.words.iter().skip(3).cloned());
             let mut sl = ServerLine::default();
             let mut agent_port = None;
+            let mut disabled = false;
             let mut ignored = Vec::new();
             let mut i = 0;
             while let Some(w) = words.get(i) {
@@ -384,14 +385,13 @@ impl Builder<'_, '_> {
                     "cookie" | "id" | "init-addr" | "resolvers" | "resolve-prefer" | "resolve-net" | "resolve-opts"
                     | "check-sni" | "check-alpn" | "check-proto" | "pool-max-conn" | "pool-low-conn"
                     | "pool-purge-delay" | "max-reuse" | "tfo" | "fastinter" | "downinter" | "no-tls-tickets"
-                    | "tls-tickets" | "enabled" | "no-sslv3" | "no-tlsv10" | "no-tlsv11" | "non-stick" | "stick"
-                    | "ssl-reuse" | "no-ssl-reuse" | "no-verifyhost" | "minconn" | "log-proto" | "ws" => {}
+                    | "tls-tickets" | "no-sslv3" | "no-tlsv10" | "no-tlsv11" | "non-stick" | "stick" | "ssl-reuse"
+                    | "no-ssl-reuse" | "no-verifyhost" | "minconn" | "log-proto" | "ws" => {}
                     "ssl-min-ver" if arg == "TLSv1.3" => s.set("min_version", q("1.3"), &l.at()),
                     "ssl-min-ver" => {}
                     "ssl-max-ver" if arg == "TLSv1.2" => s.set("max_version", q("1.2"), &l.at()),
-                    "disabled" => ignored.push(
-                        "`disabled` (it starts ready: `tollgate ctl set server B/S state maint` after start)".into(),
-                    ),
+                    "disabled" => disabled = true,
+                    "enabled" => disabled = false,
                     "maxqueue" => ignored.push(
                         "`maxqueue` (no per-server queue bound: backend `maxqueue` bounds the whole queue)".into(),
                     ),
@@ -417,6 +417,10 @@ impl Builder<'_, '_> {
                     l,
                     "its TLS settings are not applied without `ssl` (HAProxy ignores them too)",
                 );
+            }
+            if disabled {
+                s.set("weight", "0".into(), &l.at());
+                self.note(l, "`disabled`: weight 0, so it takes no traffic (`tollgate ctl set server B/S weight N` brings it in, as `enable server` would)");
             }
             if sl.observe
                 && let Some(n) = sl.error_limit.or(Some(10))

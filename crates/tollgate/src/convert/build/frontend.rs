@@ -608,7 +608,10 @@ impl Builder<'_, '_> {
                 _ => some_without = some_without && fe.is_none_or(|(on, _)| !on),
             }
         }
-        let on = fe.is_some_and(|(on, _)| on) || any_backend_with;
+        let proto_rule = v
+            .all("http-request")
+            .any(|l| l.word(1) == "set-header" && l.word(2).eq_ignore_ascii_case("x-forwarded-proto"));
+        let on = fe.is_some_and(|(on, _)| on) || any_backend_with || proto_rule;
         if on {
             let at = lines.first().map(|l| l.at()).unwrap_or_default();
             head.set("forwarded", q("x-forwarded-for"), &at);

@@ -87,6 +87,10 @@ impl Builder<'_, '_> {
                 self.note(l, "the ID is a UUIDv7 made by tollgate, not `unique-id-format`");
                 continue;
             }
+            if l.word(1) == "set-header" && l.word(2).eq_ignore_ascii_case("x-forwarded-proto") {
+                self.note(l, "tollgate sets X-Forwarded-Proto itself: `forwarded = \"x-forwarded-for\"` (which also appends X-Forwarded-For)");
+                continue;
+            }
             if l.word(1) == "use-service" {
                 self.drop_line(
                     head,
@@ -242,7 +246,10 @@ impl Builder<'_, '_> {
                     }
                 }
                 match split_by_edits(conj, &all_edits) {
-                    Ok((variants, skipped)) => {
+                    Ok((variants, skipped, notes)) => {
+                        for (line, note) in notes {
+                            self.note(line, &note);
+                        }
                         for (line, reason) in skipped {
                             let mut t = Table::default();
                             self.drop_line(&mut t, line, &reason);

@@ -62,7 +62,7 @@ pub(crate) struct Edits {
     set: Vec<(String, String)>,
     add: Vec<(String, String)>,
     remove: Vec<String>,
-    rewrite: Option<(String, String)>,
+    pub rewrite: Option<(String, String)>,
     set_host: Option<String>,
     resp_set: Vec<(String, String)>,
     resp_add: Vec<(String, String)>,
@@ -251,7 +251,7 @@ pub(crate) fn http_request<'a>(
     let (action, cond) = rule_condition(words, acls, ctx)?;
     let w = |i: usize| action.get(i).map_or("", String::as_str);
     let kind = match w(0) {
-        "deny" => RuleKind::Stop(Action::Deny(deny_status(&action)?)),
+        "deny" => RuleKind::Stop(deny(&action)?),
         "reject" | "silent-drop" => {
             return Err(format!(
                 "`{}` closes the connection without an answer; tollgate routes answer (use `deny`)",
@@ -439,8 +439,11 @@ pub(crate) fn http_response<'a>(
     })
 }
 
-fn deny_status(action: &[String]) -> Result<u16, String> {
-    let mut status = 403;
+/// `deny [deny_status N]`, or with a payload of its own (`content-type`, `string`, `file`,
+/// `hdr`): a `return` of that status.
+fn deny(action: &[String]) -> Result<Action, String> {
+    let mut status = 403u16;
+    let mut payload: Vec<String> = Vec::new();
     let mut i = 1;
     while let Some(w) = action.get(i) {
         match w.as_str() {
@@ -451,17 +454,23 @@ fn deny_status(action: &[String]) -> Result<u16, String> {
                     .ok_or("`deny_status` needs a status")?;
                 i += 2;
             }
-            _ => {
-                return Err(format!(
-                    "`deny` with `{w}` has no equivalent (tollgate's deny body is the reason phrase)"
-                ));
+            "content-type" | "string" | "lf-string" | "file" | "hdr" => {
+                let n = if w == "hdr" { 3 } else { 2 };
+                payload.extend(action.iter().skip(i).take(n).cloned());
+                i += n;
             }
+            _ => return Err(format!("`deny` with `{w}` has no equivalent")),
         }
     }
     if !(400..=599).contains(&status) {
         return Err(format!("deny status {status}: tollgate denies with 400..599"));
     }
-    Ok(status)
+    if payload.is_empty() {
+        return Ok(Action::Deny(status));
+    }
+    let mut args = vec!["status".to_string(), status.to_string()];
+    args.extend(payload);
+    Ok(Action::Return(return_action(&args)?))
 }
 
 /// `redirect scheme|location|prefix X [code N] [drop-query]` (after `redirect`).
@@ -571,15 +580,58 @@ pub(crate) struct RouteSpec {
 }
 
 /// A backend choice with every rewrite that applies: the variants, most specific first.
-/// The variants, and the rewrites that could not be applied (the route keeps the others).
-pub(crate) type Split<'a> = (Vec<(Conj, Edits)>, Vec<(&'a Line, String)>);
+/// The variants, the rewrites that could not be applied (the route keeps the others), and
+/// notes on how some were applied.
+pub(crate) type Split<'a> = (Vec<(Conj, Edits)>, Vec<(&'a Line, String)>, Vec<(&'a Line, String)>);
 
 pub(crate) fn split_by_edits<'a>(base: &Conj, edits: &[(&Rule<'a>, &EditOp)]) -> Result<Split<'a>, (String, String)> {
     let mut variants = vec![(base.clone(), Edits::default())];
     let mut skipped: Vec<(&'a Line, String)> = Vec::new();
+    let mut notes: Vec<(&'a Line, String)> = Vec::new();
     for (rule, op) in edits {
         let at = rule.line.at();
         let mut failed = None;
+        if let EditOp::Rewrite(..) = op
+            && variants.iter().any(|(_, e)| e.rewrite.is_some())
+        {
+            // HAProxy applies both rewrites in turn; a route carries one. Where the first
+            // one's regex matches, its route keeps it; the other paths get the second.
+            let mut next = Vec::new();
+            for (conj, e) in &variants {
+                let Some((re, _)) = e.rewrite.clone() else {
+                    for c in &rule.cond.0 {
+                        let mut with = e.clone();
+                        let _ = with.apply(op, &at);
+                        next.push((conj.and(c), with));
+                    }
+                    next.push((conj.clone(), e.clone()));
+                    continue;
+                };
+                next.push((
+                    conj.and(&Conj {
+                        pos: vec![Test::PathRegex(vec![re])],
+                        neg: Vec::new(),
+                    }),
+                    e.clone(),
+                ));
+                for c in &rule.cond.0 {
+                    let mut with = e.clone();
+                    with.rewrite = None;
+                    let _ = with.apply(op, &at);
+                    next.push((conj.and(c), with));
+                }
+                next.push((conj.clone(), e.clone()));
+            }
+            if next.len() > MAX_VARIANTS {
+                return Err((
+                    at,
+                    format!("the conditional rewrites split a route into more than {MAX_VARIANTS} routes"),
+                ));
+            }
+            variants = next;
+            notes.push((rule.line, "a second path rewrite: paths the first one's regex matches get the first only (HAProxy would apply both in turn), the others this one".to_string()));
+            continue;
+        }
         if rule.cond.is_always() {
             for (_, e) in &mut variants {
                 if let Err(m) = e.apply(op, &at) {
@@ -610,7 +662,7 @@ pub(crate) fn split_by_edits<'a>(base: &Conj, edits: &[(&Rule<'a>, &EditOp)]) ->
             skipped.push((rule.line, m));
         }
     }
-    Ok((variants, skipped))
+    Ok((variants, skipped, notes))
 }
 
 /// A route's table. `matchers` collects the named conditions it needs (HTTP only).

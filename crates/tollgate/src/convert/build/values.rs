@@ -206,6 +206,7 @@ pub(crate) fn not_needed(l: &Line) -> Option<&'static str> {
         ("option", "abortonclose") => "a request whose client left is abandoned",
         ("option", "log-separate-errors") => "errors are logged with the other lines",
         ("no", "log") => "no access log unless [log] `access` is set",
+        ("mode", _) => "the proxies that use this section set their own mode",
         _ => return None,
     })
 }

@@ -434,11 +434,15 @@ pub fn write_made_response<'f>(
     out.push(b' ');
     out.extend_from_slice(crate::http::status::reason(status).as_bytes());
     out.extend_from_slice(b"\r\n");
-    if let Some(t) = content_type {
+    // A 204 or 304 carries no content and no Content-Length (RFC 9110 §8.6, §15.3.5).
+    let bodiless = status == 204 || status == 304;
+    if let Some(t) = content_type.filter(|t| !t.is_empty()) {
         push_field(b"Content-Type", t, out);
     }
-    let mut n = itoa::Buffer::new();
-    push_field(b"Content-Length", n.format(body.len()).as_bytes(), out);
+    if !bodiless {
+        let mut n = itoa::Buffer::new();
+        push_field(b"Content-Length", n.format(body.len()).as_bytes(), out);
+    }
     for (name, value) in fields {
         push_field(name, value, out);
     }

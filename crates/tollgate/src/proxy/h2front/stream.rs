@@ -789,8 +789,9 @@ impl Stream<'_> {
         {
             resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
         }
-        // Already there only for a HEAD request's answer (the length it would have had).
-        if !resp.headers().contains_key(http::header::CONTENT_LENGTH) {
+        // Already there only for a HEAD request's answer (the length it would have had). A
+        // 204 or 304 has none (RFC 9110 §8.6).
+        if !resp.headers().contains_key(http::header::CONTENT_LENGTH) && status != 204 && status != 304 {
             resp.headers_mut()
                 .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(text.len()));
         }
