@@ -188,12 +188,14 @@ impl Builder<'_, '_> {
 
     fn backend_timeouts(&mut self, v: &View<'_>, h: &mut Table) {
         let mut own = Vec::new();
+        let mut own_at: Vec<String> = Vec::new();
         for (name, key) in [("connect", "connect"), ("server", "server")] {
             let Some(l) = v.timeout(name) else { continue };
             let Ok(ms) = time_ms(l.word(2)) else { continue };
             self.use_line(l);
             if self.g.timeouts.get(name) != Some(&ms) {
                 own.push((key.to_string(), q(&duration(ms))));
+                own_at.push(l.at());
             }
         }
         for name in [
@@ -223,7 +225,7 @@ impl Builder<'_, '_> {
             }
         }
         if !own.is_empty() {
-            h.set("timeouts", inline(&own), &v.header.at());
+            h.set("timeouts", inline(&own), &own_at.join(", "));
         }
     }
 
@@ -548,11 +550,14 @@ impl Builder<'_, '_> {
         if let Some(n) = self.g.spread {
             h.set("jitter", q(&format!("{n}%")), "global spread-checks");
         }
-        if lines.iter().any(|(_, s)| s.on_marked_down) {
-            h.set("on_marked_down", q("shutdown-sessions"), "on-marked-down");
+        if let Some((l, _)) = lines.iter().find(|(_, s)| s.on_marked_down) {
+            h.set("on_marked_down", q("shutdown-sessions"), &l.at());
         }
-        if checked.iter().all(|(_, s)| s.check_ssl) && be.servers.iter().all(|s| s.has("tls") || !s.has("check")) {
-            h.set("tls", "true".into(), "check-ssl");
+        if checked.iter().all(|(_, s)| s.check_ssl)
+            && be.servers.iter().all(|s| s.has("tls") || !s.has("check"))
+            && let Some((l, _)) = checked.first()
+        {
+            h.set("tls", "true".into(), &l.at());
         }
         let differ = checked.iter().any(|(_, s)| {
             s.inter.as_ref().map(|x| x.0) != first.and_then(|f| f.inter.as_ref().map(|x| x.0))

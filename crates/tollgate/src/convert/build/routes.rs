@@ -463,6 +463,7 @@ impl Builder<'_, '_> {
     ) -> Vec<String> {
         let mut allow: Vec<String> = Vec::new();
         let mut hello_accepted = false;
+        let (mut allow_at, mut deny_at): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
         let mut deny: Vec<String> = Vec::new();
         let mut specs: Vec<RouteSpec> = Vec::new();
         for l in v.all("tcp-request").collect::<Vec<_>>() {
@@ -515,6 +516,7 @@ impl Builder<'_, '_> {
             match (stage, action) {
                 ("connection" | "session", "reject") if only_not_source(&cond).is_some() => {
                     allow.extend(only_not_source(&cond).unwrap_or_default());
+                    allow_at.push(l.at());
                     self.use_line(l);
                 }
                 ("content", "reject") if cond.is_always() && hello_accepted => {
@@ -526,10 +528,12 @@ impl Builder<'_, '_> {
                 }
                 ("connection" | "session", "reject") if only_source(&cond).is_some() => {
                     deny.extend(only_source(&cond).unwrap_or_default());
+                    deny_at.push(l.at());
                     self.use_line(l);
                 }
                 ("connection" | "session", "accept") if only_source(&cond).is_some() => {
                     allow.extend(only_source(&cond).unwrap_or_default());
+                    allow_at.push(l.at());
                     self.use_line(l);
                 }
                 ("connection" | "session", "reject") if cond.is_always() && !allow.is_empty() => self.use_line(l),
@@ -552,10 +556,10 @@ impl Builder<'_, '_> {
             }
         }
         if !allow.is_empty() {
-            head.set("allow", arr(&allow), "tcp-request connection accept");
+            head.set("allow", arr(&allow), &allow_at.join(", "));
         }
         if !deny.is_empty() {
-            head.set("deny", arr(&deny), "tcp-request connection reject");
+            head.set("deny", arr(&deny), &deny_at.join(", "));
         }
         let mut targets = Vec::new();
         for l in v.all("use_backend").collect::<Vec<_>>() {
