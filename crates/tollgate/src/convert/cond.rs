@@ -484,54 +484,28 @@ fn criterion_values(
             Ok(Dnf::test(Test::Scheme("https".into())))
         }
         "cook" | "req.cook" => {
-            let name = arg(0);
-            if name.is_empty() {
-                return Err(format!("`{fetch}` without a cookie name has no equivalent"));
-            }
-            match method.as_deref() {
-                Some("found") => http_only(Dnf::test(Test::Cookie { name, value: None })),
-                None | Some("str") if !nocase => {
-                    let alts = nonempty(values)?
-                        .into_iter()
-                        .map(|v| Conj {
-                            pos: vec![Test::Cookie {
-                                name: name.clone(),
-                                value: Some(v),
-                            }],
-                            neg: Vec::new(),
-                        })
-                        .collect();
-                    http_only(Dnf(alts))
-                }
-                _ => Err(format!(
-                    "`{fetch}` matched other than exactly (or `-m found`) has no equivalent"
-                )),
-            }
+            let make = |name: String, value: Option<String>| Test::Cookie { name, value };
+            http_only(named_value(
+                fetch,
+                "cookie",
+                arg(0),
+                method.as_deref(),
+                nocase,
+                values,
+                make,
+            )?)
         }
         "url_param" | "urlp" => {
-            let name = arg(0);
-            if name.is_empty() {
-                return Err(format!("`{fetch}` without a parameter name has no equivalent"));
-            }
-            match method.as_deref() {
-                Some("found") => http_only(Dnf::test(Test::Query { name, value: None })),
-                None | Some("str") if !nocase => {
-                    let alts = nonempty(values)?
-                        .into_iter()
-                        .map(|v| Conj {
-                            pos: vec![Test::Query {
-                                name: name.clone(),
-                                value: Some(v),
-                            }],
-                            neg: Vec::new(),
-                        })
-                        .collect();
-                    http_only(Dnf(alts))
-                }
-                _ => Err(format!(
-                    "`{fetch}` matched other than exactly (or `-m found`) has no equivalent"
-                )),
-            }
+            let make = |name: String, value: Option<String>| Test::Query { name, value };
+            http_only(named_value(
+                fetch,
+                "parameter",
+                arg(0),
+                method.as_deref(),
+                nocase,
+                values,
+                make,
+            )?)
         }
         "http_auth" => Ok(Dnf::test(Test::HttpAuth(arg(0)))),
         "req.ssl_hello_type" | "req_ssl_hello_type" if values == ["1"] => Ok(Dnf::test(Test::SslHello)),
@@ -553,6 +527,35 @@ fn criterion_values(
         }
         other => Err(format!(
             "the ACL criterion `{other}` has no equivalent in tollgate's route conditions"
+        )),
+    }
+}
+
+/// A cookie or query parameter: present (`-m found`), or equal to one of the values (one
+/// route term each, since the condition holds one value).
+fn named_value(
+    fetch: &str,
+    what: &str,
+    name: String,
+    method: Option<&str>,
+    nocase: bool,
+    values: Vec<String>,
+    make: impl Fn(String, Option<String>) -> Test,
+) -> Result<Dnf, String> {
+    if name.is_empty() {
+        return Err(format!("`{fetch}` without a {what} name has no equivalent"));
+    }
+    match method {
+        Some("found") => Ok(Dnf::test(make(name, None))),
+        None | Some("str") if !nocase => Ok(Dnf(nonempty(values)?
+            .into_iter()
+            .map(|v| Conj {
+                pos: vec![make(name.clone(), Some(v))],
+                neg: Vec::new(),
+            })
+            .collect())),
+        _ => Err(format!(
+            "`{fetch}` matched other than exactly (or `-m found`) has no equivalent"
         )),
     }
 }

@@ -640,6 +640,34 @@ impl Builder<'_, '_> {
         }
     }
 
+    /// `compression algo` (the line `l`) and `type` of a proxy as a `compress` value.
+    pub(super) fn compression(&mut self, v: &View<'_>, l: &Line) -> String {
+        let known: Vec<String> = l
+            .words
+            .iter()
+            .skip(2)
+            .filter(|a| a.as_str() == "gzip")
+            .cloned()
+            .collect();
+        if known.len() + 2 < l.words.len() {
+            self.note(l, "only gzip of these is offered (deflate and raw-deflate have no equivalent; tollgate also offers br and zstd when listed)");
+        } else {
+            self.use_line(l);
+        }
+        let mut pairs = vec![("algorithms".to_string(), arr(&known))];
+        if let Some(t) = v.all2("compression", "type").last() {
+            pairs.push(("types".to_string(), arr(&media_types(t))));
+            self.use_line(t);
+        }
+        for o in v.all2("compression", "offload") {
+            self.note(
+                o,
+                "not needed: a response the server compressed already is forwarded as it is",
+            );
+        }
+        inline(&pairs)
+    }
+
     /// unique-id, compression and logging keys of an http frontend.
     fn http_frontend_keys(&mut self, v: &View<'_>, head: &mut Table) {
         head.set(
@@ -667,31 +695,8 @@ impl Builder<'_, '_> {
             .last()
             .filter(|_| !(v.is_backend() && v.kind != super::super::sections::Kind::Listen))
         {
-            let mut pairs = Vec::new();
-            let known: Vec<String> = l
-                .words
-                .iter()
-                .skip(2)
-                .filter(|a| a.as_str() == "gzip")
-                .cloned()
-                .collect();
-            if known.len() + 2 < l.words.len() {
-                self.note(l, "only gzip of these is offered (deflate and raw-deflate have no equivalent; tollgate also offers br and zstd when listed)");
-            } else {
-                self.use_line(l);
-            }
-            pairs.push(("algorithms".to_string(), arr(&known)));
-            if let Some(t) = v.all2("compression", "type").last() {
-                pairs.push(("types".to_string(), arr(&media_types(t))));
-                self.use_line(t);
-            }
-            head.set("compress", inline(&pairs), &l.at());
-            for l in v.all2("compression", "offload") {
-                self.note(
-                    l,
-                    "not needed: a response the server compressed already is forwarded as it is",
-                );
-            }
+            let c = self.compression(v, l);
+            head.set("compress", c, &l.at());
         }
         if let Some(l) = v.last("log-format")
             && !self.model.log.has("template")
@@ -807,7 +812,7 @@ pub(crate) fn bind_addrs(spec: &str) -> Result<Vec<String>, String> {
 }
 
 /// HAProxy compares `compression type`s as prefixes: `text/` is every text type.
-pub(super) fn media_types(l: &Line) -> Vec<String> {
+fn media_types(l: &Line) -> Vec<String> {
     l.words
         .iter()
         .skip(2)

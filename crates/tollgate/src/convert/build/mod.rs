@@ -121,6 +121,20 @@ impl Builder<'_, '_> {
         self.model.trailing.extend(t.comments);
     }
 
+    /// A line nothing used: a note when tollgate needs nothing for it, else dropped.
+    fn sweep_line(&mut self, l: &Line, t: &mut Table) {
+        if self.used.contains(&addr(l)) {
+            return;
+        }
+        match values::not_needed(l) {
+            Some(why) => self.note(l, &format!("not needed: {why}")),
+            None => {
+                let reason = values::unknown_keyword(l);
+                self.drop_line(t, l, &reason);
+            }
+        }
+    }
+
     /// Reports every line nothing used: proxies' own lines in their first table, defaults'
     /// lines at the end.
     fn sweep(&mut self, views: &[View<'_>]) {
@@ -131,16 +145,7 @@ impl Builder<'_, '_> {
             }
             let mut t = Table::default();
             for l in &s.lines {
-                if self.used.contains(&addr(l)) {
-                    continue;
-                }
-                match values::not_needed(l) {
-                    Some(why) => self.note(l, &format!("not needed: {why}")),
-                    None => {
-                        let reason = values::unknown_keyword(l);
-                        self.drop_line(&mut t, l, &reason);
-                    }
-                }
+                self.sweep_line(l, &mut t);
             }
             if !t.comments.is_empty() {
                 self.model
@@ -152,15 +157,8 @@ impl Builder<'_, '_> {
         for v in views {
             let mut t = Table::default();
             for (l, inherited) in &v.lines {
-                if *inherited || self.used.contains(&addr(l)) {
-                    continue;
-                }
-                match values::not_needed(l) {
-                    Some(why) => self.note(l, &format!("not needed: {why}")),
-                    None => {
-                        let reason = values::unknown_keyword(l);
-                        self.drop_line(&mut t, l, &reason);
-                    }
+                if !inherited {
+                    self.sweep_line(l, &mut t);
                 }
             }
             if t.comments.is_empty() {

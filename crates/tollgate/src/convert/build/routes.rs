@@ -6,7 +6,7 @@ use super::super::Issue;
 use super::super::cond::{Acls, Conj, Ctx, Dnf, Test};
 use super::super::emit::{Frontend, Table, arr, inline, q};
 use super::super::lexer::Line;
-use super::frontend::{media_types, no_files, read_acl_file};
+use super::frontend::{no_files, read_acl_file};
 use super::rules::{
     Action, EditOp, RouteSpec, Rule, RuleKind, http_request, http_response, route_table, rule_condition, split_by_edits,
 };
@@ -22,6 +22,33 @@ fn guarded<'a>(mut rule: Rule<'a>, guards: &[Dnf]) -> Result<Rule<'a>, String> {
 }
 
 impl Builder<'_, '_> {
+    /// `redirect ...` lines (the keyword before `http-request redirect`): run after the
+    /// `http-request` rules, as HAProxy runs them.
+    fn legacy_redirects<'v>(
+        &mut self,
+        v: &View<'v>,
+        acls: &Acls,
+        ctx: &Ctx<'_>,
+        stops: &mut Vec<Rule<'v>>,
+        t: &mut Table,
+    ) {
+        for l in v.all("redirect").collect::<Vec<_>>() {
+            match rule_condition(l.words.get(1..).unwrap_or_default(), acls, ctx)
+                .and_then(|(action, cond)| Ok((super::rules::redirect(&action)?, cond)))
+            {
+                Ok((p, cond)) => {
+                    stops.push(Rule {
+                        line: l,
+                        cond,
+                        kind: RuleKind::Stop(Action::Redirect(p)),
+                    });
+                    self.use_line(l);
+                }
+                Err(reason) => self.drop_line(t, l, &reason),
+            }
+        }
+    }
+
     /// `http-request allow [if C]`: the rules after it are skipped where C holds.
     fn allow_rule(&mut self, l: &Line, acls: &Acls, ctx: &Ctx<'_>, guards: &mut Vec<Dnf>, t: &mut Table) {
         match rule_condition(l.words.get(1..).unwrap_or_default(), acls, ctx) {
@@ -123,21 +150,7 @@ impl Builder<'_, '_> {
                 Err(reason) => self.drop_line(head, l, &reason),
             }
         }
-        for l in v.all("redirect").collect::<Vec<_>>() {
-            match rule_condition(l.words.get(1..).unwrap_or_default(), acls, ctx)
-                .and_then(|(action, cond)| Ok((super::rules::redirect(&action)?, cond)))
-            {
-                Ok((p, cond)) => {
-                    stops.push(Rule {
-                        line: l,
-                        cond,
-                        kind: RuleKind::Stop(Action::Redirect(p)),
-                    });
-                    self.use_line(l);
-                }
-                Err(reason) => self.drop_line(head, l, &reason),
-            }
-        }
+        self.legacy_redirects(v, acls, ctx, &mut stops, head);
         let mut resp: Vec<Rule<'_>> = Vec::new();
         for l in v
             .all("http-response")
@@ -357,21 +370,7 @@ impl Builder<'_, '_> {
                 Err(reason) => self.drop_line(&mut t, l, &reason),
             }
         }
-        for l in bv.all("redirect").collect::<Vec<_>>() {
-            match rule_condition(l.words.get(1..).unwrap_or_default(), &acls, &ctx)
-                .and_then(|(a, c)| Ok((super::rules::redirect(&a)?, c)))
-            {
-                Ok((p, cond)) => {
-                    stops.push(Rule {
-                        line: l,
-                        cond,
-                        kind: RuleKind::Stop(Action::Redirect(p)),
-                    });
-                    self.use_line(l);
-                }
-                Err(reason) => self.drop_line(&mut t, l, &reason),
-            }
-        }
+        self.legacy_redirects(bv, &acls, &ctx, &mut stops, &mut t);
         for l in bv
             .all("http-response")
             .chain(bv.all("http-after-response"))
@@ -406,29 +405,12 @@ impl Builder<'_, '_> {
             return None;
         }
         let l = bv.all2("compression", "algo").last()?;
-        let known: Vec<String> = l
-            .words
-            .iter()
-            .skip(2)
-            .filter(|a| a.as_str() == "gzip")
-            .cloned()
-            .collect();
-        let mut pairs = vec![("algorithms".to_string(), arr(&known))];
-        if let Some(t) = bv.all2("compression", "type").last() {
-            pairs.push(("types".to_string(), arr(&media_types(t))));
-            self.use_line(t);
-        }
+        let c = self.compression(bv, l);
         self.note(
             l,
             "a backend's compression becomes the `compress` of each route to it (gzip only of HAProxy's algorithms)",
         );
-        for l in bv.all2("compression", "offload") {
-            self.note(
-                l,
-                "not needed: a response the server compressed already is forwarded as it is",
-            );
-        }
-        Some(inline(&pairs))
+        Some(c)
     }
 
     fn after_response_note(&mut self, l: &Line) {

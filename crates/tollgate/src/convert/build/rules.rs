@@ -56,17 +56,72 @@ pub(crate) struct Rule<'a> {
     pub kind: RuleKind,
 }
 
-/// The rewrites one route carries, in tollgate's terms.
+/// One direction's header edits: tollgate applies `remove`, then `set`, then `add`; HAProxy's
+/// rules in order are folded into that (a later `set` drops an earlier `add`, a `del` both).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Edits {
+pub(crate) struct HeaderEdits {
     set: Vec<(String, String)>,
     add: Vec<(String, String)>,
     remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+
+    fn forget(&mut self, n: &str) {
+        self.set.retain(|(x, _)| !x.eq_ignore_ascii_case(n));
+        self.add.retain(|(x, _)| !x.eq_ignore_ascii_case(n));
+    }
+
+    fn set(&mut self, n: &str, v: &str) {
+        self.forget(n);
+        self.set.push((n.to_string(), v.to_string()));
+    }
+
+    fn add(&mut self, n: &str, v: &str) -> Result<(), String> {
+        if self.add.iter().any(|(x, _)| x.eq_ignore_ascii_case(n)) {
+            return Err(format!(
+                "a second `add-header {n}` on one route has no equivalent (one added field per name)"
+            ));
+        }
+        self.add.push((n.to_string(), v.to_string()));
+        Ok(())
+    }
+
+    fn remove(&mut self, n: &str) {
+        self.forget(n);
+        if !self.remove.iter().any(|x| x.eq_ignore_ascii_case(n)) {
+            self.remove.push(n.to_string());
+        }
+    }
+
+    /// `{ set = {...}, add = {...}, remove = [...] }`, or nothing when empty.
+    fn toml(&self) -> Option<String> {
+        let map =
+            |pairs: &[(String, String)]| inline(&pairs.iter().map(|(k, v)| (k.clone(), q(v))).collect::<Vec<_>>());
+        let mut parts = Vec::new();
+        if !self.set.is_empty() {
+            parts.push(("set".to_string(), map(&self.set)));
+        }
+        if !self.add.is_empty() {
+            parts.push(("add".to_string(), map(&self.add)));
+        }
+        if !self.remove.is_empty() {
+            parts.push(("remove".to_string(), arr(&self.remove)));
+        }
+        (!parts.is_empty()).then(|| inline(&parts))
+    }
+}
+
+/// The rewrites one route carries, in tollgate's terms.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Edits {
+    request: HeaderEdits,
     pub rewrite: Option<(String, String)>,
     set_host: Option<String>,
-    resp_set: Vec<(String, String)>,
-    resp_add: Vec<(String, String)>,
-    resp_remove: Vec<String>,
+    response: HeaderEdits,
     auth: Option<String>,
     compress: Option<String>,
     timeouts: Vec<(String, String)>,
@@ -75,14 +130,10 @@ pub(crate) struct Edits {
 
 impl Edits {
     pub(crate) fn is_empty(&self) -> bool {
-        self.set.is_empty()
-            && self.add.is_empty()
-            && self.remove.is_empty()
+        self.request.is_empty()
             && self.rewrite.is_none()
             && self.set_host.is_none()
-            && self.resp_set.is_empty()
-            && self.resp_add.is_empty()
-            && self.resp_remove.is_empty()
+            && self.response.is_empty()
             && self.auth.is_none()
             && self.compress.is_none()
             && self.timeouts.is_empty()
@@ -90,30 +141,10 @@ impl Edits {
 
     /// Applies one rewrite after the ones before it, as HAProxy would in order.
     pub(crate) fn apply(&mut self, op: &EditOp, at: &str) -> Result<(), String> {
-        fn same(a: &str, b: &str) -> bool {
-            a.eq_ignore_ascii_case(b)
-        }
         match op {
-            EditOp::SetHeader(n, v) => {
-                self.set.retain(|(x, _)| !same(x, n));
-                self.add.retain(|(x, _)| !same(x, n));
-                self.set.push((n.clone(), v.clone()));
-            }
-            EditOp::AddHeader(n, v) => {
-                if self.add.iter().any(|(x, _)| same(x, n)) {
-                    return Err(format!(
-                        "a second `add-header {n}` on one route has no equivalent (one added field per name)"
-                    ));
-                }
-                self.add.push((n.clone(), v.clone()));
-            }
-            EditOp::DelHeader(n) => {
-                self.set.retain(|(x, _)| !same(x, n));
-                self.add.retain(|(x, _)| !same(x, n));
-                if !self.remove.iter().any(|x| same(x, n)) {
-                    self.remove.push(n.clone());
-                }
-            }
+            EditOp::SetHeader(n, v) => self.request.set(n, v),
+            EditOp::AddHeader(n, v) => self.request.add(n, v)?,
+            EditOp::DelHeader(n) => self.request.remove(n),
             EditOp::Rewrite(re, to) => {
                 if self.rewrite.is_some() {
                     return Err("a second path rewrite on one route has no equivalent".into());
@@ -121,24 +152,9 @@ impl Edits {
                 self.rewrite = Some((re.clone(), to.clone()));
             }
             EditOp::SetHost(h) => self.set_host = Some(h.clone()),
-            EditOp::RespSet(n, v) => {
-                self.resp_set.retain(|(x, _)| !same(x, n));
-                self.resp_add.retain(|(x, _)| !same(x, n));
-                self.resp_set.push((n.clone(), v.clone()));
-            }
-            EditOp::RespAdd(n, v) => {
-                if self.resp_add.iter().any(|(x, _)| same(x, n)) {
-                    return Err(format!("a second `add-header {n}` on responses has no equivalent"));
-                }
-                self.resp_add.push((n.clone(), v.clone()));
-            }
-            EditOp::RespDel(n) => {
-                self.resp_set.retain(|(x, _)| !same(x, n));
-                self.resp_add.retain(|(x, _)| !same(x, n));
-                if !self.resp_remove.iter().any(|x| same(x, n)) {
-                    self.resp_remove.push(n.clone());
-                }
-            }
+            EditOp::RespSet(n, v) => self.response.set(n, v),
+            EditOp::RespAdd(n, v) => self.response.add(n, v)?,
+            EditOp::RespDel(n) => self.response.remove(n),
             EditOp::Auth(a) => self.auth = Some(a.clone()),
             EditOp::Compress(c) => self.compress = Some(c.clone()),
             EditOp::Timeout(k, v) => {
@@ -153,20 +169,8 @@ impl Edits {
     }
 
     fn write(&self, t: &mut Table, src: &str) {
-        let map =
-            |pairs: &[(String, String)]| inline(&pairs.iter().map(|(k, v)| (k.clone(), q(v))).collect::<Vec<_>>());
-        let mut req = Vec::new();
-        if !self.set.is_empty() {
-            req.push(("set".to_string(), map(&self.set)));
-        }
-        if !self.add.is_empty() {
-            req.push(("add".to_string(), map(&self.add)));
-        }
-        if !self.remove.is_empty() {
-            req.push(("remove".to_string(), arr(&self.remove)));
-        }
-        if !req.is_empty() {
-            t.set("request_headers", inline(&req), src);
+        if let Some(v) = self.request.toml() {
+            t.set("request_headers", v, src);
         }
         if let Some((re, to)) = &self.rewrite {
             t.set(
@@ -178,18 +182,8 @@ impl Edits {
         if let Some(h) = &self.set_host {
             t.set("set_host", q(h), src);
         }
-        let mut resp = Vec::new();
-        if !self.resp_set.is_empty() {
-            resp.push(("set".to_string(), map(&self.resp_set)));
-        }
-        if !self.resp_add.is_empty() {
-            resp.push(("add".to_string(), map(&self.resp_add)));
-        }
-        if !self.resp_remove.is_empty() {
-            resp.push(("remove".to_string(), arr(&self.resp_remove)));
-        }
-        if !resp.is_empty() {
-            t.set("response_headers", inline(&resp), src);
+        if let Some(v) = self.response.toml() {
+            t.set("response_headers", v, src);
         }
         if let Some(a) = &self.auth {
             t.set("auth", a.clone(), src);
