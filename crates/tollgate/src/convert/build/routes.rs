@@ -13,6 +13,17 @@ use super::rules::{
 use super::values::{duration, time_ms};
 use super::{Builder, View};
 
+/// The backend traffic no rule routed goes to: `default_backend`, or a `listen`'s own
+/// servers; with the line that says so.
+fn default_choice<'v>(v: &View<'v>) -> Option<(String, String, &'v Line)> {
+    v.last("default_backend")
+        .map(|l| (l.word(1).to_string(), l.at(), l))
+        .or_else(|| {
+            (v.kind == super::super::sections::Kind::Listen && v.is_backend())
+                .then(|| (v.name.clone(), v.header.at(), v.header))
+        })
+}
+
 /// A rule after `http-request allow if C` runs only where C does not hold.
 fn guarded<'a>(mut rule: Rule<'a>, guards: &[Dnf]) -> Result<Rule<'a>, String> {
     for g in guards {
@@ -198,13 +209,7 @@ impl Builder<'_, '_> {
                 Err(reason) => self.drop_line(head, l, &reason),
             }
         }
-        let default = v
-            .last("default_backend")
-            .map(|l| (l.word(1).to_string(), l.at(), l))
-            .or_else(|| {
-                (v.kind == super::super::sections::Kind::Listen && v.is_backend())
-                    .then(|| (v.name.clone(), v.header.at(), v.header))
-            });
+        let default = default_choice(v);
         if let Some((_, _, l)) = &default {
             self.use_line(l);
         }
@@ -561,13 +566,7 @@ impl Builder<'_, '_> {
                 Err(reason) => self.drop_line(head, l, &reason),
             }
         }
-        let default = v
-            .last("default_backend")
-            .map(|l| (l.word(1).to_string(), l.at(), l))
-            .or_else(|| {
-                (v.kind == super::super::sections::Kind::Listen && v.is_backend())
-                    .then(|| (v.name.clone(), v.header.at(), v.header))
-            });
+        let default = default_choice(v);
         if let Some((b, at, l)) = default {
             head.set("default_backend", q(&b), &at);
             targets.push(b);

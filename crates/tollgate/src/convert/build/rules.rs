@@ -616,13 +616,7 @@ pub(crate) fn split_by_edits<'a>(base: &Conj, edits: &[(&Rule<'a>, &EditOp)]) ->
                 }
                 next.push((conj.clone(), e.clone()));
             }
-            if next.len() > MAX_VARIANTS {
-                return Err((
-                    at,
-                    format!("the conditional rewrites split a route into more than {MAX_VARIANTS} routes"),
-                ));
-            }
-            variants = next;
+            variants = within_bound(next, &at)?;
             notes.push((rule.line, "a second path rewrite: paths the first one's regex matches get the first only (HAProxy would apply both in turn), the others this one".to_string()));
             continue;
         }
@@ -644,19 +638,24 @@ pub(crate) fn split_by_edits<'a>(base: &Conj, edits: &[(&Rule<'a>, &EditOp)]) ->
                 }
                 next.push((conj.clone(), e.clone()));
             }
-            if next.len() > MAX_VARIANTS {
-                return Err((
-                    at,
-                    format!("the conditional rewrites split a route into more than {MAX_VARIANTS} routes"),
-                ));
-            }
-            variants = next;
+            variants = within_bound(next, &at)?;
         }
         if let Some(m) = failed {
             skipped.push((rule.line, m));
         }
     }
     Ok((variants, skipped, notes))
+}
+
+/// The split variants, unless there are more than [`MAX_VARIANTS`].
+fn within_bound(next: Vec<(Conj, Edits)>, at: &str) -> Result<Vec<(Conj, Edits)>, (String, String)> {
+    if next.len() > MAX_VARIANTS {
+        return Err((
+            at.to_string(),
+            format!("the conditional rewrites split a route into more than {MAX_VARIANTS} routes"),
+        ));
+    }
+    Ok(next)
 }
 
 /// A route's table. `matchers` collects the named conditions it needs (HTTP only).
