@@ -102,17 +102,8 @@ impl Builder<'_, '_> {
             None => {}
         }
         self.servers(v, &mut be)?;
-        for l in v.all("stick-table") {
-            // Read by the frontends' limits that name this table.
-            let _ = l;
-        }
-        for l in v
-            .all("option")
-            .filter(|l| l.word(1) == "forwardfor")
-            .collect::<Vec<_>>()
-        {
-            let _ = l; // Read by the frontends routing here.
-        }
+        // A backend's `stick-table` and `option forwardfor` are read by the frontends that
+        // route here (their limits and `forwarded` key).
         self.model.backends.push(be);
         Ok(())
     }
