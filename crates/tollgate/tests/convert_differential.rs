@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::ReservedPort;
 use convert_support::origin::{OriginSet, Record};
-use convert_support::{Answer, Echo, Proc, Req, Script, Step, echo, find_haproxy, send};
+use convert_support::{Answer, Echo, Proc, Req, Script, Step, echo, send};
 use master_support::{BIN, TempDir};
 
 /// The tollgate binary: `TOLLGATE_CONVERT_DIFF_BIN` if set (another build; or a copy of this
@@ -1053,12 +1053,7 @@ fn corpus() -> Vec<PathBuf> {
 
 #[test]
 fn converted_haproxy_configs_behave_like_haproxy() {
-    let Some(haproxy) = find_haproxy() else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "haproxy not installed (.ci/run installs it); CI may not skip this test"
-        );
-        println!("skipped: haproxy not installed");
+    let Some(haproxy) = common::haproxy_or_skip() else {
         return;
     };
     let started = Instant::now();

@@ -255,3 +255,29 @@ pub fn wait_lines(path: &std::path::Path, n: usize) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The `haproxy` binary for the differential tests: `TOLLGATE_DIFF_HAPROXY` if set (another
+/// build to compare with), else on PATH, or where Debian puts it (not on a non-root PATH).
+/// When there is none: `None` after printing `skipped:`, and a failure under `CI=true`
+/// (`.ci/run` installs it).
+pub fn haproxy_or_skip() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let found = match std::env::var_os("TOLLGATE_DIFF_HAPROXY") {
+        Some(p) => Some(PathBuf::from(p)).filter(|p| p.is_file()),
+        None => {
+            let path = std::env::var_os("PATH").unwrap_or_default();
+            std::env::split_paths(&path)
+                .chain(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from))
+                .map(|d| d.join("haproxy"))
+                .find(|p| p.is_file())
+        }
+    };
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "haproxy not installed (.ci/run installs it); CI may not skip this test"
+        );
+        println!("skipped: haproxy not installed");
+    }
+    found
+}

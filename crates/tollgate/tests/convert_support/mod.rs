@@ -424,16 +424,3 @@ impl Drop for Proc {
         let _ = self.child.wait();
     }
 }
-
-/// The `haproxy` binary: `TOLLGATE_DIFF_HAPROXY` if set, else on PATH, or where Debian puts
-/// it (not on a non-root PATH).
-pub fn find_haproxy() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TOLLGATE_DIFF_HAPROXY") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from))
-        .map(|d| d.join("haproxy"))
-        .find(|p| p.is_file())
-}

@@ -10,19 +10,6 @@ use std::time::{Duration, Instant};
 
 pub use crate::master_support::TempDir;
 
-/// The `haproxy` binary: `TOLLGATE_DIFF_HAPROXY` if set (another build to compare with),
-/// else on PATH, or where Debian puts it (not on a non-root PATH).
-pub fn find() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TOLLGATE_DIFF_HAPROXY") {
-        return Some(PathBuf::from(p)).filter(|p| p.is_file());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/usr/local/sbin"].map(PathBuf::from))
-        .map(|d| d.join("haproxy"))
-        .find(|p| p.is_file())
-}
-
 /// `haproxy -v`'s first line, for the summary.
 pub fn version(bin: &Path) -> String {
     Command::new(bin)

@@ -80,14 +80,20 @@ pub(crate) fn template(v: &str) -> Result<String, String> {
                 "`{v}`: the log-format variable in it has no template variable in tollgate"
             ));
         }
-        match c {
-            '{' => out.push_str("{{"),
-            '}' => out.push_str("}}"),
-            c => out.push(c),
-        }
-        rest = rest.get(c.len_utf8()..).unwrap_or_default();
+        rest = push_literal(c, rest, &mut out);
     }
     Ok(out)
+}
+
+/// Writes `c`, the first character of `rest`, as template text (braces doubled); returns
+/// what follows it.
+fn push_literal<'r>(c: char, rest: &'r str, out: &mut String) -> &'r str {
+    match c {
+        '{' => out.push_str("{{"),
+        '}' => out.push_str("}}"),
+        c => out.push(c),
+    }
+    rest.get(c.len_utf8()..).unwrap_or_default()
 }
 
 /// A value with no expression at all (response header values are fixed text).
@@ -172,12 +178,7 @@ pub(crate) fn log_template(v: &str) -> Result<String, String> {
             rest = after.get(used..).unwrap_or_default();
             continue;
         }
-        match c {
-            '{' => out.push_str("{{"),
-            '}' => out.push_str("}}"),
-            c => out.push(c),
-        }
-        rest = rest.get(c.len_utf8()..).unwrap_or_default();
+        rest = push_literal(c, rest, &mut out);
     }
     Ok(out)
 }
